@@ -1,0 +1,164 @@
+"""The Redlock decisions, as pure functions.
+
+No I/O, no clock: times and per-node votes go in, decisions come out. The
+I/O shell (``_fanout.py``, ``lock.py``) reads a monotonic clock and feeds
+these functions; acquire and extend share every formula here.
+
+Timeline of one attempt (acquire or extend)::
+
+    started ──send to all N──► votes arrive ──► decided ──► validity ends
+              |<──── elapsed ────────────────►|
+              |<──────────────── ttl_ms / 1000 ─────────────────►|
+                                               drift is taken off the end
+
+    validity = ttl - (decided - started) - (ttl * drift_factor + CLOCK_PRECISION)
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable
+
+CLOCK_PRECISION = 0.002
+"""Seconds added to the drift for the precision of key expiry (the Redlock spec's 2 ms)."""
+
+
+class Vote(enum.Enum):
+    """What one node said to one request."""
+
+    YES = "yes"
+    """The node did what was asked (key set, extended or deleted)."""
+    NO = "no"
+    """The node answered and refused: the key is held by another value, or gone."""
+    ERROR = "error"
+    """The node answered with an error, or the connection failed."""
+    TIMEOUT = "timeout"
+    """No answer within the per-node timeout."""
+    SKIPPED = "skipped"
+    """The request was not sent (the node's queue was full, or it is reconnecting)."""
+    PENDING = "pending"
+    """The decision was taken before this node answered."""
+
+    @property
+    def failed(self) -> bool:
+        """True for every vote that counts against the quorum once it is in."""
+        return self is not Vote.YES and self is not Vote.PENDING
+
+
+class Verdict(enum.Enum):
+    """The state of a ballot over N nodes."""
+
+    UNDECIDED = "undecided"
+    WON = "won"
+    LOST = "lost"
+
+
+def quorum(n_nodes: int) -> int:
+    """Smallest strict majority: 3 of 5, 2 of 3, 1 of 1."""
+    if n_nodes < 1:
+        raise ValueError(f"a quorum needs at least one node, got {n_nodes}")
+    return n_nodes // 2 + 1
+
+
+def verdict(n_nodes: int, yes: int, failed: int) -> Verdict:
+    """Decide as soon as the outcome is certain.
+
+    WON once a majority said yes; LOST once so many failed that a majority
+    can no longer be reached (even if every node still out says yes);
+    UNDECIDED otherwise.
+    """
+    if yes < 0 or failed < 0 or yes + failed > n_nodes:
+        raise ValueError(f"impossible tally: {yes} yes + {failed} failed of {n_nodes} nodes")
+    need = quorum(n_nodes)
+    if yes >= need:
+        return Verdict.WON
+    if n_nodes - failed < need:
+        return Verdict.LOST
+    return Verdict.UNDECIDED
+
+
+def tally(n_nodes: int, votes: Iterable[Vote]) -> Verdict:
+    """The verdict over the votes that are in (PENDING votes are not in yet)."""
+    yes = failed = 0
+    for vote in votes:
+        if vote is Vote.YES:
+            yes += 1
+        elif vote.failed:
+            failed += 1
+    return verdict(n_nodes, yes, failed)
+
+
+def ttl_to_ms(ttl: float) -> int:
+    """The integer milliseconds sent to Redis for a ttl in seconds (rounded down).
+
+    Rounding down keeps the key's life no longer than the ttl the caller gave;
+    validity is then computed from this integer, the one the servers enforce.
+    """
+    return math.floor(ttl * 1000)
+
+
+def drift(ttl: float, drift_factor: float) -> float:
+    """Seconds taken off the end of a lease for clock drift between nodes."""
+    return ttl * drift_factor + CLOCK_PRECISION
+
+
+def validity(ttl: float, started: float, decided: float, drift_factor: float) -> float:
+    """Seconds the lock can be trusted after *decided*; <= 0 means give it back.
+
+    *started* is when the first request of the attempt was sent, *decided*
+    when the majority was known: both from the same monotonic clock.
+    """
+    return ttl - (decided - started) - drift(ttl, drift_factor)
+
+
+def best_validity(ttl: float, drift_factor: float) -> float:
+    """The validity of an attempt that took no time at all: the most any lease can give."""
+    return validity(ttl, 0.0, 0.0, drift_factor)
+
+
+def granted(
+    n_nodes: int, votes: Iterable[Vote], ttl: float, started: float, decided: float, drift_factor: float
+) -> float | None:
+    """The validity of a successful acquire or extend, or None when it failed.
+
+    Succeeds only when a majority voted yes and the validity left is positive.
+    For an extend, the caller also checks that *decided* came before the old
+    lease ran out (``decided < deadline``): see :func:`extended`.
+    """
+    if tally(n_nodes, votes) is not Verdict.WON:
+        return None
+    left = validity(ttl, started, decided, drift_factor)
+    return left if left > 0 else None
+
+
+def extended(
+    n_nodes: int,
+    votes: Iterable[Vote],
+    ttl: float,
+    started: float,
+    decided: float,
+    drift_factor: float,
+    deadline: float,
+) -> float | None:
+    """The new validity of an extension, or None when it does not count.
+
+    An extension counts only when a majority accepted it before *deadline*,
+    the moment the current validity runs out: after that, another client may
+    already hold the lock, so a late majority proves nothing.
+    """
+    if decided >= deadline:
+        return None
+    return granted(n_nodes, votes, ttl, started, decided, drift_factor)
+
+
+def retry_delay(base: float, unit_random: float, remaining: float) -> float:
+    """Seconds to wait before the next attempt.
+
+    Uniform in [base/2, 3*base/2) given *unit_random* in [0, 1), so that
+    competing clients spread out instead of colliding again; never longer than
+    the *remaining* time of the caller's acquire timeout.
+    """
+    if not 0.0 <= unit_random < 1.0:
+        raise ValueError(f"unit_random must be in [0, 1), got {unit_random}")
+    return max(0.0, min(base * (0.5 + unit_random), remaining))

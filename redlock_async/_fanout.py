@@ -1,0 +1,171 @@
+"""One operation on all nodes at once, decided as soon as the outcome is certain.
+
+A :class:`Ballot` watches the reply futures of one request sent to every
+node. Each reply becomes a vote the moment it arrives (a done-callback, no
+task per node); the ballot resolves when :func:`_algorithm.verdict` is no
+longer UNDECIDED, or when the per-node timeout runs out, whichever comes
+first. It never waits for the slowest node once the answer is known: the
+requests still out stay in their node's queue and are answered there,
+keeping each connection in step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+
+from redlock_async._algorithm import Verdict, Vote, verdict
+from redlock_async._node import Failure, Node, Reply
+from redlock_async.errors import NodeOutcome
+
+Classify = Callable[[Reply], Vote]
+
+
+def vote_of_set(reply: Reply) -> Vote:
+    """``SET NX`` answers OK when it set the key, nil when the key exists."""
+    if isinstance(reply, Failure):
+        return reply.vote
+    return Vote.YES if reply == b"OK" else Vote.NO
+
+
+def vote_of_script(reply: Reply) -> Vote:
+    """Our scripts answer 1 for done, 0 for a key that is gone or not ours."""
+    if isinstance(reply, Failure):
+        return reply.vote
+    return Vote.YES if reply == 1 else Vote.NO
+
+
+class Ballot:
+    """The votes of N nodes on one request; ``await ballot.wait()`` for the verdict.
+
+    *wait_for* names the nodes whose answers matter: for acquire and extend,
+    all of them, decided by majority (``majority=True``); for a release, the
+    nodes known to hold the key, all of which are awaited (``majority=False``).
+    """
+
+    __slots__ = (
+        "_done",
+        "_futures",
+        "_majority",
+        "_open",
+        "_timer",
+        "_yes",
+        "_failed",
+        "classify",
+        "decided_at",
+        "details",
+        "nodes",
+        "verdict",
+        "votes",
+    )
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        futures: Sequence[asyncio.Future[Reply]],
+        classify: Classify,
+        timeout: float,
+        *,
+        majority: bool = True,
+        wait_for: Sequence[int] | None = None,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        self.nodes = nodes
+        self.classify = classify
+        self.votes: list[Vote] = [Vote.PENDING] * len(nodes)
+        self.details: list[str] = [""] * len(nodes)
+        self.verdict = Verdict.UNDECIDED
+        self.decided_at = 0.0
+        self._futures = futures
+        self._majority = majority
+        self._yes = 0
+        self._failed = 0
+        self._done: asyncio.Future[None] = loop.create_future()
+        indices = range(len(nodes)) if wait_for is None else wait_for
+        self._open = len(indices)
+        for i in indices:
+            fut = futures[i]
+            if fut.done():
+                self._count(i, fut.result())
+            else:
+                fut.add_done_callback(self._on_reply_factory(i))
+        if not self._done.done():
+            self._timer: asyncio.TimerHandle | None = loop.call_later(timeout, self._on_timeout)
+        else:
+            self._timer = None
+
+    def _on_reply_factory(self, i: int) -> Callable[[asyncio.Future[Reply]], None]:
+        def on_reply(fut: asyncio.Future[Reply]) -> None:
+            self._count(i, fut.result())
+
+        return on_reply
+
+    def _count(self, i: int, reply: Reply) -> None:
+        if self.verdict is not Verdict.UNDECIDED:
+            return  # a late reply: the request was answered, the decision stands
+        vote = self.classify(reply)
+        self.votes[i] = vote
+        if isinstance(reply, Failure):
+            self.details[i] = reply.detail
+        if vote is Vote.YES:
+            self._yes += 1
+        else:
+            self._failed += 1
+        self._open -= 1
+        if self._majority:
+            result = verdict(len(self.nodes), self._yes, self._failed)
+        else:
+            result = Verdict.WON if self._open == 0 else Verdict.UNDECIDED
+        if result is not Verdict.UNDECIDED:
+            self._decide(result)
+
+    def _on_timeout(self) -> None:
+        self._timer = None
+        if self.verdict is not Verdict.UNDECIDED:
+            return
+        for i, vote in enumerate(self.votes):
+            if vote is Vote.PENDING and not self._futures[i].done():
+                self.votes[i] = Vote.TIMEOUT
+                self._failed += 1
+        # Every vote is in now (or timed out): the verdict is final.
+        if self._majority:
+            self._decide(verdict(len(self.nodes), self._yes, self._failed))
+        else:
+            self._decide(Verdict.LOST)
+
+    def _decide(self, result: Verdict) -> None:
+        self.verdict = result
+        self.decided_at = time.monotonic()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._done.done():
+            self._done.set_result(None)
+
+    async def wait(self) -> Verdict:
+        """The verdict, as soon as it is certain."""
+        if not self._done.done():
+            try:
+                await self._done
+            except asyncio.CancelledError:
+                self.cancel()
+                raise
+        return self.verdict
+
+    def cancel(self) -> None:
+        """Stop the timer; the requests themselves are already sent and stay sent."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def outcomes(self) -> tuple[NodeOutcome, ...]:
+        """Per-node outcomes for errors and logs."""
+        return tuple(
+            NodeOutcome(node.name, vote, detail)
+            for node, vote, detail in zip(self.nodes, self.votes, self.details, strict=True)
+        )
+
+    def voted(self, *votes: Vote) -> list[int]:
+        """Indices of the nodes whose vote is one of *votes*."""
+        return [i for i, v in enumerate(self.votes) if v in votes]

@@ -1,0 +1,285 @@
+"""One Redis master, reached through one auto-pipelined connection.
+
+Why not redis-py's pool: it checks a connection out per command and drops it
+whenever a caller is cancelled, so a per-node timeout would kill connections
+under load. Here each node has one redis-py ``Connection`` (its own packing,
+parsing, TLS, ACL and unix-socket support) driven by two tasks:
+
+* the *writer* sends every command queued since its last write in one write,
+  connecting first when needed;
+* the *reader* takes replies off the wire in order and resolves the oldest
+  outstanding future with each.
+
+``send()`` is synchronous: it packs and queues a command and returns a future.
+Because queueing needs no ``await``, a caller that is cancelled right after
+``send()`` has still sent its command, and a command queued later on the same
+node runs after it (one connection, FIFO). That is what makes release safe:
+a compare-and-delete queued after a SET always runs after that SET.
+
+A caller that stops waiting (timeout, cancellation) just abandons its future;
+the reader still consumes the reply, so the connection stays in step.
+Futures resolve to the reply or to a :class:`Failure` value, never to an
+exception, so an abandoned future never logs "exception never retrieved".
+Raw redis errors stop here: they become a :class:`Failure` with a vote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+
+from redlock_async._algorithm import Vote
+from redlock_async._scripts import Script
+
+log = logging.getLogger(__name__)
+
+Reply: TypeAlias = Any  # bytes | int | None | list, as hiredis parses RESP2
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A request that produced no reply to count: the vote it is worth, and why."""
+
+    vote: Vote
+    detail: str
+    noscript: bool = False
+
+
+CLOSED = Failure(Vote.SKIPPED, "the Redlock is closed")
+
+
+class Node:
+    """A Redis master: queue commands, get futures of their replies.
+
+    *limited* commands (acquire, extend) are refused with a SKIPPED failure
+    once *max_queued* commands wait on this node (a stalled node must not
+    collect an unbounded backlog). Releases are never refused: each answers a
+    command that was sent, so they are bounded by the same cap.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        connection: AbstractConnection,
+        *,
+        max_queued: int,
+        connect_timeout: float,
+        reconnect_delay: float,
+    ) -> None:
+        self.name = name
+        self._conn = connection
+        self._max_queued = max_queued
+        self._connect_timeout = connect_timeout
+        self._reconnect_delay = reconnect_delay
+        # (packed command, future), not yet written; then written, awaiting replies.
+        self._outbox: list[tuple[list[bytes], asyncio.Future[Reply]]] = []
+        self._inflight: deque[asyncio.Future[Reply]] = deque()
+        self._wakeup = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._connected = False
+        self._down_until = 0.0
+        self._down_reason = ""
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<Node {self.name} queued={self.queued}>"
+
+    @property
+    def queued(self) -> int:
+        """Commands sent or waiting to be sent that have not been answered."""
+        return len(self._outbox) + len(self._inflight)
+
+    # -- sending ----------------------------------------------------------
+
+    def send(self, *args: bytes | str | int, limited: bool = False) -> asyncio.Future[Reply]:
+        """Queue one command; the future resolves to its reply or a :class:`Failure`."""
+        loop = self._ensure_running()
+        fut: asyncio.Future[Reply] = loop.create_future()
+        if self._closed:
+            fut.set_result(CLOSED)
+            return fut
+        if self._down_until and time.monotonic() < self._down_until:
+            fut.set_result(Failure(Vote.SKIPPED, f"node down ({self._down_reason})"))
+            return fut
+        if limited and len(self._outbox) + len(self._inflight) >= self._max_queued:
+            fut.set_result(Failure(Vote.SKIPPED, f"{self._max_queued} commands already queued"))
+            return fut
+        self._outbox.append((self._conn.pack_command(*args), fut))
+        if not self._wakeup.is_set():
+            self._wakeup.set()
+        return fut
+
+    def send_script(
+        self, script: Script, keys: tuple[bytes, ...], args: tuple[bytes | int, ...], *, limited: bool = False
+    ) -> asyncio.Future[Reply]:
+        """EVALSHA, falling back to EVAL (which caches the script) if the server lost it."""
+        loop = self._ensure_running()
+        first = self.send(b"EVALSHA", script.sha, len(keys), *keys, *args, limited=limited)
+        outer: asyncio.Future[Reply] = loop.create_future()
+
+        def resolve(fut: asyncio.Future[Reply]) -> None:
+            reply = fut.result()
+            if isinstance(reply, Failure) and reply.noscript:
+                # Not limited: a release must go out even to a busy node.
+                again = self.send(b"EVAL", script.source, len(keys), *keys, *args)
+                again.add_done_callback(lambda f: outer.done() or outer.set_result(f.result()))
+            elif not outer.done():
+                outer.set_result(reply)
+
+        first.add_done_callback(resolve)
+        return outer
+
+    # -- lifecycle --------------------------------------------------------
+
+    def _ensure_running(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._loop is not None:
+                raise RuntimeError(
+                    f"redlock node {self.name} is bound to another event loop: "
+                    "make the Redlock inside the loop that uses it"
+                )
+            self._loop = loop
+        if self._writer is None and not self._closed:
+            self._writer = loop.create_task(self._write_loop(), name=f"redlock-writer {self.name}")
+        return loop
+
+    async def connect(self) -> Failure | None:
+        """Make sure the connection is up; None when it is, else why not."""
+        reply = await self.send(b"PING")
+        return reply if isinstance(reply, Failure) else None
+
+    async def aclose(self, grace: float) -> None:
+        """Let queued commands go out and be answered (up to *grace* seconds), then close."""
+        if self._closed:
+            return
+        deadline = time.monotonic() + grace
+        while self.queued and (self._connected or self._outbox) and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
+        self._closed = True
+        for task in (self._writer, self._reader):
+            if task is not None:
+                task.cancel()
+        for task in (self._writer, self._reader):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._writer = self._reader = None
+        self._fail_all(CLOSED)
+        with contextlib.suppress(RedisError, OSError):
+            await self._conn.disconnect(nowait=True)
+
+    # -- the two tasks ------------------------------------------------------
+    #
+    # Only the writer connects, disconnects and starts readers; the reader
+    # only reads and, when the connection breaks, says so (_broken) and ends.
+    # That way a reader of a dead connection can never close a new one.
+
+    async def _write_loop(self) -> None:
+        while True:
+            if not self._outbox:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            if not self._connected and not await self._connect():
+                continue
+            batch, self._outbox = self._outbox, []
+            chunks: list[bytes] = []
+            for packed, fut in batch:
+                chunks.extend(packed)
+                # In line before the write, so the reader never sees a reply
+                # whose future is not waiting for it yet.
+                self._inflight.append(fut)
+            try:
+                await self._conn.send_packed_command(chunks, check_health=False)
+            except (RedisError, OSError) as exc:
+                self._broken(exc)
+
+    async def _connect(self) -> bool:
+        """(Re)connect and start a reader; on failure fail everything queued and back off."""
+        # Leftovers of a broken connection: its commands will never be answered.
+        self._fail_inflight(Failure(Vote.ERROR, "connection lost"))
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        with contextlib.suppress(RedisError, OSError):
+            await self._conn.disconnect(nowait=True)
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                await self._conn.connect()
+        except (RedisError, OSError, TimeoutError) as exc:
+            reason = "connect timed out" if isinstance(exc, TimeoutError) else _describe(exc)
+            log.warning("redlock node %s: cannot connect: %s", self.name, reason)
+            self._down_until = time.monotonic() + self._reconnect_delay
+            self._down_reason = reason
+            self._fail_all(Failure(Vote.ERROR, reason))
+            with contextlib.suppress(RedisError, OSError):
+                await self._conn.disconnect(nowait=True)
+            return False
+        self._connected = True
+        self._down_until = 0.0
+        assert self._loop is not None
+        self._reader = self._loop.create_task(self._read_loop(), name=f"redlock-reader {self.name}")
+        return True
+
+    async def _read_loop(self) -> None:
+        conn = self._conn
+        inflight = self._inflight
+        while True:
+            try:
+                reply: Reply = await conn.read_response(disable_decoding=True, disconnect_on_error=False)
+            except NoScriptError as exc:
+                reply = Failure(Vote.ERROR, str(exc), noscript=True)
+            except ResponseError as exc:
+                reply = Failure(Vote.ERROR, str(exc))  # an error reply: still in step
+            except (RedisError, OSError) as exc:
+                self._broken(exc)
+                return
+            if not inflight:
+                self._broken(RedisError("a reply came with no command waiting for it"))
+                return
+            fut = inflight.popleft()
+            if not fut.done():
+                fut.set_result(reply)
+
+    def _broken(self, exc: BaseException) -> None:
+        """The connection broke: fail what is on the wire; the writer reconnects on next use."""
+        if not self._connected:
+            return
+        reason = _describe(exc)
+        log.warning("redlock node %s: connection lost: %s", self.name, reason)
+        self._connected = False
+        self._fail_inflight(Failure(Vote.ERROR, f"connection lost: {reason}"))
+        if self._outbox:
+            self._wakeup.set()
+
+    def _fail_inflight(self, failure: Failure) -> None:
+        while self._inflight:
+            fut = self._inflight.popleft()
+            if not fut.done():
+                fut.set_result(failure)
+
+    def _fail_all(self, failure: Failure) -> None:
+        outbox, self._outbox = self._outbox, []
+        for _, fut in outbox:
+            if not fut.done():
+                fut.set_result(failure)
+        self._fail_inflight(failure)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+

@@ -1,0 +1,50 @@
+"""The Lua scripts, one constant each, with the SHA1 that EVALSHA names them by.
+
+Every script checks the token before it touches the key, so a client can
+only ever delete or extend its own lease, never another holder's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A Lua source and its SHA1 digest (what EVALSHA sends instead of the source)."""
+
+    source: bytes
+    sha: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source).hexdigest().encode())
+
+
+RELEASE = Script(
+    b"""
+-- Compare-and-delete.
+-- KEYS[1]  the lock key
+-- ARGV[1]  the token of the acquisition being released
+-- returns  1 deleted; 0 the key is gone or holds another token (left alone)
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+)
+
+EXTEND = Script(
+    b"""
+-- Compare-and-PEXPIRE. Never re-creates a missing key: a lease that ran
+-- out may already belong to someone else.
+-- KEYS[1]  the lock key
+-- ARGV[1]  the token of the acquisition being extended
+-- ARGV[2]  the new ttl in integer milliseconds, counted from now
+-- returns  1 extended; 0 the key is gone or holds another token
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+)

@@ -1,0 +1,85 @@
+"""Every setting and its default, in one place, checked once."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from redlock_async._algorithm import best_validity, ttl_to_ms
+
+MIN_TTL_TO_NODE_TIMEOUT = 10
+"""The ttl must be at least this many node timeouts: a lease mostly spent waiting for nodes is useless."""
+
+
+def check_duration(name: str, value: object, *, zero_ok: bool = False, inf_ok: bool = False) -> float:
+    """*value* as float seconds, or a ValueError/TypeError that says what to change."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds (int or float), got {type(value).__name__}")
+    number = float(value)
+    if math.isnan(number):
+        raise ValueError(f"{name} must be a number of seconds, got NaN")
+    if math.isinf(number) and not (inf_ok and number > 0):
+        raise ValueError(f"{name} must be finite, got {number}")
+    if number < 0 or (number == 0 and not zero_ok):
+        bound = ">= 0" if zero_ok else "> 0"
+        raise ValueError(f"{name} must be {bound} seconds, got {number}")
+    return number
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    """The settings of a Redlock; a Lock may override ttl and acquire_timeout.
+
+    Durations are float seconds.
+    """
+
+    ttl: float = 10.0
+    """Lease length. Long enough for the work between extensions; a crashed
+    holder blocks others for at most this long."""
+    node_timeout: float = 0.05
+    """How long one node may take to answer one request before its vote counts
+    as failed. Small next to the ttl (at most ttl/10): a slow node must not eat
+    the lease. The early decision means a dead node costs nothing while a
+    majority answers quickly."""
+    drift_factor: float = 0.01
+    """Fraction of the ttl assumed lost to clock drift between nodes (plus 2 ms)."""
+    retry_delay: float = 0.2
+    """Mean wait between attempts of a blocking acquire; each wait is random in
+    [retry_delay/2, 3*retry_delay/2) so competing clients do not collide again."""
+    acquire_timeout: float = 10.0
+    """How long a blocking acquire (and ``async with``) keeps trying; math.inf waits forever."""
+    connect_timeout: float = 1.0
+    """Bound on (re)connecting to one node, TLS and AUTH included."""
+    reconnect_delay: float = 0.1
+    """After a failed connect, the node is skipped (fails at once) for this long."""
+    max_queued: int = 1024
+    """Commands that may wait on one node before new acquires skip it."""
+    key_prefix: str = "redlock:"
+    """Prepended to every resource name to make the lock's key."""
+
+    def __post_init__(self) -> None:
+        for name in ("ttl", "node_timeout", "connect_timeout"):
+            object.__setattr__(self, name, check_duration(name, getattr(self, name)))
+        for name in ("retry_delay", "reconnect_delay"):
+            object.__setattr__(self, name, check_duration(name, getattr(self, name), zero_ok=True))
+        object.__setattr__(
+            self, "acquire_timeout", check_duration("acquire_timeout", self.acquire_timeout, zero_ok=True, inf_ok=True)
+        )
+        factor = self.drift_factor
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 <= factor < 0.5:
+            raise ValueError(f"drift_factor must be a fraction in [0, 0.5), like 0.01; got {factor!r}")
+        if self.node_timeout * MIN_TTL_TO_NODE_TIMEOUT > self.ttl:
+            raise ValueError(
+                f"node_timeout ({self.node_timeout} s) must be at most ttl/{MIN_TTL_TO_NODE_TIMEOUT} "
+                f"({self.ttl / MIN_TTL_TO_NODE_TIMEOUT} s for ttl={self.ttl} s): "
+                "raise the ttl or lower node_timeout"
+            )
+        if ttl_to_ms(self.ttl) < 1 or best_validity(ttl_to_ms(self.ttl) / 1000, factor) <= 0:
+            raise ValueError(
+                f"ttl={self.ttl} s leaves no validity after drift ({factor} x ttl + 2 ms): "
+                "use a ttl of at least 0.01 s"
+            )
+        if isinstance(self.max_queued, bool) or not isinstance(self.max_queued, int) or self.max_queued < 1:
+            raise ValueError(f"max_queued must be a positive int, got {self.max_queued!r}")
+        if not isinstance(self.key_prefix, str):
+            raise TypeError(f"key_prefix must be a str, got {type(self.key_prefix).__name__}")

@@ -1,0 +1,181 @@
+"""``Redlock``: the nodes and the settings; makes Locks."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any, Self, final
+
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.connection import AbstractConnection
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from redlock_async._node import Node
+from redlock_async._settings import Settings
+from redlock_async.lock import Lock
+
+log = logging.getLogger(__name__)
+
+_DEFAULTS = Settings()
+
+
+@final
+class Redlock:
+    """A set of independent Redis masters and the settings locks on them share.
+
+    *nodes* are URLs (``redis://``, ``rediss://``, ``unix://``) or
+    ``redis.asyncio.Redis`` clients. For each node the Redlock keeps one
+    connection of its own, made with the URL's or the client's connection
+    settings (TLS, username, password, db). Clients you pass stay yours: the
+    Redlock never closes them.
+
+    Use it as ``async with Redlock([...]) as redlock:``, or call
+    :meth:`aclose` when done.
+    """
+
+    def __init__(
+        self,
+        nodes: Iterable[str | Redis],
+        *,
+        ttl: float = _DEFAULTS.ttl,
+        node_timeout: float = _DEFAULTS.node_timeout,
+        drift_factor: float = _DEFAULTS.drift_factor,
+        retry_delay: float = _DEFAULTS.retry_delay,
+        acquire_timeout: float = _DEFAULTS.acquire_timeout,
+        connect_timeout: float = _DEFAULTS.connect_timeout,
+        reconnect_delay: float = _DEFAULTS.reconnect_delay,
+        max_queued: int = _DEFAULTS.max_queued,
+        key_prefix: str = _DEFAULTS.key_prefix,
+    ) -> None:
+        self.settings = Settings(
+            ttl=ttl,
+            node_timeout=node_timeout,
+            drift_factor=drift_factor,
+            retry_delay=retry_delay,
+            acquire_timeout=acquire_timeout,
+            connect_timeout=connect_timeout,
+            reconnect_delay=reconnect_delay,
+            max_queued=max_queued,
+            key_prefix=key_prefix,
+        )
+        if isinstance(nodes, str | bytes):
+            raise TypeError("nodes must be a list of URLs or clients, not a single string")
+        specs = list(nodes)
+        if not specs:
+            raise ValueError("nodes is empty: give the URLs of at least one Redis master (3 or 5 for Redlock)")
+        built: list[Node] = []
+        seen: dict[tuple[Any, ...], int] = {}
+        for index, spec in enumerate(specs):
+            name, identity, connection = _connection_for(spec, index, self.settings)
+            if identity in seen:
+                raise ValueError(
+                    f"nodes[{index}] ({name}) is the same server as nodes[{seen[identity]}]: "
+                    "each node must be a distinct master, or the majority means nothing"
+                )
+            seen[identity] = index
+            built.append(
+                Node(
+                    name,
+                    connection,
+                    max_queued=self.settings.max_queued,
+                    connect_timeout=self.settings.connect_timeout,
+                    reconnect_delay=self.settings.reconnect_delay,
+                )
+            )
+        self._nodes: tuple[Node, ...] = tuple(built)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<redlock_async.Redlock nodes={list(self.nodes)} ttl={self.settings.ttl}>"
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The nodes' addresses (host:port or unix path; never a password)."""
+        return tuple(node.name for node in self._nodes)
+
+    @property
+    def quorum(self) -> int:
+        """How many nodes must agree: a strict majority."""
+        return len(self._nodes) // 2 + 1
+
+    def lock(self, name: str | bytes, *, ttl: float | None = None, acquire_timeout: float | None = None) -> Lock:
+        """A Lock on resource *name*; *ttl* and *acquire_timeout* default to the Redlock's."""
+        overrides: dict[str, float] = {}
+        if ttl is not None:
+            overrides["ttl"] = ttl
+        if acquire_timeout is not None:
+            overrides["acquire_timeout"] = acquire_timeout
+        settings = dataclasses.replace(self.settings, **overrides) if overrides else self.settings
+        return Lock(self, name, settings)
+
+    async def connect(self) -> None:
+        """Connect to every node now rather than on first use; a node that fails is logged and retried later."""
+        self._check_open()
+        failures = await asyncio.gather(*(node.connect() for node in self._nodes))
+        for node, failure in zip(self._nodes, failures, strict=True):
+            if failure is not None:
+                log.warning("redlock node %s unavailable at start: %s", node.name, failure.detail)
+
+    async def aclose(self) -> None:
+        """Close the Redlock's own connections, after queued releases went out. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.gather(*(node.aclose(grace=self.settings.node_timeout) for node in self._nodes))
+
+    async def __aenter__(self) -> Self:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this Redlock is closed: make a new one")
+
+
+def _connection_for(spec: object, index: int, settings: Settings) -> tuple[str, tuple[Any, ...], AbstractConnection]:
+    """A dedicated connection to the node *spec*, its display name and its identity."""
+    if isinstance(spec, str):
+        try:
+            pool = ConnectionPool.from_url(spec)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(
+                f"nodes[{index}] is not a usable Redis URL ({exc}): "
+                "write redis://host:port, rediss://host:port or unix:///path/to/socket"
+            ) from None
+    elif isinstance(spec, Redis):
+        pool = spec.connection_pool
+    else:
+        raise TypeError(
+            f"nodes[{index}] must be a URL string or a redis.asyncio.Redis client, got {type(spec).__name__}"
+        )
+    kwargs = dict(pool.connection_kwargs)
+    if "path" in kwargs:
+        name = f"unix:{kwargs['path']}"
+        identity: tuple[Any, ...] = ("unix", kwargs["path"], int(kwargs.get("db") or 0))
+    else:
+        host, port = kwargs.get("host", "localhost"), int(kwargs.get("port", 6379))
+        name = f"{host}:{port}"
+        identity = ("tcp", host, port, int(kwargs.get("db") or 0))
+    if identity[-1]:
+        name += f"/{identity[-1]}"
+    # Deadlines are ours (per request, per node), so the socket has none;
+    # RESP2 so no push message can slip in between replies; no retries, so a
+    # failed connect is reported at once and retried by the node later.
+    kwargs.update(
+        socket_timeout=None,
+        socket_connect_timeout=settings.connect_timeout,
+        health_check_interval=0,
+        protocol=2,
+        retry=Retry(NoBackoff(), 0),
+    )
+    connection: AbstractConnection = pool.connection_class(**kwargs)
+    return name, identity, connection

@@ -1,0 +1,357 @@
+"""``Lock``: one resource's lease on a majority of nodes.
+
+A Lock is made by :meth:`Redlock.lock` and can be acquired, extended and
+released any number of times, one acquisition at a time. Each acquisition
+uses a new random token, so a stale release can never delete a later lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import logging
+import random
+import secrets
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Self, final
+
+from redlock_async import _algorithm
+from redlock_async._fanout import Ballot, vote_of_script, vote_of_set
+from redlock_async._node import Failure, Node, Reply
+from redlock_async._scripts import EXTEND, RELEASE
+from redlock_async._settings import Settings, check_duration
+from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome
+
+if TYPE_CHECKING:
+    from redlock_async.client import Redlock
+
+log = logging.getLogger(__name__)
+
+MAX_RESOURCE_BYTES = 4096
+"""Longest resource name, in bytes once encoded: hash longer identifiers first."""
+
+TOKEN_BYTES = 20
+"""Random bytes in each acquisition's token (the Redlock spec asks for 20)."""
+
+_random = random.SystemRandom()
+
+
+class _State(enum.Enum):
+    IDLE = "idle"  # never acquired, or released
+    ACQUIRING = "acquiring"
+    HELD = "held"
+    LOST = "lost"  # the lease could not be kept; sticky until the next acquire
+
+
+def resource_key(prefix: str, resource: str | bytes) -> bytes:
+    """The Redis key of *resource*, after checking the name."""
+    if isinstance(resource, str):
+        try:
+            raw = resource.encode()
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"resource name {resource!r} is not valid UTF-8 ({exc.reason}): pass bytes") from None
+    elif isinstance(resource, bytes):
+        raw = resource
+    else:
+        raise TypeError(f"resource name must be str or bytes, got {type(resource).__name__}")
+    if not raw:
+        raise ValueError("resource name is empty: name the thing the lock protects")
+    if len(raw) > MAX_RESOURCE_BYTES:
+        raise ValueError(
+            f"resource name is {len(raw)} bytes, more than {MAX_RESOURCE_BYTES}: hash long names (e.g. sha256)"
+        )
+    return prefix.encode() + raw
+
+
+@final
+class Lock:
+    """A distributed lock on one resource, held on a majority of the Redlock's nodes.
+
+    ``async with lock:`` acquires (blocking up to the acquire timeout) and
+    releases on exit. ``acquire()``, ``extend()`` and ``release()`` give
+    finer control. A Lock is not reentrant and serves one acquisition at a
+    time; make one Lock per task that wants the resource.
+    """
+
+    __slots__ = (
+        "_expires",
+        "_holders",
+        "_key",
+        "_last_outcomes",
+        "_redlock",
+        "_settings",
+        "_state",
+        "_token",
+        "resource",
+    )
+
+    def __init__(self, redlock: Redlock, resource: str | bytes, settings: Settings) -> None:
+        self._key = resource_key(settings.key_prefix, resource)
+        self.resource = resource
+        self._redlock = redlock
+        self._settings = settings
+        self._state = _State.IDLE
+        self._token: bytes | None = None
+        self._expires = 0.0  # monotonic time at which validity runs out
+        self._holders: list[int] = []  # nodes that said yes to the last acquire or extend
+        self._last_outcomes: tuple[NodeOutcome, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"<redlock_async.Lock {self.resource!r} {self._state.value} validity={self.validity:.3f}s>"
+
+    # -- state ----------------------------------------------------------------
+
+    @property
+    def ttl(self) -> float:
+        """Lease length in seconds for each acquire and extend."""
+        return self._settings.ttl
+
+    @property
+    def held(self) -> bool:
+        """True while the lock is acquired and its validity has not run out."""
+        return self._state is _State.HELD and time.monotonic() < self._expires
+
+    @property
+    def validity(self) -> float:
+        """Seconds for which the lease can still be trusted (0.0 when not held)."""
+        if self._state is not _State.HELD:
+            return 0.0
+        return max(0.0, self._expires - time.monotonic())
+
+    @property
+    def token(self) -> str | None:
+        """The random value of the current acquisition, None when not held."""
+        return self._token.decode() if self._token is not None and self._state is _State.HELD else None
+
+    @property
+    def outcomes(self) -> tuple[NodeOutcome, ...]:
+        """Per-node outcomes of the last acquire attempt, extend or release."""
+        return self._last_outcomes
+
+    # -- acquire ----------------------------------------------------------------
+
+    async def acquire(self, *, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Acquire the lock; True when acquired, False when the time ran out.
+
+        Blocking (the default) retries after a random delay until *timeout*
+        seconds (default: the lock's ``acquire_timeout``) have passed; with
+        ``blocking=False`` there is exactly one attempt. Nothing is left on
+        any node when it returns False or is cancelled.
+        """
+        if self._state is _State.ACQUIRING:
+            raise RuntimeError(f"lock {self.resource!r} is already being acquired: use one Lock per task")
+        if self.held:
+            raise RuntimeError(f"lock {self.resource!r} is already held: a Lock is not reentrant")
+        limit = self._settings.acquire_timeout if timeout is None else check_duration(
+            "timeout", timeout, zero_ok=True, inf_ok=True
+        )
+        self._redlock._check_open()
+        if self._token is not None:
+            self._send_release(self._token, skip=())  # a stale lease of an earlier acquisition
+        self._token = None
+        self._state = _State.ACQUIRING
+        give_up = time.monotonic() + limit
+        try:
+            while True:
+                if await self._attempt():
+                    return True
+                remaining = give_up - time.monotonic()
+                if not blocking or remaining <= 0:
+                    return False
+                await asyncio.sleep(_algorithm.retry_delay(self._settings.retry_delay, _random.random(), remaining))
+                if time.monotonic() >= give_up:
+                    return False
+        finally:
+            if self._state is _State.ACQUIRING:
+                self._state = _State.IDLE
+
+    async def _attempt(self) -> bool:
+        """One round of SET NX PX on all nodes; True when a majority granted a valid lease."""
+        nodes = self._redlock._nodes
+        settings = self._settings
+        token = secrets.token_urlsafe(TOKEN_BYTES).encode()
+        ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
+        started = time.monotonic()
+        futures = [node.send(b"SET", self._key, token, b"NX", b"PX", ttl_ms, limited=True) for node in nodes]
+        ballot = Ballot(nodes, futures, vote_of_set, settings.node_timeout)
+        try:
+            await ballot.wait()
+        except BaseException:
+            # Cancelled mid-vote: the SETs are out and may succeed; hand back
+            # every one of them before the cancellation goes on (queued, no await).
+            self._send_release(token, skip=_never_sent(futures))
+            raise
+        self._last_outcomes = ballot.outcomes()
+        validity = _algorithm.granted(
+            len(nodes), ballot.votes, ttl_ms / 1000, started, ballot.decided_at, settings.drift_factor
+        )
+        if validity is None:
+            # Failed: release everywhere the SET may have run (a lost reply
+            # still set the key), and wait for the nodes known or likely to hold it.
+            await self._give_back(token, futures, ballot)
+            log.debug("redlock %r not acquired: %s", self.resource, ", ".join(map(str, ballot.outcomes())))
+            return False
+        self._token = token
+        self._expires = ballot.decided_at + validity
+        self._holders = ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING)
+        self._state = _State.HELD
+        return True
+
+    async def _give_back(self, token: bytes, sets: Sequence[asyncio.Future[Reply]], ballot: Ballot) -> None:
+        releases = self._send_release(token, skip=_never_sent(sets))
+        holders = ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING)
+        if holders:
+            nodes = self._redlock._nodes
+            await Ballot(
+                nodes, releases, vote_of_script, self._settings.node_timeout, majority=False, wait_for=holders
+            ).wait()
+
+    def _send_release(self, token: bytes, skip: Sequence[int]) -> list[asyncio.Future[Reply]]:
+        """Queue compare-and-delete on every node but *skip* (synchronous: survives cancellation)."""
+        futures: list[asyncio.Future[Reply]] = []
+        for i, node in enumerate(self._redlock._nodes):
+            if i in skip:
+                futures.append(_resolved(Failure(_algorithm.Vote.SKIPPED, "never sent")))
+            else:
+                futures.append(node.send_script(RELEASE, (self._key,), (token,)))
+        return futures
+
+    # -- extend -------------------------------------------------------------------
+
+    async def extend(self, ttl: float | None = None) -> None:
+        """Reset the lease to *ttl* seconds from now (default: the lock's ttl) on a majority.
+
+        Raises :class:`LockLost` when no majority extended it before the
+        current validity ran out; the lock is then lost for good (a later
+        extend cannot bring it back) and its keys are released.
+        """
+        if self._state is _State.LOST:
+            raise LockLost(f"lock {self.resource!r} was lost", resource=self._name, outcomes=self._last_outcomes)
+        if self._state is not _State.HELD or self._token is None:
+            raise RuntimeError(f"extend() of lock {self.resource!r}, which is not held: acquire it first")
+        settings = self._settings if ttl is None else dataclasses.replace(self._settings, ttl=ttl)
+        nodes = self._redlock._nodes
+        token = self._token
+        ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
+        started = time.monotonic()
+        if started >= self._expires:
+            self._lose(token)
+            raise LockLost(
+                f"lock {self.resource!r} expired before it was extended", resource=self._name, outcomes=()
+            )
+        futures = [
+            node.send_script(EXTEND, (self._key,), (token, ttl_ms), limited=True) for node in nodes
+        ]
+        # Votes after the old validity ends prove nothing: stop waiting then.
+        ballot = Ballot(nodes, futures, vote_of_script, min(settings.node_timeout, self._expires - started))
+        try:
+            await ballot.wait()
+        except BaseException:
+            # Cancelled: some nodes may have applied the new ttl. If it is
+            # shorter than what was left, trust only what it guarantees.
+            bound = started + _algorithm.best_validity(ttl_ms / 1000, settings.drift_factor)
+            self._expires = min(self._expires, bound)
+            raise
+        self._last_outcomes = ballot.outcomes()
+        validity = _algorithm.extended(
+            len(nodes),
+            ballot.votes,
+            ttl_ms / 1000,
+            started,
+            ballot.decided_at,
+            settings.drift_factor,
+            deadline=self._expires,
+        )
+        if validity is None:
+            self._lose(token)
+            raise LockLost(
+                f"lock {self.resource!r} could not be extended on a majority in time",
+                resource=self._name,
+                outcomes=self._last_outcomes,
+            )
+        self._expires = ballot.decided_at + validity
+        self._holders = ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING)
+
+    def _lose(self, token: bytes) -> None:
+        """The lease is gone: say so for good, and free what is left of it on the nodes."""
+        self._state = _State.LOST
+        self._send_release(token, skip=())
+        log.warning("redlock %r lost: %s", self.resource, ", ".join(map(str, self._last_outcomes)))
+
+    # -- release ----------------------------------------------------------------
+
+    async def release(self) -> None:
+        """Delete the lease on every node (only where it is still this acquisition's).
+
+        Returns when the nodes that held it answered, or after the node
+        timeout; a node that did not answer keeps the key until it expires.
+        Releasing a lost lock does nothing; releasing one that is not held is
+        a RuntimeError.
+        """
+        if self._state is _State.LOST:
+            self._token = None
+            return
+        if self._state is not _State.HELD or self._token is None:
+            raise RuntimeError(f"release() of lock {self.resource!r}, which is not held")
+        token, holders = self._token, self._holders
+        self._state, self._token, self._holders = _State.IDLE, None, []
+        futures = self._send_release(token, skip=())
+        ballot = Ballot(
+            self._redlock._nodes,
+            futures,
+            vote_of_script,
+            self._settings.node_timeout,
+            majority=False,
+            wait_for=holders,
+        )
+        await ballot.wait()
+        self._last_outcomes = ballot.outcomes()
+
+    # -- async with -------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if not await self.acquire():
+            raise LockNotAcquired(
+                f"could not acquire lock {self.resource!r} within {self._settings.acquire_timeout} s",
+                resource=self._name,
+                outcomes=self._last_outcomes,
+            )
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._state is _State.LOST:
+            self._token = None
+            return
+        if self._state is not _State.HELD:
+            return  # released by the body itself
+        try:
+            await self.release()
+        except Exception:
+            # Never let a release problem mask what the body raised.
+            if exc is None:
+                raise
+            log.exception("redlock %r: release failed after the body raised", self.resource)
+
+    @property
+    def _name(self) -> str:
+        return self.resource if isinstance(self.resource, str) else repr(self.resource)
+
+
+def _never_sent(futures: Sequence[asyncio.Future[Reply]]) -> list[int]:
+    """Nodes whose request was refused before it was sent: nothing there to release."""
+    return [
+        i
+        for i, fut in enumerate(futures)
+        if fut.done() and isinstance(fut.result(), Failure) and fut.result().vote is _algorithm.Vote.SKIPPED
+    ]
+
+
+def _resolved(value: Reply) -> asyncio.Future[Reply]:
+    fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+    fut.set_result(value)
+    return fut
