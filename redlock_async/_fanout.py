@@ -46,12 +46,12 @@ class Ballot:
 
     __slots__ = (
         "_done",
+        "_failed",
         "_futures",
         "_majority",
         "_open",
         "_timer",
         "_yes",
-        "_failed",
         "classify",
         "decided_at",
         "details",

@@ -33,6 +33,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+import hiredis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
@@ -80,7 +81,7 @@ class Node:
         self._connect_timeout = connect_timeout
         self._reconnect_delay = reconnect_delay
         # (packed command, future), not yet written; then written, awaiting replies.
-        self._outbox: list[tuple[list[bytes], asyncio.Future[Reply]]] = []
+        self._outbox: list[tuple[bytes, asyncio.Future[Reply]]] = []
         self._inflight: deque[asyncio.Future[Reply]] = deque()
         self._wakeup = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
@@ -114,7 +115,9 @@ class Node:
         if limited and len(self._outbox) + len(self._inflight) >= self._max_queued:
             fut.set_result(Failure(Vote.SKIPPED, f"{self._max_queued} commands already queued"))
             return fut
-        self._outbox.append((self._conn.pack_command(*args), fut))
+        # hiredis's packer (redis[hiredis] brings it) is ~10x faster than
+        # redis-py's Python one; our arguments are only bytes, str and int.
+        self._outbox.append((hiredis.pack_command(args), fut))  # type: ignore[arg-type]  # hiredis's stub types a 1-tuple
         if not self._wakeup.is_set():
             self._wakeup.set()
         return fut
@@ -132,9 +135,9 @@ class Node:
             if isinstance(reply, Failure) and reply.noscript:
                 # Not limited: a release must go out even to a busy node.
                 again = self.send(b"EVAL", script.source, len(keys), *keys, *args)
-                again.add_done_callback(lambda f: outer.done() or outer.set_result(f.result()))
-            elif not outer.done():
-                outer.set_result(reply)
+                again.add_done_callback(lambda f: _settle(outer, f.result()))
+            else:
+                _settle(outer, reply)
 
         first.add_done_callback(resolve)
         return outer
@@ -163,9 +166,9 @@ class Node:
         """Let queued commands go out and be answered (up to *grace* seconds), then close."""
         if self._closed:
             return
-        deadline = time.monotonic() + grace
-        while self.queued and (self._connected or self._outbox) and time.monotonic() < deadline:
-            await asyncio.sleep(0.002)
+        waiting = [fut for _, fut in self._outbox] + list(self._inflight)
+        if waiting:
+            await asyncio.wait(waiting, timeout=grace)
         self._closed = True
         for task in (self._writer, self._reader):
             if task is not None:
@@ -196,7 +199,7 @@ class Node:
             batch, self._outbox = self._outbox, []
             chunks: list[bytes] = []
             for packed, fut in batch:
-                chunks.extend(packed)
+                chunks.append(packed)
                 # In line before the write, so the reader never sees a reply
                 # whose future is not waiting for it yet.
                 self._inflight.append(fut)
@@ -218,7 +221,7 @@ class Node:
             await self._conn.disconnect(nowait=True)
         try:
             async with asyncio.timeout(self._connect_timeout):
-                await self._conn.connect()
+                await self._conn.connect()  # type: ignore[no-untyped-call]
         except (RedisError, OSError, TimeoutError) as exc:
             reason = "connect timed out" if isinstance(exc, TimeoutError) else _describe(exc)
             log.warning("redlock node %s: cannot connect: %s", self.name, reason)
@@ -279,7 +282,11 @@ class Node:
         self._fail_inflight(failure)
 
 
+def _settle(fut: asyncio.Future[Reply], reply: Reply) -> None:
+    if not fut.done():
+        fut.set_result(reply)
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text if len(text) <= 200 else text[:197] + "..."
-

@@ -76,8 +76,7 @@ class Settings:
             )
         if ttl_to_ms(self.ttl) < 1 or best_validity(ttl_to_ms(self.ttl) / 1000, factor) <= 0:
             raise ValueError(
-                f"ttl={self.ttl} s leaves no validity after drift ({factor} x ttl + 2 ms): "
-                "use a ttl of at least 0.01 s"
+                f"ttl={self.ttl} s leaves no validity after drift ({factor} x ttl + 2 ms): use a ttl of at least 0.01 s"
             )
         if isinstance(self.max_queued, bool) or not isinstance(self.max_queued, int) or self.max_queued < 1:
             raise ValueError(f"max_queued must be a positive int, got {self.max_queued!r}")

@@ -104,12 +104,11 @@ class Redlock:
 
     def lock(self, name: str | bytes, *, ttl: float | None = None, acquire_timeout: float | None = None) -> Lock:
         """A Lock on resource *name*; *ttl* and *acquire_timeout* default to the Redlock's."""
-        overrides: dict[str, float] = {}
+        settings = self.settings
         if ttl is not None:
-            overrides["ttl"] = ttl
+            settings = dataclasses.replace(settings, ttl=ttl)
         if acquire_timeout is not None:
-            overrides["acquire_timeout"] = acquire_timeout
-        settings = dataclasses.replace(self.settings, **overrides) if overrides else self.settings
+            settings = dataclasses.replace(settings, acquire_timeout=acquire_timeout)
         return Lock(self, name, settings)
 
     async def connect(self) -> None:

