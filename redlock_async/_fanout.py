@@ -82,6 +82,7 @@ class Ballot:
         self._yes = 0
         self._failed = 0
         self._done: asyncio.Future[None] = loop.create_future()
+        self._timer: asyncio.TimerHandle | None = None
         indices = range(len(nodes)) if wait_for is None else wait_for
         self._open = len(indices)
         for i in indices:
@@ -91,9 +92,7 @@ class Ballot:
             else:
                 fut.add_done_callback(self._on_reply_factory(i))
         if not self._done.done():
-            self._timer: asyncio.TimerHandle | None = loop.call_later(timeout, self._on_timeout)
-        else:
-            self._timer = None
+            self._timer = loop.call_later(timeout, self._on_timeout)
 
     def _on_reply_factory(self, i: int) -> Callable[[asyncio.Future[Reply]], None]:
         def on_reply(fut: asyncio.Future[Reply]) -> None:

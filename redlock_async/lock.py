@@ -83,6 +83,7 @@ class Lock:
         "_last_outcomes",
         "_redlock",
         "_settings",
+        "_skip",
         "_state",
         "_token",
         "resource",
@@ -97,6 +98,7 @@ class Lock:
         self._token: bytes | None = None
         self._expires = 0.0  # monotonic time at which validity runs out
         self._holders: list[int] = []  # nodes that said yes to the last acquire or extend
+        self._skip: list[int] = []  # nodes the SET never went to: nothing there to release
         self._last_outcomes: tuple[NodeOutcome, ...] = ()
 
     def __repr__(self) -> str:
@@ -152,7 +154,7 @@ class Lock:
         )
         self._redlock._check_open()
         if self._token is not None:
-            self._send_release(self._token, skip=())  # a stale lease of an earlier acquisition
+            self._send_release(self._token, skip=self._skip)  # a stale lease of an earlier acquisition
         self._token = None
         self._state = _State.ACQUIRING
         give_up = time.monotonic() + limit
@@ -197,6 +199,7 @@ class Lock:
             log.debug("redlock %r not acquired: %s", self.resource, ", ".join(map(str, ballot.outcomes())))
             return False
         self._token = token
+        self._skip = _never_sent(futures)
         self._expires = ballot.decided_at + validity
         self._holders = ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING)
         self._state = _State.HELD
@@ -240,7 +243,7 @@ class Lock:
         ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
         started = time.monotonic()
         if started >= self._expires:
-            self._lose(token)
+            await self._lose(token, ())
             raise LockLost(f"lock {self.resource!r} expired before it was extended", resource=self._name, outcomes=())
         futures = [node.send_script(EXTEND, (self._key,), (token, ttl_ms), limited=True) for node in nodes]
         # Votes after the old validity ends prove nothing: stop waiting then.
@@ -264,7 +267,7 @@ class Lock:
             deadline=self._expires,
         )
         if validity is None:
-            self._lose(token)
+            await self._lose(token, ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING))
             raise LockLost(
                 f"lock {self.resource!r} could not be extended on a majority in time",
                 resource=self._name,
@@ -273,10 +276,17 @@ class Lock:
         self._expires = ballot.decided_at + validity
         self._holders = ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING)
 
-    def _lose(self, token: bytes) -> None:
+    async def _lose(self, token: bytes, holders: Sequence[int]) -> None:
         """The lease is gone: say so for good, and free what is left of it on the nodes."""
         self._state = _State.LOST
-        self._send_release(token, skip=())
+        releases = self._send_release(token, skip=self._skip)
+        wait_for = sorted(set(holders) | set(self._holders))
+        self._holders = []
+        if wait_for:
+            nodes = self._redlock._nodes
+            await Ballot(
+                nodes, releases, vote_of_script, self._settings.node_timeout, majority=False, wait_for=wait_for
+            ).wait()
         log.warning("redlock %r lost: %s", self.resource, ", ".join(map(str, self._last_outcomes)))
 
     # -- release ----------------------------------------------------------------
@@ -296,7 +306,7 @@ class Lock:
             raise RuntimeError(f"release() of lock {self.resource!r}, which is not held")
         token, holders = self._token, self._holders
         self._state, self._token, self._holders = _State.IDLE, None, []
-        futures = self._send_release(token, skip=())
+        futures = self._send_release(token, skip=self._skip)
         ballot = Ballot(
             self._redlock._nodes,
             futures,

@@ -1,0 +1,111 @@
+"""Fixtures: real servers for the integration tests.
+
+* ``cluster``: 5 nodes shared by the session, flushed before each test that
+  uses it. With ``REDLOCK_TEST_URLS=redis://...,redis://...`` the tests run
+  against existing servers instead (tests that inject faults then skip).
+* ``faulty``: 5 nodes of the test's own, free to pause, kill and restart.
+* ``redlock`` / ``make_redlock``: Redlock clients on ``cluster``, closed after
+  the test, which also checks that none of the library's tasks outlived them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, Protocol
+
+import pytest
+
+from redlock_async import Redlock
+from redlock_async.testing import LocalNode, LocalNodes
+
+NODES = 5
+
+
+class Cluster(Protocol):
+    @property
+    def urls(self) -> list[str]: ...
+    def __getitem__(self, index: int) -> LocalNode: ...
+    def __len__(self) -> int: ...
+    def flush(self) -> None: ...
+
+
+class _External:
+    """Servers named by URL: usable, but not ours to pause or kill."""
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        self.urls = list(urls)
+
+    def __getitem__(self, index: int) -> LocalNode:
+        pytest.skip("REDLOCK_TEST_URLS names servers this test cannot pause, kill or inspect")
+
+    def __len__(self) -> int:
+        return len(self.urls)
+
+    def flush(self) -> None:
+        import redis
+
+        for url in self.urls:
+            with redis.Redis.from_url(url, socket_timeout=2) as client:
+                client.flushall()
+
+
+@pytest.fixture(scope="session")
+def _session_cluster() -> Iterator[Cluster]:
+    external = os.environ.get("REDLOCK_TEST_URLS")
+    if external:
+        yield _External([u.strip() for u in external.split(",") if u.strip()])
+        return
+    with LocalNodes(NODES) as nodes:
+        yield nodes
+
+
+@pytest.fixture
+def cluster(_session_cluster: Cluster) -> Cluster:
+    _session_cluster.flush()
+    return _session_cluster
+
+
+@pytest.fixture
+def faulty() -> Iterator[LocalNodes]:
+    if os.environ.get("REDLOCK_TEST_URLS"):
+        pytest.skip("fault injection needs local nodes (unset REDLOCK_TEST_URLS)")
+    with LocalNodes(NODES) as nodes:
+        yield nodes
+
+
+MakeRedlock = Callable[..., Awaitable[Redlock]]
+
+
+@pytest.fixture
+async def make_redlock(cluster: Cluster) -> AsyncIterator[MakeRedlock]:
+    """Make connected Redlocks (on ``cluster`` unless ``urls=`` is given); all are closed after the test."""
+    made: list[Redlock] = []
+
+    async def make(urls: Sequence[str] | None = None, **settings: Any) -> Redlock:
+        redlock = Redlock(cluster.urls if urls is None else urls, **settings)
+        made.append(redlock)
+        await redlock.connect()
+        return redlock
+
+    yield make
+    for redlock in made:
+        await redlock.aclose()
+    assert_no_library_tasks()
+
+
+@pytest.fixture
+async def redlock(make_redlock: MakeRedlock) -> Redlock:
+    return await make_redlock()
+
+
+def assert_no_library_tasks() -> None:
+    """No task of the library is left once its Redlocks are closed."""
+    leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    assert leftover == [], f"tasks outlived their Redlock: {leftover}"
+
+
+def keys_on(node: LocalNode, key: str) -> tuple[object, int]:
+    """(value, pttl) of *key* on one node; (None, -2) when absent."""
+    return node.command("GET", key), int(node.command("PTTL", key))  # type: ignore[call-overload]
