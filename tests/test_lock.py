@@ -237,9 +237,8 @@ async def test_script_cache_flush_falls_back_to_eval(cluster: Cluster, redlock: 
 async def test_redis_clients_as_nodes_stay_open(cluster: Cluster) -> None:
     clients = [redis.asyncio.Redis.from_url(url) for url in cluster.urls]
     try:
-        async with Redlock(clients) as redlock:
-            async with redlock.lock("clients"):
-                assert await clients[0].exists(KEY.format("clients")) == 1
+        async with Redlock(clients) as redlock, redlock.lock("clients"):
+            assert await clients[0].exists(KEY.format("clients")) == 1
         assert await clients[0].ping()  # the Redlock did not close what it did not make
     finally:
         for client in clients:
@@ -276,7 +275,7 @@ async def test_two_of_five_paused_still_acquires(faulty: LocalNodes) -> None:
         votes = [o.vote for o in lock.outcomes]
         assert votes.count(Vote.YES) == 3
         # Decided on the third yes: the paused nodes were not waited for.
-        assert votes[0] is Vote.PENDING and votes[3] is Vote.PENDING
+        assert [votes[0], votes[3]] == [Vote.PENDING, Vote.PENDING]
         await lock.release()
         faulty[0].resume()
         faulty[3].resume()
