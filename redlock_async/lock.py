@@ -201,7 +201,7 @@ class Lock:
         self._token = token
         self._skip = _never_sent(futures)
         self._expires = ballot.decided_at + validity
-        self._holders = ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING)
+        self._holders = ballot.voted(_algorithm.Vote.YES)
         self._state = _State.HELD
         return True
 
@@ -274,7 +274,7 @@ class Lock:
                 outcomes=self._last_outcomes,
             )
         self._expires = ballot.decided_at + validity
-        self._holders = ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING)
+        self._holders = ballot.voted(_algorithm.Vote.YES)
 
     async def _lose(self, token: bytes, holders: Sequence[int]) -> None:
         """The lease is gone: say so for good, and free what is left of it on the nodes."""
