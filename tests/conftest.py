@@ -2,7 +2,8 @@
 
 * ``cluster``: 5 nodes shared by the session, flushed before each test that
   uses it. With ``REDLOCK_TEST_URLS=redis://...,redis://...`` the tests run
-  against existing servers instead (tests that inject faults then skip).
+  against existing servers instead (tests that inject faults then skip);
+  with ``REDLOCK_TEST_BACKEND=docker``, against 5 containers (testcontainers).
 * ``faulty``: 5 nodes of the test's own, free to pause, kill and restart.
 * ``redlock`` / ``make_redlock``: Redlock clients on ``cluster``, closed after
   the test, which also checks that none of the library's tasks outlived them.
@@ -11,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol
@@ -18,15 +20,24 @@ from typing import Any, Protocol
 import pytest
 
 from redlock_async import Redlock
-from redlock_async.testing import LocalNode, LocalNodes
+from redlock_async.testing import LocalNodes
+from redlock_async.testing._docker import DockerNodes, docker_unavailable
 
 NODES = 5
+
+
+class Node(Protocol):
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def kill(self) -> None: ...
+    def restart(self, *, keep_data: bool = True) -> None: ...
+    def command(self, *args: str | bytes | int) -> object: ...
 
 
 class Cluster(Protocol):
     @property
     def urls(self) -> list[str]: ...
-    def __getitem__(self, index: int) -> LocalNode: ...
+    def __getitem__(self, index: int) -> Node: ...
     def __len__(self) -> int: ...
     def flush(self) -> None: ...
 
@@ -37,7 +48,7 @@ class _External:
     def __init__(self, urls: Sequence[str]) -> None:
         self.urls = list(urls)
 
-    def __getitem__(self, index: int) -> LocalNode:
+    def __getitem__(self, index: int) -> Node:
         pytest.skip("REDLOCK_TEST_URLS names servers this test cannot pause, kill or inspect")
 
     def __len__(self) -> int:
@@ -51,13 +62,21 @@ class _External:
                 client.flushall()
 
 
+def _nodes() -> contextlib.AbstractContextManager[Cluster]:
+    if os.environ.get("REDLOCK_TEST_BACKEND") == "docker":
+        if reason := docker_unavailable():
+            pytest.skip(f"REDLOCK_TEST_BACKEND=docker, but {reason}")
+        return DockerNodes(NODES)
+    return LocalNodes(NODES)
+
+
 @pytest.fixture(scope="session")
 def _session_cluster() -> Iterator[Cluster]:
     external = os.environ.get("REDLOCK_TEST_URLS")
     if external:
         yield _External([u.strip() for u in external.split(",") if u.strip()])
         return
-    with LocalNodes(NODES) as nodes:
+    with _nodes() as nodes:
         yield nodes
 
 
@@ -68,10 +87,10 @@ def cluster(_session_cluster: Cluster) -> Cluster:
 
 
 @pytest.fixture
-def faulty() -> Iterator[LocalNodes]:
+def faulty() -> Iterator[Cluster]:
     if os.environ.get("REDLOCK_TEST_URLS"):
         pytest.skip("fault injection needs local nodes (unset REDLOCK_TEST_URLS)")
-    with LocalNodes(NODES) as nodes:
+    with _nodes() as nodes:
         yield nodes
 
 
@@ -106,6 +125,6 @@ def assert_no_library_tasks() -> None:
     assert leftover == [], f"tasks outlived their Redlock: {leftover}"
 
 
-def keys_on(node: LocalNode, key: str) -> tuple[object, int]:
+def keys_on(node: Node, key: str) -> tuple[object, int]:
     """(value, pttl) of *key* on one node; (None, -2) when absent."""
     return node.command("GET", key), int(node.command("PTTL", key))  # type: ignore[call-overload]

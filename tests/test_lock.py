@@ -10,7 +10,6 @@ import redis.asyncio
 
 from redlock_async import Lock, LockLost, LockNotAcquired, Redlock
 from redlock_async._algorithm import Vote
-from redlock_async.testing import LocalNodes
 
 from .conftest import Cluster, MakeRedlock, assert_no_library_tasks, keys_on
 
@@ -266,7 +265,7 @@ async def test_lock_repr_and_public_names(redlock: Redlock) -> None:
 # -- faults -------------------------------------------------------------------------
 
 
-async def test_two_of_five_paused_still_acquires(faulty: LocalNodes) -> None:
+async def test_two_of_five_paused_still_acquires(faulty: Cluster) -> None:
     async with Redlock(faulty.urls) as redlock:
         faulty[0].pause()
         faulty[3].pause()
@@ -281,7 +280,7 @@ async def test_two_of_five_paused_still_acquires(faulty: LocalNodes) -> None:
         faulty[3].resume()
 
 
-async def test_three_of_five_paused_fails_fast_and_leaves_no_keys(faulty: LocalNodes) -> None:
+async def test_three_of_five_paused_fails_fast_and_leaves_no_keys(faulty: Cluster) -> None:
     async with Redlock(faulty.urls, node_timeout=0.05, retry_delay=0.01) as redlock:
         for i in (0, 1, 2):
             faulty[i].pause()
@@ -304,7 +303,7 @@ async def test_three_of_five_paused_fails_fast_and_leaves_no_keys(faulty: LocalN
         await lock.release()
 
 
-async def test_three_of_five_killed_fails_at_once(faulty: LocalNodes) -> None:
+async def test_three_of_five_killed_fails_at_once(faulty: Cluster) -> None:
     async with Redlock(faulty.urls, node_timeout=0.5, ttl=10.0) as redlock:
         for i in (0, 1, 2):
             faulty[i].kill()
@@ -317,7 +316,7 @@ async def test_three_of_five_killed_fails_at_once(faulty: LocalNodes) -> None:
         assert [faulty[i].command("GET", KEY.format("killed")) for i in (3, 4)] == [None, None]
 
 
-async def test_node_restart_reconnects(faulty: LocalNodes) -> None:
+async def test_node_restart_reconnects(faulty: Cluster) -> None:
     async with Redlock(faulty.urls, reconnect_delay=0.0) as redlock:
         lock = redlock.lock("restart")
         assert await lock.acquire()
@@ -334,7 +333,7 @@ async def test_node_restart_reconnects(faulty: LocalNodes) -> None:
         await lock.release()
 
 
-async def test_cancelled_acquire_leaves_no_keys(faulty: LocalNodes) -> None:
+async def test_cancelled_acquire_leaves_no_keys(faulty: Cluster) -> None:
     async with Redlock(faulty.urls, node_timeout=1.0, ttl=30.0) as redlock:
         for i in (0, 1, 2):
             faulty[i].pause()
@@ -351,7 +350,7 @@ async def test_cancelled_acquire_leaves_no_keys(faulty: LocalNodes) -> None:
         assert [faulty[i].command("GET", KEY.format("cancel-me")) for i in range(5)] == [None] * 5
 
 
-async def test_stalled_node_backlog_is_capped(faulty: LocalNodes) -> None:
+async def test_stalled_node_backlog_is_capped(faulty: Cluster) -> None:
     async with Redlock(faulty.urls, max_queued=8) as redlock:
         faulty[4].pause()
         stalled = redlock._nodes[4]
@@ -370,7 +369,7 @@ async def test_stalled_node_backlog_is_capped(faulty: LocalNodes) -> None:
         assert faulty[4].command("DBSIZE") == 0
 
 
-async def test_paused_before_connect_still_acquires(faulty: LocalNodes) -> None:
+async def test_paused_before_connect_still_acquires(faulty: Cluster) -> None:
     faulty[1].pause()
     async with Redlock(faulty.urls, connect_timeout=0.2) as redlock:
         lock = redlock.lock("paused-at-start")
@@ -380,7 +379,7 @@ async def test_paused_before_connect_still_acquires(faulty: LocalNodes) -> None:
         faulty[1].resume()
 
 
-async def test_extend_with_majority_down_is_lost(faulty: LocalNodes) -> None:
+async def test_extend_with_majority_down_is_lost(faulty: Cluster) -> None:
     async with Redlock(faulty.urls) as redlock:
         lock = redlock.lock("extend-down", ttl=2.0)
         assert await lock.acquire()
