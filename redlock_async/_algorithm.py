@@ -90,12 +90,15 @@ def tally(n_nodes: int, votes: Iterable[Vote]) -> Verdict:
 
 
 def ttl_to_ms(ttl: float) -> int:
-    """The integer milliseconds sent to Redis for a ttl in seconds (rounded down).
+    """The integer milliseconds sent to Redis for a ttl in seconds, rounded down.
 
-    Rounding down keeps the key's life no longer than the ttl the caller gave;
-    validity is then computed from this integer, the one the servers enforce.
+    Rounding down keeps the key's life no longer than the ttl the caller gave
+    (to within a nanosecond); validity is computed from this integer, the one
+    the servers enforce. Float noise is rounded away first, so that a decimal
+    ttl means what it says: 0.3 s is 300 ms, although 0.3 * 1000 is
+    299.99999999999994 in binary.
     """
-    return math.floor(ttl * 1000)
+    return math.floor(round(ttl * 1000, 6))
 
 
 def drift(ttl: float, drift_factor: float) -> float:
@@ -155,7 +158,7 @@ def extended(
 def retry_delay(base: float, unit_random: float, remaining: float) -> float:
     """Seconds to wait before the next attempt.
 
-    Uniform in [base/2, 3*base/2) given *unit_random* in [0, 1), so that
+    Uniform in [base/2, 3*base/2] given *unit_random* in [0, 1), so that
     competing clients spread out instead of colliding again; never longer than
     the *remaining* time of the caller's acquire timeout.
     """

@@ -15,7 +15,12 @@ def check_duration(name: str, value: object, *, zero_ok: bool = False, inf_ok: b
     """*value* as float seconds, or a ValueError/TypeError that says what to change."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a number of seconds (int or float), got {type(value).__name__}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ValueError(
+            f"{name} is too large to be a number of seconds: got an int of {len(str(value))} digits"
+        ) from None
     if math.isnan(number):
         raise ValueError(f"{name} must be a number of seconds, got NaN")
     if math.isinf(number) and not (inf_ok and number > 0):
@@ -66,9 +71,13 @@ class Settings:
             self, "acquire_timeout", check_duration("acquire_timeout", self.acquire_timeout, zero_ok=True, inf_ok=True)
         )
         factor = self.drift_factor
-        if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 <= factor < 0.5:
+        if isinstance(factor, bool) or not isinstance(factor, int | float):
+            raise TypeError(f"drift_factor must be a number like 0.01, got {type(factor).__name__}")
+        if not 0 <= factor < 0.5:
             raise ValueError(f"drift_factor must be a fraction in [0, 0.5), like 0.01; got {factor!r}")
-        if self.node_timeout * MIN_TTL_TO_NODE_TIMEOUT > self.ttl:
+        object.__setattr__(self, "drift_factor", float(factor))
+        # A relative tolerance, so that exactly ttl/10 passes despite float rounding (0.021 * 10 > 0.21).
+        if self.node_timeout * MIN_TTL_TO_NODE_TIMEOUT > self.ttl * (1 + 1e-9):
             raise ValueError(
                 f"node_timeout ({self.node_timeout} s) must be at most ttl/{MIN_TTL_TO_NODE_TIMEOUT} "
                 f"({self.ttl / MIN_TTL_TO_NODE_TIMEOUT} s for ttl={self.ttl} s): "
@@ -78,7 +87,13 @@ class Settings:
             raise ValueError(
                 f"ttl={self.ttl} s leaves no validity after drift ({factor} x ttl + 2 ms): use a ttl of at least 0.01 s"
             )
-        if isinstance(self.max_queued, bool) or not isinstance(self.max_queued, int) or self.max_queued < 1:
-            raise ValueError(f"max_queued must be a positive int, got {self.max_queued!r}")
+        if isinstance(self.max_queued, bool) or not isinstance(self.max_queued, int):
+            raise TypeError(f"max_queued must be an int, got {type(self.max_queued).__name__}")
+        if self.max_queued < 1:
+            raise ValueError(f"max_queued must be at least 1, got {self.max_queued}")
         if not isinstance(self.key_prefix, str):
             raise TypeError(f"key_prefix must be a str, got {type(self.key_prefix).__name__}")
+        try:
+            self.key_prefix.encode()
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"key_prefix {self.key_prefix!r} is not valid UTF-8 ({exc.reason})") from None

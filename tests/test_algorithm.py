@@ -1,0 +1,546 @@
+"""The pure Redlock decisions of ``redlock_async._algorithm``: no servers, no clock, no sleeping.
+
+Verdicts are checked against an oracle written plainly here, over every vote
+pattern for small N and over hypothesis-drawn patterns beyond that.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from redlock_async._algorithm import (
+    CLOCK_PRECISION,
+    Verdict,
+    Vote,
+    best_validity,
+    drift,
+    extended,
+    granted,
+    quorum,
+    retry_delay,
+    tally,
+    ttl_to_ms,
+    validity,
+    verdict,
+)
+
+FAILED_KINDS = (Vote.NO, Vote.ERROR, Vote.TIMEOUT, Vote.SKIPPED)
+REDUCED = (Vote.YES, Vote.NO, Vote.PENDING)
+RANK = {Verdict.LOST: 0, Verdict.UNDECIDED: 1, Verdict.WON: 2}
+
+
+def oracle(n: int, votes: tuple[Vote, ...] | list[Vote]) -> Verdict:
+    """The verdict written from the definition, independently of the code under test."""
+    assert len(votes) == n
+    need = next(k for k in range(1, n + 1) if 2 * k > n)  # smallest strict majority
+    yes = sum(1 for v in votes if v == Vote.YES)
+    pending = sum(1 for v in votes if v == Vote.PENDING)
+    if yes >= need:
+        return Verdict.WON
+    if yes + pending < need:
+        return Verdict.LOST
+    return Verdict.UNDECIDED
+
+
+def ballots(max_n: int = 15) -> st.SearchStrategy[list[Vote]]:
+    """A full ballot: one vote (possibly PENDING) per node, 1..max_n nodes."""
+    return st.integers(1, max_n).flatmap(lambda n: st.lists(st.sampled_from(list(Vote)), min_size=n, max_size=n))
+
+
+# -- Vote ----------------------------------------------------------------------
+
+
+def test_vote_members_are_the_six_known_ones() -> None:
+    # A new member must be classified in test_vote_failed below.
+    assert set(Vote) == {Vote.YES, Vote.NO, Vote.ERROR, Vote.TIMEOUT, Vote.SKIPPED, Vote.PENDING}
+
+
+@pytest.mark.parametrize(
+    ("vote", "failed"),
+    [
+        (Vote.YES, False),
+        (Vote.NO, True),
+        (Vote.ERROR, True),
+        (Vote.TIMEOUT, True),
+        (Vote.SKIPPED, True),
+        (Vote.PENDING, False),
+    ],
+)
+def test_vote_failed(vote: Vote, failed: bool) -> None:
+    assert vote.failed is failed
+
+
+# -- quorum and verdict ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("n", "expected"), [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (6, 4), (7, 4), (8, 5), (9, 5)])
+def test_quorum_is_the_smallest_strict_majority(n: int, expected: int) -> None:
+    assert quorum(n) == expected
+    assert 2 * quorum(n) > n
+    assert 2 * (quorum(n) - 1) <= n
+
+
+@pytest.mark.parametrize("n", [0, -1, -5])
+def test_quorum_of_no_nodes_raises(n: int) -> None:
+    with pytest.raises(ValueError, match="at least one node"):
+        quorum(n)
+
+
+def test_verdict_over_every_possible_tally() -> None:
+    for n in range(1, 10):
+        need = n // 2 + 1
+        for yes in range(n + 1):
+            for failed in range(n + 1 - yes):
+                pending = n - yes - failed
+                expected = oracle(n, (Vote.YES,) * yes + (Vote.NO,) * failed + (Vote.PENDING,) * pending)
+                assert verdict(n, yes, failed) is expected, (n, yes, failed)
+                # The same thing said plainly, to check the oracle too.
+                if yes >= need:
+                    assert expected is Verdict.WON
+                elif yes + pending < need:
+                    assert expected is Verdict.LOST
+                else:
+                    assert expected is Verdict.UNDECIDED
+
+
+@pytest.mark.parametrize(
+    ("n", "yes", "failed"),
+    [
+        (3, -1, 0),
+        (3, 0, -1),
+        (3, -1, -1),
+        (3, 4, 0),
+        (3, 0, 4),
+        (3, 2, 2),
+        (5, 3, 3),
+        (1, 1, 1),
+        (0, 1, 0),
+        (-1, 0, 0),
+    ],
+)
+def test_verdict_rejects_impossible_tallies(n: int, yes: int, failed: int) -> None:
+    with pytest.raises(ValueError, match="impossible tally"):
+        verdict(n, yes, failed)
+
+
+def test_verdict_of_zero_nodes_raises() -> None:
+    with pytest.raises(ValueError, match="at least one node"):
+        verdict(0, 0, 0)
+
+
+def test_tally_rejects_more_votes_in_than_nodes() -> None:
+    with pytest.raises(ValueError, match="impossible tally"):
+        tally(3, [Vote.YES, Vote.NO, Vote.NO, Vote.TIMEOUT])
+
+
+# -- tally over every vote pattern ---------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_tally_every_pattern_of_every_vote_kind(n: int) -> None:
+    for votes in itertools.product(list(Vote), repeat=n):
+        assert tally(n, votes) is oracle(n, votes), votes
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7])
+def test_tally_every_pattern_of_yes_no_pending(n: int) -> None:
+    for votes in itertools.product(REDUCED, repeat=n):
+        expected = oracle(n, votes)
+        assert tally(n, votes) is expected, votes
+        # Any failure is as good as any other: replace all NOs by each other failed kind.
+        for kind in FAILED_KINDS:
+            swapped = tuple(kind if v is Vote.NO else v for v in votes)
+            assert tally(n, swapped) is expected, swapped
+
+
+@given(ballots())
+def test_tally_matches_oracle(votes: list[Vote]) -> None:
+    assert tally(len(votes), votes) is oracle(len(votes), votes)
+
+
+@given(ballots(), st.data())
+def test_every_failed_kind_counts_the_same(votes: list[Vote], data: st.DataObject) -> None:
+    n = len(votes)
+    # Replace each failed vote by an arbitrary (possibly different) failed kind.
+    swapped = [data.draw(st.sampled_from(FAILED_KINDS)) if v.failed else v for v in votes]
+    assert tally(n, swapped) is tally(n, votes)
+    # And by NO everywhere: only the count of failures matters.
+    as_no = [Vote.NO if v.failed else v for v in votes]
+    assert tally(n, as_no) is tally(n, votes)
+
+
+@given(ballots())
+def test_pending_never_counts_as_a_failure(votes: list[Vote]) -> None:
+    n = len(votes)
+    yes = votes.count(Vote.YES)
+    failed = sum(1 for v in votes if v in FAILED_KINDS)
+    assert tally(n, votes) is verdict(n, yes, failed)
+    # Dropping the PENDING votes (not in yet) changes nothing.
+    assert tally(n, [v for v in votes if v is not Vote.PENDING]) is tally(n, votes)
+
+
+def test_all_pending_is_undecided_and_all_failed_is_lost() -> None:
+    for n in range(1, 10):
+        assert tally(n, [Vote.PENDING] * n) is Verdict.UNDECIDED
+        assert tally(n, []) is Verdict.UNDECIDED
+        for kind in FAILED_KINDS:
+            assert tally(n, [kind] * n) is Verdict.LOST
+        assert tally(n, [Vote.YES] * n) is Verdict.WON
+
+
+@pytest.mark.parametrize(
+    ("votes", "expected"),
+    [
+        ([Vote.YES, Vote.YES, Vote.PENDING], Verdict.WON),
+        ([Vote.YES, Vote.TIMEOUT, Vote.PENDING], Verdict.UNDECIDED),
+        ([Vote.ERROR, Vote.SKIPPED, Vote.PENDING], Verdict.LOST),
+        ([Vote.YES, Vote.NO, Vote.NO], Verdict.LOST),
+    ],
+)
+def test_tally_examples_of_three(votes: list[Vote], expected: Verdict) -> None:
+    assert tally(3, votes) is expected
+
+
+# -- monotonicity: decisions are final -------------------------------------------------
+
+
+@given(ballots(), st.data())
+def test_a_vote_coming_in_never_undoes_a_decision(votes: list[Vote], data: st.DataObject) -> None:
+    n = len(votes)
+    pending_at = [i for i, v in enumerate(votes) if v is Vote.PENDING]
+    if not pending_at:
+        votes[data.draw(st.integers(0, n - 1))] = Vote.PENDING
+        pending_at = [i for i, v in enumerate(votes) if v is Vote.PENDING]
+    before = tally(n, votes)
+    i = data.draw(st.sampled_from(pending_at))
+    for arrived in list(Vote):
+        after = list(votes)
+        after[i] = arrived
+        if before is not Verdict.UNDECIDED:
+            assert tally(n, after) is before, (votes, i, arrived)
+        if arrived is Vote.YES:
+            assert RANK[tally(n, after)] >= RANK[before]
+            if before is Verdict.WON:
+                assert tally(n, after) is Verdict.WON
+        if arrived.failed:
+            assert RANK[tally(n, after)] <= RANK[before]
+
+
+@given(ballots(), st.data())
+def test_a_yes_instead_of_anything_never_makes_it_worse(votes: list[Vote], data: st.DataObject) -> None:
+    n = len(votes)
+    i = data.draw(st.integers(0, n - 1))
+    better = list(votes)
+    better[i] = Vote.YES
+    assert RANK[tally(n, better)] >= RANK[tally(n, votes)]
+    if tally(n, votes) is Verdict.WON:
+        assert tally(n, better) is Verdict.WON
+
+
+@given(
+    st.integers(1, 15).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.sampled_from(list(Vote)), min_size=n, max_size=n),
+            st.permutations(range(n)),
+        )
+    )
+)
+def test_votes_arriving_in_any_order_decide_once(case: tuple[list[Vote], list[int]]) -> None:
+    final, order = case
+    n = len(final)
+    current = [Vote.PENDING] * n
+    decided: Verdict | None = None
+    assert tally(n, current) is Verdict.UNDECIDED
+    for i in order:
+        current[i] = final[i]
+        now = tally(n, current)
+        assert now is oracle(n, current)
+        if decided is not None:
+            assert now is decided
+        elif now is not Verdict.UNDECIDED:
+            decided = now
+    assert tally(n, final) is oracle(n, final)
+    if decided is not None:
+        assert tally(n, final) is decided
+
+
+# -- ttl_to_ms ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ttl", "ms"),
+    [
+        (0.0019, 1),
+        (0.001, 1),
+        (0.0009, 0),
+        (1.9999, 1999),
+        (10.0, 10000),
+        (0.5, 500),
+        (30, 30000),
+        (0.0, 0),
+        # Decimal ttls mean what they say, although their binary value is a hair below.
+        (0.3, 300),
+        (1.9, 1900),
+        (1.005, 1005),
+        (0.11699999999999999, 117),
+    ],
+)
+def test_ttl_to_ms_rounds_down(ttl: float, ms: int) -> None:
+    result = ttl_to_ms(ttl)
+    assert type(result) is int
+    assert result == ms
+
+
+@given(st.floats(min_value=0.0, max_value=1e7, allow_nan=False))
+def test_ttl_to_ms_is_floor_of_the_millis(ttl: float) -> None:
+    ms = ttl_to_ms(ttl)
+    assert type(ms) is int
+    # Never longer than the ttl the caller gave (to within a nanosecond), never a whole ms shorter.
+    assert Fraction(ms, 1000) <= Fraction(ttl) + Fraction(1, 10**9)
+    assert Fraction(ttl) < Fraction(ms + 1, 1000)
+
+
+@given(st.integers(1, 10**7))
+def test_ttl_to_ms_of_whole_millis_is_exact(k: int) -> None:
+    # k/1000 is not exact in binary, but k milliseconds is what the caller meant.
+    assert ttl_to_ms(k / 1000) == k
+
+
+def test_ttl_to_ms_exceeds_the_exact_ttl_by_float_noise_at_most() -> None:
+    ttl = math.nextafter(0.117, 0.0)
+    assert ttl == 0.11699999999999999
+    assert ttl_to_ms(ttl) == 117
+    assert Fraction(ttl_to_ms(ttl), 1000) - Fraction(ttl) < Fraction(1, 10**15)
+
+
+@given(
+    st.floats(min_value=0.001, max_value=1e6, allow_nan=False),
+    st.floats(min_value=0.0, max_value=0.5, exclude_max=True),
+    st.floats(min_value=0.0, max_value=100.0),
+)
+def test_validity_from_the_millis_sent_is_never_more(ttl: float, drift_factor: float, elapsed: float) -> None:
+    from_ms = validity(ttl_to_ms(ttl) / 1000, 0.0, elapsed, drift_factor)
+    from_ttl = validity(ttl, 0.0, elapsed, drift_factor)
+    # Float rounding of the subtraction only.
+    assert from_ms <= from_ttl + 4 * math.ulp(ttl) + math.ulp(elapsed)
+    assert best_validity(ttl_to_ms(ttl) / 1000, drift_factor) <= best_validity(ttl, drift_factor) + 4 * math.ulp(ttl)
+
+
+@pytest.mark.parametrize("ttl", [0.001, 0.0019, 0.117, 1.005, 1.9999, 10.0, 30.0])
+def test_validity_from_the_millis_sent_is_never_more_examples(ttl: float) -> None:
+    assert validity(ttl_to_ms(ttl) / 1000, 5.0, 5.25, 0.01) <= validity(ttl, 5.0, 5.25, 0.01)
+
+
+# -- drift and validity ---------------------------------------------------------------------
+
+
+def test_clock_precision_is_two_ms() -> None:
+    assert CLOCK_PRECISION == 0.002
+
+
+@given(
+    st.floats(min_value=0.0, max_value=1e6, allow_nan=False),
+    st.floats(min_value=0.0, max_value=0.5, exclude_max=True),
+)
+def test_drift_formula(ttl: float, drift_factor: float) -> None:
+    assert drift(ttl, drift_factor) == ttl * drift_factor + 0.002
+
+
+@given(
+    st.floats(min_value=0.001, max_value=1e6),
+    st.floats(min_value=-1e6, max_value=1e6),
+    st.floats(min_value=0.0, max_value=1e6),
+    st.floats(min_value=0.0, max_value=0.5, exclude_max=True),
+)
+def test_validity_formula(ttl: float, started: float, elapsed: float, drift_factor: float) -> None:
+    decided = started + elapsed
+    assert validity(ttl, started, decided, drift_factor) == ttl - (decided - started) - (ttl * drift_factor + 0.002)
+    assert best_validity(ttl, drift_factor) == ttl - 0.0 - (ttl * drift_factor + 0.002)
+    assert validity(ttl, started, decided, drift_factor) <= best_validity(ttl, drift_factor)
+
+
+def test_validity_examples() -> None:
+    assert validity(10.0, 100.0, 100.5, 0.01) == pytest.approx(10.0 - 0.5 - 0.1 - 0.002)
+    assert validity(1.0, 0.0, 0.0, 0.0) == pytest.approx(0.998)
+    assert best_validity(10.0, 0.01) == pytest.approx(9.898)
+    # The started/decided pair matters, not the clock's origin.
+    assert validity(3.0, 1e3, 1e3 + 0.25, 0.02) == pytest.approx(validity(3.0, 0.0, 0.25, 0.02))
+
+
+# -- granted ------------------------------------------------------------------------------------
+
+MAJORITY_OF_3 = [Vote.YES, Vote.YES, Vote.PENDING]
+
+
+def test_granted_exactly_zero_validity_is_none() -> None:
+    # ttl = 2 x CLOCK_PRECISION and no drift factor: every step below is exact in binary.
+    ttl, started, decided = 0.004, 0.0, 0.002
+    assert validity(ttl, started, decided, 0.0) == 0.0
+    assert granted(3, MAJORITY_OF_3, ttl, started, decided, 0.0) is None
+    # A hair earlier: positive, and granted.
+    earlier = math.nextafter(decided, -math.inf)
+    left = validity(ttl, started, earlier, 0.0)
+    assert left > 0
+    assert granted(3, MAJORITY_OF_3, ttl, started, earlier, 0.0) == left
+    # A hair later: negative.
+    later = math.nextafter(decided, math.inf)
+    assert validity(ttl, started, later, 0.0) < 0
+    assert granted(3, MAJORITY_OF_3, ttl, started, later, 0.0) is None
+
+
+@pytest.mark.parametrize(
+    ("ttl", "started", "drift_factor"),
+    [(10.0, 1000.0, 0.01), (0.5, 12345.678, 0.0), (30.0, 0.0, 0.3), (0.01, 7.0, 0.01)],
+)
+def test_granted_at_the_last_float_before_validity_runs_out(ttl: float, started: float, drift_factor: float) -> None:
+    # Walk decided across the boundary one float at a time: the last positive validity is granted,
+    # the first one that is <= 0 is not.
+    decided = started + ttl - drift(ttl, drift_factor)
+    while validity(ttl, started, decided, drift_factor) > 0:
+        decided = math.nextafter(decided, math.inf)
+    while validity(ttl, started, decided, drift_factor) <= 0:
+        decided = math.nextafter(decided, -math.inf)
+    last_good = decided
+    first_bad = math.nextafter(last_good, math.inf)
+    left = validity(ttl, started, last_good, drift_factor)
+    assert 0 < left < 1e-9
+    assert granted(5, [Vote.YES] * 3 + [Vote.TIMEOUT] * 2, ttl, started, last_good, drift_factor) == left
+    assert validity(ttl, started, first_bad, drift_factor) <= 0
+    assert granted(5, [Vote.YES] * 3 + [Vote.TIMEOUT] * 2, ttl, started, first_bad, drift_factor) is None
+
+
+@pytest.mark.parametrize(
+    "votes",
+    [
+        [Vote.YES, Vote.NO, Vote.NO],
+        [Vote.YES, Vote.PENDING, Vote.PENDING],
+        [Vote.YES, Vote.TIMEOUT, Vote.PENDING],
+        [Vote.PENDING, Vote.PENDING, Vote.PENDING],
+        [Vote.ERROR, Vote.SKIPPED, Vote.TIMEOUT],
+        [],
+    ],
+)
+def test_granted_without_a_majority_is_none_however_fast(votes: list[Vote]) -> None:
+    assert granted(3, votes, 10.0, 5.0, 5.0, 0.01) is None
+    assert granted(3, votes, 10.0, 5.0, 5.000001, 0.01) is None
+
+
+@given(
+    ballots(7),
+    st.floats(min_value=0.001, max_value=100.0),
+    st.floats(min_value=0.0, max_value=1e4),
+    st.floats(min_value=0.0, max_value=200.0),
+    st.floats(min_value=0.0, max_value=0.5, exclude_max=True),
+)
+def test_granted_is_validity_when_won_and_positive(
+    votes: list[Vote], ttl: float, started: float, elapsed: float, drift_factor: float
+) -> None:
+    n = len(votes)
+    decided = started + elapsed
+    result = granted(n, votes, ttl, started, decided, drift_factor)
+    left = validity(ttl, started, decided, drift_factor)
+    if oracle(n, votes) is Verdict.WON and left > 0:
+        assert result == left
+    else:
+        assert result is None
+
+
+def test_granted_accepts_any_iterable_of_votes() -> None:
+    assert granted(3, iter([Vote.YES, Vote.YES]), 10.0, 0.0, 0.1, 0.01) == pytest.approx(9.798)
+    assert granted(3, (v for v in [Vote.YES, Vote.YES, Vote.NO]), 10.0, 0.0, 0.1, 0.01) == pytest.approx(9.798)
+
+
+# -- extended -------------------------------------------------------------------------------------
+
+
+def test_extended_at_or_after_the_deadline_is_none() -> None:
+    votes = [Vote.YES] * 3
+    ttl, started, decided, drift_factor = 10.0, 100.0, 100.01, 0.01
+    assert granted(3, votes, ttl, started, decided, drift_factor) is not None
+    assert extended(3, votes, ttl, started, decided, drift_factor, deadline=decided) is None
+    assert extended(3, votes, ttl, started, decided, drift_factor, deadline=math.nextafter(decided, 0.0)) is None
+    assert extended(3, votes, ttl, started, decided, drift_factor, deadline=50.0) is None
+    just_before = math.nextafter(decided, math.inf)
+    assert extended(3, votes, ttl, started, decided, drift_factor, deadline=just_before) == granted(
+        3, votes, ttl, started, decided, drift_factor
+    )
+
+
+@given(
+    ballots(7),
+    st.floats(min_value=0.001, max_value=100.0),
+    st.floats(min_value=0.0, max_value=1e4),
+    st.floats(min_value=0.0, max_value=200.0),
+    st.floats(min_value=0.0, max_value=0.5, exclude_max=True),
+    st.floats(min_value=-300.0, max_value=300.0),
+)
+def test_extended_is_granted_before_the_deadline(
+    votes: list[Vote], ttl: float, started: float, elapsed: float, drift_factor: float, to_deadline: float
+) -> None:
+    n = len(votes)
+    decided = started + elapsed
+    deadline = decided + to_deadline
+    result = extended(n, votes, ttl, started, decided, drift_factor, deadline)
+    if decided >= deadline:
+        assert result is None
+    else:
+        assert result == granted(n, votes, ttl, started, decided, drift_factor)
+
+
+# -- retry_delay ------------------------------------------------------------------------------------
+
+UNIT = st.floats(min_value=0.0, max_value=1.0, exclude_max=True)
+
+
+@given(st.floats(min_value=0.0, max_value=1e6), UNIT, st.floats(min_value=0.0, max_value=1e7))
+def test_retry_delay_never_exceeds_the_time_left(base: float, unit_random: float, remaining: float) -> None:
+    delay = retry_delay(base, unit_random, remaining)
+    assert 0.0 <= delay <= remaining
+    if remaining <= base / 2:
+        assert delay == remaining
+
+
+@given(st.floats(min_value=0.0, max_value=1e6), UNIT)
+def test_retry_delay_spreads_around_base(base: float, unit_random: float) -> None:
+    delay = retry_delay(base, unit_random, remaining=1e12)
+    assert base / 2 <= delay <= 3 * base / 2
+
+
+@given(st.floats(min_value=0.0, max_value=1e6), st.floats(min_value=0.0, max_value=0.999))
+def test_retry_delay_below_the_top_is_half_open(base: float, unit_random: float) -> None:
+    delay = retry_delay(base, unit_random, remaining=math.inf)
+    assert base / 2 <= delay
+    assert delay < 3 * base / 2 or base == 0
+
+
+def test_retry_delay_examples() -> None:
+    assert retry_delay(0.2, 0.0, 10.0) == pytest.approx(0.1)
+    assert retry_delay(0.2, 0.5, 10.0) == pytest.approx(0.2)
+    assert retry_delay(0.2, 0.5, 0.05) == 0.05
+    assert retry_delay(0.2, 0.5, 0.0) == 0.0
+    assert retry_delay(0.0, 0.7, 10.0) == 0.0
+    assert retry_delay(0.2, 0.5, math.inf) == pytest.approx(0.2)
+
+
+def test_retry_delay_is_uniform_in_unit_random() -> None:
+    # Equal steps of unit_random give equal steps of delay.
+    delays = [retry_delay(1.0, k / 10, 100.0) for k in range(10)]
+    steps = [b - a for a, b in itertools.pairwise(delays)]
+    assert steps == pytest.approx([0.1] * 9)
+
+
+def test_retry_delay_top_is_reachable_but_not_passed() -> None:
+    # The largest random.random() rounds to the top: the interval is closed.
+    assert retry_delay(1.0, 1 - 2**-53, 100.0) == 1.5
+
+
+@pytest.mark.parametrize("unit_random", [1.0, 1.5, -0.1, -1e-300, math.nan, math.inf, -math.inf])
+def test_retry_delay_rejects_unit_random_outside_unit_interval(unit_random: float) -> None:
+    with pytest.raises(ValueError, match=r"unit_random must be in \[0, 1\)"):
+        retry_delay(0.2, unit_random, 10.0)
