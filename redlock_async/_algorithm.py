@@ -89,6 +89,16 @@ def tally(n_nodes: int, votes: Iterable[Vote]) -> Verdict:
     return verdict(n_nodes, yes, failed)
 
 
+def refused(votes: Iterable[Vote]) -> bool:
+    """True when so many nodes answered no that no majority can ever accept the request.
+
+    For an extension this means the lease is gone for certain (the key expired
+    or another client holds it), not merely unconfirmed.
+    """
+    votes = list(votes)
+    return sum(v is Vote.NO for v in votes) > len(votes) - quorum(len(votes))
+
+
 def ttl_to_ms(ttl: float) -> int:
     """The integer milliseconds sent to Redis for a ttl in seconds, rounded down.
 

@@ -48,3 +48,23 @@ end
 return 0
 """
 )
+
+EXTEND_MANY = Script(
+    b"""
+-- EXTEND for many locks in one call: the watchdog's batched round.
+-- KEYS[i]      the key of lock i
+-- ARGV[2i-1]   its token
+-- ARGV[2i]     its new ttl in integer milliseconds, counted from now
+-- returns      an array: element i is 1 when lock i was extended, 0 when
+--              its key is gone or holds another token (never re-created)
+local extended = {}
+for i, key in ipairs(KEYS) do
+    if redis.call('GET', key) == ARGV[2 * i - 1] then
+        extended[i] = redis.call('PEXPIRE', key, ARGV[2 * i])
+    else
+        extended[i] = 0
+    end
+end
+return extended
+"""
+)

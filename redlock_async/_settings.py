@@ -61,6 +61,19 @@ class Settings:
     """Commands that may wait on one node before new acquires skip it."""
     key_prefix: str = "redlock:"
     """Prepended to every resource name to make the lock's key."""
+    auto_extend: bool = True
+    """Inside ``async with lock``, a watchdog extends the lease until the block
+    exits, and cancels the body (raising LockLost) if the lease is lost."""
+    extend_threshold: float = 1 / 3
+    """The watchdog extends a lease once less than this fraction of the ttl is
+    left: a third leaves time for two more tries before the lease runs out."""
+    max_hold: float = 3600.0
+    """Longest a lock may be held in total through the watchdog's extensions.
+    Redlock's liveness rests on leases ending: a holder that is alive but stuck
+    (a coroutine waiting on something that never comes) would otherwise keep
+    the lock forever. An hour suits most jobs; math.inf removes the bound."""
+    max_extensions: int | None = None
+    """Optional bound on the watchdog's extensions of one acquisition."""
 
     def __post_init__(self) -> None:
         for name in ("ttl", "node_timeout", "connect_timeout"):
@@ -91,6 +104,20 @@ class Settings:
             raise TypeError(f"max_queued must be an int, got {type(self.max_queued).__name__}")
         if self.max_queued < 1:
             raise ValueError(f"max_queued must be at least 1, got {self.max_queued}")
+        if not isinstance(self.auto_extend, bool):
+            raise TypeError(f"auto_extend must be True or False, got {type(self.auto_extend).__name__}")
+        threshold = self.extend_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+            raise TypeError(f"extend_threshold must be a fraction like 1/3, got {type(threshold).__name__}")
+        if not 0.05 <= threshold <= 0.9:
+            raise ValueError(f"extend_threshold must be in [0.05, 0.9] (a fraction of the ttl), got {threshold!r}")
+        object.__setattr__(self, "max_hold", check_duration("max_hold", self.max_hold, inf_ok=True))
+        extensions = self.max_extensions
+        if extensions is not None:
+            if isinstance(extensions, bool) or not isinstance(extensions, int):
+                raise TypeError(f"max_extensions must be an int or None, got {type(extensions).__name__}")
+            if extensions < 0:
+                raise ValueError(f"max_extensions must be >= 0 (or None for no bound), got {extensions}")
         if not isinstance(self.key_prefix, str):
             raise TypeError(f"key_prefix must be a str, got {type(self.key_prefix).__name__}")
         try:

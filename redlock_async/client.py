@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Self, final
 
@@ -16,6 +16,8 @@ from redis.retry import Retry
 
 from redlock_async._node import Node
 from redlock_async._settings import Settings
+from redlock_async._watchdog import Watchdog
+from redlock_async.errors import LockLost
 from redlock_async.lock import Lock
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,10 @@ class Redlock:
         reconnect_delay: float = _DEFAULTS.reconnect_delay,
         max_queued: int = _DEFAULTS.max_queued,
         key_prefix: str = _DEFAULTS.key_prefix,
+        auto_extend: bool = _DEFAULTS.auto_extend,
+        extend_threshold: float = _DEFAULTS.extend_threshold,
+        max_hold: float = _DEFAULTS.max_hold,
+        max_extensions: int | None = _DEFAULTS.max_extensions,
     ) -> None:
         self.settings = Settings(
             ttl=ttl,
@@ -61,6 +67,10 @@ class Redlock:
             reconnect_delay=reconnect_delay,
             max_queued=max_queued,
             key_prefix=key_prefix,
+            auto_extend=auto_extend,
+            extend_threshold=extend_threshold,
+            max_hold=max_hold,
+            max_extensions=max_extensions,
         )
         if isinstance(nodes, str | bytes):
             raise TypeError("nodes must be a list of URLs or clients, not a single string")
@@ -87,6 +97,7 @@ class Redlock:
                 )
             )
         self._nodes: tuple[Node, ...] = tuple(built)
+        self._watchdog = Watchdog(self._nodes, self.settings.node_timeout)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -102,14 +113,35 @@ class Redlock:
         """How many nodes must agree: a strict majority."""
         return len(self._nodes) // 2 + 1
 
-    def lock(self, name: str | bytes, *, ttl: float | None = None, acquire_timeout: float | None = None) -> Lock:
-        """A Lock on resource *name*; *ttl* and *acquire_timeout* default to the Redlock's."""
-        settings = self.settings
-        if ttl is not None:
-            settings = dataclasses.replace(settings, ttl=ttl)
-        if acquire_timeout is not None:
-            settings = dataclasses.replace(settings, acquire_timeout=acquire_timeout)
-        return Lock(self, name, settings)
+    def lock(
+        self,
+        name: str | bytes,
+        *,
+        ttl: float | None = None,
+        acquire_timeout: float | None = None,
+        auto_extend: bool | None = None,
+        max_hold: float | None = None,
+        max_extensions: int | None = None,
+        on_lost: Callable[[LockLost], object] | None = None,
+    ) -> Lock:
+        """A Lock on resource *name*; settings left as None are the Redlock's.
+
+        *on_lost* is called with the :class:`LockLost` when the watchdog loses
+        the lock inside ``async with``; the body is then told instead of cancelled.
+        """
+        overrides: dict[str, Any] = {
+            key: value
+            for key, value in (
+                ("ttl", ttl),
+                ("acquire_timeout", acquire_timeout),
+                ("auto_extend", auto_extend),
+                ("max_hold", max_hold),
+                ("max_extensions", max_extensions),
+            )
+            if value is not None
+        }
+        settings = dataclasses.replace(self.settings, **overrides) if overrides else self.settings
+        return Lock(self, name, settings, on_lost=on_lost)
 
     async def connect(self) -> None:
         """Connect to every node now rather than on first use; a node that fails is logged and retried later."""
@@ -124,6 +156,7 @@ class Redlock:
         if self._closed:
             return
         self._closed = True
+        await self._watchdog.aclose()
         await asyncio.gather(*(node.aclose(grace=self.settings.node_timeout) for node in self._nodes))
 
     async def __aenter__(self) -> Self:

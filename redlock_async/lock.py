@@ -8,13 +8,14 @@ uses a new random token, so a stale release can never delete a later lease.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
 import logging
 import random
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Self, final
 
@@ -77,19 +78,34 @@ class Lock:
     """
 
     __slots__ = (
+        "_acquired_at",
+        "_cancelled_host",
         "_expires",
+        "_extensions",
         "_holders",
+        "_host",
+        "_host_cancelling",
         "_key",
         "_last_outcomes",
+        "_lost",
         "_redlock",
         "_settings",
         "_skip",
         "_state",
         "_token",
+        "_watched",
+        "on_lost",
         "resource",
     )
 
-    def __init__(self, redlock: Redlock, resource: str | bytes, settings: Settings) -> None:
+    def __init__(
+        self,
+        redlock: Redlock,
+        resource: str | bytes,
+        settings: Settings,
+        *,
+        on_lost: Callable[[LockLost], object] | None = None,
+    ) -> None:
         self._key = resource_key(settings.key_prefix, resource)
         self.resource = resource
         self._redlock = redlock
@@ -100,6 +116,17 @@ class Lock:
         self._holders: list[int] = []  # nodes that said yes to the last acquire or extend
         self._skip: list[int] = []  # nodes the SET never went to: nothing there to release
         self._last_outcomes: tuple[NodeOutcome, ...] = ()
+        self._acquired_at = 0.0
+        self._extensions = 0
+        self._lost: LockLost | None = None  # why the last acquisition was lost
+        # The watchdog (inside `async with`): the task running the body, its
+        # cancel count on entry, and whether we cancelled it because of a loss.
+        self._watched = False
+        self._host: asyncio.Task[object] | None = None
+        self._host_cancelling = 0
+        self._cancelled_host = False
+        self.on_lost = on_lost
+        """Called with the LockLost when the watchdog loses the lock; the body is then not cancelled."""
 
     def __repr__(self) -> str:
         return f"<redlock_async.Lock {self.resource!r} {self._state.value} validity={self.validity:.3f}s>"
@@ -200,6 +227,9 @@ class Lock:
             return False
         self._token = token
         self._skip = _never_sent(futures)
+        self._acquired_at = started
+        self._extensions = 0
+        self._lost = None
         self._expires = ballot.decided_at + validity
         self._holders = ballot.voted(_algorithm.Vote.YES)
         self._state = _State.HELD
@@ -234,7 +264,7 @@ class Lock:
         extend cannot bring it back) and its keys are released.
         """
         if self._state is _State.LOST:
-            raise LockLost(f"lock {self.resource!r} was lost", resource=self._name, outcomes=self._last_outcomes)
+            raise self._lost or LockLost(f"lock {self.resource!r} was lost", resource=self._name)
         if self._state is not _State.HELD or self._token is None:
             raise RuntimeError(f"extend() of lock {self.resource!r}, which is not held: acquire it first")
         settings = self._settings if ttl is None else dataclasses.replace(self._settings, ttl=ttl)
@@ -243,8 +273,7 @@ class Lock:
         ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
         started = time.monotonic()
         if started >= self._expires:
-            await self._lose(token, ())
-            raise LockLost(f"lock {self.resource!r} expired before it was extended", resource=self._name, outcomes=())
+            raise await self._lose(f"lock {self.resource!r} expired before it was extended", ())
         futures = [node.send_script(EXTEND, (self._key,), (token, ttl_ms), limited=True) for node in nodes]
         # Votes after the old validity ends prove nothing: stop waiting then.
         ballot = Ballot(nodes, futures, vote_of_script, min(settings.node_timeout, self._expires - started))
@@ -267,27 +296,108 @@ class Lock:
             deadline=self._expires,
         )
         if validity is None:
-            await self._lose(token, ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING))
-            raise LockLost(
+            raise await self._lose(
                 f"lock {self.resource!r} could not be extended on a majority in time",
-                resource=self._name,
-                outcomes=self._last_outcomes,
+                ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING),
             )
         self._expires = ballot.decided_at + validity
         self._holders = ballot.voted(_algorithm.Vote.YES)
 
-    async def _lose(self, token: bytes, holders: Sequence[int]) -> None:
-        """The lease is gone: say so for good, and free what is left of it on the nodes."""
-        self._state = _State.LOST
-        releases = self._send_release(token, skip=self._skip)
-        wait_for = sorted(set(holders) | set(self._holders))
-        self._holders = []
+    async def _lose(self, why: str, holders: Sequence[int]) -> LockLost:
+        """The lease is gone (explicit extend): free what is left of it, and wait for the holders."""
+        releases, wait_for = self._mark_lost(why, holders)
         if wait_for:
             nodes = self._redlock._nodes
             await Ballot(
                 nodes, releases, vote_of_script, self._settings.node_timeout, majority=False, wait_for=wait_for
             ).wait()
-        log.warning("redlock %r lost: %s", self.resource, ", ".join(map(str, self._last_outcomes)))
+        assert self._lost is not None
+        return self._lost
+
+    def _mark_lost(self, why: str, holders: Sequence[int]) -> tuple[list[asyncio.Future[Reply]], list[int]]:
+        """Lost for good: no extension can bring it back. Queue the releases (no await)."""
+        assert self._token is not None
+        self._state = _State.LOST
+        self._lost = LockLost(why, resource=self._name, outcomes=self._last_outcomes)
+        releases = self._send_release(self._token, skip=self._skip)
+        wait_for = sorted(set(holders) | set(self._holders))
+        self._holders = []
+        log.warning("redlock %r lost: %s", self.resource, self._lost)
+        return releases, wait_for
+
+    # -- the watchdog's side ------------------------------------------------------
+    #
+    # Called from the watchdog's task and reply callbacks, never awaited.
+
+    def _next_due(self) -> float:
+        """When the watchdog should extend next: a threshold before validity ends, or at the hold limit."""
+        settings = self._settings
+        return min(self._expires - settings.ttl * settings.extend_threshold, self._acquired_at + settings.max_hold)
+
+    def _watchdog_due(self, now: float) -> bool:
+        """At a round's start: True to extend now; False when lost (handled here) or no longer watched."""
+        if not self._watched or self._state is not _State.HELD:
+            return False
+        settings = self._settings
+        if now >= self._expires:
+            # The event loop stalled past the validity (or the process was paused): too late.
+            self._watchdog_lost(f"lock {self.resource!r} expired before the watchdog could extend it (loop stall?)")
+            return False
+        if now >= self._acquired_at + settings.max_hold or (
+            settings.max_extensions is not None and self._extensions >= settings.max_extensions
+        ):
+            self._watchdog_lost(f"lock {self.resource!r} reached its hold limit (max_hold / max_extensions)")
+            return False
+        return True
+
+    def _watchdog_args(self) -> tuple[bytes, int]:
+        assert self._token is not None
+        return self._token, _algorithm.ttl_to_ms(self._settings.ttl)
+
+    def _watchdog_result(
+        self,
+        token: bytes,
+        started: float,
+        decided_at: float,
+        votes: Sequence[_algorithm.Vote],
+        outcomes: tuple[NodeOutcome, ...],
+    ) -> None:
+        if not self._watched or self._state is not _State.HELD or token != self._token:
+            return  # released, lost or re-acquired while the round was out
+        settings = self._settings
+        self._last_outcomes = outcomes
+        ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
+        validity = _algorithm.extended(
+            len(votes), votes, ttl_ms / 1000, started, decided_at, settings.drift_factor, deadline=self._expires
+        )
+        watchdog = self._redlock._watchdog
+        if validity is not None:
+            self._expires = decided_at + validity
+            self._holders = [i for i, v in enumerate(votes) if v is _algorithm.Vote.YES]
+            self._extensions += 1
+            watchdog.schedule(self, self._next_due())
+            return
+        now = time.monotonic()
+        if _algorithm.refused(votes):
+            self._watchdog_lost(f"lock {self.resource!r} is gone from a majority of nodes (expired or taken)")
+        elif now < self._expires:
+            # Not confirmed, not refused: try again soon, while validity is left.
+            retry = max(settings.node_timeout, min(settings.ttl / 10, (self._expires - now) / 3))
+            watchdog.schedule(self, min(now + retry, self._acquired_at + settings.max_hold))
+        else:
+            self._watchdog_lost(f"lock {self.resource!r} could not be extended on a majority before it ran out")
+
+    def _watchdog_lost(self, why: str) -> None:
+        self._mark_lost(why, ())
+        assert self._lost is not None
+        if self.on_lost is not None:
+            try:
+                self.on_lost(self._lost)
+            except Exception:
+                log.exception("redlock %r: on_lost callback failed", self.resource)
+        elif self._host is not None and not self._host.done():
+            self._cancelled_host = True
+            self._host.cancel(msg=f"redlock: {why}")
 
     # -- release ----------------------------------------------------------------
 
@@ -306,6 +416,7 @@ class Lock:
             raise RuntimeError(f"release() of lock {self.resource!r}, which is not held")
         token, holders = self._token, self._holders
         self._state, self._token, self._holders = _State.IDLE, None, []
+        self._watched = False  # the watchdog drops it at its next look
         futures = self._send_release(token, skip=self._skip)
         ballot = Ballot(
             self._redlock._nodes,
@@ -319,6 +430,15 @@ class Lock:
         self._last_outcomes = ballot.outcomes()
 
     # -- async with -------------------------------------------------------------
+    #
+    # Inside `async with`, the watchdog keeps the lease. If the lease is lost,
+    # the body is cancelled the way asyncio.timeout() cancels on expiry: the
+    # host task is cancelled, and on the way out that one cancellation (and
+    # only that one: the caller's own cancellations pass untouched) becomes
+    # LockLost. Timeline of a loss:
+    #
+    #   body awaits ... watchdog: lost -> keys released, host.cancel()
+    #   body gets CancelledError -> __aexit__: uncancel(), raise LockLost
 
     async def __aenter__(self) -> Self:
         if not await self.acquire():
@@ -327,13 +447,38 @@ class Lock:
                 resource=self._name,
                 outcomes=self._last_outcomes,
             )
+        if self._settings.auto_extend:
+            host = asyncio.current_task()
+            assert host is not None
+            self._host, self._host_cancelling, self._cancelled_host = host, host.cancelling(), False
+            self._watched = True
+            self._redlock._watchdog.schedule(self, self._next_due())
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        # Before any await: from here on the watchdog cannot cancel us.
+        host, cancelled_by_us = self._host, self._cancelled_host
+        self._unwatch()
+        if cancelled_by_us and host is not None:
+            others = host.uncancel() > self._host_cancelling  # someone else cancelled the task too
+            if exc_type is asyncio.CancelledError and not others:
+                await self._redlock._watchdog.forget(self)
+                assert self._lost is not None
+                raise self._lost from exc
+            if not others:
+                # The body swallowed our cancellation, or (3.11/3.12) it is still
+                # pending and would hit the caller's next await: take it here.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(0)
+        if host is not None:
+            await self._redlock._watchdog.forget(self)
         if self._state is _State.LOST:
             self._token = None
+            if exc is None and host is not None and self.on_lost is None:
+                assert self._lost is not None
+                raise self._lost  # the body finished, but not under the lock the whole time
             return
         if self._state is not _State.HELD:
             return  # released by the body itself
@@ -344,6 +489,11 @@ class Lock:
             if exc is None:
                 raise
             log.exception("redlock %r: release failed after the body raised", self.resource)
+
+    def _unwatch(self) -> None:
+        self._watched = False
+        self._host, self._cancelled_host = None, False
+        self._redlock._watchdog.discard(self)
 
     @property
     def _name(self) -> str:

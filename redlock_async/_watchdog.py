@@ -1,0 +1,211 @@
+"""Keeps held locks extended, in batches; reports a lost lock.
+
+One watchdog serves every lock of a Redlock: a heap of due times and one
+task that sleeps until the earliest. Locks due within :data:`BATCH_WINDOW`
+of each other are extended in one *round*: per node, one EXTEND_MANY script
+call carries up to :data:`CHUNK` locks, so 10,000 held locks cost a few
+commands per node per round instead of 10,000 timers and 50,000 replies.
+
+Each lock of a round is decided exactly as an explicit ``extend()`` is:
+``_algorithm.extended`` over its per-node votes, with the time its verdict
+became certain. Rounds are driven by reply callbacks; the task never waits
+for a round, so a slow node never delays the next one.
+
+The task runs only while locks are watched: it ends when the last one is
+forgotten, so none outlives the locks it serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from functools import partial
+from typing import TYPE_CHECKING
+
+from redlock_async import _algorithm
+from redlock_async._algorithm import Verdict, Vote
+from redlock_async._node import Failure, Node, Reply
+from redlock_async._scripts import EXTEND_MANY
+from redlock_async.errors import NodeOutcome
+
+if TYPE_CHECKING:
+    from redlock_async.lock import Lock
+
+BATCH_WINDOW = 0.02
+"""Seconds: locks due this close together are extended in the same round (a little early)."""
+CHUNK = 500
+"""Locks per EXTEND_MANY call: bounds the time one script holds a node (well under a millisecond)."""
+
+
+class Watchdog:
+    """Extends the watched locks of one Redlock before their leases run out."""
+
+    def __init__(self, nodes: tuple[Node, ...], node_timeout: float) -> None:
+        self._nodes = nodes
+        self._node_timeout = node_timeout
+        self._heap: list[tuple[float, int, Lock]] = []
+        self._entries: dict[Lock, int] = {}  # lock -> its live heap entry's sequence number
+        self._seq = itertools.count()
+        self._task: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._waiter_due = float("inf")
+        self.rounds = 0
+        """Rounds started (each is one call per node per chunk): for benchmarks."""
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def schedule(self, lock: Lock, due: float) -> None:
+        """Extend *lock* at monotonic time *due* (replacing any earlier schedule)."""
+        seq = next(self._seq)
+        self._entries[lock] = seq
+        heapq.heappush(self._heap, (due, seq, lock))
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="redlock-watchdog")
+        elif due < self._waiter_due and self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)  # wake up earlier than planned
+
+    def discard(self, lock: Lock) -> None:
+        """Stop watching *lock* (synchronous: safe before any await)."""
+        self._entries.pop(lock, None)
+
+    async def forget(self, lock: Lock) -> None:
+        """Stop watching *lock*; the task ends once no lock is watched."""
+        self._entries.pop(lock, None)
+        if not self._entries:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        self._heap.clear()
+        self._entries.clear()
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            # wait() does not raise the task's CancelledError: only our own caller's, if any.
+            await asyncio.wait([task])
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        heap = self._heap
+        while self._entries:
+            now = time.monotonic()
+            batch: list[Lock] = []
+            while heap and heap[0][0] <= now + BATCH_WINDOW:
+                _, seq, lock = heapq.heappop(heap)
+                if self._entries.get(lock) == seq:  # else a stale entry: rescheduled or forgotten
+                    del self._entries[lock]
+                    batch.append(lock)
+            if batch:
+                self._start_round(batch, now)
+            while heap and self._entries.get(heap[0][2]) != heap[0][1]:
+                heapq.heappop(heap)  # drop stale entries so the sleep below is for a live one
+            self._waiter_due = heap[0][0] if heap else float("inf")
+            if not self._entries:
+                break
+            self._waiter = loop.create_future()
+            timer = loop.call_at(loop.time() + max(0.0, self._waiter_due - time.monotonic()), _wake, self._waiter)
+            try:
+                await self._waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+
+    def _start_round(self, locks: list[Lock], now: float) -> None:
+        """Hand over the locks that are past a limit; send EXTEND_MANY for the rest."""
+        extend: list[Lock] = []
+        for lock in locks:
+            if not lock._watchdog_due(now):
+                continue  # lost or released meanwhile, or at its hold limit (the lock handled it)
+            extend.append(lock)
+        if extend:
+            self.rounds += 1
+            _Round(self, extend, now)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class _Round:
+    """One batched extension of many locks on all nodes; each lock decided on its own."""
+
+    __slots__ = (
+        "_decided",
+        "_details",
+        "_locks",
+        "_nodes",
+        "_open",
+        "_started",
+        "_timer",
+        "_tokens",
+        "_votes",
+        "_watchdog",
+    )
+
+    def __init__(self, watchdog: Watchdog, locks: list[Lock], started: float) -> None:
+        loop = asyncio.get_running_loop()
+        nodes = watchdog._nodes
+        self._watchdog = watchdog
+        self._nodes = nodes
+        self._locks = locks
+        self._started = started
+        n = len(nodes)
+        self._votes: list[list[Vote]] = [[Vote.PENDING] * n for _ in locks]
+        self._details: list[list[str]] = [[""] * n for _ in locks]
+        self._decided = [False] * len(locks)
+        self._open = len(locks)
+        self._timer: asyncio.TimerHandle | None = None
+        self._tokens: list[bytes] = []
+        for start in range(0, len(locks), CHUNK):
+            chunk = locks[start : start + CHUNK]
+            keys = tuple(lock._key for lock in chunk)
+            args: list[bytes | int] = []
+            for lock in chunk:
+                token, ttl_ms = lock._watchdog_args()
+                self._tokens.append(token)
+                args += (token, ttl_ms)
+            for i, node in enumerate(nodes):
+                fut = node.send_script(EXTEND_MANY, keys, tuple(args), limited=True)
+                fut.add_done_callback(partial(self._on_reply, i, start, len(chunk)))
+        if self._open:
+            self._timer = loop.call_later(watchdog._node_timeout, self._on_timeout)
+
+    def _on_reply(self, node: int, start: int, count: int, fut: asyncio.Future[Reply]) -> None:
+        reply = fut.result()
+        now = time.monotonic()
+        failure = reply if isinstance(reply, Failure) else None
+        for j in range(start, start + count):
+            if self._decided[j]:
+                continue
+            votes = self._votes[j]
+            if failure is not None:
+                votes[node] = failure.vote
+                self._details[j][node] = failure.detail
+            else:
+                votes[node] = Vote.YES if reply[j - start] == 1 else Vote.NO
+            if _algorithm.tally(len(votes), votes) is not Verdict.UNDECIDED:
+                self._decide(j, now)
+
+    def _on_timeout(self) -> None:
+        self._timer = None
+        now = time.monotonic()
+        for j, votes in enumerate(self._votes):
+            if not self._decided[j]:
+                votes[:] = [Vote.TIMEOUT if v is Vote.PENDING else v for v in votes]
+                self._decide(j, now)
+
+    def _decide(self, j: int, decided_at: float) -> None:
+        self._decided[j] = True
+        self._open -= 1
+        votes = self._votes[j]
+        outcomes = tuple(
+            NodeOutcome(node.name, vote, detail)
+            for node, vote, detail in zip(self._nodes, votes, self._details[j], strict=True)
+        )
+        self._locks[j]._watchdog_result(self._tokens[j], self._started, decided_at, votes, outcomes)
+        if not self._open and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
