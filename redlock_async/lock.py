@@ -8,7 +8,6 @@ uses a new random token, so a stale release can never delete a later lease.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import enum
 import logging
@@ -462,17 +461,20 @@ class Lock:
         host, cancelled_by_us = self._host, self._cancelled_host
         self._unwatch()
         if cancelled_by_us and host is not None:
-            others = host.uncancel() > self._host_cancelling  # someone else cancelled the task too
+            # Our cancel was requested while the body was suspended (callbacks run
+            # only then), so it was delivered inside the body: nothing is pending
+            # that 3.11 could not withdraw. Take back our count; if the body let
+            # the CancelledError out and no one else cancelled, it becomes LockLost.
+            others = host.uncancel() > self._host_cancelling
             if exc_type is asyncio.CancelledError and not others:
                 await self._redlock._watchdog.forget(self)
                 assert self._lost is not None
                 raise self._lost from exc
-            if not others:
-                # The body swallowed our cancellation, or (3.11/3.12) it is still
-                # pending and would hit the caller's next await: take it here.
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.sleep(0)
         if host is not None:
+            if self._state is _State.HELD and time.monotonic() >= self._expires:
+                # The body blocked the loop past the validity: the watchdog never
+                # got a chance, and this is the first moment we can tell.
+                self._mark_lost(f"lock {self.resource!r} ran out while the body ran (event loop blocked?)", ())
             await self._redlock._watchdog.forget(self)
         if self._state is _State.LOST:
             self._token = None
