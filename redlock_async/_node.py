@@ -61,9 +61,11 @@ class Node:
     """A Redis master: queue commands, get futures of their replies.
 
     *limited* commands (acquire, extend) are refused with a SKIPPED failure
-    once *max_queued* commands wait on this node (a stalled node must not
-    collect an unbounded backlog). Releases are never refused: each answers a
-    command that was sent, so they are bounded by the same cap.
+    when *max_queued* commands already wait on a node that has answered
+    nothing for *stall_after* seconds: a stalled node must not collect an
+    unbounded backlog, while a busy one that keeps answering is never refused.
+    Releases are never refused: each follows a command that was sent, so
+    they are bounded by the same cap.
     """
 
     def __init__(
@@ -72,12 +74,15 @@ class Node:
         connection: AbstractConnection,
         *,
         max_queued: int,
+        stall_after: float,
         connect_timeout: float,
         reconnect_delay: float,
     ) -> None:
         self.name = name
         self._conn = connection
         self._max_queued = max_queued
+        self._stall_after = stall_after
+        self._progress = 0.0  # last reply, or first write after an idle spell (monotonic)
         self._connect_timeout = connect_timeout
         self._reconnect_delay = reconnect_delay
         # (packed command, future), not yet written; then written, awaiting replies.
@@ -112,8 +117,8 @@ class Node:
         if self._down_until and time.monotonic() < self._down_until:
             fut.set_result(Failure(Vote.SKIPPED, f"node down ({self._down_reason})"))
             return fut
-        if limited and len(self._outbox) + len(self._inflight) >= self._max_queued:
-            fut.set_result(Failure(Vote.SKIPPED, f"{self._max_queued} commands already queued"))
+        if limited and len(self._outbox) + len(self._inflight) >= self._max_queued and self._stalled():
+            fut.set_result(Failure(Vote.SKIPPED, f"stalled: {self.queued} commands unanswered"))
             return fut
         # hiredis's packer (redis[hiredis] brings it) is ~10x faster than
         # redis-py's Python one; our arguments are only bytes, str and int.
@@ -141,6 +146,9 @@ class Node:
 
         first.add_done_callback(resolve)
         return outer
+
+    def _stalled(self) -> bool:
+        return time.monotonic() - self._progress > self._stall_after
 
     # -- lifecycle --------------------------------------------------------
 
@@ -197,6 +205,8 @@ class Node:
             if not self._connected and not await self._connect():
                 continue
             batch, self._outbox = self._outbox, []
+            if not self._inflight:
+                self._progress = time.monotonic()  # waiting starts now, not at the last reply
             chunks: list[bytes] = []
             for packed, fut in batch:
                 chunks.append(packed)
@@ -254,6 +264,7 @@ class Node:
                 self._broken(RedisError("a reply came with no command waiting for it"))
                 return
             fut = inflight.popleft()
+            self._progress = time.monotonic()
             if not fut.done():
                 fut.set_result(reply)
 

@@ -58,7 +58,9 @@ class Settings:
     reconnect_delay: float = 0.1
     """After a failed connect, the node is skipped (fails at once) for this long."""
     max_queued: int = 1024
-    """Commands that may wait on one node before new acquires skip it."""
+    """Unanswered commands on a stalled node (silent for connect_timeout) before new
+    acquires and extends skip it; a node that keeps answering is never skipped,
+    and a client whose own loop lags (a burst of acquires) is not taken for a stall."""
     key_prefix: str = "redlock:"
     """Prepended to every resource name to make the lock's key."""
     auto_extend: bool = True

@@ -92,6 +92,7 @@ class Redlock:
                     name,
                     connection,
                     max_queued=self.settings.max_queued,
+                    stall_after=self.settings.connect_timeout,
                     connect_timeout=self.settings.connect_timeout,
                     reconnect_delay=self.settings.reconnect_delay,
                 )

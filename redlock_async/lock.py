@@ -222,7 +222,8 @@ class Lock:
             # Failed: release everywhere the SET may have run (a lost reply
             # still set the key), and wait for the nodes known or likely to hold it.
             await self._give_back(token, futures, ballot)
-            log.debug("redlock %r not acquired: %s", self.resource, ", ".join(map(str, ballot.outcomes())))
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("redlock %r not acquired: %s", self.resource, ", ".join(map(str, self._last_outcomes)))
             return False
         self._token = token
         self._skip = _never_sent(futures)

@@ -351,9 +351,12 @@ async def test_cancelled_acquire_leaves_no_keys(faulty: Cluster) -> None:
 
 
 async def test_stalled_node_backlog_is_capped(faulty: Cluster) -> None:
-    async with Redlock(faulty.urls, max_queued=8) as redlock:
+    async with Redlock(faulty.urls, max_queued=8, connect_timeout=0.2) as redlock:
         faulty[4].pause()
         stalled = redlock._nodes[4]
+        async with redlock.lock("cap-first"):
+            pass
+        await asyncio.sleep(0.3)  # silent for longer than connect_timeout: stalled
         for n in range(40):
             async with redlock.lock(f"cap{n}"):
                 pass
@@ -361,12 +364,21 @@ async def test_stalled_node_backlog_is_capped(faulty: Cluster) -> None:
             assert stalled.queued <= 2 * 8
         lock = redlock.lock("cap-last")
         assert await lock.acquire()
-        assert any(o.vote is Vote.SKIPPED and "queued" in o.detail for o in lock.outcomes)
+        assert any(o.vote is Vote.SKIPPED and "stalled" in o.detail for o in lock.outcomes)
         await lock.release()
         faulty[4].resume()
         await asyncio.sleep(0.2)
         assert stalled.queued == 0
         assert faulty[4].command("DBSIZE") == 0
+
+
+async def test_busy_node_is_never_skipped(make_redlock: MakeRedlock) -> None:
+    # Far more concurrent acquires than max_queued: a node that keeps answering is busy, not stalled.
+    redlock = await make_redlock(max_queued=16, node_timeout=0.5)
+    locks = [redlock.lock(f"burst{n}") for n in range(300)]
+    results = await asyncio.gather(*(lock.acquire(blocking=False) for lock in locks))
+    assert all(results)
+    await asyncio.gather(*(lock.release() for lock in locks))
 
 
 async def test_paused_before_connect_still_acquires(faulty: Cluster) -> None:
