@@ -21,6 +21,45 @@ from redlock_async.errors import NodeOutcome
 
 Classify = Callable[[Reply], Vote]
 
+LATE = 0.005
+"""A timer firing this many seconds late means the loop was blocked, not that the nodes were slow."""
+
+
+class Deadline:
+    """Calls back once the nodes had *timeout* seconds of a running event loop to answer.
+
+    Timeline of the case it exists for::
+
+        send() ── loop blocked 60 ms (GC, a blocking call, a burst) ──► timer fires 10 ms late
+                  replies sat unread in the sockets all along; the readers have not run yet
+
+    Deciding there would count answered nodes as timed out. So a timer that
+    fires late gives the nodes one fresh window instead. Waiting longer never
+    makes a lock unsafe: validity is counted from the start of the attempt.
+    """
+
+    __slots__ = ("_callback", "_handle", "_loop", "_rearmed", "_timeout", "_when")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float, callback: Callable[[], None]) -> None:
+        self._loop = loop
+        self._timeout = timeout
+        self._callback = callback
+        self._rearmed = False
+        self._when = loop.time() + timeout
+        self._handle = loop.call_at(self._when, self._fire)
+
+    def _fire(self) -> None:
+        now = self._loop.time()
+        if not self._rearmed and now - self._when > LATE:
+            self._rearmed = True
+            self._when = now + self._timeout
+            self._handle = self._loop.call_at(self._when, self._fire)
+            return
+        self._callback()
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
 
 def vote_of_set(reply: Reply) -> Vote:
     """``SET NX`` answers OK when it set the key, nil when the key exists."""
@@ -82,7 +121,7 @@ class Ballot:
         self._yes = 0
         self._failed = 0
         self._done: asyncio.Future[None] = loop.create_future()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Deadline | None = None
         indices = range(len(nodes)) if wait_for is None else wait_for
         self._open = len(indices)
         for i in indices:
@@ -92,7 +131,7 @@ class Ballot:
             else:
                 fut.add_done_callback(self._on_reply_factory(i))
         if not self._done.done():
-            self._timer = loop.call_later(timeout, self._on_timeout)
+            self._timer = Deadline(loop, timeout, self._on_timeout)
 
     def _on_reply_factory(self, i: int) -> Callable[[asyncio.Future[Reply]], None]:
         def on_reply(fut: asyncio.Future[Reply]) -> None:

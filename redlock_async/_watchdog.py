@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from redlock_async import _algorithm
 from redlock_async._algorithm import Verdict, Vote
+from redlock_async._fanout import Deadline
 from redlock_async._node import Failure, Node, Reply
 from redlock_async._scripts import EXTEND_MANY
 from redlock_async.errors import NodeOutcome
@@ -157,7 +158,7 @@ class _Round:
         self._details: list[list[str]] = [[""] * n for _ in locks]
         self._decided = [False] * len(locks)
         self._open = len(locks)
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Deadline | None = None
         self._tokens: list[bytes] = []
         for start in range(0, len(locks), CHUNK):
             chunk = locks[start : start + CHUNK]
@@ -171,7 +172,7 @@ class _Round:
                 fut = node.send_script(EXTEND_MANY, keys, tuple(args), limited=True)
                 fut.add_done_callback(partial(self._on_reply, i, start, len(chunk)))
         if self._open:
-            self._timer = loop.call_later(watchdog._node_timeout, self._on_timeout)
+            self._timer = Deadline(loop, watchdog._node_timeout, self._on_timeout)
 
     def _on_reply(self, node: int, start: int, count: int, fut: asyncio.Future[Reply]) -> None:
         reply = fut.result()

@@ -402,3 +402,17 @@ async def test_extend_with_majority_down_is_lost(faulty: Cluster) -> None:
         assert [o.vote for o in caught.value.outcomes].count(Vote.TIMEOUT) == 3
         for i in (0, 1, 2):
             faulty[i].resume()
+
+
+@pytest.mark.parametrize("turns", [0, 1, 3])
+async def test_loop_stall_is_not_a_node_timeout(redlock: Redlock, turns: int) -> None:
+    # The loop is blocked longer than node_timeout right after the SETs were queued:
+    # the nodes answered in time, their replies just sat unread. Still acquired.
+    lock = redlock.lock(f"stalled-loop-{turns}")
+    task = asyncio.create_task(lock.acquire(blocking=False))
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    time.sleep(redlock.settings.node_timeout + 0.01)
+    assert await task
+    assert Vote.TIMEOUT not in [o.vote for o in lock.outcomes]
+    await lock.release()
