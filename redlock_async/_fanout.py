@@ -68,6 +68,13 @@ def vote_of_set(reply: Reply) -> Vote:
     return Vote.YES if reply == b"OK" else Vote.NO
 
 
+def vote_of_fenced(reply: Reply) -> Vote:
+    """The fenced acquire script answers the node's counter (>= 0) when it set the key, -1 when not."""
+    if isinstance(reply, Failure):
+        return reply.vote
+    return Vote.YES if isinstance(reply, int) and reply >= 0 else Vote.NO
+
+
 def vote_of_script(reply: Reply) -> Vote:
     """Our scripts answer 1 for done, 0 for a key that is gone or not ours."""
     if isinstance(reply, Failure):

@@ -68,3 +68,57 @@ end
 return extended
 """
 )
+
+ACQUIRE_FENCED = Script(
+    b"""
+-- SET NX PX, and read the resource's fencing counter in the same step.
+-- KEYS[1]  the lock key
+-- KEYS[2]  the resource's fencing counter (never expires)
+-- ARGV[1]  the token of this acquisition
+-- ARGV[2]  the ttl in integer milliseconds
+-- returns  the counter (>= 0) when the key was set; -1 when it exists
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return tonumber(redis.call('GET', KEYS[2]) or '0')
+end
+return -1
+"""
+)
+
+FENCE = Script(
+    b"""
+-- Raise the fencing counter to the new token, only while this acquisition
+-- still holds the key: any later holder of the key then reads it.
+-- KEYS[1]  the lock key
+-- KEYS[2]  the resource's fencing counter
+-- ARGV[1]  the token of this acquisition
+-- ARGV[2]  the fencing token chosen for it
+-- returns  1 written (or already higher); 0 the key is gone or not ours
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then
+        redis.call('SET', KEYS[2], ARGV[2])
+    end
+    return 1
+end
+return 0
+"""
+)
+
+FENCED_SET = Script(
+    b"""
+-- A write to a protected Redis resource, applied only for a fencing token
+-- that is not smaller than the largest one this resource has seen.
+-- KEYS[1]  the data key written
+-- KEYS[2]  the largest fencing token seen for that data (never expires)
+-- ARGV[1]  the writer's fencing token
+-- ARGV[2]  the value
+-- returns  {1, previous largest token} applied; {0, largest token} refused
+local seen = tonumber(redis.call('GET', KEYS[2]) or '-1')
+local token = tonumber(ARGV[1])
+if token < seen then
+    return {0, seen}
+end
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[2])
+return {1, seen}
+"""
+)

@@ -63,6 +63,11 @@ class Settings:
     and a client whose own loop lags (a burst of acquires) is not taken for a stall."""
     key_prefix: str = "redlock:"
     """Prepended to every resource name to make the lock's key."""
+    fencing: bool = False
+    """Give each grant a fencing token (Lock.fencing_token) that grows with every
+    grant of the resource: one more round trip per acquire. See docs/fencing.md."""
+    fence_prefix: str = "redlock-fence:"
+    """Prepended to the resource name for its fencing counter, which never expires."""
     auto_extend: bool = True
     """Inside ``async with lock``, a watchdog extends the lease until the block
     exits, and cancels the body (raising LockLost) if the lease is lost."""
@@ -106,8 +111,9 @@ class Settings:
             raise TypeError(f"max_queued must be an int, got {type(self.max_queued).__name__}")
         if self.max_queued < 1:
             raise ValueError(f"max_queued must be at least 1, got {self.max_queued}")
-        if not isinstance(self.auto_extend, bool):
-            raise TypeError(f"auto_extend must be True or False, got {type(self.auto_extend).__name__}")
+        for name in ("fencing", "auto_extend"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {type(getattr(self, name)).__name__}")
         threshold = self.extend_threshold
         if isinstance(threshold, bool) or not isinstance(threshold, int | float):
             raise TypeError(f"extend_threshold must be a fraction like 1/3, got {type(threshold).__name__}")
@@ -122,7 +128,15 @@ class Settings:
                 raise ValueError(f"max_extensions must be >= 0 (or None for no bound), got {extensions}")
         if not isinstance(self.key_prefix, str):
             raise TypeError(f"key_prefix must be a str, got {type(self.key_prefix).__name__}")
-        try:
-            self.key_prefix.encode()
-        except UnicodeEncodeError as exc:
-            raise ValueError(f"key_prefix {self.key_prefix!r} is not valid UTF-8 ({exc.reason})") from None
+        if not isinstance(self.fence_prefix, str):
+            raise TypeError(f"fence_prefix must be a str, got {type(self.fence_prefix).__name__}")
+        for name in ("key_prefix", "fence_prefix"):
+            try:
+                getattr(self, name).encode()
+            except UnicodeEncodeError as exc:
+                raise ValueError(f"{name} {getattr(self, name)!r} is not valid UTF-8 ({exc.reason})") from None
+        if self.fence_prefix.startswith(self.key_prefix) or self.key_prefix.startswith(self.fence_prefix):
+            raise ValueError(
+                f"key_prefix {self.key_prefix!r} and fence_prefix {self.fence_prefix!r} overlap: a lock key "
+                "could be taken for a fencing counter; pick prefixes where neither starts the other"
+            )

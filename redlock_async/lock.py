@@ -19,9 +19,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self, final
 
 from redlock_async import _algorithm
-from redlock_async._fanout import Ballot, vote_of_script, vote_of_set
+from redlock_async._fanout import Ballot, vote_of_fenced, vote_of_script, vote_of_set
 from redlock_async._node import Failure, Reply
-from redlock_async._scripts import EXTEND, RELEASE
+from redlock_async._scripts import ACQUIRE_FENCED, EXTEND, FENCE, RELEASE
 from redlock_async._settings import Settings, check_duration
 from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome
 
@@ -81,6 +81,8 @@ class Lock:
         "_cancelled_host",
         "_expires",
         "_extensions",
+        "_fence_key",
+        "_fencing_token",
         "_holders",
         "_host",
         "_host_cancelling",
@@ -106,6 +108,8 @@ class Lock:
         on_lost: Callable[[LockLost], object] | None = None,
     ) -> None:
         self._key = resource_key(settings.key_prefix, resource)
+        self._fence_key = resource_key(settings.fence_prefix, resource)
+        self._fencing_token: int | None = None
         self.resource = resource
         self._redlock = redlock
         self._settings = settings
@@ -153,6 +157,16 @@ class Lock:
     def token(self) -> str | None:
         """The random value of the current acquisition, None when not held."""
         return self._token.decode() if self._token is not None and self._state is _State.HELD else None
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The fencing token of the current acquisition (``fencing=True`` locks), None when not held.
+
+        Strictly greater than the token of every earlier grant of this
+        resource, through any client, as long as the nodes keep their data.
+        Pass it to the protected resource, which refuses smaller ones.
+        """
+        return self._fencing_token if self._state is _State.HELD else None
 
     @property
     def outcomes(self) -> tuple[NodeOutcome, ...]:
@@ -205,10 +219,19 @@ class Lock:
         token = secrets.token_urlsafe(TOKEN_BYTES).encode()
         ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
         started = time.monotonic()
-        futures = [node.send(b"SET", self._key, token, b"NX", b"PX", ttl_ms, limited=True) for node in nodes]
-        ballot = Ballot(nodes, futures, vote_of_set, settings.node_timeout)
+        if settings.fencing:
+            keys = (self._key, self._fence_key)
+            futures = [node.send_script(ACQUIRE_FENCED, keys, (token, ttl_ms), limited=True) for node in nodes]
+            ballot = Ballot(nodes, futures, vote_of_fenced, settings.node_timeout)
+        else:
+            futures = [node.send(b"SET", self._key, token, b"NX", b"PX", ttl_ms, limited=True) for node in nodes]
+            ballot = Ballot(nodes, futures, vote_of_set, settings.node_timeout)
         try:
             await ballot.wait()
+            decided_at = ballot.decided_at
+            if settings.fencing and ballot.verdict is _algorithm.Verdict.WON:
+                ballot = await self._fence(token, futures, ballot)
+                decided_at = ballot.decided_at
         except BaseException:
             # Cancelled mid-vote: the SETs are out and may succeed; hand back
             # every one of them before the cancellation goes on (queued, no await).
@@ -216,7 +239,7 @@ class Lock:
             raise
         self._last_outcomes = ballot.outcomes()
         validity = _algorithm.granted(
-            len(nodes), ballot.votes, ttl_ms / 1000, started, ballot.decided_at, settings.drift_factor
+            len(nodes), ballot.votes, ttl_ms / 1000, started, decided_at, settings.drift_factor
         )
         if validity is None:
             # Failed: release everywhere the SET may have run (a lost reply
@@ -230,10 +253,32 @@ class Lock:
         self._acquired_at = started
         self._extensions = 0
         self._lost = None
-        self._expires = ballot.decided_at + validity
+        self._expires = decided_at + validity
         self._holders = ballot.voted(_algorithm.Vote.YES)
         self._state = _State.HELD
         return True
+
+    async def _fence(self, token: bytes, granted: Sequence[asyncio.Future[Reply]], ballot: Ballot) -> Ballot:
+        """Choose the fencing token and make a majority hold it; the returned ballot decides the grant.
+
+        The token is one more than the largest counter among the nodes that
+        granted. It counts only once a majority raised their counter to it
+        while still holding our key: every later grant needs a majority too,
+        so it meets one of those nodes, after our key there is gone, and reads
+        a counter at least this high. (Taking the largest counter alone is not
+        enough: see docs/fencing.md for the sequence that breaks it.)
+        """
+        counters = [
+            fut.result() for fut, vote in zip(granted, ballot.votes, strict=True) if vote is _algorithm.Vote.YES
+        ]
+        fencing_token = max(counters) + 1
+        nodes = self._redlock._nodes
+        keys = (self._key, self._fence_key)
+        futures = [node.send_script(FENCE, keys, (token, fencing_token), limited=True) for node in nodes]
+        fenced = Ballot(nodes, futures, vote_of_script, self._settings.node_timeout)
+        await fenced.wait()
+        self._fencing_token = fencing_token
+        return fenced
 
     async def _give_back(self, token: bytes, sets: Sequence[asyncio.Future[Reply]], ballot: Ballot) -> None:
         releases = self._send_release(token, skip=_never_sent(sets))
