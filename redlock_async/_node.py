@@ -30,6 +30,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -77,8 +78,14 @@ class Node:
         stall_after: float,
         connect_timeout: float,
         reconnect_delay: float,
+        on_message: Callable[[list[bytes]], None] | None = None,
+        on_connect: Callable[[Node], None] | None = None,
     ) -> None:
         self.name = name
+        # A subscriber connection: pub/sub messages go to on_message (they answer
+        # no command); on_connect re-subscribes after every (re)connect.
+        self._on_message = on_message
+        self._on_connect = on_connect
         self._conn = connection
         self._max_queued = max_queued
         self._stall_after = stall_after
@@ -243,6 +250,8 @@ class Node:
             return False
         self._connected = True
         self._down_until = 0.0
+        if self._on_connect is not None:
+            self._on_connect(self)
         assert self._loop is not None
         self._reader = self._loop.create_task(self._read_loop(), name=f"redlock-reader {self.name}")
         return True
@@ -260,6 +269,9 @@ class Node:
             except (RedisError, OSError) as exc:
                 self._broken(exc)
                 return
+            if self._on_message is not None and type(reply) is list and reply and reply[0] == b"message":
+                self._on_message(reply)
+                continue
             if not inflight:
                 self._broken(RedisError("a reply came with no command waiting for it"))
                 return

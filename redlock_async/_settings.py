@@ -63,6 +63,10 @@ class Settings:
     and a client whose own loop lags (a burst of acquires) is not taken for a stall."""
     key_prefix: str = "redlock:"
     """Prepended to every resource name to make the lock's key."""
+    wait_for_release: bool = True
+    """A blocking acquire that finds the lock taken is woken by the holder's
+    release (pub/sub, one connection per node for the whole Redlock) instead
+    of only polling; it still retries after retry_delay if no word comes."""
     fencing: bool = False
     """Give each grant a fencing token (Lock.fencing_token) that grows with every
     grant of the resource: one more round trip per acquire. See docs/fencing.md."""
@@ -111,7 +115,7 @@ class Settings:
             raise TypeError(f"max_queued must be an int, got {type(self.max_queued).__name__}")
         if self.max_queued < 1:
             raise ValueError(f"max_queued must be at least 1, got {self.max_queued}")
-        for name in ("fencing", "auto_extend"):
+        for name in ("wait_for_release", "fencing", "auto_extend"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {type(getattr(self, name)).__name__}")
         threshold = self.extend_threshold
@@ -135,7 +139,9 @@ class Settings:
                 getattr(self, name).encode()
             except UnicodeEncodeError as exc:
                 raise ValueError(f"{name} {getattr(self, name)!r} is not valid UTF-8 ({exc.reason})") from None
-        if self.fence_prefix.startswith(self.key_prefix) or self.key_prefix.startswith(self.fence_prefix):
+        if self.fencing and (
+            self.fence_prefix.startswith(self.key_prefix) or self.key_prefix.startswith(self.fence_prefix)
+        ):
             raise ValueError(
                 f"key_prefix {self.key_prefix!r} and fence_prefix {self.fence_prefix!r} overlap: a lock key "
                 "could be taken for a fencing counter; pick prefixes where neither starts the other"

@@ -14,6 +14,7 @@ from redis.asyncio.connection import AbstractConnection
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from redlock_async._handoff import Listener
 from redlock_async._node import Node
 from redlock_async._settings import Settings
 from redlock_async._watchdog import Watchdog
@@ -52,6 +53,7 @@ class Redlock:
         reconnect_delay: float = _DEFAULTS.reconnect_delay,
         max_queued: int = _DEFAULTS.max_queued,
         key_prefix: str = _DEFAULTS.key_prefix,
+        wait_for_release: bool = _DEFAULTS.wait_for_release,
         fencing: bool = _DEFAULTS.fencing,
         fence_prefix: str = _DEFAULTS.fence_prefix,
         auto_extend: bool = _DEFAULTS.auto_extend,
@@ -69,6 +71,7 @@ class Redlock:
             reconnect_delay=reconnect_delay,
             max_queued=max_queued,
             key_prefix=key_prefix,
+            wait_for_release=wait_for_release,
             fencing=fencing,
             fence_prefix=fence_prefix,
             auto_extend=auto_extend,
@@ -82,27 +85,36 @@ class Redlock:
         if not specs:
             raise ValueError("nodes is empty: give the URLs of at least one Redis master (3 or 5 for Redlock)")
         built: list[Node] = []
+        subscribers: list[Node] = []
+        self._listener = Listener(self.settings.node_timeout)
         seen: dict[tuple[Any, ...], int] = {}
         for index, spec in enumerate(specs):
-            name, identity, connection = _connection_for(spec, index, self.settings)
+            name, identity, connection_class, kwargs = _connection_for(spec, index, self.settings)
             if identity in seen:
                 raise ValueError(
                     f"nodes[{index}] ({name}) is the same server as nodes[{seen[identity]}]: "
                     "each node must be a distinct master, or the majority means nothing"
                 )
             seen[identity] = index
-            built.append(
+            node_settings: dict[str, Any] = {
+                "max_queued": self.settings.max_queued,
+                "stall_after": self.settings.connect_timeout,
+                "connect_timeout": self.settings.connect_timeout,
+                "reconnect_delay": self.settings.reconnect_delay,
+            }
+            built.append(Node(name, connection_class(**kwargs), **node_settings))
+            subscribers.append(
                 Node(
                     name,
-                    connection,
-                    max_queued=self.settings.max_queued,
-                    stall_after=self.settings.connect_timeout,
-                    connect_timeout=self.settings.connect_timeout,
-                    reconnect_delay=self.settings.reconnect_delay,
+                    connection_class(**kwargs),
+                    on_message=self._listener.on_message,
+                    on_connect=self._listener.on_connect,
+                    **node_settings,
                 )
             )
         self._nodes: tuple[Node, ...] = tuple(built)
         self._watchdog = Watchdog(self._nodes, self.settings.node_timeout)
+        self._listener.nodes = self._subscribers = tuple(subscribers)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -164,7 +176,10 @@ class Redlock:
             return
         self._closed = True
         await self._watchdog.aclose()
-        await asyncio.gather(*(node.aclose(grace=self.settings.node_timeout) for node in self._nodes))
+        await asyncio.gather(
+            *(node.aclose(grace=self.settings.node_timeout) for node in self._nodes),
+            *(node.aclose(grace=0.0) for node in self._subscribers),
+        )
 
     async def __aenter__(self) -> Self:
         await self.connect()
@@ -180,8 +195,10 @@ class Redlock:
             raise RuntimeError("this Redlock is closed: make a new one")
 
 
-def _connection_for(spec: object, index: int, settings: Settings) -> tuple[str, tuple[Any, ...], AbstractConnection]:
-    """A dedicated connection to the node *spec*, its display name and its identity."""
+def _connection_for(
+    spec: object, index: int, settings: Settings
+) -> tuple[str, tuple[Any, ...], type[AbstractConnection], dict[str, Any]]:
+    """How to connect to the node *spec* (class and keyword arguments), its display name and its identity."""
     if isinstance(spec, str):
         try:
             pool = ConnectionPool.from_url(spec)
@@ -209,6 +226,15 @@ def _connection_for(spec: object, index: int, settings: Settings) -> tuple[str, 
     # Deadlines are ours (per request, per node), so the socket has none;
     # RESP2 so no push message can slip in between replies; no retries, so a
     # failed connect is reported at once and retried by the node later.
+    # Pool internals (redis-py 6+) belong to the pool they came from, not to our connections.
+    for internal in ("maint_notifications_pool_handler", "himport_registry", "orig_host_address"):
+        kwargs.pop(internal, None)
+    for internal in ("orig_socket_timeout", "orig_socket_connect_timeout"):
+        kwargs.pop(internal, None)
+    if "maint_notifications_config" in kwargs:
+        from redis.maint_notifications import MaintNotificationsConfig
+
+        kwargs["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
     kwargs.update(
         socket_timeout=None,
         socket_connect_timeout=settings.connect_timeout,
@@ -216,5 +242,4 @@ def _connection_for(spec: object, index: int, settings: Settings) -> tuple[str, 
         protocol=2,
         retry=Retry(NoBackoff(), 0),
     )
-    connection: AbstractConnection = pool.connection_class(**kwargs)
-    return name, identity, connection
+    return name, identity, pool.connection_class, kwargs

@@ -198,6 +198,8 @@ class Lock:
         self._token = None
         self._state = _State.ACQUIRING
         give_up = time.monotonic() + limit
+        listener = self._redlock._listener if self._settings.wait_for_release and blocking else None
+        listening = woken = False
         try:
             while True:
                 if await self._attempt():
@@ -205,12 +207,29 @@ class Lock:
                 remaining = give_up - time.monotonic()
                 if not blocking or remaining <= 0:
                     return False
-                await asyncio.sleep(_algorithm.retry_delay(self._settings.retry_delay, _random.random(), remaining))
+                delay = _algorithm.retry_delay(self._settings.retry_delay, _random.random(), remaining)
+                if listener is None:
+                    await asyncio.sleep(delay)
+                else:
+                    if not listening:
+                        # Listen first, then look again: a release between the failed
+                        # attempt and the subscription would otherwise go unheard.
+                        await listener.enter(self._key)
+                        listening = True
+                        if await self._attempt():
+                            return True
+                    # Woken by a release (our turn among this Redlock's waiters), or
+                    # after the jittered delay if no word came: notifications can be lost.
+                    woken = await listener.wait(self._key, delay, again=woken)
                 if time.monotonic() >= give_up:
                     return False
         finally:
             if self._state is _State.ACQUIRING:
                 self._state = _State.IDLE
+            if listening and listener is not None:
+                if woken:
+                    listener.done(self._key)  # the next release wakes the next waiter
+                listener.leave(self._key)
 
     async def _attempt(self) -> bool:
         """One round of SET NX PX on all nodes; True when a majority granted a valid lease."""
