@@ -80,12 +80,14 @@ class Node:
         reconnect_delay: float,
         on_message: Callable[[list[bytes]], None] | None = None,
         on_connect: Callable[[Node], None] | None = None,
+        scripts: tuple[Script, ...] = (),
     ) -> None:
         self.name = name
         # A subscriber connection: pub/sub messages go to on_message (they answer
         # no command); on_connect re-subscribes after every (re)connect.
         self._on_message = on_message
         self._on_connect = on_connect
+        self._scripts = scripts
         self._conn = connection
         self._max_queued = max_queued
         self._stall_after = stall_after
@@ -127,9 +129,7 @@ class Node:
         if limited and len(self._outbox) + len(self._inflight) >= self._max_queued and self._stalled():
             fut.set_result(Failure(Vote.SKIPPED, f"stalled: {self.queued} commands unanswered"))
             return fut
-        # hiredis's packer (redis[hiredis] brings it) is ~10x faster than
-        # redis-py's Python one; our arguments are only bytes, str and int.
-        self._outbox.append((hiredis.pack_command(args), fut))  # type: ignore[arg-type]  # hiredis's stub types a 1-tuple
+        self._outbox.append((_pack(args), fut))
         if not self._wakeup.is_set():
             self._wakeup.set()
         return fut
@@ -204,13 +204,22 @@ class Node:
     # That way a reader of a dead connection can never close a new one.
 
     async def _write_loop(self) -> None:
+        backoff = self._reconnect_delay
         while True:
-            if not self._outbox:
+            # A subscriber reconnects by itself (its on_connect re-subscribes); others on next use.
+            if not self._outbox and (self._connected or self._on_connect is None):
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            if not self._connected and not await self._connect():
-                continue
+            if not self._connected:
+                if not await self._connect():
+                    if self._on_connect is not None:
+                        await asyncio.sleep(backoff)
+                        backoff = min(backoff * 2, 5.0)
+                    continue
+                backoff = self._reconnect_delay
+                if not self._outbox:
+                    continue
             batch, self._outbox = self._outbox, []
             if not self._inflight:
                 self._progress = time.monotonic()  # waiting starts now, not at the last reply
@@ -241,7 +250,8 @@ class Node:
                 await self._conn.connect()  # type: ignore[no-untyped-call]
         except (RedisError, OSError, TimeoutError) as exc:
             reason = "connect timed out" if isinstance(exc, TimeoutError) else _describe(exc)
-            log.warning("redlock node %s: cannot connect: %s", self.name, reason)
+            # Once per outage: a node that stays down is retried often.
+            (log.debug if self._down_reason else log.warning)("redlock node %s: cannot connect: %s", self.name, reason)
             self._down_until = time.monotonic() + self._reconnect_delay
             self._down_reason = reason
             self._fail_all(Failure(Vote.ERROR, reason))
@@ -250,6 +260,10 @@ class Node:
             return False
         self._connected = True
         self._down_until = 0.0
+        if self._down_reason:
+            log.info("redlock node %s: connected again", self.name)
+            self._down_reason = ""
+        self._preload_scripts()
         if self._on_connect is not None:
             self._on_connect(self)
         assert self._loop is not None
@@ -288,8 +302,24 @@ class Node:
         log.warning("redlock node %s: connection lost: %s", self.name, reason)
         self._connected = False
         self._fail_inflight(Failure(Vote.ERROR, f"connection lost: {reason}"))
-        if self._outbox:
+        if self._outbox or self._on_connect is not None:
             self._wakeup.set()
+
+    def _preload_scripts(self) -> None:
+        """Load our scripts first thing on a new connection, so EVALSHA finds them.
+
+        Without it, a burst of EVALSHAs to a fresh or restarted server all miss
+        and all fall back to EVAL with the full source.
+        """
+        if not self._scripts:
+            return
+        loop = self._loop
+        assert loop is not None
+        preload = []
+        for script in self._scripts:
+            fut: asyncio.Future[Reply] = loop.create_future()
+            preload.append((_pack((b"SCRIPT", b"LOAD", script.source)), fut))
+        self._outbox[:0] = preload
 
     def _fail_inflight(self, failure: Failure) -> None:
         while self._inflight:
@@ -303,6 +333,12 @@ class Node:
             if not fut.done():
                 fut.set_result(failure)
         self._fail_inflight(failure)
+
+
+def _pack(args: tuple[bytes | str | int, ...]) -> bytes:
+    """RESP-encode a command with hiredis's packer: ~10x faster than redis-py's Python one
+    (hiredis comes with redis[hiredis]); our arguments are only bytes, str and int."""
+    return hiredis.pack_command(args)  # type: ignore[arg-type]  # its stub types a 1-tuple
 
 
 def _settle(fut: asyncio.Future[Reply], reply: Reply) -> None:

@@ -125,3 +125,6 @@ redis.call('SET', KEYS[1], ARGV[2])
 return {1, seen}
 """
 )
+
+SCRIPTS = (RELEASE, EXTEND, EXTEND_MANY, ACQUIRE_FENCED, FENCE)
+"""The scripts a node loads on every new connection (FENCED_SET runs on the protected resource)."""

@@ -16,6 +16,7 @@ from redis.retry import Retry
 
 from redlock_async._handoff import Listener
 from redlock_async._node import Node
+from redlock_async._scripts import SCRIPTS
 from redlock_async._settings import Settings
 from redlock_async._watchdog import Watchdog
 from redlock_async.errors import LockLost
@@ -102,7 +103,7 @@ class Redlock:
                 "connect_timeout": self.settings.connect_timeout,
                 "reconnect_delay": self.settings.reconnect_delay,
             }
-            built.append(Node(name, connection_class(**kwargs), **node_settings))
+            built.append(Node(name, connection_class(**kwargs), scripts=SCRIPTS, **node_settings))
             subscribers.append(
                 Node(
                     name,
