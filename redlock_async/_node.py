@@ -338,7 +338,8 @@ class Node:
 def _pack(args: tuple[bytes | str | int, ...]) -> bytes:
     """RESP-encode a command with hiredis's packer: ~10x faster than redis-py's Python one
     (hiredis comes with redis[hiredis]); our arguments are only bytes, str and int."""
-    return hiredis.pack_command(args)  # type: ignore[arg-type]  # its stub types a 1-tuple
+    packed: bytes = hiredis.pack_command(args)  # type: ignore[arg-type]  # its stub types a 1-tuple
+    return packed
 
 
 def _settle(fut: asyncio.Future[Reply], reply: Reply) -> None:
