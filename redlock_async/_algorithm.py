@@ -175,3 +175,12 @@ def retry_delay(base: float, unit_random: float, remaining: float) -> float:
     if not 0.0 <= unit_random < 1.0:
         raise ValueError(f"unit_random must be in [0, 1), got {unit_random}")
     return max(0.0, min(base * (0.5 + unit_random), remaining))
+
+
+def extend_retry_delay(ttl: float, node_timeout: float, remaining: float) -> float:
+    """Seconds before retrying an extension that was neither confirmed nor refused.
+
+    Short enough for a few more tries within the *remaining* validity, never
+    shorter than one node timeout (no hot loop), never longer than a tenth of the ttl.
+    """
+    return max(node_timeout, min(ttl / 10, remaining / 3))

@@ -335,37 +335,48 @@ class Lock:
         nodes = self._redlock._nodes
         token = self._token
         ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
-        started = time.monotonic()
-        if started >= self._expires:
-            raise await self._lose(f"lock {self.resource!r} expired before it was extended", ())
-        futures = [node.send_script(EXTEND, (self._key,), (token, ttl_ms), limited=True) for node in nodes]
-        # Votes after the old validity ends prove nothing: stop waiting then.
-        ballot = Ballot(nodes, futures, vote_of_script, min(settings.node_timeout, self._expires - started))
+        first_sent = time.monotonic()
         try:
-            await ballot.wait()
-        except BaseException:
-            # Cancelled: some nodes may have applied the new ttl. If it is
-            # shorter than what was left, trust only what it guarantees.
-            bound = started + _algorithm.best_validity(ttl_ms / 1000, settings.drift_factor)
-            self._expires = min(self._expires, bound)
+            while True:
+                started = time.monotonic()
+                if started >= self._expires:
+                    raise await self._lose(
+                        f"lock {self.resource!r} could not be extended on a majority before it ran out",
+                        self._holders,
+                    )
+                futures = [node.send_script(EXTEND, (self._key,), (token, ttl_ms), limited=True) for node in nodes]
+                # Votes after the old validity ends prove nothing: stop waiting then.
+                ballot = Ballot(nodes, futures, vote_of_script, min(settings.node_timeout, self._expires - started))
+                await ballot.wait()
+                self._last_outcomes = ballot.outcomes()
+                validity = _algorithm.extended(
+                    len(nodes),
+                    ballot.votes,
+                    ttl_ms / 1000,
+                    started,
+                    ballot.decided_at,
+                    settings.drift_factor,
+                    deadline=self._expires,
+                )
+                if validity is not None:
+                    self._expires = ballot.decided_at + validity
+                    self._holders = ballot.voted(_algorithm.Vote.YES)
+                    return
+                if _algorithm.refused(ballot.votes):
+                    raise await self._lose(
+                        f"lock {self.resource!r} is gone from a majority of nodes (expired or taken)",
+                        ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING),
+                    )
+                # Neither confirmed nor refused (timeouts, errors): try again while validity is left.
+                remaining = self._expires - time.monotonic()
+                await asyncio.sleep(_algorithm.extend_retry_delay(settings.ttl, settings.node_timeout, remaining))
+        except asyncio.CancelledError:
+            # Some nodes may have applied the new ttl. If it is shorter than
+            # what was left, trust only what it guarantees.
+            if self._state is _State.HELD:
+                bound = first_sent + _algorithm.best_validity(ttl_ms / 1000, settings.drift_factor)
+                self._expires = min(self._expires, bound)
             raise
-        self._last_outcomes = ballot.outcomes()
-        validity = _algorithm.extended(
-            len(nodes),
-            ballot.votes,
-            ttl_ms / 1000,
-            started,
-            ballot.decided_at,
-            settings.drift_factor,
-            deadline=self._expires,
-        )
-        if validity is None:
-            raise await self._lose(
-                f"lock {self.resource!r} could not be extended on a majority in time",
-                ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING),
-            )
-        self._expires = ballot.decided_at + validity
-        self._holders = ballot.voted(_algorithm.Vote.YES)
 
     async def _lose(self, why: str, holders: Sequence[int]) -> LockLost:
         """The lease is gone (explicit extend): free what is left of it, and wait for the holders."""
@@ -446,7 +457,7 @@ class Lock:
             self._watchdog_lost(f"lock {self.resource!r} is gone from a majority of nodes (expired or taken)")
         elif now < self._expires:
             # Not confirmed, not refused: try again soon, while validity is left.
-            retry = max(settings.node_timeout, min(settings.ttl / 10, (self._expires - now) / 3))
+            retry = _algorithm.extend_retry_delay(settings.ttl, settings.node_timeout, self._expires - now)
             watchdog.schedule(self, min(now + retry, self._acquired_at + settings.max_hold))
         else:
             self._watchdog_lost(f"lock {self.resource!r} could not be extended on a majority before it ran out")

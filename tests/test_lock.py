@@ -416,3 +416,20 @@ async def test_loop_stall_is_not_a_node_timeout(redlock: Redlock, turns: int) ->
     assert await task
     assert Vote.TIMEOUT not in [o.vote for o in lock.outcomes]
     await lock.release()
+
+
+async def test_extend_rides_out_a_short_majority_pause(faulty: Cluster) -> None:
+    # Unconfirmed is not refused: extend retries while validity is left, and keeps the lock.
+    async with Redlock(faulty.urls) as redlock:
+        lock = redlock.lock("brief-pause", ttl=10.0)
+        assert await lock.acquire()
+        for i in (0, 1, 2):
+            faulty[i].pause()
+        loop = asyncio.get_running_loop()
+        for i in (0, 1, 2):
+            loop.call_later(0.2, faulty[i].resume)
+        await lock.extend()
+        assert lock.held
+        assert lock.validity > 9.0
+        assert [faulty[i].command("GET", KEY.format("brief-pause")) for i in range(5)] == [lock.token.encode()] * 5  # type: ignore[union-attr]
+        await lock.release()
