@@ -82,6 +82,12 @@ def vote_of_script(reply: Reply) -> Vote:
     return Vote.YES if reply == 1 else Vote.NO
 
 
+def outcomes(nodes: Sequence[Node], votes: Sequence[Vote], details: Sequence[str] | None) -> tuple[NodeOutcome, ...]:
+    """Per-node outcomes, for errors and ``Lock.outcomes``: built only when someone asks."""
+    words = details or [""] * len(votes)
+    return tuple(NodeOutcome(node.name, vote, detail) for node, vote, detail in zip(nodes, votes, words, strict=True))
+
+
 class Ballot:
     """The votes of N nodes on one request; ``await ballot.wait()`` for the verdict.
 
@@ -120,7 +126,7 @@ class Ballot:
         self.nodes = nodes
         self.classify = classify
         self.votes: list[Vote] = [Vote.PENDING] * len(nodes)
-        self.details: list[str] = [""] * len(nodes)
+        self.details: list[str] | None = None  # made on the first failure with words
         self.verdict = Verdict.UNDECIDED
         self.decided_at = 0.0
         self._futures = futures
@@ -152,6 +158,8 @@ class Ballot:
         vote = self.classify(reply)
         self.votes[i] = vote
         if isinstance(reply, Failure):
+            if self.details is None:
+                self.details = [""] * len(self.nodes)
             self.details[i] = reply.detail
         if vote is Vote.YES:
             self._yes += 1
@@ -206,9 +214,10 @@ class Ballot:
 
     def outcomes(self) -> tuple[NodeOutcome, ...]:
         """Per-node outcomes for errors and logs."""
+        details = self.details or [""] * len(self.nodes)
         return tuple(
             NodeOutcome(node.name, vote, detail)
-            for node, vote, detail in zip(self.nodes, self.votes, self.details, strict=True)
+            for node, vote, detail in zip(self.nodes, self.votes, details, strict=True)
         )
 
     def voted(self, *votes: Vote) -> list[int]:

@@ -25,11 +25,10 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from redlock_async import _algorithm
-from redlock_async._algorithm import Verdict, Vote
+from redlock_async._algorithm import Vote
 from redlock_async._fanout import Deadline
 from redlock_async._node import Failure, Node, Reply
 from redlock_async._scripts import EXTEND_MANY
-from redlock_async.errors import NodeOutcome
 
 if TYPE_CHECKING:
     from redlock_async.lock import Lock
@@ -131,31 +130,37 @@ def _wake(waiter: asyncio.Future[None]) -> None:
 
 
 class _Round:
-    """One batched extension of many locks on all nodes; each lock decided on its own."""
+    """One batched extension of many locks on all nodes; each lock decided on its own.
+
+    Per lock it keeps the votes and running yes/failed counts, so each reply
+    costs O(1) per lock; per-node details exist only for locks that met a failure.
+    """
 
     __slots__ = (
         "_decided",
         "_details",
+        "_failed",
         "_locks",
-        "_nodes",
+        "_need",
         "_open",
         "_started",
         "_timer",
         "_tokens",
         "_votes",
-        "_watchdog",
+        "_yes",
     )
 
     def __init__(self, watchdog: Watchdog, locks: list[Lock], started: float) -> None:
         loop = asyncio.get_running_loop()
         nodes = watchdog._nodes
-        self._watchdog = watchdog
-        self._nodes = nodes
+        n = len(nodes)
         self._locks = locks
         self._started = started
-        n = len(nodes)
+        self._need = _algorithm.quorum(n)
         self._votes: list[list[Vote]] = [[Vote.PENDING] * n for _ in locks]
-        self._details: list[list[str]] = [[""] * n for _ in locks]
+        self._yes = [0] * len(locks)
+        self._failed = [0] * len(locks)
+        self._details: dict[int, list[str]] = {}
         self._decided = [False] * len(locks)
         self._open = len(locks)
         self._timer: Deadline | None = None
@@ -178,17 +183,25 @@ class _Round:
         reply = fut.result()
         now = time.monotonic()
         failure = reply if isinstance(reply, Failure) else None
+        decided, votes, yes, failed, need = self._decided, self._votes, self._yes, self._failed, self._need
+        n = len(votes[0]) if votes else 0
         for j in range(start, start + count):
-            if self._decided[j]:
+            if decided[j]:
                 continue
-            votes = self._votes[j]
             if failure is not None:
-                votes[node] = failure.vote
-                self._details[j][node] = failure.detail
+                vote = failure.vote
+                self._details.setdefault(j, [""] * n)[node] = failure.detail
             else:
-                votes[node] = Vote.YES if reply[j - start] == 1 else Vote.NO
-            if _algorithm.tally(len(votes), votes) is not Verdict.UNDECIDED:
-                self._decide(j, now)
+                vote = Vote.YES if reply[j - start] == 1 else Vote.NO
+            votes[j][node] = vote
+            if vote is Vote.YES:
+                yes[j] += 1
+                if yes[j] >= need:
+                    self._decide(j, now)
+            else:
+                failed[j] += 1
+                if n - failed[j] < need:
+                    self._decide(j, now)
 
     def _on_timeout(self) -> None:
         self._timer = None
@@ -201,12 +214,9 @@ class _Round:
     def _decide(self, j: int, decided_at: float) -> None:
         self._decided[j] = True
         self._open -= 1
-        votes = self._votes[j]
-        outcomes = tuple(
-            NodeOutcome(node.name, vote, detail)
-            for node, vote, detail in zip(self._nodes, votes, self._details[j], strict=True)
+        self._locks[j]._watchdog_result(
+            self._tokens[j], self._started, decided_at, self._votes[j], self._details.get(j)
         )
-        self._locks[j]._watchdog_result(self._tokens[j], self._started, decided_at, votes, outcomes)
         if not self._open and self._timer is not None:
             self._timer.cancel()
             self._timer = None

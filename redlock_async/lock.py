@@ -87,7 +87,8 @@ class Lock:
         "_host",
         "_host_cancelling",
         "_key",
-        "_last_outcomes",
+        "_last_details",
+        "_last_votes",
         "_lost",
         "_redlock",
         "_settings",
@@ -118,7 +119,9 @@ class Lock:
         self._expires = 0.0  # monotonic time at which validity runs out
         self._holders: list[int] = []  # nodes that said yes to the last acquire or extend
         self._skip: list[int] = []  # nodes the SET never went to: nothing there to release
-        self._last_outcomes: tuple[NodeOutcome, ...] = ()
+        # Per-node votes of the last attempt; NodeOutcomes are built only when asked for.
+        self._last_votes: Sequence[_algorithm.Vote] = ()
+        self._last_details: Sequence[str] | None = None
         self._acquired_at = 0.0
         self._extensions = 0
         self._lost: LockLost | None = None  # why the last acquisition was lost
@@ -171,7 +174,11 @@ class Lock:
     @property
     def outcomes(self) -> tuple[NodeOutcome, ...]:
         """Per-node outcomes of the last acquire attempt, extend or release."""
-        return self._last_outcomes
+        nodes = self._redlock._nodes
+        details = self._last_details or [""] * len(self._last_votes)
+        return tuple(
+            NodeOutcome(node.name, vote, detail) for node, vote, detail in zip(nodes, self._last_votes, details)
+        )
 
     # -- acquire ----------------------------------------------------------------
 
@@ -256,7 +263,7 @@ class Lock:
             # every one of them before the cancellation goes on (queued, no await).
             self._send_release(token, skip=_never_sent(futures))
             raise
-        self._last_outcomes = ballot.outcomes()
+        self._last_votes, self._last_details = ballot.votes, ballot.details
         validity = _algorithm.granted(
             len(nodes), ballot.votes, ttl_ms / 1000, started, decided_at, settings.drift_factor
         )
@@ -265,7 +272,7 @@ class Lock:
             # still set the key), and wait for the nodes known or likely to hold it.
             await self._give_back(token, futures, ballot)
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("redlock %r not acquired: %s", self.resource, ", ".join(map(str, self._last_outcomes)))
+                log.debug("redlock %r not acquired: %s", self.resource, ", ".join(map(str, self.outcomes)))
             return False
         self._token = token
         self._skip = _never_sent(futures)
@@ -348,7 +355,7 @@ class Lock:
                 # Votes after the old validity ends prove nothing: stop waiting then.
                 ballot = Ballot(nodes, futures, vote_of_script, min(settings.node_timeout, self._expires - started))
                 await ballot.wait()
-                self._last_outcomes = ballot.outcomes()
+                self._last_votes, self._last_details = ballot.votes, ballot.details
                 validity = _algorithm.extended(
                     len(nodes),
                     ballot.votes,
@@ -393,7 +400,7 @@ class Lock:
         """Lost for good: no extension can bring it back. Queue the releases (no await)."""
         assert self._token is not None
         self._state = _State.LOST
-        self._lost = LockLost(why, resource=self._name, outcomes=self._last_outcomes)
+        self._lost = LockLost(why, resource=self._name, outcomes=self.outcomes)
         releases = self._send_release(self._token, skip=self._skip)
         wait_for = sorted(set(holders) | set(self._holders))
         self._holders = []
@@ -435,12 +442,12 @@ class Lock:
         started: float,
         decided_at: float,
         votes: Sequence[_algorithm.Vote],
-        outcomes: tuple[NodeOutcome, ...],
+        details: Sequence[str] | None,
     ) -> None:
         if not self._watched or self._state is not _State.HELD or token != self._token:
             return  # released, lost or re-acquired while the round was out
         settings = self._settings
-        self._last_outcomes = outcomes
+        self._last_votes, self._last_details = votes, details
         ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
         validity = _algorithm.extended(
             len(votes), votes, ttl_ms / 1000, started, decided_at, settings.drift_factor, deadline=self._expires
@@ -502,7 +509,7 @@ class Lock:
             wait_for=holders,
         )
         await ballot.wait()
-        self._last_outcomes = ballot.outcomes()
+        self._last_votes, self._last_details = ballot.votes, ballot.details
 
     # -- async with -------------------------------------------------------------
     #
@@ -520,7 +527,7 @@ class Lock:
             raise LockNotAcquired(
                 f"could not acquire lock {self.resource!r} within {self._settings.acquire_timeout} s",
                 resource=self._name,
-                outcomes=self._last_outcomes,
+                outcomes=self.outcomes,
             )
         if self._settings.auto_extend:
             host = asyncio.current_task()
