@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self, final
 
 from redlock_async import _algorithm
-from redlock_async._fanout import Ballot, vote_of_fenced, vote_of_script, vote_of_set
+from redlock_async._fanout import Ballot, outcomes, vote_of_fenced, vote_of_script, vote_of_set
 from redlock_async._node import Failure, Reply
 from redlock_async._scripts import ACQUIRE_FENCED, EXTEND, FENCE, RELEASE
 from redlock_async._settings import Settings, check_duration
@@ -174,11 +174,9 @@ class Lock:
     @property
     def outcomes(self) -> tuple[NodeOutcome, ...]:
         """Per-node outcomes of the last acquire attempt, extend or release."""
-        nodes = self._redlock._nodes
-        details = self._last_details or [""] * len(self._last_votes)
-        return tuple(
-            NodeOutcome(node.name, vote, detail) for node, vote, detail in zip(nodes, self._last_votes, details)
-        )
+        if not self._last_votes:
+            return ()
+        return outcomes(self._redlock._nodes, self._last_votes, self._last_details)
 
     # -- acquire ----------------------------------------------------------------
 
