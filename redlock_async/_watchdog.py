@@ -177,7 +177,12 @@ class _Round:
                 fut = node.send_script(EXTEND_MANY, keys, tuple(args), limited=True)
                 fut.add_done_callback(partial(self._on_reply, i, start, len(chunk)))
         if self._open:
-            self._timer = Deadline(loop, watchdog._node_timeout, self._on_timeout)
+            # Votes count until the leases being extended run out (extended() rejects
+            # later ones), so wait that long, not one node timeout: under load, replies
+            # queue behind other commands, and a retry would only add to the queue.
+            # A dead minority costs nothing: the majority decides each lock early.
+            wait = min(lock._expires for lock in locks) - time.monotonic()
+            self._timer = Deadline(loop, max(watchdog._node_timeout, wait), self._on_timeout)
 
     def _on_reply(self, node: int, start: int, count: int, fut: asyncio.Future[Reply]) -> None:
         reply = fut.result()
