@@ -44,6 +44,8 @@ from redlock_async._scripts import Script
 log = logging.getLogger(__name__)
 
 Reply: TypeAlias = Any  # bytes | int | None | list, as hiredis parses RESP2
+Fallback: TypeAlias = "tuple[Script, tuple[bytes, ...], tuple[bytes | int, ...]] | None"
+"""What an EVALSHA needs to be sent again as EVAL: script, keys, arguments."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +97,10 @@ class Node:
         self._connect_timeout = connect_timeout
         self._reconnect_delay = reconnect_delay
         # (packed command, future), not yet written; then written, awaiting replies.
-        self._outbox: list[tuple[bytes, asyncio.Future[Reply]]] = []
-        self._inflight: deque[asyncio.Future[Reply]] = deque()
+        # (packed command, future, EVAL fallback of an EVALSHA or None): not yet
+        # written; then written, awaiting replies in order.
+        self._outbox: list[tuple[bytes, asyncio.Future[Reply], Fallback]] = []
+        self._inflight: deque[tuple[asyncio.Future[Reply], Fallback]] = deque()
         self._wakeup = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -116,7 +120,7 @@ class Node:
 
     # -- sending ----------------------------------------------------------
 
-    def send(self, *args: bytes | str | int, limited: bool = False) -> asyncio.Future[Reply]:
+    def send(self, *args: bytes | str | int, limited: bool = False, fallback: Fallback = None) -> asyncio.Future[Reply]:
         """Queue one command; the future resolves to its reply or a :class:`Failure`."""
         loop = self._ensure_running()
         fut: asyncio.Future[Reply] = loop.create_future()
@@ -129,7 +133,7 @@ class Node:
         if limited and len(self._outbox) + len(self._inflight) >= self._max_queued and self._stalled():
             fut.set_result(Failure(Vote.SKIPPED, f"stalled: {self.queued} commands unanswered"))
             return fut
-        self._outbox.append((_pack(args), fut))
+        self._outbox.append((_pack(args), fut, fallback))
         if not self._wakeup.is_set():
             self._wakeup.set()
         return fut
@@ -137,22 +141,14 @@ class Node:
     def send_script(
         self, script: Script, keys: tuple[bytes, ...], args: tuple[bytes | int, ...], *, limited: bool = False
     ) -> asyncio.Future[Reply]:
-        """EVALSHA, falling back to EVAL (which caches the script) if the server lost it."""
-        loop = self._ensure_running()
-        first = self.send(b"EVALSHA", script.sha, len(keys), *keys, *args, limited=limited)
-        outer: asyncio.Future[Reply] = loop.create_future()
+        """EVALSHA; if the server lost the script, the reader sends it again as EVAL (which caches it).
 
-        def resolve(fut: asyncio.Future[Reply]) -> None:
-            reply = fut.result()
-            if isinstance(reply, Failure) and reply.noscript:
-                # Not limited: a release must go out even to a busy node.
-                again = self.send(b"EVAL", script.source, len(keys), *keys, *args)
-                again.add_done_callback(lambda f: _settle(outer, f.result()))
-            else:
-                _settle(outer, reply)
-
-        first.add_done_callback(resolve)
-        return outer
+        Scripts are loaded on every new connection, so the fallback only runs
+        after a SCRIPT FLUSH; it is packed then, not now.
+        """
+        return self.send(
+            b"EVALSHA", script.sha, len(keys), *keys, *args, limited=limited, fallback=(script, keys, args)
+        )
 
     def _stalled(self) -> bool:
         return time.monotonic() - self._progress > self._stall_after
@@ -181,7 +177,7 @@ class Node:
         """Let queued commands go out and be answered (up to *grace* seconds), then close."""
         if self._closed:
             return
-        waiting = [fut for _, fut in self._outbox] + list(self._inflight)
+        waiting = [fut for _, fut, _ in self._outbox] + [fut for fut, _ in self._inflight]
         if waiting:
             await asyncio.wait(waiting, timeout=grace)
         self._closed = True
@@ -224,11 +220,11 @@ class Node:
             if not self._inflight:
                 self._progress = time.monotonic()  # waiting starts now, not at the last reply
             chunks: list[bytes] = []
-            for packed, fut in batch:
+            for packed, fut, fallback in batch:
                 chunks.append(packed)
                 # In line before the write, so the reader never sees a reply
                 # whose future is not waiting for it yet.
-                self._inflight.append(fut)
+                self._inflight.append((fut, fallback))
             try:
                 await self._conn.send_packed_command(chunks, check_health=False)
             except (RedisError, OSError) as exc:
@@ -289,8 +285,13 @@ class Node:
             if not inflight:
                 self._broken(RedisError("a reply came with no command waiting for it"))
                 return
-            fut = inflight.popleft()
+            fut, fallback = inflight.popleft()
             self._progress = time.monotonic()
+            if fallback is not None and isinstance(reply, Failure) and reply.noscript:
+                # The server lost the script: the same command as EVAL, same future.
+                # Not limited: a release must go out even to a busy node.
+                self._resend_as_eval(fallback, fut)
+                continue
             if not fut.done():
                 fut.set_result(reply)
 
@@ -303,6 +304,15 @@ class Node:
         self._connected = False
         self._fail_inflight(Failure(Vote.ERROR, f"connection lost: {reason}"))
         if self._outbox or self._on_connect is not None:
+            self._wakeup.set()
+
+    def _resend_as_eval(
+        self, fallback: tuple[Script, tuple[bytes, ...], tuple[bytes | int, ...]], fut: asyncio.Future[Reply]
+    ) -> None:
+        """Re-queue an EVALSHA whose script the server lost as EVAL (same future)."""
+        script, keys, args = fallback
+        self._outbox.append((_pack((b"EVAL", script.source, len(keys), *keys, *args)), fut, None))
+        if not self._wakeup.is_set():
             self._wakeup.set()
 
     def _preload_scripts(self) -> None:
@@ -318,18 +328,18 @@ class Node:
         preload = []
         for script in self._scripts:
             fut: asyncio.Future[Reply] = loop.create_future()
-            preload.append((_pack((b"SCRIPT", b"LOAD", script.source)), fut))
+            preload.append((_pack((b"SCRIPT", b"LOAD", script.source)), fut, None))
         self._outbox[:0] = preload
 
     def _fail_inflight(self, failure: Failure) -> None:
         while self._inflight:
-            fut = self._inflight.popleft()
+            fut, _ = self._inflight.popleft()
             if not fut.done():
                 fut.set_result(failure)
 
     def _fail_all(self, failure: Failure) -> None:
         outbox, self._outbox = self._outbox, []
-        for _, fut in outbox:
+        for _, fut, _ in outbox:
             if not fut.done():
                 fut.set_result(failure)
         self._fail_inflight(failure)
@@ -340,11 +350,6 @@ def _pack(args: tuple[bytes | str | int, ...]) -> bytes:
     (hiredis comes with redis[hiredis]); our arguments are only bytes, str and int."""
     packed: bytes = hiredis.pack_command(args)  # type: ignore[arg-type]  # its stub types a 1-tuple
     return packed
-
-
-def _settle(fut: asyncio.Future[Reply], reply: Reply) -> None:
-    if not fut.done():
-        fut.set_result(reply)
 
 
 def _describe(exc: BaseException) -> str:
