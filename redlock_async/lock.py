@@ -551,12 +551,21 @@ class Lock:
                 await self._redlock._watchdog.forget(self)
                 assert self._lost is not None
                 raise self._lost from exc
+        # Our clock says the validity ran out while the body ran (a blocked loop,
+        # or many holders exiting at once): the nodes decide whether it was lost.
+        overran = host is not None and self._state is _State.HELD and time.monotonic() >= self._expires
         if host is not None:
-            if self._state is _State.HELD and time.monotonic() >= self._expires:
-                # The body blocked the loop past the validity: the watchdog never
-                # got a chance, and this is the first moment we can tell.
-                self._mark_lost(f"lock {self.resource!r} ran out while the body ran (event loop blocked?)", ())
             await self._redlock._watchdog.forget(self)
+        if self._state is _State.HELD and overran:
+            if await self._release_confirmed():
+                return  # a majority still held our key at release: no one else can have held it
+            self._state = _State.LOST
+            self._lost = LockLost(
+                f"lock {self.resource!r} ran out while the body ran (event loop blocked?)",
+                resource=self._name,
+                outcomes=self.outcomes,
+            )
+            log.warning("redlock %r lost: %s", self.resource, self._lost)
         if self._state is _State.LOST:
             self._token = None
             if exc is None and host is not None and self.on_lost is None:
@@ -572,6 +581,19 @@ class Lock:
             if exc is None:
                 raise
             log.exception("redlock %r: release failed after the body raised", self.resource)
+
+    async def _release_confirmed(self) -> bool:
+        """Release, and tell whether a majority deleted our own key (it was still held there)."""
+        assert self._token is not None
+        token, self._token, self._holders = self._token, None, []
+        futures = self._send_release(token, skip=self._skip)
+        ballot = Ballot(self._redlock._nodes, futures, vote_of_script, self._settings.node_timeout)
+        await ballot.wait()
+        self._last_votes, self._last_details = ballot.votes, ballot.details
+        confirmed = ballot.verdict is _algorithm.Verdict.WON
+        if confirmed:
+            self._state = _State.IDLE
+        return confirmed
 
     def _unwatch(self) -> None:
         self._watched = False
