@@ -21,7 +21,7 @@ from redlock_async.errors import NodeOutcome
 
 Classify = Callable[[Reply], Vote]
 
-LATE = 0.005
+LATE = 0.001
 """A timer firing this many seconds late means the loop was blocked, not that the nodes were slow."""
 
 
@@ -30,23 +30,29 @@ class Deadline:
 
     Timeline of the case it exists for::
 
-        send() ── loop blocked 60 ms (GC, a blocking call, a burst) ──► timer fires 10 ms late
+        send() ── loop blocked 60 ms (GC, a blocking call, a burst) ──► timer fires
                   replies sat unread in the sockets all along; the readers have not run yet
 
     Deciding there would count answered nodes as timed out. So a timer that
-    fires late gives the nodes one fresh window instead. Waiting longer never
-    makes a lock unsafe: validity is counted from the start of the attempt.
+    fires late gives the nodes one fresh window, and any timer, late or not,
+    waits three loop turns before it calls back: a reply already in a socket
+    needs one turn for the socket event, one for the reader task and one for
+    the vote callback. Waiting longer never makes a lock unsafe: validity is
+    counted from the start of the attempt.
     """
 
-    __slots__ = ("_callback", "_handle", "_loop", "_rearmed", "_timeout", "_when")
+    __slots__ = ("_callback", "_handle", "_loop", "_rearmed", "_timeout", "_turns", "_when")
+
+    TURNS = 3
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float, callback: Callable[[], None]) -> None:
         self._loop = loop
         self._timeout = timeout
         self._callback = callback
         self._rearmed = False
+        self._turns = self.TURNS
         self._when = loop.time() + timeout
-        self._handle = loop.call_at(self._when, self._fire)
+        self._handle: asyncio.Handle = loop.call_at(self._when, self._fire)
 
     def _fire(self) -> None:
         now = self._loop.time()
@@ -54,6 +60,13 @@ class Deadline:
             self._rearmed = True
             self._when = now + self._timeout
             self._handle = self._loop.call_at(self._when, self._fire)
+            return
+        self._turn()
+
+    def _turn(self) -> None:
+        if self._turns:
+            self._turns -= 1
+            self._handle = self._loop.call_soon(self._turn)
             return
         self._callback()
 
