@@ -41,13 +41,22 @@ class Deadline:
     counted from the start of the attempt.
     """
 
-    __slots__ = ("_callback", "_handle", "_loop", "_rearmed", "_timeout", "_turns", "_when")
+    __slots__ = ("_callback", "_handle", "_loop", "_rearm", "_rearmed", "_turns", "_when")
 
     TURNS = 3
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float, callback: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        timeout: float,
+        callback: Callable[[], None],
+        *,
+        rearm: float | None = None,
+    ) -> None:
         self._loop = loop
-        self._timeout = timeout
+        # The fresh window (one node timeout); 0 when waiting longer cannot help,
+        # as at a lease's end: votes after it are rejected anyway.
+        self._rearm = timeout if rearm is None else rearm
         self._callback = callback
         self._rearmed = False
         self._turns = self.TURNS
@@ -56,9 +65,9 @@ class Deadline:
 
     def _fire(self) -> None:
         now = self._loop.time()
-        if not self._rearmed and now - self._when > LATE:
+        if not self._rearmed and self._rearm and now - self._when > LATE:
             self._rearmed = True
-            self._when = now + self._timeout
+            self._when = now + self._rearm
             self._handle = self._loop.call_at(self._when, self._fire)
             return
         self._turn()

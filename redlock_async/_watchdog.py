@@ -182,7 +182,7 @@ class _Round:
             # queue behind other commands, and a retry would only add to the queue.
             # A dead minority costs nothing: the majority decides each lock early.
             wait = min(lock._expires for lock in locks) - time.monotonic()
-            self._timer = Deadline(loop, max(watchdog._node_timeout, wait), self._on_timeout)
+            self._timer = Deadline(loop, max(watchdog._node_timeout, wait), self._on_timeout, rearm=0.0)
 
     def _on_reply(self, node: int, start: int, count: int, fut: asyncio.Future[Reply]) -> None:
         reply = fut.result()
