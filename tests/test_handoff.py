@@ -1,0 +1,148 @@
+"""Pushed hand-off: waiters woken by the release, not by their retry timer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from redlock_async import Redlock
+
+from .conftest import Cluster, MakeRedlock
+
+SLOW_POLL = 5.0  # a retry delay so long that only a notification can explain a quick grant
+
+
+async def hold_then_release(lock_holder: Redlock, name: str, after: float) -> asyncio.Task[None]:
+    lock = lock_holder.lock(name)
+    assert await lock.acquire()
+
+    async def release() -> None:
+        await asyncio.sleep(after)
+        await lock.release()
+
+    return asyncio.create_task(release())
+
+
+async def test_waiter_is_woken_by_the_release(make_redlock: MakeRedlock) -> None:
+    holder, waiter = await make_redlock(), await make_redlock(retry_delay=SLOW_POLL)
+    releasing = await hold_then_release(holder, "pushed", after=0.2)
+    started = time.monotonic()
+    lock = waiter.lock("pushed")
+    assert await lock.acquire(timeout=10)
+    waited = time.monotonic() - started
+    await releasing
+    # Its first retry timer would fire after SLOW_POLL / 2 at the earliest: this was the release.
+    assert waited < SLOW_POLL / 4
+    assert waiter._listener.wakeups == 1
+    await lock.release()
+
+
+async def test_polling_when_pushed_hand_off_is_off(make_redlock: MakeRedlock) -> None:
+    holder, waiter = await make_redlock(), await make_redlock(retry_delay=0.05, wait_for_release=False)
+    releasing = await hold_then_release(holder, "polled", after=0.2)
+    lock = waiter.lock("polled")
+    assert await lock.acquire(timeout=5)
+    await releasing
+    assert waiter._listener.wakeups == 0
+    await lock.release()
+
+
+async def test_one_release_wakes_one_waiter_oldest_first(make_redlock: MakeRedlock) -> None:
+    holder, waiters = await make_redlock(), await make_redlock(retry_delay=SLOW_POLL)
+    first = holder.lock("queue")
+    assert await first.acquire()
+    order: list[int] = []
+    locks = [waiters.lock("queue") for _ in range(4)]
+
+    async def wait_turn(n: int) -> None:
+        async with locks[n]:
+            order.append(n)
+            await asyncio.sleep(0.005)
+
+    tasks = []
+    for n in range(4):
+        tasks.append(asyncio.create_task(wait_turn(n)))
+        await asyncio.sleep(0.05)  # queue up in a known order
+    await first.release()
+    await asyncio.sleep(0.002)
+    async with asyncio.timeout(SLOW_POLL / 2):
+        await asyncio.gather(*tasks)
+    assert order == [0, 1, 2, 3]  # FIFO among one Redlock's waiters
+    assert waiters._listener.wakeups == 4  # one per release, no stampede
+
+
+async def test_waiter_still_acquires_when_notifications_are_lost(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    holder, waiter = await make_redlock(), await make_redlock(retry_delay=0.3)
+    first = holder.lock("lost-word")
+    assert await first.acquire()
+    task = asyncio.create_task(waiter.lock("lost-word").acquire(timeout=10))
+    await asyncio.sleep(0.1)  # the waiter listens now
+    for i in range(len(cluster)):
+        cluster[i].command("CLIENT", "KILL", "TYPE", "pubsub")  # every subscriber connection dropped
+    await first.release()  # published to no one
+    started = time.monotonic()
+    assert await task
+    assert time.monotonic() - started < 1.0  # the jittered fallback (<= 0.45 s), or a re-subscription
+
+
+async def test_waiter_still_acquires_across_a_node_restart(faulty: Cluster) -> None:
+    async with Redlock(faulty.urls) as holder, Redlock(faulty.urls, retry_delay=0.3) as waiter:
+        first = holder.lock("restart-word", ttl=30)
+        assert await first.acquire()
+        task = asyncio.create_task(waiter.lock("restart-word").acquire(timeout=10))
+        await asyncio.sleep(0.1)
+        faulty[0].restart(keep_data=True)
+        faulty[1].restart(keep_data=True)
+        await first.release()
+        assert await task
+
+
+async def test_no_subscriber_connection_or_task_outlives_the_redlock(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    def subscribers() -> int:
+        listed = 0
+        for i in range(len(cluster)):
+            clients = cluster[i].command("CLIENT", "LIST", "TYPE", "pubsub")
+            listed += len(clients) if isinstance(clients, list) else str(clients).count("id=")
+        return listed
+
+    holder = await make_redlock()
+    first = holder.lock("leak")
+    assert await first.acquire()
+    before = set(asyncio.all_tasks())
+    async with Redlock(cluster.urls, retry_delay=0.05) as waiter:
+        task = asyncio.create_task(waiter.lock("leak").acquire(timeout=0.3))
+        await asyncio.sleep(0.1)
+        assert subscribers() == len(cluster)  # one subscriber connection per node, not per waiter
+        assert not await task
+    deadline = time.monotonic() + 2
+    while subscribers() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert subscribers() == 0
+    assert [t for t in asyncio.all_tasks() - before if not t.done()] == []
+    await first.release()
+
+
+async def test_two_redlocks_contending_make_progress(make_redlock: MakeRedlock) -> None:
+    """8 tasks over 2 Redlocks on one resource: every task gets its grants, no overlap, no livelock."""
+    redlocks = [await make_redlock(retry_delay=SLOW_POLL) for _ in range(2)]
+    inside: list[int] = []
+    overlaps = 0
+    grants = [0] * 8
+
+    async def worker(n: int) -> None:
+        nonlocal overlaps
+        lock = redlocks[n % 2].lock("duel")
+        for _ in range(10):
+            async with lock:
+                overlaps += bool(inside)
+                inside.append(n)
+                await asyncio.sleep(0.001)
+                inside.remove(n)
+                grants[n] += 1
+
+    async with asyncio.timeout(20):
+        await asyncio.gather(*(worker(n) for n in range(8)))
+    assert overlaps == 0
+    assert grants == [10] * 8
