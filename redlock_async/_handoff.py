@@ -29,10 +29,18 @@ from redlock_async._node import Failure, Node, Reply
 
 
 @dataclass
-class _Channel:
+class _Queue:
+    """The waiters of one key, shared by every Redlock of this event loop on the same nodes."""
+
     waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
     woken: bool = False  # a waiter was woken and is trying; the others wait their turn
-    users: int = 0  # waiters between enter() and leave()
+    users: int = 0  # waiters between enter() and leave(), across Redlocks
+
+
+# One queue per (event loop, nodes, key): two Redlocks of one process on the
+# same nodes share their waiters' order, so a release wakes one waiter, not one
+# per Redlock racing each other (the same one would win every time).
+_queues: dict[tuple[asyncio.AbstractEventLoop, tuple[str, ...], bytes], _Queue] = {}
 
 
 def vote_of_subscribe(reply: Reply) -> Vote:
@@ -44,80 +52,102 @@ def vote_of_subscribe(reply: Reply) -> Vote:
 class Listener:
     """Release notifications for the waiters of one Redlock."""
 
-    def __init__(self, node_timeout: float) -> None:
+    def __init__(self, node_timeout: float, scope: tuple[str, ...]) -> None:
         self._node_timeout = node_timeout
+        self._scope = scope  # the nodes, sorted: Redlocks on the same nodes share queues
         self.nodes: Sequence[Node] = ()
-        self._channels: dict[bytes, _Channel] = {}
+        self._subscribed: dict[bytes, int] = {}  # channel -> this Redlock's waiters on it
         self.wakeups = 0
         """Waiters woken by a notification (for tests and benchmarks)."""
 
+    def _queue(self, channel: bytes) -> _Queue | None:
+        return _queues.get((asyncio.get_running_loop(), self._scope, channel))
+
     # -- waiters' side ----------------------------------------------------------------
 
-    async def enter(self, channel: bytes) -> None:
-        """Listen for releases on *channel*; returns once the nodes confirmed, or after the node timeout."""
-        state = self._channels.setdefault(channel, _Channel())
-        state.users += 1
-        if state.users > 1:
-            return  # already subscribed (or being subscribed) for another waiter
+    def waiting(self, channel: bytes) -> bool:
+        """True when waiters already queue for *channel*: a newcomer joins them, it does not jump ahead."""
+        queue = self._queue(channel)
+        return queue is not None and (bool(queue.waiters) or queue.woken)
+
+    async def enter(self, channel: bytes) -> bool:
+        """Listen for releases on *channel*; True when this subscribed anew (then look again once).
+
+        Returns once the nodes confirmed, or after the node timeout.
+        """
+        key = (asyncio.get_running_loop(), self._scope, channel)
+        _queues.setdefault(key, _Queue()).users += 1
+        count = self._subscribed.get(channel, 0)
+        self._subscribed[channel] = count + 1
+        if count:
+            return False  # already subscribed (or being subscribed) for another waiter
         futures = [node.send(b"SUBSCRIBE", channel) for node in self.nodes]
         await Ballot(self.nodes, futures, vote_of_subscribe, self._node_timeout, majority=False).wait()
+        return True
 
     def leave(self, channel: bytes) -> None:
         """Stop listening (synchronous, safe in cleanup)."""
-        state = self._channels.get(channel)
-        if state is None:
+        key = (asyncio.get_running_loop(), self._scope, channel)
+        queue = _queues.get(key)
+        if queue is not None:
+            queue.users -= 1
+            if queue.users <= 0:
+                del _queues[key]
+        count = self._subscribed.get(channel, 0) - 1
+        if count > 0:
+            self._subscribed[channel] = count
             return
-        state.users -= 1
-        if state.users <= 0:
-            del self._channels[channel]
-            for node in self.nodes:
-                node.send(b"UNSUBSCRIBE", channel)
+        self._subscribed.pop(channel, None)
+        for node in self.nodes:
+            node.send(b"UNSUBSCRIBE", channel)
 
     async def wait(self, channel: bytes, timeout: float, *, again: bool = False) -> bool:
         """Wait for this waiter's turn after a release, at most *timeout* seconds; True when woken.
 
         *again*: this waiter was woken last time and lost the race (to a client
-        of another Redlock): its turn is over, and it keeps its place at the front.
+        elsewhere): its turn is over, and it keeps its place at the front.
         """
-        state = self._channels[channel]
+        queue = self._queue(channel)
+        assert queue is not None, "wait() between enter() and leave()"
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if again:
-            state.woken = False
-            state.waiters.appendleft(fut)
+            queue.woken = False
+            queue.waiters.appendleft(fut)
         else:
-            state.waiters.append(fut)
+            queue.waiters.append(fut)
         try:
             async with asyncio.timeout(timeout):
                 await fut
-            return True
         except TimeoutError:
-            return False
+            pass  # the fallback: no word came (or it came in the same loop turn: see below)
         finally:
             if not fut.done():
-                state.waiters.remove(fut)
+                queue.waiters.remove(fut)
+        # Woken even if the timer fired too: then it is our turn, and done() must follow.
+        return fut.done()
 
     def done(self, channel: bytes) -> None:
         """The woken waiter finished trying (acquired or gave up): the next release wakes the next one."""
-        state = self._channels.get(channel)
-        if state is not None:
-            state.woken = False
+        queue = self._queue(channel)
+        if queue is not None:
+            queue.woken = False
 
     # -- the nodes' side ---------------------------------------------------------------
 
     def on_message(self, message: list[bytes]) -> None:
         """A release was published: wake the oldest waiter of that channel, unless one is trying."""
-        state = self._channels.get(message[1])
-        if state is None or state.woken:
+        queue = self._queue(message[1])
+        if queue is None or queue.woken:
             return
-        while state.waiters:
-            fut = state.waiters.popleft()
+        while queue.waiters:
+            fut = queue.waiters.popleft()
             if not fut.done():
-                state.woken = True
+                queue.woken = True
                 fut.set_result(None)
                 self.wakeups += 1
                 return
 
     def on_connect(self, node: Node) -> None:
         """A subscriber connection (re)connected: subscribe it to every channel still wanted."""
-        for channel in self._channels:
+        for channel in self._subscribed:
             node.send(b"SUBSCRIBE", channel)

@@ -87,7 +87,7 @@ class Redlock:
             raise ValueError("nodes is empty: give the URLs of at least one Redis master (3 or 5 for Redlock)")
         built: list[Node] = []
         subscribers: list[Node] = []
-        self._listener = Listener(self.settings.node_timeout)
+        self._listener = Listener(self.settings.node_timeout, scope=())
         seen: dict[tuple[Any, ...], int] = {}
         for index, spec in enumerate(specs):
             name, identity, connection_class, kwargs = _connection_for(spec, index, self.settings)
@@ -116,6 +116,7 @@ class Redlock:
         self._nodes: tuple[Node, ...] = tuple(built)
         self._watchdog = Watchdog(self._nodes, self.settings.node_timeout)
         self._listener.nodes = self._subscribers = tuple(subscribers)
+        self._listener._scope = tuple(sorted(self.nodes))
         self._closed = False
 
     def __repr__(self) -> str:

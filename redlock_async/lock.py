@@ -206,8 +206,10 @@ class Lock:
         listener = self._redlock._listener if self._settings.wait_for_release and blocking else None
         listening = woken = False
         try:
+            # Waiters of this process already queue for the key: join them rather than jump ahead.
+            queued = listener is not None and listener.waiting(self._key)
             while True:
-                if await self._attempt():
+                if not queued and await self._attempt():
                     return True
                 remaining = give_up - time.monotonic()
                 if not blocking or remaining <= 0:
@@ -217,15 +219,16 @@ class Lock:
                     await asyncio.sleep(delay)
                 else:
                     if not listening:
-                        # Listen first, then look again: a release between the failed
-                        # attempt and the subscription would otherwise go unheard.
-                        await listener.enter(self._key)
                         listening = True
-                        if await self._attempt():
+                        # Listen first, then look again: a release between the failed attempt
+                        # and a new subscription would otherwise go unheard. An existing
+                        # subscription already heard it, and woke the oldest waiter.
+                        if await listener.enter(self._key) and not queued and await self._attempt():
                             return True
-                    # Woken by a release (our turn among this Redlock's waiters), or
-                    # after the jittered delay if no word came: notifications can be lost.
+                    # Woken by a release (our turn among this process's waiters), or after
+                    # the jittered delay if no word came: notifications can be lost.
                     woken = await listener.wait(self._key, delay, again=woken)
+                    queued = False
                 if time.monotonic() >= give_up:
                     return False
         finally:
@@ -554,8 +557,15 @@ class Lock:
         # Our clock says the validity ran out while the body ran (a blocked loop,
         # or many holders exiting at once): the nodes decide whether it was lost.
         overran = host is not None and self._state is _State.HELD and time.monotonic() >= self._expires
-        if host is not None:
-            await self._redlock._watchdog.forget(self)
+        try:
+            await self._exit(exc, overran, watched=host is not None)
+        finally:
+            if host is not None:
+                # After the release went out: stopping the watchdog's task must not delay the hand-off.
+                await self._redlock._watchdog.forget(self)
+
+    async def _exit(self, exc: BaseException | None, overran: bool, *, watched: bool) -> None:
+        """Release on the way out of ``async with``; raise LockLost if the lock was lost while watched."""
         if self._state is _State.HELD and overran:
             if await self._release_confirmed():
                 return  # a majority still held our key at release: no one else can have held it
@@ -568,7 +578,7 @@ class Lock:
             log.warning("redlock %r lost: %s", self.resource, self._lost)
         if self._state is _State.LOST:
             self._token = None
-            if exc is None and host is not None and self.on_lost is None:
+            if exc is None and watched and self.on_lost is None:
                 assert self._lost is not None
                 raise self._lost  # the body finished, but not under the lock the whole time
             return
