@@ -34,6 +34,7 @@ class _Queue:
 
     waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
     woken: bool = False  # a waiter was woken and is trying; the others wait their turn
+    released: bool = False  # a release came while no one was queued: the next waiter goes at once
     users: int = 0  # waiters between enter() and leave(), across Redlocks
 
 
@@ -109,9 +110,15 @@ class Listener:
         """
         queue = self._queue(channel)
         assert queue is not None, "wait() between enter() and leave()"
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if again:
             queue.woken = False
+        if queue.released and not queue.woken:
+            # A release came between our last attempt and now (nobody was queued to hear it).
+            queue.released = False
+            queue.woken = True
+            return True
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if again:
             queue.waiters.appendleft(fut)
         else:
             queue.waiters.append(fut)
@@ -146,6 +153,7 @@ class Listener:
                 fut.set_result(None)
                 self.wakeups += 1
                 return
+        queue.released = True  # heard by no one yet: the next waiter must not wait for the next one
 
     def on_connect(self, node: Node) -> None:
         """A subscriber connection (re)connected: subscribe it to every channel still wanted."""

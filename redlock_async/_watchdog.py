@@ -141,7 +141,9 @@ class _Round:
         "_details",
         "_failed",
         "_locks",
+        "_loop",
         "_need",
+        "_node_timeout",
         "_open",
         "_started",
         "_timer",
@@ -176,13 +178,25 @@ class _Round:
             for i, node in enumerate(nodes):
                 fut = node.send_script(EXTEND_MANY, keys, tuple(args), limited=True)
                 fut.add_done_callback(partial(self._on_reply, i, start, len(chunk)))
-        if self._open:
-            # Votes count until the leases being extended run out (extended() rejects
-            # later ones), so wait that long, not one node timeout: under load, replies
-            # queue behind other commands, and a retry would only add to the queue.
-            # A dead minority costs nothing: the majority decides each lock early.
-            wait = min(lock._expires for lock in locks) - time.monotonic()
-            self._timer = Deadline(loop, max(watchdog._node_timeout, wait), self._on_timeout, rearm=0.0)
+        self._loop = loop
+        self._node_timeout = watchdog._node_timeout
+        self._arm(first=True)
+
+    def _arm(self, *, first: bool = False) -> None:
+        """Time out the undecided lock whose lease ends first, at that moment.
+
+        Votes count until the lease being extended runs out (extended() rejects
+        later ones), so each lock waits that long, not one node timeout: under
+        load, replies queue behind other commands, and a retry would only add
+        to the queue. A dead minority costs nothing: the majority decides early.
+        """
+        ends = [lock._expires for j, lock in enumerate(self._locks) if not self._decided[j]]
+        if not ends:
+            return
+        wait = min(ends) - time.monotonic()
+        if first:
+            wait = max(wait, self._node_timeout)
+        self._timer = Deadline(self._loop, max(wait, 0.0), self._on_timeout, rearm=0.0)
 
     def _on_reply(self, node: int, start: int, count: int, fut: asyncio.Future[Reply]) -> None:
         reply = fut.result()
@@ -212,9 +226,11 @@ class _Round:
         self._timer = None
         now = time.monotonic()
         for j, votes in enumerate(self._votes):
-            if not self._decided[j]:
+            if not self._decided[j] and self._locks[j]._expires <= now + self._node_timeout / 10:
                 votes[:] = [Vote.TIMEOUT if v is Vote.PENDING else v for v in votes]
                 self._decide(j, now)
+        if self._open:
+            self._arm()
 
     def _decide(self, j: int, decided_at: float) -> None:
         self._decided[j] = True
