@@ -58,6 +58,9 @@ class Listener:
         self._scope = scope  # the nodes, sorted: Redlocks on the same nodes share queues
         self.nodes: Sequence[Node] = ()
         self._subscribed: dict[bytes, int] = {}  # channel -> this Redlock's waiters on it
+        # channel -> released token -> nodes that announced it: a waiter is woken
+        # once a majority did, so its attempt finds a majority free.
+        self._heard: dict[bytes, dict[bytes, int]] = {}
         self.wakeups = 0
         """Waiters woken by a notification (for tests and benchmarks)."""
 
@@ -99,6 +102,7 @@ class Listener:
             self._subscribed[channel] = count
             return
         self._subscribed.pop(channel, None)
+        self._heard.pop(channel, None)
         for node in self.nodes:
             node.send(b"UNSUBSCRIBE", channel)
 
@@ -142,8 +146,22 @@ class Listener:
     # -- the nodes' side ---------------------------------------------------------------
 
     def on_message(self, message: list[bytes]) -> None:
-        """A release was published: wake the oldest waiter of that channel, unless one is trying."""
-        queue = self._queue(message[1])
+        """A node released a key: once a majority did, wake the oldest waiter, unless one is trying.
+
+        Waking on the first node's word would send the waiter's SETs ahead of
+        the release on slower nodes: it would lose, and the rest of the words,
+        arriving while it tried, would be ignored.
+        """
+        channel, token = message[1], message[2]
+        heard = self._heard.setdefault(channel, {})
+        count = heard.get(token, 0) + 1
+        if count < len(self.nodes) // 2 + 1:
+            heard[token] = count
+            if len(heard) > 64:  # words of partial give-backs that never reach a majority
+                heard.clear()
+            return
+        del self._heard[channel]  # older partial counts are moot after a majority release
+        queue = self._queue(channel)
         if queue is None or queue.woken:
             return
         while queue.waiters:
