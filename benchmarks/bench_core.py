@@ -35,7 +35,6 @@ import os
 import platform
 import secrets
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -47,6 +46,7 @@ from typing import Any, Protocol
 import hiredis
 import redis
 import redis.asyncio as aioredis
+from _common import library_commit
 from redis.commands.core import AsyncScript
 
 from redlock_async import Lock, Redlock
@@ -529,26 +529,6 @@ async def run_round(index: int, cluster: LocalNodes, floor: Floor, side: Redlock
     return result
 
 
-def _commit() -> str:
-    """The library's git commit (with "+dirty" when redlock_async/ has local changes), or "?"."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "redlock_async"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-    return head + ("+dirty" if dirty else "")
-
-
 async def environment(floor: Floor, redlock: Redlock) -> dict[str, Any]:
     info: dict[str, Any] = await floor.clients[0].info("server")
     server = str(info.get("server_name", "redis"))
@@ -565,7 +545,7 @@ async def environment(floor: Floor, redlock: Redlock) -> dict[str, Any]:
         "cpu_affinity": affinity,
         "event_loop": type(asyncio.get_running_loop()).__name__,
         "nodes": NODES,
-        "commit": _commit(),
+        "commit": library_commit(),
         "redlock_settings": dataclasses.asdict(redlock.settings),
     }
 

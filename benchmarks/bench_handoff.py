@@ -76,7 +76,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -86,6 +85,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from _common import library_commit
 
 from redlock_async import Lock, LockNotAcquired, Redlock
 from redlock_async.testing import LocalNodes
@@ -482,26 +482,6 @@ async def run_round(index: int, cluster: LocalNodes, solo: Redlock, cfg: Config)
     return result
 
 
-def _commit() -> str:
-    """The library's git commit (with "+dirty" when redlock_async/ has local changes), or "?"."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "redlock_async"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-    return head + ("+dirty" if dirty else "")
-
-
 def environment(cluster: LocalNodes, solo: Redlock) -> dict[str, Any]:
     info = cluster[0].command("INFO", "server")
     server = "?"
@@ -520,7 +500,7 @@ def environment(cluster: LocalNodes, solo: Redlock) -> dict[str, Any]:
         "tasks": INSTANCES * TASKS_PER_INSTANCE,
         "instances": INSTANCES,
         "hold_seconds": HOLD_SECONDS,
-        "commit": _commit(),
+        "commit": library_commit(),
         "redlock_settings": dataclasses.asdict(solo.settings),
     }
 

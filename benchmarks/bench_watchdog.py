@@ -50,7 +50,6 @@ import os
 import platform
 import re
 import statistics
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -62,6 +61,7 @@ from typing import Any, Literal
 
 import hiredis
 import redis
+from _common import library_commit
 
 from redlock_async import Lock, LockLost, LockNotAcquired, Redlock
 from redlock_async._node import Failure, Node, Reply
@@ -616,26 +616,6 @@ async def memory_pass(cluster: LocalNodes, mode: Mode, cfg: Config) -> MemoryRes
 # -- the run and the report ------------------------------------------------------------
 
 
-def library_revision() -> str:
-    """The commit measured, and whether the library's files differ from it (others edit the tree)."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "redlock_async"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{head}{' + uncommitted library changes' if dirty else ''}"
-
-
 def environment(cluster: LocalNodes) -> dict[str, Any]:
     info = cluster[0].command("INFO", "server")
     assert isinstance(info, dict)
@@ -651,7 +631,7 @@ def environment(cluster: LocalNodes) -> dict[str, Any]:
         "platform": platform.platform(),
         "nodes": NODES,
         "chunk": CHUNK,
-        "library": library_revision(),
+        "library": library_commit(),
     }
 
 

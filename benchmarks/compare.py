@@ -40,7 +40,6 @@ import platform
 import pstats
 import re
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -51,6 +50,7 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from _common import library_commit
 from _peers import PEERS, Handle, Peer, RedisPyLock
 
 from redlock_async import Redlock
@@ -756,24 +756,6 @@ def _short_path(filename: str) -> str:
 # -- environment ------------------------------------------------------------------------
 
 
-def _commit() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "redlock_async"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-    return head + ("+dirty" if dirty else "")
-
-
 def _version(dist: str) -> str:
     try:
         return importlib.metadata.version(dist)
@@ -796,7 +778,7 @@ async def environment(url: str) -> dict[str, str]:
         "cpus": f"{os.cpu_count()} (affinity {affinity})",
         "server": f"{server} {version}, {NODES} nodes on 127.0.0.1 (9 for scenario 5)",
         "redis-py": f"{redis.__version__} (hiredis {_version('hiredis')})",
-        "redlock_async": f"{_version('redlock_async')} at {_commit()}",
+        "redlock_async": f"{_version('redlock_async')} at {library_commit()}",
         "aioredlock": f"{_version('aioredlock')} (aioredis {_version('aioredis')})",
         "pottery": _version("pottery"),
         "matplotlib": _version("matplotlib"),
