@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,3 +27,13 @@ def library_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return "?"
     return head + ("+dirty" if dirty else "")
+
+
+async def loop_lag(stop_at: int) -> float:
+    """Worst lateness, in ms, of a 5 ms sleep until *stop_at* (perf_counter_ns): how starved the loop was."""
+    worst = 0
+    while time.perf_counter_ns() < stop_at:
+        before = time.perf_counter_ns()
+        await asyncio.sleep(0.005)
+        worst = max(worst, time.perf_counter_ns() - before - 5_000_000)
+    return worst / 1e6

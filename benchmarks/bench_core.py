@@ -46,7 +46,7 @@ from typing import Any, Protocol
 import hiredis
 import redis
 import redis.asyncio as aioredis
-from _common import library_commit
+from _common import library_commit, loop_lag
 from redis.commands.core import AsyncScript
 
 from redlock_async import Lock, Redlock
@@ -280,16 +280,6 @@ class Throughput:
     max_loop_lag_ms: float  # worst lateness of a 5 ms timer during the run (a stalled or starved loop)
 
 
-async def _loop_lag(stop_at: int) -> float:
-    """Worst lateness, in ms, of a 5 ms sleep until *stop_at* (perf_counter_ns)."""
-    worst = 0
-    while perf_ns() < stop_at:
-        before = perf_ns()
-        await asyncio.sleep(0.005)
-        worst = max(worst, perf_ns() - before - 5_000_000)
-    return worst / 1e6
-
-
 async def run_throughput(side: Side, seconds: float, cfg: Config) -> Throughput:
     stop_at = perf_ns() + int(seconds * 1e9)
 
@@ -303,7 +293,7 @@ async def run_throughput(side: Side, seconds: float, cfg: Config) -> Throughput:
 
     started = perf_ns()
     async with asyncio.timeout(seconds + cfg.phase_seconds):
-        lag = asyncio.ensure_future(_loop_lag(stop_at))
+        lag = asyncio.ensure_future(loop_lag(stop_at))
         results = await asyncio.gather(*(worker(slot) for slot in range(TASKS)))
         elapsed = (perf_ns() - started) / 1e9
         max_lag = await lag

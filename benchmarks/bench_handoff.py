@@ -85,7 +85,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from _common import library_commit
+from _common import library_commit, loop_lag
 
 from redlock_async import Lock, LockNotAcquired, Redlock
 from redlock_async.testing import LocalNodes
@@ -263,16 +263,6 @@ async def contend(lock: Lock, task: int, instance: int, stop_at: int, cap: int, 
             tally.errors.append(f"task {task}: {type(exc).__name__}: {exc}")
         if entered:
             tally.grants.append(Grant(task, instance, wanted, entered, left or perf_ns(), no_votes))
-
-
-async def loop_lag(stop_at: int) -> float:
-    """Worst lateness, in ms, of a 5 ms sleep until *stop_at*."""
-    worst = 0
-    while perf_ns() < stop_at:
-        before = perf_ns()
-        await asyncio.sleep(0.005)
-        worst = max(worst, perf_ns() - before - 5_000_000)
-    return worst / 1e6
 
 
 def server_counts(cluster: LocalNodes) -> Counter[str]:

@@ -50,7 +50,7 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
-from _common import library_commit
+from _common import library_commit, loop_lag
 from _peers import PEERS, Handle, Peer, RedisPyLock
 
 from redlock_async import Redlock
@@ -287,16 +287,6 @@ async def run_latency(peers: dict[str, Peer], cfg: Config, results: Results, key
 
 
 # -- scenario 2: throughput -------------------------------------------------------------
-
-
-async def loop_lag(stop_at: int) -> float:
-    """Worst lateness, in ms, of a 5 ms sleep until *stop_at*: how starved the event loop was."""
-    worst = 0
-    while perf_ns() < stop_at:
-        before = perf_ns()
-        await asyncio.sleep(0.005)
-        worst = max(worst, perf_ns() - before - 5_000_000)
-    return worst / 1e6
 
 
 async def throughput(handles: Sequence[Handle], seconds: float, cfg: Config) -> Outcome:

@@ -9,22 +9,9 @@ Runs against the nodes in $REDLOCK_NODES (comma-separated URLs), or against
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-from collections.abc import Iterator
 
 from redlock_async import LockNotAcquired, Redlock
-
-
-@contextlib.contextmanager
-def nodes() -> Iterator[list[str]]:
-    if urls := os.environ.get("REDLOCK_NODES"):
-        yield urls.split(",")
-        return
-    from redlock_async.testing import LocalNodes
-
-    with LocalNodes(5) as cluster:
-        yield cluster.urls
+from redlock_async.testing import nodes_from_env
 
 
 async def process(redlock: Redlock, order: int, worker: str, log: list[str]) -> None:
@@ -48,6 +35,6 @@ async def main(urls: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    with nodes() as urls:
+    with nodes_from_env() as urls:
         for line in asyncio.run(main(urls)):
             print(line)

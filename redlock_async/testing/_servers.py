@@ -558,3 +558,17 @@ class LocalNodes:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+@contextlib.contextmanager
+def nodes_from_env(count: int = 5, *, variable: str = "REDLOCK_NODES") -> Iterator[list[str]]:
+    """The node URLs in ``$REDLOCK_NODES`` (comma-separated), or *count* local nodes for the block.
+
+    For examples and demos that should run anywhere: against your servers when
+    the variable names them, against embedded ones otherwise.
+    """
+    if urls := [url.strip() for url in os.environ.get(variable, "").split(",") if url.strip()]:
+        yield urls
+        return
+    with LocalNodes(count) as nodes:
+        yield nodes.urls
