@@ -23,14 +23,16 @@ class Script:
 
 RELEASE = Script(
     b"""
--- Compare-and-delete, then tell the waiters (pushed hand-off): the released
--- token, on the channel named like the key, only when a key was deleted.
+-- Compare-and-delete, then tell the waiters (pushed hand-off): a digest of
+-- the released token (listeners only match words from several nodes; the
+-- token itself would let a listener extend or release a lease), on the
+-- channel named like the key, only when a key was deleted.
 -- KEYS[1]  the lock key (and the channel)
 -- ARGV[1]  the token of the acquisition being released
 -- returns  1 deleted; 0 the key is gone or holds another token (left alone)
 if redis.call('GET', KEYS[1]) == ARGV[1] then
     redis.call('DEL', KEYS[1])
-    redis.call('PUBLISH', KEYS[1], ARGV[1])
+    redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
     return 1
 end
 return 0
