@@ -143,6 +143,7 @@ class Ballot:
         *,
         majority: bool = True,
         wait_for: Sequence[int] | None = None,
+        rearm: float | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
         self.nodes = nodes
@@ -166,7 +167,7 @@ class Ballot:
             else:
                 fut.add_done_callback(self._on_reply_factory(i))
         if not self._done.done():
-            self._timer = Deadline(loop, timeout, self._on_timeout)
+            self._timer = Deadline(loop, timeout, self._on_timeout, rearm=rearm)
 
     def _on_reply_factory(self, i: int) -> Callable[[asyncio.Future[Reply]], None]:
         def on_reply(fut: asyncio.Future[Reply]) -> None:

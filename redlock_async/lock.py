@@ -597,7 +597,11 @@ class Lock:
         assert self._token is not None
         token, self._token, self._holders = self._token, None, []
         futures = self._send_release(token, skip=self._skip)
-        ballot = Ballot(self._redlock._nodes, futures, vote_of_script, self._settings.node_timeout)
+        # The question is only whether a majority still held our key when the release
+        # ran; a busy loop may read the answers late, so wait for them up to a connect timeout.
+        settings = self._settings
+        wait = max(settings.node_timeout, settings.connect_timeout)
+        ballot = Ballot(self._redlock._nodes, futures, vote_of_script, wait, rearm=settings.node_timeout)
         await ballot.wait()
         self._last_votes, self._last_details = ballot.votes, ballot.details
         confirmed = ballot.verdict is _algorithm.Verdict.WON
