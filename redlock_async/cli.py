@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
+import os
 import random
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -13,19 +16,108 @@ from collections.abc import Sequence
 from redlock_async.client import Redlock
 from redlock_async.errors import LockNotAcquired
 
+EXIT_NOT_ACQUIRED = 75
+"""``redlock run``: the lock could not be had within --wait; the command did not run (EX_TEMPFAIL)."""
+EXIT_LOST = 76
+"""``redlock run``: the lock was lost while the command ran; it was stopped (SIGTERM, then SIGKILL)."""
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="redlock", description="Distributed locks on the Redlock algorithm.")
     commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser(
+        "run",
+        help="run a command while holding a lock (a distributed flock for cron jobs and deploy scripts)",
+        usage="redlock run NAME [--nodes URLS] [--ttl S] [--wait S] [--grace S] [--fencing] -- CMD [ARGS...]",
+        description=(
+            f"Run CMD while holding lock NAME, extended until CMD exits. Exit status: CMD's own; "
+            f"{EXIT_NOT_ACQUIRED} when the lock could not be had within --wait (CMD did not run); "
+            f"{EXIT_LOST} when the lock was lost while CMD ran (CMD got SIGTERM, then SIGKILL after --grace)."
+        ),
+    )
+    run.add_argument("name", metavar="NAME", help="the resource to lock")
+    run.add_argument("--nodes", help="comma-separated node URLs (default: $REDLOCK_NODES)")
+    run.add_argument("--ttl", type=float, default=10.0, help="lease in seconds, extended while CMD runs (10)")
+    run.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the lock (0: one try)")
+    run.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL on loss (10)")
+    run.add_argument("--fencing", action="store_true", help="export the fencing token as $REDLOCK_FENCING_TOKEN")
     demo = commands.add_parser("demo", help="start 5 local nodes and show workers taking turns on one lock")
     demo.add_argument("--workers", type=int, default=4, help="competing workers, each with its own Redlock")
     demo.add_argument("--rounds", type=int, default=3, help="acquisitions per worker")
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first -- is the command, options and all (argparse would take them).
+    cmd = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if args.command == "run":
+        nodes = [url.strip() for url in (args.nodes or os.environ.get("REDLOCK_NODES", "")).split(",") if url.strip()]
+        if not cmd:
+            parser.error("run: give the command after --, e.g. redlock run backup -- ./backup.sh")
+        if not nodes:
+            parser.error("run: name the nodes with --nodes URL,URL,... or $REDLOCK_NODES")
+        try:
+            return asyncio.run(_run(args.name, cmd, nodes, args.ttl, args.wait, args.grace, args.fencing))
+        except (ValueError, TypeError) as exc:
+            parser.error(f"run: {exc}")
     if args.command == "demo":
         if not 1 <= args.workers <= 32 or not 1 <= args.rounds <= 100:
             parser.error("--workers must be in 1..32 and --rounds in 1..100")
         return asyncio.run(_demo(args.workers, args.rounds))
     return 2  # pragma: no cover - argparse rejects unknown commands
+
+
+async def _run(
+    name: str, cmd: list[str], nodes: list[str], ttl: float, wait: float, grace: float, fencing: bool
+) -> int:
+    """Hold the lock while *cmd* runs; its exit status, or EXIT_NOT_ACQUIRED / EXIT_LOST."""
+    loop = asyncio.get_running_loop()
+    lost = asyncio.Event()
+    async with Redlock(nodes, ttl=ttl, acquire_timeout=wait, max_hold=float("inf")) as redlock:
+        # on_lost: be told, not cancelled: the command must be stopped, not this process.
+        lock = redlock.lock(name, fencing=fencing, on_lost=lambda _: lost.set())
+        try:
+            await lock.__aenter__()
+        except LockNotAcquired as exc:
+            print(f"redlock: {name} is held elsewhere: not running {cmd[0]} ({exc})", file=sys.stderr)
+            return EXIT_NOT_ACQUIRED
+        try:
+            env = dict(os.environ)
+            if lock.fencing_token is not None:
+                env["REDLOCK_FENCING_TOKEN"] = str(lock.fencing_token)
+            try:
+                process = await asyncio.create_subprocess_exec(*cmd, env=env)
+            except OSError as exc:
+                print(f"redlock: cannot run {cmd[0]}: {exc}", file=sys.stderr)
+                return 127
+            for signum in FORWARDED:  # what is sent to redlock goes to the command
+                loop.add_signal_handler(signum, _forward, process, signum)
+            try:
+                exited = asyncio.ensure_future(process.wait())
+                gone = asyncio.ensure_future(lost.wait())
+                await asyncio.wait([exited, gone], return_when=asyncio.FIRST_COMPLETED)
+                if not exited.done():
+                    print(f"redlock: lost {name} while {cmd[0]} ran: stopping it", file=sys.stderr)
+                    _forward(process, signal.SIGTERM)
+                    try:
+                        await asyncio.wait_for(asyncio.shield(exited), grace)
+                    except TimeoutError:
+                        _forward(process, signal.SIGKILL)
+                        await exited
+                    return EXIT_LOST
+                gone.cancel()
+                await asyncio.gather(gone, return_exceptions=True)
+                code = exited.result()
+                return code if code >= 0 else 128 - code  # killed by a signal: the shell's convention
+            finally:
+                for signum in FORWARDED:
+                    loop.remove_signal_handler(signum)
+        finally:
+            await lock.__aexit__(None, None, None)
+
+
+def _forward(process: asyncio.subprocess.Process, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signum)
 
 
 async def _demo(workers: int, rounds: int) -> int:

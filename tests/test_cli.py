@@ -1,0 +1,102 @@
+"""The ``redlock run`` command: a distributed flock, against real nodes and real child processes."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from redlock_async.cli import EXIT_LOST, EXIT_NOT_ACQUIRED
+
+from .conftest import Cluster, MakeRedlock
+
+PY = sys.executable
+
+
+async def redlock_run(urls: list[str], *args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        PY,
+        "-m",
+        "redlock_async",
+        "run",
+        "--nodes",
+        ",".join(urls),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def finish(process: asyncio.subprocess.Process, timeout: float = 30) -> tuple[int, str, str]:
+    async with asyncio.timeout(timeout):
+        out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_runs_the_command_under_the_lock_and_passes_its_status(cluster: Cluster) -> None:
+    script = "import sys; print('inside'); sys.exit(3)"
+    code, out, _ = await finish(await redlock_run(cluster.urls, "job", "--", PY, "-c", script))
+    assert (code, out.strip()) == (3, "inside")
+    assert [cluster[i].command("GET", "redlock:job") for i in range(len(cluster))] == [None] * len(cluster)
+
+
+async def test_does_not_run_when_the_lock_is_held(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    redlock = await make_redlock()
+    async with redlock.lock("busy-job"):
+        code, out, err = await finish(
+            await redlock_run(cluster.urls, "busy-job", "--wait", "0.3", "--", PY, "-c", "print('ran')")
+        )
+    assert code == EXIT_NOT_ACQUIRED
+    assert "ran" not in out
+    assert "held elsewhere" in err
+
+
+async def test_exports_the_fencing_token(cluster: Cluster) -> None:
+    script = "import os; print(os.environ['REDLOCK_FENCING_TOKEN'])"
+    first = await finish(await redlock_run(cluster.urls, "fenced-job", "--fencing", "--", PY, "-c", script))
+    second = await finish(await redlock_run(cluster.urls, "fenced-job", "--fencing", "--", PY, "-c", script))
+    assert first[0] == second[0] == 0
+    assert int(second[1]) > int(first[1]) >= 1
+
+
+async def test_signals_reach_the_command_and_the_lock_is_released(cluster: Cluster) -> None:
+    script = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), sys.exit(5)))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    process = await redlock_run(cluster.urls, "signalled-job", "--", PY, "-c", script)
+    assert process.stdout is not None
+    async with asyncio.timeout(20):
+        assert (await process.stdout.readline()).strip() == b"ready"
+    process.send_signal(signal.SIGTERM)
+    code, out, _ = await finish(process)
+    assert code == 5
+    assert "got TERM" in out
+    assert [cluster[i].command("GET", "redlock:signalled-job") for i in range(len(cluster))] == [None] * len(cluster)
+
+
+async def test_a_lost_lock_stops_the_command(faulty: Cluster) -> None:
+    script = "import time; print('ready', flush=True); time.sleep(60)"
+    process = await redlock_run(faulty.urls, "doomed-job", "--ttl", "1", "--grace", "2", "--", PY, "-c", script)
+    assert process.stdout is not None
+    async with asyncio.timeout(20):
+        assert (await process.stdout.readline()).strip() == b"ready"
+    for i in (0, 1, 2):
+        faulty[i].pause()
+    code, _, err = await finish(process, timeout=20)
+    assert code == EXIT_LOST
+    assert "lost doomed-job" in err
+    for i in (0, 1, 2):
+        faulty[i].resume()
+
+
+async def test_usage_errors_say_what_to_change(cluster: Cluster) -> None:
+    code, _, err = await finish(await redlock_run(cluster.urls, "job"))
+    assert code == 2
+    assert "give the command after --" in err
+    code, _, err = await finish(await redlock_run(cluster.urls, "job", "--ttl", "-1", "--", "true"))
+    assert code == 2
+    assert "ttl" in err
