@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import os
 import random
@@ -12,7 +13,10 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
+from redlock_async._algorithm import Vote
+from redlock_async._node import Failure
 from redlock_async.client import Redlock
 from redlock_async.errors import LockNotAcquired
 
@@ -42,6 +46,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the lock (0: one try)")
     run.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL on loss (10)")
     run.add_argument("--fencing", action="store_true", help="export the fencing token as $REDLOCK_FENCING_TOKEN")
+    status = commands.add_parser(
+        "status",
+        help="who holds a lock on each node, without acquiring anything",
+        description="Exit status 0 when a majority of nodes answered, 1 otherwise.",
+    )
+    status.add_argument("name", metavar="NAME", help="the resource")
+    status.add_argument("--nodes", help="comma-separated node URLs (default: $REDLOCK_NODES)")
     demo = commands.add_parser("demo", help="start 5 local nodes and show workers taking turns on one lock")
     demo.add_argument("--workers", type=int, default=4, help="competing workers, each with its own Redlock")
     demo.add_argument("--rounds", type=int, default=3, help="acquisitions per worker")
@@ -49,8 +60,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Everything after the first -- is the command, options and all (argparse would take them).
     cmd = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    nodes = [url.strip() for url in (getattr(args, "nodes", None) or os.environ.get("REDLOCK_NODES", "")).split(",")]
+    nodes = [url for url in nodes if url]
+    if args.command == "status":
+        if not nodes:
+            parser.error("status: name the nodes with --nodes URL,URL,... or $REDLOCK_NODES")
+        try:
+            return asyncio.run(_status(args.name, nodes))
+        except (ValueError, TypeError) as exc:
+            parser.error(f"status: {exc}")
     if args.command == "run":
-        nodes = [url.strip() for url in (args.nodes or os.environ.get("REDLOCK_NODES", "")).split(",") if url.strip()]
         if not cmd:
             parser.error("run: give the command after --, e.g. redlock run backup -- ./backup.sh")
         if not nodes:
@@ -113,6 +132,44 @@ async def _run(
                     loop.remove_signal_handler(signum)
         finally:
             await lock.__aexit__(None, None, None)
+
+
+async def _status(name: str, nodes: list[str]) -> int:
+    """Print the lock's key on every node (a digest of the holder's value, never the value)."""
+    async with Redlock(nodes) as redlock:
+        lock = redlock.lock(name)
+        settings = redlock.settings
+        asks = [
+            [node.send(b"GET", lock._key), node.send(b"PTTL", lock._key), node.send(b"GET", lock._fence_key)]
+            for node in redlock._nodes
+        ]
+        await asyncio.wait([fut for ask in asks for fut in ask], timeout=max(settings.connect_timeout, 0.5))
+        print(f"{name} on {len(nodes)} nodes (a majority is {redlock.quorum}):")
+        holders: dict[str, int] = {}
+        answered = 0
+        for node, (value, pttl, fence) in zip(redlock._nodes, asks, strict=True):
+            replies: list[Any] = [
+                fut.result() if fut.done() else Failure(Vote.TIMEOUT, "no answer") for fut in (value, pttl, fence)
+            ]
+            failed = next((r for r in replies if isinstance(r, Failure)), None)
+            if failed is not None:
+                print(f"  {node.name:<24} unreachable ({failed.detail or failed.vote.value})")
+                continue
+            answered += 1
+            counter = f"  fencing counter {int(replies[2])}" if replies[2] is not None else ""
+            if replies[0] is None:
+                print(f"  {node.name:<24} free{counter}")
+                continue
+            holder = hashlib.sha1(replies[0]).hexdigest()[:8]
+            holders[holder] = holders.get(holder, 0) + 1
+            print(f"  {node.name:<24} held by {holder}  pttl {int(replies[1])} ms{counter}")
+        if holders:
+            holder, count = max(holders.items(), key=lambda item: item[1])
+            state = "a majority: held" if count >= redlock.quorum else "no majority: not held by anyone"
+            print(f"verdict: {holder} on {count} of {len(nodes)} nodes, {state}")
+        else:
+            print(f"verdict: free on every node that answered ({answered} of {len(nodes)})")
+        return 0 if answered >= redlock.quorum else 1
 
 
 def _forward(process: asyncio.subprocess.Process, signum: int) -> None:

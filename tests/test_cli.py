@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import signal
 import sys
 
@@ -100,3 +101,28 @@ async def test_usage_errors_say_what_to_change(cluster: Cluster) -> None:
     code, _, err = await finish(await redlock_run(cluster.urls, "job", "--ttl", "-1", "--", "true"))
     assert code == 2
     assert "ttl" in err
+
+
+async def redlock_status(urls: list[str], name: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        PY, "-m", "redlock_async", "status", name, "--nodes", ",".join(urls),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    return await finish(process)
+
+
+async def test_status_shows_holder_digest_and_verdict(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    code, out, _ = await redlock_status(cluster.urls, "inspected")
+    assert code == 0
+    assert "verdict: free on every node that answered (5 of 5)" in out
+    redlock = await make_redlock(fencing=True)
+    async with redlock.lock("inspected", ttl=30) as lock:
+        token = lock.token
+        assert token is not None
+        code, out, _ = await redlock_status(cluster.urls, "inspected")
+    digest = hashlib.sha1(token.encode()).hexdigest()[:8]
+    assert code == 0
+    assert token not in out  # never the value itself
+    assert out.count(f"held by {digest}") == 5
+    assert f"verdict: {digest} on 5 of 5 nodes, a majority: held" in out
+    assert "fencing counter 1" in out
