@@ -54,9 +54,6 @@ class Watchdog:
         self.rounds = 0
         """Rounds started (each is one call per node per chunk): for benchmarks."""
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
     def schedule(self, lock: Lock, due: float) -> None:
         """Extend *lock* at monotonic time *due* (replacing any earlier schedule)."""
         seq = next(self._seq)

@@ -41,7 +41,7 @@ async def fenced_set(
     if isinstance(token, bool) or not isinstance(token, int) or token < 0:
         raise TypeError(f"token must be a fencing token (an int >= 0, lock.fencing_token), got {token!r}")
     if fence_key is None:
-        fence_key = key + (b":fence" if isinstance(key, bytes) else ":fence")  # type: ignore[operator]
+        fence_key = key + b":fence" if isinstance(key, bytes) else key + ":fence"
     script = client.register_script(FENCED_SET.source)
     applied, seen = await script(keys=[key, fence_key], args=[token, value])
     if not applied:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 
 import pytest
@@ -227,4 +226,3 @@ async def test_loss_just_as_the_body_returns(redlock: Redlock, when: str) -> Non
                 await (last if when != "at-last-await" else asyncio.sleep(1))
     await asyncio.sleep(0)  # a leftover pending cancel would be raised here
     assert_clean_task()
-    assert sys.version_info >= (3, 11)
