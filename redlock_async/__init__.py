@@ -1,22 +1,38 @@
 """Asyncio distributed locks on the Redlock algorithm over N independent Redis masters."""
 
+from redlock_async._algorithm import Vote
 from redlock_async.client import Redlock
 from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome, RedlockError
+from redlock_async.events import EventKind, LockEvent
 from redlock_async.fencing import StaleFencingToken, fenced_set
 from redlock_async.lock import Lock
 
 __all__ = [
+    "EventKind",
     "Lock",
+    "LockEvent",
     "LockLost",
     "LockNotAcquired",
     "NodeOutcome",
     "Redlock",
     "RedlockError",
     "StaleFencingToken",
+    "Vote",
     "fenced_set",
 ]
 
 # Public classes show as redlock_async.X in tracebacks and reprs.
-for _cls in (Lock, LockLost, LockNotAcquired, NodeOutcome, Redlock, RedlockError, StaleFencingToken):
+for _cls in (
+    EventKind,
+    Lock,
+    LockEvent,
+    LockLost,
+    LockNotAcquired,
+    NodeOutcome,
+    Redlock,
+    RedlockError,
+    StaleFencingToken,
+    Vote,
+):
     _cls.__module__ = __name__
 del _cls

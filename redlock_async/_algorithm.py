@@ -39,6 +39,9 @@ class Vote(enum.Enum):
     """The request was not sent (the node's queue was full, or it is reconnecting)."""
     PENDING = "pending"
     """The decision was taken before this node answered."""
+    QUARANTINED = "quarantined"
+    """The node said yes, but it restarted or lost its data recently: it sits
+    out every quorum until its restart quarantine ends (see :func:`sit_out`)."""
 
     @property
     def failed(self) -> bool:
@@ -184,3 +187,65 @@ def extend_retry_delay(ttl: float, node_timeout: float, remaining: float) -> flo
     shorter than one node timeout (no hot loop), never longer than a tenth of the ttl.
     """
     return max(node_timeout, min(ttl / 10, remaining / 3))
+
+
+class Marker(enum.Enum):
+    """The marker key clients write on a node in service: its value is the server's run_id then."""
+
+    CURRENT = "current"
+    """Written while this server process ran: a client judged it in service."""
+    STALE = "stale"
+    """Written under an earlier process: the node restarted with (maybe stale) data."""
+    ABSENT = "absent"
+    """No marker: a new node, or one whose data was lost."""
+    UNKNOWN = "unknown"
+    """The marker could not be read."""
+
+
+def sit_out(
+    period: float,
+    *,
+    uptime: float | None,
+    known_run_id: bool,
+    restarted: bool,
+    marker: Marker,
+) -> tuple[float, bool]:
+    """How long a node that just (re)connected must sit out of every quorum.
+
+    The hazard: a node that comes back without the keys it held (restarted
+    without persistence, or with a stale snapshot) can say yes to a second
+    client while the first still counts on it. Every lease granted before it
+    went down ends within one ttl, so a node that has been back for *period*
+    (at least the largest ttl in use, plus drift) can no longer help anyone
+    overlap. What is known when it connects:
+
+    * *uptime*: the server's seconds since start (None when INFO is refused);
+    * *known_run_id*: this client saw the same server process before;
+    * *restarted*: this client saw another server process at this address;
+    * *marker*: what the marker key says (see :class:`Marker`).
+
+    Returns (seconds to sit out from now, suspect). A *suspect* node has no
+    marker: it may be new or wiped, and only the other nodes can tell. The
+    caller lifts a suspect's quarantine when every node was seen and none has
+    a marker (a new cluster; a cluster wiped all at once looks the same, and
+    only a client that knew the old servers can tell: *restarted*).
+    """
+    if period <= 0:
+        return 0.0, False
+    if restarted:
+        # We knew another server here: it came back *uptime* seconds ago, data or not.
+        return (period if uptime is None else max(0.0, period - uptime)), False
+    if marker is Marker.ABSENT:
+        # New, or its data is gone. The same process as before lost it in place
+        # (a FLUSHALL), at a moment unknown: the whole period. Otherwise a restart
+        # without data, *uptime* ago. (A first sight cannot tell an in-place loss:
+        # the price of not locking out a node forever from short-lived clients.)
+        if known_run_id or uptime is None:
+            return period, True
+        left = max(0.0, period - uptime)
+        return left, left > 0
+    if marker is Marker.CURRENT or known_run_id or uptime is None:
+        # Judged in service under this very process (by us or another client), or no way to see restarts.
+        return 0.0, False
+    # Restarted with data that may be stale, or a marker we cannot read: the rest of the period.
+    return max(0.0, period - uptime), False

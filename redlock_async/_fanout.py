@@ -12,6 +12,7 @@ keeping each connection in step.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -104,6 +105,19 @@ def vote_of_script(reply: Reply) -> Vote:
     return Vote.YES if reply == 1 else Vote.NO
 
 
+def sitting_out(node: Node) -> str | None:
+    """Why a yes from *node* must not count now (its restart quarantine), or None when it counts."""
+    until = node.quarantined_until
+    if not until:
+        return None
+    left = until - time.monotonic()
+    if left <= 0:
+        return None
+    if math.isinf(left):
+        return "quarantined: just connected, its restart check is not answered yet"
+    return f"quarantined: restarted or lost its data; counts again in {left:.1f} s"
+
+
 def outcomes(nodes: Sequence[Node], votes: Sequence[Vote], details: Sequence[str] | None) -> tuple[NodeOutcome, ...]:
     """Per-node outcomes, for errors and ``Lock.outcomes``: built only when someone asks."""
     words = details or [""] * len(votes)
@@ -179,11 +193,14 @@ class Ballot:
         if self.verdict is not Verdict.UNDECIDED:
             return  # a late reply: the request was answered, the decision stands
         vote = self.classify(reply)
+        detail = reply.detail if isinstance(reply, Failure) else None
+        if vote is Vote.YES and self.nodes[i].quarantined_until and (detail := sitting_out(self.nodes[i])):
+            vote = Vote.QUARANTINED
         self.votes[i] = vote
-        if isinstance(reply, Failure):
+        if detail is not None:
             if self.details is None:
                 self.details = [""] * len(self.nodes)
-            self.details[i] = reply.detail
+            self.details[i] = detail
         if vote is Vote.YES:
             self._yes += 1
         else:

@@ -55,6 +55,8 @@ class Failure:
     vote: Vote
     detail: str
     noscript: bool = False
+    answered: bool = False
+    """The server answered with an error (the connection is fine)."""
 
 
 CLOSED = Failure(Vote.SKIPPED, "the Redlock is closed")
@@ -82,9 +84,16 @@ class Node:
         reconnect_delay: float,
         on_message: Callable[[list[bytes]], None] | None = None,
         on_connect: Callable[[Node], None] | None = None,
+        on_ready: Callable[[Node], None] | None = None,
         scripts: tuple[Script, ...] = (),
     ) -> None:
         self.name = name
+        # Votes of this node do not count before this (monotonic) time: it
+        # restarted or lost its data recently. Set by the Redlock's Quarantine,
+        # whose on_ready hook queues its probe first on every new connection.
+        self.quarantined_until = 0.0
+        self.connect_started = 0.0  # monotonic time the current connection was begun
+        self._on_ready = on_ready
         # A subscriber connection: pub/sub messages go to on_message (they answer
         # no command); on_connect re-subscribes after every (re)connect.
         self._on_message = on_message
@@ -149,6 +158,15 @@ class Node:
         return self.send(
             b"EVALSHA", script.sha, len(keys), *keys, *args, limited=limited, fallback=(script, keys, args)
         )
+
+    def send_first(self, *commands: tuple[bytes | str | int, ...]) -> list[asyncio.Future[Reply]]:
+        """Queue *commands* ahead of everything waiting (for on_ready: the first thing a new connection says)."""
+        assert self._loop is not None
+        futures = [self._loop.create_future() for _ in commands]
+        self._outbox[:0] = [(_pack(args), fut, None) for args, fut in zip(commands, futures, strict=True)]
+        if not self._wakeup.is_set():
+            self._wakeup.set()
+        return futures
 
     def _stalled(self) -> bool:
         return time.monotonic() - self._progress > self._stall_after
@@ -232,6 +250,7 @@ class Node:
 
     async def _connect(self) -> bool:
         """(Re)connect and start a reader; on failure fail everything queued and back off."""
+        self.connect_started = time.monotonic()
         # Leftovers of a broken connection: its commands will never be answered.
         self._fail_inflight(Failure(Vote.ERROR, "connection lost"))
         reader, self._reader = self._reader, None
@@ -259,6 +278,8 @@ class Node:
         if self._down_reason:
             log.info("redlock node %s: connected again", self.name)
             self._down_reason = ""
+        if self._on_ready is not None:
+            self._on_ready(self)
         self._preload_scripts()
         if self._on_connect is not None:
             self._on_connect(self)
@@ -273,9 +294,9 @@ class Node:
             try:
                 reply: Reply = await conn.read_response(disable_decoding=True, disconnect_on_error=False)
             except NoScriptError as exc:
-                reply = Failure(Vote.ERROR, str(exc), noscript=True)
+                reply = Failure(Vote.ERROR, _server_error(exc), noscript=True, answered=True)
             except ResponseError as exc:
-                reply = Failure(Vote.ERROR, str(exc))  # an error reply: still in step
+                reply = Failure(Vote.ERROR, _server_error(exc), answered=True)  # an error reply: still in step
             except (RedisError, OSError) as exc:
                 self._broken(exc)
                 return
@@ -350,6 +371,12 @@ def _pack(args: tuple[bytes | str | int, ...]) -> bytes:
     (hiredis comes with redis[hiredis]); our arguments are only bytes, str and int."""
     packed: bytes = hiredis.pack_command(args)  # type: ignore[arg-type]  # its stub types a 1-tuple
     return packed
+
+
+def _server_error(exc: BaseException) -> str:
+    """A server's error reply in words, without the command's arguments it may quote (a lock's token)."""
+    text, _, _ = _describe(exc).partition(", with args beginning with")
+    return text
 
 
 def _describe(exc: BaseException) -> str:

@@ -10,6 +10,9 @@ from redlock_async._algorithm import best_validity, ttl_to_ms
 MIN_TTL_TO_NODE_TIMEOUT = 10
 """The ttl must be at least this many node timeouts: a lease mostly spent waiting for nodes is useless."""
 
+MAX_TTL_MS = 2**53
+"""Longest ttl in milliseconds: exact as a float, and well within what a server accepts for PX / PEXPIRE."""
+
 
 def check_duration(name: str, value: object, *, zero_ok: bool = False, inf_ok: bool = False) -> float:
     """*value* as float seconds, or a ValueError/TypeError that says what to change."""
@@ -85,6 +88,12 @@ class Settings:
     the lock forever. An hour suits most jobs; math.inf removes the bound."""
     max_extensions: int | None = None
     """Optional bound on the watchdog's extensions of one acquisition."""
+    restart_quarantine: float | None = None
+    """Seconds a node that restarted or lost its data counts toward no quorum
+    (a client-side "delayed restart"; see docs/safety.md). None: the largest
+    ttl this Redlock uses, plus drift, which is enough when every client of
+    the nodes uses this Redlock's ttls or shorter ones; give the largest ttl of
+    any client otherwise. 0 turns it off (only for nodes that never lose data)."""
 
     def __post_init__(self) -> None:
         for name in ("ttl", "node_timeout", "connect_timeout"):
@@ -107,6 +116,8 @@ class Settings:
                 f"({self.ttl / MIN_TTL_TO_NODE_TIMEOUT} s for ttl={self.ttl} s): "
                 "raise the ttl or lower node_timeout"
             )
+        if ttl_to_ms(self.ttl) > MAX_TTL_MS:
+            raise ValueError(f"ttl must be at most {MAX_TTL_MS // 1000} s (2**53 ms, for the servers), got {self.ttl}")
         if ttl_to_ms(self.ttl) < 1 or best_validity(ttl_to_ms(self.ttl) / 1000, factor) <= 0:
             raise ValueError(
                 f"ttl={self.ttl} s leaves no validity after drift ({factor} x ttl + 2 ms): use a ttl of at least 0.01 s"
@@ -124,6 +135,12 @@ class Settings:
         if not 0.05 <= threshold <= 0.9:
             raise ValueError(f"extend_threshold must be in [0.05, 0.9] (a fraction of the ttl), got {threshold!r}")
         object.__setattr__(self, "max_hold", check_duration("max_hold", self.max_hold, inf_ok=True))
+        if self.restart_quarantine is not None:
+            object.__setattr__(
+                self,
+                "restart_quarantine",
+                check_duration("restart_quarantine", self.restart_quarantine, zero_ok=True),
+            )
         extensions = self.max_extensions
         if extensions is not None:
             if isinstance(extensions, bool) or not isinstance(extensions, int):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from redlock_async import _algorithm
 from redlock_async._algorithm import Vote
-from redlock_async._fanout import Deadline
+from redlock_async._fanout import Deadline, sitting_out
 from redlock_async._node import Failure, Node, Reply
 from redlock_async._scripts import EXTEND_MANY
 
@@ -141,6 +141,7 @@ class _Round:
         "_loop",
         "_need",
         "_node_timeout",
+        "_nodes",
         "_open",
         "_started",
         "_timer",
@@ -151,7 +152,7 @@ class _Round:
 
     def __init__(self, watchdog: Watchdog, locks: list[Lock], started: float) -> None:
         loop = asyncio.get_running_loop()
-        nodes = watchdog._nodes
+        nodes = self._nodes = watchdog._nodes
         n = len(nodes)
         self._locks = locks
         self._started = started
@@ -201,6 +202,7 @@ class _Round:
         failure = reply if isinstance(reply, Failure) else None
         decided, votes, yes, failed, need = self._decided, self._votes, self._yes, self._failed, self._need
         n = len(votes[0]) if votes else 0
+        quarantined = failure is None and self._nodes[node].quarantined_until and sitting_out(self._nodes[node])
         for j in range(start, start + count):
             if decided[j]:
                 continue
@@ -209,6 +211,9 @@ class _Round:
                 self._details.setdefault(j, [""] * n)[node] = failure.detail
             else:
                 vote = Vote.YES if reply[j - start] == 1 else Vote.NO
+                if quarantined and vote is Vote.YES:
+                    vote = Vote.QUARANTINED
+                    self._details.setdefault(j, [""] * n)[node] = quarantined
             votes[j][node] = vote
             if vote is Vote.YES:
                 yes[j] += 1

@@ -17,8 +17,9 @@ from typing import Any
 
 from redlock_async._algorithm import Vote
 from redlock_async._node import Failure
+from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
 from redlock_async.client import Redlock
-from redlock_async.errors import LockNotAcquired
+from redlock_async.errors import LockNotAcquired, RedlockError
 
 EXIT_NOT_ACQUIRED = 75
 """``redlock run``: the lock could not be had within --wait; the command did not run (EX_TEMPFAIL)."""
@@ -69,7 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_status(args.name, nodes))
         except (ValueError, TypeError) as exc:
             parser.error(f"status: {exc}")
+        except RedlockError as exc:  # nodes that refuse the lock scripts
+            print(f"redlock: {exc}", file=sys.stderr)
+            return 1
     if args.command == "run":
+        _check_durations(parser, args)
         if not cmd:
             parser.error("run: give the command after --, e.g. redlock run backup -- ./backup.sh")
         if not nodes:
@@ -78,11 +83,43 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_run(args.name, cmd, nodes, args.ttl, args.wait, args.grace, args.fencing))
         except (ValueError, TypeError) as exc:
             parser.error(f"run: {exc}")
+        except RedlockError as exc:  # nodes that refuse the lock scripts: the command did not run
+            print(f"redlock: {exc}", file=sys.stderr)
+            return 1
     if args.command == "demo":
         if not 1 <= args.workers <= 32 or not 1 <= args.rounds <= 100:
             parser.error("--workers must be in 1..32 and --rounds in 1..100")
         return asyncio.run(_demo(args.workers, args.rounds))
     return 2  # pragma: no cover - argparse rejects unknown commands
+
+
+def _check_durations(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Say which option is wrong, in the options' own words (the library names its settings)."""
+    for option, value, zero_ok, inf_ok in (
+        ("--ttl", args.ttl, False, False),
+        ("--wait", args.wait, True, True),
+        ("--grace", args.grace, True, False),
+    ):
+        try:
+            check_duration(option, value, zero_ok=zero_ok, inf_ok=inf_ok)
+        except ValueError as exc:
+            parser.error(f"run: {exc}")
+    shortest = Settings().node_timeout * MIN_TTL_TO_NODE_TIMEOUT
+    if args.ttl < shortest:
+        parser.error(f"run: --ttl must be at least {shortest:g} seconds, got {args.ttl:g}")
+
+
+def _resource(name: str) -> tuple[str | bytes, str]:
+    """The lock's name from the command line, and how to show it.
+
+    Bytes that are not UTF-8 reach us as surrogate escapes: lock the very bytes given.
+    """
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raw = os.fsencode(name)
+        return raw, raw.decode(errors="backslashreplace")
+    return name, name
 
 
 async def _run(
@@ -93,7 +130,8 @@ async def _run(
     lost = asyncio.Event()
     async with Redlock(nodes, ttl=ttl, acquire_timeout=wait, max_hold=float("inf")) as redlock:
         # on_lost: be told, not cancelled: the command must be stopped, not this process.
-        lock = redlock.lock(name, fencing=fencing, on_lost=lambda _: lost.set())
+        resource, name = _resource(name)
+        lock = redlock.lock(resource, fencing=fencing, on_lost=lambda _: lost.set())
         try:
             await lock.__aenter__()
         except LockNotAcquired as exc:
@@ -137,7 +175,8 @@ async def _run(
 async def _status(name: str, nodes: list[str]) -> int:
     """Print the lock's key on every node (a digest of the holder's value, never the value)."""
     async with Redlock(nodes) as redlock:
-        lock = redlock.lock(name)
+        resource, name = _resource(name)
+        lock = redlock.lock(resource)
         settings = redlock.settings
         asks = [
             [node.send(b"GET", lock._key), node.send(b"PTTL", lock._key), node.send(b"GET", lock._fence_key)]

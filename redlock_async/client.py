@@ -5,21 +5,26 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Self, final
 
+import redis
 from redis.asyncio import ConnectionPool, Redis
-from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.connection import AbstractConnection, UnixDomainSocketConnection
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from redlock_async._algorithm import Vote, drift
 from redlock_async._handoff import Listener
-from redlock_async._node import Node
-from redlock_async._scripts import SCRIPTS
+from redlock_async._node import Failure, Node
+from redlock_async._quarantine import Quarantine
+from redlock_async._scripts import RELEASE, SCRIPTS
 from redlock_async._settings import Settings
 from redlock_async._watchdog import Watchdog
-from redlock_async.errors import LockLost
+from redlock_async.errors import LockLost, NodeOutcome, RedlockError
+from redlock_async.events import OnEvent
 from redlock_async.lock import Lock
 
 log = logging.getLogger(__name__)
@@ -39,6 +44,11 @@ class Redlock:
 
     Use it as ``async with Redlock([...]) as redlock:``, or call
     :meth:`aclose` when done.
+
+    The keyword arguments are the settings (see ``Settings`` in
+    ``redlock_async._settings`` and the README's table), and *on_event*: a
+    function called with a :class:`redlock_async.events.LockEvent` for every
+    acquire, extension, release and loss, for metrics.
     """
 
     def __init__(
@@ -61,6 +71,8 @@ class Redlock:
         extend_threshold: float = _DEFAULTS.extend_threshold,
         max_hold: float = _DEFAULTS.max_hold,
         max_extensions: int | None = _DEFAULTS.max_extensions,
+        restart_quarantine: float | None = _DEFAULTS.restart_quarantine,
+        on_event: OnEvent | None = None,
     ) -> None:
         self.settings = Settings(
             ttl=ttl,
@@ -79,15 +91,27 @@ class Redlock:
             extend_threshold=extend_threshold,
             max_hold=max_hold,
             max_extensions=max_extensions,
+            restart_quarantine=restart_quarantine,
         )
+        if on_event is not None and not callable(on_event):
+            raise TypeError(f"on_event must be a function taking a LockEvent (or None), got {type(on_event).__name__}")
+        self._on_event = on_event
         if isinstance(nodes, str | bytes):
             raise TypeError("nodes must be a list of URLs or clients, not a single string")
+        if not isinstance(nodes, Iterable):
+            raise TypeError(f"nodes must be a list of URLs or clients, got {type(nodes).__name__}")
         specs = list(nodes)
         if not specs:
             raise ValueError("nodes is empty: give the URLs of at least one Redis master (3 or 5 for Redlock)")
         built: list[Node] = []
         subscribers: list[Node] = []
         self._listener = Listener(self.settings.node_timeout, scope=())
+        self._max_ttl = 0.0  # the largest ttl of the locks made so far (0: none yet)
+        self._quarantine = (
+            None
+            if self.settings.restart_quarantine == 0
+            else Quarantine(self.settings.key_prefix.encode(), self._quarantine_period)
+        )
         seen: dict[tuple[Any, ...], int] = {}
         for index, spec in enumerate(specs):
             name, identity, connection_class, kwargs = _connection_for(spec, index, self.settings)
@@ -103,7 +127,13 @@ class Redlock:
                 "connect_timeout": self.settings.connect_timeout,
                 "reconnect_delay": self.settings.reconnect_delay,
             }
-            built.append(Node(name, connection_class(**kwargs), scripts=SCRIPTS, **node_settings))
+            on_ready = None if self._quarantine is None else self._quarantine.on_ready
+            try:
+                connection = connection_class(**kwargs)
+            except (TypeError, ValueError, redis.RedisError) as exc:
+                # An unknown URL parameter, a bad ssl_cert_reqs...: say which node (redis-py's text holds no password).
+                raise ValueError(f"nodes[{index}] ({name}) has connection settings redis-py refuses: {exc}") from None
+            built.append(Node(name, connection, scripts=SCRIPTS, on_ready=on_ready, **node_settings))
             subscribers.append(
                 Node(
                     name,
@@ -114,6 +144,8 @@ class Redlock:
                 )
             )
         self._nodes: tuple[Node, ...] = tuple(built)
+        if self._quarantine is not None:
+            self._quarantine.attach(self._nodes)
         self._watchdog = Watchdog(self._nodes, self.settings.node_timeout)
         self._listener.nodes = self._subscribers = tuple(subscribers)
         self._listener._scope = tuple(sorted(self.nodes))
@@ -162,21 +194,52 @@ class Redlock:
             if value is not None
         }
         settings = dataclasses.replace(self.settings, **overrides) if overrides else self.settings
+        self._note_ttl(settings.ttl)
         return Lock(self, name, settings, on_lost=on_lost)
 
     async def connect(self) -> None:
-        """Connect to every node now rather than on first use; a node that fails is logged and retried later."""
+        """Connect to every node now rather than on first use; a node that fails is logged and retried later.
+
+        Raises :class:`RedlockError` when so many nodes answer the Lua scripts with an error (an ACL
+        user without ``+@scripting``, a renamed EVALSHA) that no majority could release or extend a lock.
+        """
         self._check_open()
         failures = await asyncio.gather(*(node.connect() for node in self._nodes))
         for node, failure in zip(self._nodes, failures, strict=True):
             if failure is not None:
                 log.warning("redlock node %s unavailable at start: %s", node.name, failure.detail)
+        up = [node for node, failure in zip(self._nodes, failures, strict=True) if failure is None]
+        await self._check_scripts(up)
+
+    async def _check_scripts(self, nodes: list[Node]) -> None:
+        """Run the release script once on each node that is up (it deletes nothing): say at once if it is refused."""
+        probe = self.settings.key_prefix.encode() + b"\x00script-probe"
+        futures = [node.send_script(RELEASE, (probe,), (b"",)) for node in nodes]
+        if futures:
+            await asyncio.wait(futures, timeout=self.settings.connect_timeout)
+        refused = [
+            NodeOutcome(node.name, Vote.ERROR, reply.detail)
+            for node, fut in zip(nodes, futures, strict=True)
+            if fut.done() and isinstance(reply := fut.result(), Failure) and reply.answered
+        ]
+        for outcome in refused:
+            log.warning("redlock node %s answers the lock scripts with an error: %s", outcome.node, outcome.detail)
+        if len(refused) > len(self._nodes) - self.quorum:
+            raise RedlockError(
+                f"{len(refused)} of {len(self._nodes)} nodes answer the Lua scripts with an error, so no majority "
+                "could release or extend a lock: let the user run EVAL, EVALSHA and SCRIPT (ACL +@scripting), "
+                "unrenamed",
+                resource="",
+                outcomes=refused,
+            )
 
     async def aclose(self) -> None:
         """Close the Redlock's own connections, after queued releases went out. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        if self._quarantine is not None:
+            self._quarantine.close()
         await self._watchdog.aclose()
         await asyncio.gather(
             *(node.aclose(grace=self.settings.node_timeout) for node in self._nodes),
@@ -184,13 +247,33 @@ class Redlock:
         )
 
     async def __aenter__(self) -> Self:
-        await self.connect()
+        try:
+            await self.connect()
+        except BaseException:
+            await self.aclose()  # __aexit__ will not run: leave no task or connection behind
+            raise
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+    def _note_ttl(self, ttl: float) -> None:
+        """A lease of *ttl* seconds may be granted: the default restart quarantine must cover it."""
+        if ttl > self._max_ttl:
+            self._max_ttl = ttl
+
+    def _quarantine_period(self) -> float:
+        """Seconds a restarted node sits out: the setting, or the largest ttl in use plus its drift.
+
+        Before the first lock is made, the Redlock's own ttl stands for the ttls to come.
+        """
+        configured = self.settings.restart_quarantine
+        if configured is not None:
+            return configured
+        ttl = self._max_ttl or self.settings.ttl
+        return ttl + drift(ttl, self.settings.drift_factor)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -212,10 +295,13 @@ def _connection_for(
     elif isinstance(spec, Redis):
         pool = spec.connection_pool
     else:
+        sync = " (a synchronous client: pass a redis.asyncio.Redis)" if isinstance(spec, redis.Redis) else ""
         raise TypeError(
-            f"nodes[{index}] must be a URL string or a redis.asyncio.Redis client, got {type(spec).__name__}"
+            f"nodes[{index}] must be a URL string or a redis.asyncio.Redis client, got {type(spec).__name__}{sync}"
         )
     kwargs = dict(pool.connection_kwargs)
+    if issubclass(pool.connection_class, UnixDomainSocketConnection) and not kwargs.get("path"):
+        raise ValueError(f"nodes[{index}] is a unix socket without a path: write unix:///path/to/socket")
     if "path" in kwargs:
         name = f"unix:{kwargs['path']}"
         identity: tuple[Any, ...] = ("unix", kwargs["path"], int(kwargs.get("db") or 0))
@@ -225,6 +311,10 @@ def _connection_for(
         identity = ("tcp", host, port, int(kwargs.get("db") or 0))
     if identity[-1]:
         name += f"/{identity[-1]}"
+    for option in ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile"):
+        # Else every connect fails with a bare "No such file or directory".
+        if isinstance(path := kwargs.get(option), str) and not os.path.exists(path):
+            raise ValueError(f"nodes[{index}] ({name}): {option} {path!r} does not exist")
     # Deadlines are ours (per request, per node), so the socket has none;
     # RESP2 so no push message can slip in between replies; no retries, so a
     # failed connect is reported at once and retried by the node later.

@@ -16,7 +16,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Self, final
+from typing import TYPE_CHECKING, Any, Self, final
 
 from redlock_async import _algorithm
 from redlock_async._fanout import Ballot, outcomes, vote_of_fenced, vote_of_script, vote_of_set
@@ -24,6 +24,7 @@ from redlock_async._node import Failure, Reply
 from redlock_async._scripts import ACQUIRE_FENCED, EXTEND, FENCE, RELEASE
 from redlock_async._settings import Settings, check_duration
 from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome
+from redlock_async.events import EventKind, LockEvent
 
 if TYPE_CHECKING:
     from redlock_async.client import Redlock
@@ -78,6 +79,7 @@ class Lock:
 
     __slots__ = (
         "_acquired_at",
+        "_attempts",
         "_cancelled_host",
         "_expires",
         "_extensions",
@@ -123,6 +125,7 @@ class Lock:
         self._last_votes: Sequence[_algorithm.Vote] = ()
         self._last_details: Sequence[str] | None = None
         self._acquired_at = 0.0
+        self._attempts = 0  # rounds sent by the acquire in progress (or the last one)
         self._extensions = 0
         self._lost: LockLost | None = None  # why the last acquisition was lost
         # The watchdog (inside `async with`): the task running the body, its
@@ -131,6 +134,8 @@ class Lock:
         self._host: asyncio.Task[object] | None = None
         self._host_cancelling = 0
         self._cancelled_host = False
+        if on_lost is not None and not callable(on_lost):
+            raise TypeError(f"on_lost must be a function taking the LockLost (or None), got {type(on_lost).__name__}")
         self.on_lost = on_lost
         """Called with the LockLost when the watchdog loses the lock; the body is then not cancelled."""
 
@@ -188,6 +193,10 @@ class Lock:
         ``blocking=False`` there is exactly one attempt. Nothing is left on
         any node when it returns False or is cancelled.
         """
+        if not isinstance(blocking, bool):
+            raise TypeError(
+                f"blocking must be True or False, got {type(blocking).__name__}: for a time limit, pass timeout="
+            )
         if self._state is _State.ACQUIRING:
             raise RuntimeError(f"lock {self.resource!r} is already being acquired: use one Lock per task")
         if self.held:
@@ -202,7 +211,27 @@ class Lock:
             self._send_release(self._token, skip=self._skip)  # a stale lease of an earlier acquisition
         self._token = None
         self._state = _State.ACQUIRING
-        give_up = time.monotonic() + limit
+        began = time.monotonic()
+        self._attempts = 0
+        acquired = await self._acquire(blocking, began + limit)
+        if acquired:
+            self._emit(
+                EventKind.ACQUIRED,
+                duration=time.monotonic() - began,
+                attempts=self._attempts,
+                validity=self.validity,
+                fencing_token=self.fencing_token,
+            )
+        else:
+            self._emit(
+                EventKind.NOT_ACQUIRED,
+                duration=time.monotonic() - began,
+                attempts=self._attempts,
+                reason="no majority within the timeout" if blocking else "no majority (blocking=False)",
+            )
+        return acquired
+
+    async def _acquire(self, blocking: bool, give_up: float) -> bool:
         listener = self._redlock._listener if self._settings.wait_for_release and blocking else None
         listening = woken = False
         try:
@@ -243,6 +272,7 @@ class Lock:
         """One round of SET NX PX on all nodes; True when a majority granted a valid lease."""
         nodes = self._redlock._nodes
         settings = self._settings
+        self._attempts += 1
         token = secrets.token_urlsafe(TOKEN_BYTES).encode()
         ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
         started = time.monotonic()
@@ -340,6 +370,7 @@ class Lock:
         if self._state is not _State.HELD or self._token is None:
             raise RuntimeError(f"extend() of lock {self.resource!r}, which is not held: acquire it first")
         settings = self._settings if ttl is None else dataclasses.replace(self._settings, ttl=ttl)
+        self._redlock._note_ttl(settings.ttl)
         nodes = self._redlock._nodes
         token = self._token
         ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
@@ -367,8 +398,16 @@ class Lock:
                     deadline=self._expires,
                 )
                 if validity is not None:
+                    margin = self._expires - ballot.decided_at
                     self._expires = ballot.decided_at + validity
                     self._holders = ballot.voted(_algorithm.Vote.YES)
+                    self._emit(
+                        EventKind.EXTENDED,
+                        duration=ballot.decided_at - first_sent,
+                        margin=margin,
+                        validity=validity,
+                        fencing_token=self.fencing_token,
+                    )
                     return
                 if _algorithm.refused(ballot.votes):
                     raise await self._lose(
@@ -397,7 +436,9 @@ class Lock:
         assert self._lost is not None
         return self._lost
 
-    def _mark_lost(self, why: str, holders: Sequence[int]) -> tuple[list[asyncio.Future[Reply]], list[int]]:
+    def _mark_lost(
+        self, why: str, holders: Sequence[int], *, watchdog: bool = False
+    ) -> tuple[list[asyncio.Future[Reply]], list[int]]:
         """Lost for good: no extension can bring it back. Queue the releases (no await)."""
         assert self._token is not None
         self._state = _State.LOST
@@ -405,7 +446,7 @@ class Lock:
         releases = self._send_release(self._token, skip=self._skip)
         wait_for = sorted(set(holders) | set(self._holders))
         self._holders = []
-        log.warning("redlock %r lost: %s", self.resource, self._lost)
+        self._emit_lost(why, watchdog=watchdog)
         return releases, wait_for
 
     # -- the watchdog's side ------------------------------------------------------
@@ -455,10 +496,21 @@ class Lock:
         )
         watchdog = self._redlock._watchdog
         if validity is not None:
+            due = self._next_due()
+            margin = self._expires - decided_at
             self._expires = decided_at + validity
             self._holders = [i for i, v in enumerate(votes) if v is _algorithm.Vote.YES]
             self._extensions += 1
             watchdog.schedule(self, self._next_due())
+            self._emit(
+                EventKind.EXTENDED,
+                duration=decided_at - started,
+                late_by=max(0.0, started - due),
+                margin=margin,
+                validity=validity,
+                fencing_token=self.fencing_token,
+                watchdog=True,
+            )
             return
         now = time.monotonic()
         if _algorithm.refused(votes):
@@ -471,14 +523,16 @@ class Lock:
             self._watchdog_lost(f"lock {self.resource!r} could not be extended on a majority before it ran out")
 
     def _watchdog_lost(self, why: str) -> None:
-        self._mark_lost(why, ())
+        self._mark_lost(why, (), watchdog=True)
         assert self._lost is not None
         if self.on_lost is not None:
             try:
                 self.on_lost(self._lost)
+                return
             except Exception:
-                log.exception("redlock %r: on_lost callback failed", self.resource)
-        elif self._host is not None and not self._host.done():
+                # Not told: the body must not run on believing it holds the lock.
+                log.exception("redlock %r: on_lost callback failed: cancelling the body", self.resource)
+        if self._host is not None and not self._host.done():
             self._cancelled_host = True
             self._host.cancel(msg=f"redlock: {why}")
 
@@ -498,6 +552,7 @@ class Lock:
         if self._state is not _State.HELD or self._token is None:
             raise RuntimeError(f"release() of lock {self.resource!r}, which is not held")
         token, holders = self._token, self._holders
+        began = time.monotonic()
         self._state, self._token, self._holders = _State.IDLE, None, []
         self._watched = False  # the watchdog drops it at its next look
         futures = self._send_release(token, skip=self._skip)
@@ -511,6 +566,12 @@ class Lock:
         )
         await ballot.wait()
         self._last_votes, self._last_details = ballot.votes, ballot.details
+        # Silent otherwise: a node that refuses the script (ACL, renamed EVALSHA) keeps every key until it expires.
+        failed = [str(o) for i, o in enumerate(self.outcomes) if i in holders and o.vote is _algorithm.Vote.ERROR]
+        if failed:
+            log.warning("redlock %r not released on %s: the key stays until it expires", self.resource, failed)
+        now = time.monotonic()
+        self._emit(EventKind.RELEASED, duration=now - began, held_for=now - self._acquired_at)
 
     # -- async with -------------------------------------------------------------
     #
@@ -575,7 +636,7 @@ class Lock:
                 resource=self._name,
                 outcomes=self.outcomes,
             )
-            log.warning("redlock %r lost: %s", self.resource, self._lost)
+            self._emit_lost(str(self._lost.args[0]), watchdog=True)
         if self._state is _State.LOST:
             self._token = None
             if exc is None and watched and self.on_lost is None:
@@ -607,7 +668,30 @@ class Lock:
         confirmed = ballot.verdict is _algorithm.Verdict.WON
         if confirmed:
             self._state = _State.IDLE
+            now = time.monotonic()
+            self._emit(EventKind.RELEASED, duration=now - ballot.decided_at, held_for=now - self._acquired_at)
         return confirmed
+
+    # -- events -------------------------------------------------------------------
+
+    def _emit(self, kind: EventKind, **fields: Any) -> None:
+        """Log the event (DEBUG; WARNING for a loss) and hand it to the Redlock's on_event."""
+        hook = self._redlock._on_event
+        level = logging.WARNING if kind is EventKind.LOST else logging.DEBUG
+        logged = log.isEnabledFor(level)
+        if hook is None and not logged:
+            return
+        event = LockEvent(kind, self._name, outcomes=self.outcomes, **fields)
+        if logged:
+            log.log(level, "%s", event, extra={"redlock": event.fields()})
+        if hook is not None:
+            try:
+                hook(event)
+            except Exception:
+                log.exception("redlock %r: on_event callback failed", self.resource)
+
+    def _emit_lost(self, why: str, *, watchdog: bool) -> None:
+        self._emit(EventKind.LOST, held_for=time.monotonic() - self._acquired_at, reason=why, watchdog=watchdog)
 
     def _unwatch(self) -> None:
         self._watched = False

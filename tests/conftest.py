@@ -7,6 +7,9 @@
 * ``faulty``: 5 nodes of the test's own, free to pause, kill and restart.
 * ``redlock`` / ``make_redlock``: Redlock clients on ``cluster``, closed after
   the test, which also checks that none of the library's tasks outlived them.
+* ``redlock_nodes`` / ``redlock_history``: from the fault kit's pytest plugin
+  (redlock_async.testing.pytest_plugin): 5 nodes of the test's own behind
+  fault-injecting proxies, and a History checked after the test.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from redlock_async.testing import LocalNodes
 from redlock_async.testing._docker import DockerNodes, docker_unavailable
 
 NODES = 5
+
+# The fault kit's fixtures (redlock_nodes, redlock_history), as users enable them; pytester runs pytest in tests.
+pytest_plugins = ["redlock_async.testing.pytest_plugin", "pytester"]
 
 
 class Node(Protocol):
@@ -123,6 +129,12 @@ def assert_no_library_tasks() -> None:
     """No task of the library is left once its Redlocks are closed."""
     leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
     assert leftover == [], f"tasks outlived their Redlock: {leftover}"
+
+
+def lock_keys(node: Node) -> list[bytes]:
+    """The keys on *node*, but for the restart-quarantine markers (a key per prefix, the prefix itself)."""
+    keys: list[bytes] = node.command("KEYS", "*")  # type: ignore[assignment]
+    return sorted(key for key in keys if not key.endswith(b":"))
 
 
 def keys_on(node: Node, key: str) -> tuple[object, int]:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from redlock_async._algorithm import (
     CLOCK_PRECISION,
+    Marker,
     Verdict,
     Vote,
     best_validity,
@@ -24,13 +25,14 @@ from redlock_async._algorithm import (
     granted,
     quorum,
     retry_delay,
+    sit_out,
     tally,
     ttl_to_ms,
     validity,
     verdict,
 )
 
-FAILED_KINDS = (Vote.NO, Vote.ERROR, Vote.TIMEOUT, Vote.SKIPPED)
+FAILED_KINDS = (Vote.NO, Vote.ERROR, Vote.TIMEOUT, Vote.SKIPPED, Vote.QUARANTINED)
 REDUCED = (Vote.YES, Vote.NO, Vote.PENDING)
 RANK = {Verdict.LOST: 0, Verdict.UNDECIDED: 1, Verdict.WON: 2}
 
@@ -56,9 +58,17 @@ def ballots(max_n: int = 15) -> st.SearchStrategy[list[Vote]]:
 # -- Vote ----------------------------------------------------------------------
 
 
-def test_vote_members_are_the_six_known_ones() -> None:
+def test_vote_members_are_the_seven_known_ones() -> None:
     # A new member must be classified in test_vote_failed below.
-    assert set(Vote) == {Vote.YES, Vote.NO, Vote.ERROR, Vote.TIMEOUT, Vote.SKIPPED, Vote.PENDING}
+    assert set(Vote) == {
+        Vote.YES,
+        Vote.NO,
+        Vote.ERROR,
+        Vote.TIMEOUT,
+        Vote.SKIPPED,
+        Vote.PENDING,
+        Vote.QUARANTINED,
+    }
 
 
 @pytest.mark.parametrize(
@@ -70,6 +80,7 @@ def test_vote_members_are_the_six_known_ones() -> None:
         (Vote.TIMEOUT, True),
         (Vote.SKIPPED, True),
         (Vote.PENDING, False),
+        (Vote.QUARANTINED, True),
     ],
 )
 def test_vote_failed(vote: Vote, failed: bool) -> None:
@@ -544,3 +555,60 @@ def test_retry_delay_top_is_reachable_but_not_passed() -> None:
 def test_retry_delay_rejects_unit_random_outside_unit_interval(unit_random: float) -> None:
     with pytest.raises(ValueError, match=r"unit_random must be in \[0, 1\)"):
         retry_delay(0.2, unit_random, 10.0)
+
+
+# -- restart quarantine ----------------------------------------------------------
+
+Q = 10.0
+CUR, STALE, ABSENT, UNKNOWN = Marker.CURRENT, Marker.STALE, Marker.ABSENT, Marker.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("uptime", "known", "restarted", "marker", "expected"),
+    [
+        # A client that knew another server here: out for what is left of Q since it came back.
+        (3.0, False, True, CUR, (7.0, False)),
+        (3.0, False, True, ABSENT, (7.0, False)),
+        (3.0, False, True, UNKNOWN, (7.0, False)),
+        (25.0, False, True, ABSENT, (0.0, False)),
+        (None, False, True, CUR, (Q, False)),
+        # The marker was written under this server process: judged in service, by us or another client.
+        (3.0, True, False, CUR, (0.0, False)),
+        (3.0, False, False, CUR, (0.0, False)),
+        # The marker came from an earlier process: restarted with data that may be stale.
+        (3.0, False, False, STALE, (7.0, False)),
+        (500.0, False, False, STALE, (0.0, False)),
+        # No marker on the process we knew: lost in place (a FLUSHALL), since when is unknown.
+        (500.0, True, False, ABSENT, (Q, True)),
+        # No marker at first sight: new, or restarted without data *uptime* ago; suspect until the others tell.
+        (3.0, False, False, ABSENT, (7.0, True)),
+        (500.0, False, False, ABSENT, (0.0, False)),
+        # Marker unreadable: the uptime alone decides, unless we know this process.
+        (3.0, False, False, UNKNOWN, (7.0, False)),
+        (3.0, True, False, UNKNOWN, (0.0, False)),
+        # INFO refused: only the marker can tell.
+        (None, False, False, CUR, (0.0, False)),
+        (None, False, False, ABSENT, (Q, True)),
+        (None, False, False, UNKNOWN, (0.0, False)),
+    ],
+)
+def test_sit_out(
+    uptime: float | None, known: bool, restarted: bool, marker: Marker, expected: tuple[float, bool]
+) -> None:
+    assert sit_out(Q, uptime=uptime, known_run_id=known, restarted=restarted, marker=marker) == expected
+
+
+@given(st.one_of(st.none(), st.floats(0, 1e6)), st.booleans(), st.booleans(), st.sampled_from(list(Marker)))
+def test_sit_out_is_off_at_zero_and_never_longer_than_the_period(
+    uptime: float | None, known: bool, restarted: bool, marker: Marker
+) -> None:
+    assert sit_out(0.0, uptime=uptime, known_run_id=known, restarted=restarted, marker=marker) == (0.0, False)
+    seconds, suspect = sit_out(Q, uptime=uptime, known_run_id=known, restarted=restarted, marker=marker)
+    assert 0.0 <= seconds <= Q
+    # Only a node without marker is a suspect, and only while it sits out.
+    if suspect:
+        assert marker is Marker.ABSENT
+        assert not restarted
+        assert seconds > 0
+    if marker is Marker.ABSENT and not restarted and (known or uptime is None):
+        assert (seconds, suspect) == (Q, True)

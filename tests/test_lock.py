@@ -11,7 +11,7 @@ import redis.asyncio
 from redlock_async import Lock, LockLost, LockNotAcquired, Redlock
 from redlock_async._algorithm import Vote
 
-from .conftest import Cluster, MakeRedlock, assert_no_library_tasks, keys_on
+from .conftest import Cluster, MakeRedlock, assert_no_library_tasks, keys_on, lock_keys
 
 KEY = "redlock:{}"
 
@@ -55,7 +55,7 @@ async def test_mutual_exclusion_between_redlock_instances(make_redlock: MakeRedl
     assert [o.vote for o in second.outcomes].count(Vote.NO) >= 3
     assert not await second.acquire(timeout=0.3)
     await first.release()
-    assert await second.acquire(blocking=False)
+    assert await second.acquire(blocking=False), second.outcomes
     await second.release()
 
 
@@ -327,9 +327,10 @@ async def test_node_restart_reconnects(faulty: Cluster) -> None:
             assert await lock.acquire()
             await lock.release()
         assert await lock.acquire()
-        assert [o.vote for o in lock.outcomes].count(Vote.PENDING) + [o.vote for o in lock.outcomes].count(
-            Vote.YES
-        ) == 5
+        # Reconnected: it answers again, but sits out its restart quarantine (see test_quarantine.py).
+        votes = [o.vote for o in lock.outcomes]
+        assert votes[2] in (Vote.QUARANTINED, Vote.PENDING)
+        assert all(v in (Vote.YES, Vote.PENDING) for i, v in enumerate(votes) if i != 2)
         await lock.release()
 
 
@@ -369,7 +370,7 @@ async def test_stalled_node_backlog_is_capped(faulty: Cluster) -> None:
         faulty[4].resume()
         await asyncio.sleep(0.2)
         assert stalled.queued == 0
-        assert faulty[4].command("DBSIZE") == 0
+        assert lock_keys(faulty[4]) == []
 
 
 async def test_busy_node_is_never_skipped(make_redlock: MakeRedlock) -> None:

@@ -13,16 +13,19 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Literal, Self
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-__all__ = ["LocalNode", "LocalNodes", "server_binary"]
+from redlock_async.testing._proxy import Proxy
+
+__all__ = ["LocalNode", "LocalNodes", "ServerTLS", "server_binary"]
 
 ENV_VAR = "REDLOCK_SERVER_BIN"
 
@@ -35,6 +38,7 @@ _LOG_TAIL_LINES = 20
 _DBFILENAME = "dump.rdb"
 _LOG_NAME = "server.log"
 _OUT_NAME = "server.out"
+_SOCKET_NAME = "server.sock"
 
 _PID_RE = re.compile(rb"^process_id:(\d+)\r?$", re.MULTILINE)
 _ADDR_IN_USE = ("Address already in use", "Failed listening on port")
@@ -146,10 +150,64 @@ def _resp(*args: str | bytes | int) -> bytes:
 _PROBE = _resp("PING") + _resp("INFO", "server")
 
 
-def _probe(port: int, timeout: float) -> tuple[bytes, bytes]:
+@dataclass(frozen=True)
+class ServerTLS:
+    """TLS for a :class:`LocalNode`: PEM files of the server's certificate and key.
+
+    *ca_file* is the CA that client certificates must chain to; *auth_clients*
+    says whether clients must show one (``"yes"`` needs *ca_file*).
+    """
+
+    cert_file: str
+    key_file: str
+    ca_file: str | None = None
+    auth_clients: Literal["no", "optional", "yes"] = "no"
+
+    def __post_init__(self) -> None:
+        if self.auth_clients != "no" and self.ca_file is None:
+            raise ValueError(f"auth_clients={self.auth_clients!r} needs ca_file: the CA client certificates chain to")
+
+    def args(self) -> list[str]:
+        """The server's command-line options for these files."""
+        args = ["--tls-cert-file", self.cert_file, "--tls-key-file", self.key_file]
+        if self.ca_file is not None:
+            args += ["--tls-ca-cert-file", self.ca_file]
+        return [*args, "--tls-auth-clients", self.auth_clients]
+
+
+def _control_socket(address: tuple[str, int] | str, timeout: float, password: str | None) -> socket.socket:
+    """A plain connection to a node (TCP or unix socket), authenticated when it has a password."""
+    if isinstance(address, str):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+        except BaseException:
+            sock.close()
+            raise
+    else:
+        sock = socket.create_connection(address, timeout=timeout)
+    if password is not None:
+        try:
+            sock.sendall(_resp("AUTH", password))
+            reply = b""
+            while not reply.endswith(b"\r\n"):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    raise ConnectionError("connection closed during AUTH")
+                reply += chunk
+            if not reply.startswith(b"+OK"):
+                raise ConnectionError(f"AUTH refused: {reply.strip()!r}")
+        except BaseException:
+            sock.close()
+            raise
+    return sock
+
+
+def _probe(address: tuple[str, int] | str, timeout: float, password: str | None = None) -> tuple[bytes, bytes]:
     """Send PING and INFO server on one connection; return both raw replies."""
     with (
-        socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock,
+        _control_socket(address, timeout, password) as sock,
         sock.makefile("rb") as reader,
     ):
         sock.sendall(_PROBE)
@@ -188,10 +246,46 @@ class LocalNode:
 
     The port is picked on construction (or given) and kept for the node's lifetime once the
     server has started, so URLs stay valid across kill/restart.
+
+    Options (the defaults give a plain TCP server with no password):
+
+    * *tls*: serve TLS only (``rediss://``) on the port, with these files;
+    * *unix_socket*: serve only on a unix socket in the node's temp dir (``unix://``);
+    * *password*: ``requirepass``, the default user's password;
+    * *acl*: ACL rules, one user each, as in ``ACL SETUSER``: ``"alice on >secret ~* +@all"``.
+
+    With *tls*, the node also listens on a unix socket in its temp dir, which the harness
+    (``command()``, start and restart) uses. URLs never hold a password: add your own.
+
+    With *proxied*, clients reach the server through a :class:`Proxy` (``node.proxy``) that
+    can slow, silence or cut their connections: ``url`` is the proxy's, ``direct_url`` the
+    server's, and ``command()`` always talks to the server directly. The proxy is made when
+    the node first starts (or its URL is first asked for), keeps its port across restarts,
+    and lives until ``close()``.
     """
 
-    def __init__(self, binary: str | None = None, *, port: int | None = None) -> None:
+    def __init__(
+        self,
+        binary: str | None = None,
+        *,
+        port: int | None = None,
+        tls: ServerTLS | None = None,
+        unix_socket: bool = False,
+        password: str | None = None,
+        acl: Sequence[str] = (),
+        proxied: bool = False,
+    ) -> None:
+        if tls is not None and unix_socket:
+            raise ValueError("tls and unix_socket do not go together: the server speaks TLS on TCP only")
+        if proxied and unix_socket:
+            raise ValueError("proxied and unix_socket do not go together: the proxy forwards TCP")
+        self.proxied = proxied
+        self._proxy: Proxy | None = None
         self.binary = binary if binary is not None else server_binary()
+        self.tls = tls
+        self.unix_socket = unix_socket
+        self.password = password
+        self.acl = tuple(acl)
         self.port = port if port is not None else _pick_port()
         # A port chosen by the caller, or one clients already know, never changes.
         self._port_fixed = port is not None
@@ -204,11 +298,44 @@ class LocalNode:
 
     def __repr__(self) -> str:
         state = "paused" if self.paused else "running" if self.running else "stopped"
-        return f"<LocalNode {self.url} {state}>"
+        via = f" via proxy :{self._proxy.port}" if self._proxy is not None else ""
+        return f"<LocalNode {self.direct_url}{via} {state}>"
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
+        """The URL clients should use: the proxy's when *proxied*, else :attr:`direct_url`."""
+        if self.proxied:
+            return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.proxy.port}"
+        return self.direct_url
+
+    @property
+    def proxy(self) -> Proxy:
+        """The proxy in front of the server (*proxied* nodes only)."""
+        if not self.proxied:
+            raise RuntimeError(f"{self!r} has no proxy: make it with proxied=True (or LocalNodes(..., proxied=True))")
+        if self._proxy is None:
+            # The port is read at each new connection: the first start may still move it.
+            self._proxy = Proxy(lambda: self.port)
+            with _registry_lock:
+                _issued_ports.add(self._proxy.port)  # never handed to a server later
+        return self._proxy
+
+    @property
+    def direct_url(self) -> str:
+        """The server's own URL, bypassing any proxy, with no credentials.
+
+        ``redis://``, or ``rediss://`` with *tls*, ``unix://`` with *unix_socket*.
+        """
+        if self.unix_socket:
+            return f"unix://{self.socket_path}"
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}"
+
+    @property
+    def socket_path(self) -> str | None:
+        """The unix socket the server listens on (with *unix_socket* or *tls*), else None."""
+        if not (self.unix_socket or self.tls):
+            return None
+        return os.path.join(self._ensure_dir(), _SOCKET_NAME)
 
     @property
     def pid(self) -> int | None:
@@ -291,10 +418,13 @@ class LocalNode:
         self._remove_rdb()
 
     def close(self) -> None:
-        """Stop the server and remove its temp dir. Idempotent."""
+        """Stop the server and its proxy, and remove its temp dir. Idempotent."""
         try:
             self.stop()
         finally:
+            proxy, self._proxy = self._proxy, None
+            if proxy is not None:
+                proxy.close()
             if self._dir is not None:
                 shutil.rmtree(self._dir, ignore_errors=True)
                 with _registry_lock:
@@ -302,11 +432,13 @@ class LocalNode:
                 self._dir = None
 
     def command(self, *args: str | bytes | int) -> object:
-        """Send one command with a sync redis-py client and return its (undecoded) reply."""
+        """Send one command to the server (never through the proxy) and return its (undecoded) reply."""
         if self._client is None:
             self._client = redis.Redis(
                 host="127.0.0.1",
                 port=self.port,
+                unix_socket_path=self.socket_path,
+                password=self.password,
                 socket_timeout=_COMMAND_TIMEOUT,
                 socket_connect_timeout=_COMMAND_TIMEOUT,
                 retry=Retry(NoBackoff(), 0),
@@ -316,6 +448,10 @@ class LocalNode:
         return execute(*args)
 
     # internals
+
+    def _control_address(self) -> tuple[str, int] | str:
+        """Where the harness talks to the server in plain text: the unix socket if any, else the port."""
+        return self.socket_path or ("127.0.0.1", self.port)
 
     def _require_running(self) -> subprocess.Popen[bytes]:
         if self._proc is None or self._proc.poll() is not None:
@@ -332,6 +468,8 @@ class LocalNode:
     def _spawn(self) -> None:
         if self.running:
             raise RuntimeError(f"{self!r} is already running")
+        if self.proxied:
+            self.proxy  # noqa: B018 (made before the server starts, so its URL is known once it answers)
         directory = self._ensure_dir()
         log = os.path.join(directory, _LOG_NAME)
         out = os.path.join(directory, _OUT_NAME)
@@ -350,6 +488,17 @@ class LocalNode:
             "--logfile", log,
             "--loglevel", "warning",
         ]  # fmt: skip
+        if self.socket_path is not None:
+            argv += ["--unixsocket", self.socket_path, "--unixsocketperm", "700"]
+        if self.unix_socket:
+            argv[argv.index("--port") + 1] = "0"
+        elif self.tls is not None:
+            argv[argv.index("--port") + 1] = "0"
+            argv += ["--tls-port", str(self.port), *self.tls.args()]
+        if self.password is not None:
+            argv += ["--requirepass", self.password]
+        for rule in self.acl:
+            argv += ["--user", *rule.split()]
         # Same process group as us on purpose: a signal sent to the whole test run's group
         # (Ctrl-C, CI cancellation) reaches the servers even if our atexit hook never runs.
         with open(out, "ab") as sink:
@@ -398,7 +547,7 @@ class LocalNode:
                     f"{self.binary} exited with code {code} before answering PING on port {self.port}{tail}"
                 )
             try:
-                pong, info = _probe(self.port, timeout=0.25)
+                pong, info = _probe(self._control_address(), timeout=0.25, password=self.password)
             except OSError as exc:
                 last_error = repr(exc)
             else:
@@ -420,7 +569,7 @@ class LocalNode:
         self.resume()
         reply = b""
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=_STOP_TIMEOUT) as sock:
+            with _control_socket(self._control_address(), _STOP_TIMEOUT, self.password) as sock:
                 sock.sendall(_resp("SHUTDOWN", "SAVE"))
                 # On success the server closes the connection without replying.
                 with contextlib.suppress(ConnectionResetError):
@@ -480,20 +629,56 @@ def _size(path: str) -> int:
 
 
 class LocalNodes:
-    """N independent nodes (default 5), as a sync or async context manager."""
+    """N independent nodes (default 5), as a sync or async context manager.
 
-    def __init__(self, count: int = 5, *, binary: str | None = None) -> None:
+    *tls*, *unix_socket*, *password*, *acl* and *proxied* apply to every node (see
+    :class:`LocalNode`). With ``proxied=True`` each node sits behind its own :class:`Proxy`:
+    ``urls`` are the proxies', ``nodes[i].proxy`` injects network faults on node i, and
+    ``heal()`` ends them all.
+    """
+
+    def __init__(
+        self,
+        count: int = 5,
+        *,
+        binary: str | None = None,
+        tls: ServerTLS | None = None,
+        unix_socket: bool = False,
+        password: str | None = None,
+        acl: Sequence[str] = (),
+        proxied: bool = False,
+    ) -> None:
         if count < 1:
             raise ValueError("count must be at least 1")
         resolved = binary if binary is not None else server_binary()
-        self.nodes: list[LocalNode] = [LocalNode(resolved) for _ in range(count)]
+        self.nodes: list[LocalNode] = [
+            LocalNode(resolved, tls=tls, unix_socket=unix_socket, password=password, acl=acl, proxied=proxied)
+            for _ in range(count)
+        ]
 
     def __repr__(self) -> str:
         return f"<LocalNodes {self.nodes!r}>"
 
     @property
     def urls(self) -> list[str]:
+        """The URLs clients should use (the proxies' when proxied)."""
         return [node.url for node in self.nodes]
+
+    @property
+    def direct_urls(self) -> list[str]:
+        """The servers' own URLs, bypassing any proxy."""
+        return [node.direct_url for node in self.nodes]
+
+    @property
+    def proxies(self) -> list[Proxy]:
+        """The proxy of each node, in order (``proxied=True`` only)."""
+        return [node.proxy for node in self.nodes]
+
+    def heal(self) -> None:
+        """End every network fault on every node's proxy (no-op when not proxied); paused nodes stay paused."""
+        for node in self.nodes:
+            if node._proxy is not None:
+                node._proxy.heal()
 
     def __len__(self) -> int:
         return len(self.nodes)

@@ -1,0 +1,237 @@
+"""Restart quarantine: a node that came back without its keys sits out every quorum for a while.
+
+The hazard (Kleppmann's analysis of Redlock): client A holds nodes 1, 2, 3;
+node 3 restarts without its data; client B gets 3, 4, 5 and both hold the
+lock. The cure antirez proposed is a *delayed restart*: a node that comes
+back stays out until every lease it could have held has run out. Operators
+rarely do it, so the client does: a node that restarted or lost its data
+counts toward no quorum for ``restart_quarantine`` seconds (default: the
+largest ttl in use, plus drift).
+
+Detection, on every new connection, before anything else is answered
+(the probe goes first on the wire, so its answer arrives before any vote):
+
+* ``INFO server``: the ``run_id`` changes with every restart, and
+  ``uptime_in_seconds`` says when it came back. A client that knew the old
+  ``run_id`` sees any restart, with data or without.
+* ``GET <key_prefix>``: a marker key that clients write on nodes in service
+  (it can never be a lock's key: names are not empty). A node that lost its
+  data has no marker, whatever its uptime; a client meeting it for the first
+  time sees that, if the other nodes have theirs.
+
+Until its probe is answered a node counts for nothing; the decision itself
+is :func:`_algorithm.sit_out`. The cost: two commands per (re)connect, and
+one attribute read per yes vote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+
+from redlock_async._algorithm import Marker, sit_out
+from redlock_async._node import Failure, Node, Reply
+
+log = logging.getLogger(__name__)
+
+RECHECK_FIRST = 0.1
+"""Seconds before a node without marker is asked again: another client may have just judged it in service."""
+
+
+class Quarantine:
+    """Per Redlock: probes each node on connect and sets its ``quarantined_until``."""
+
+    def __init__(self, marker: bytes, period: Callable[[], float]) -> None:
+        self._marker = marker
+        self._period = period  # read at each decision: the largest ttl in use may grow
+        self._nodes: tuple[Node, ...] = ()
+        self._run_ids: list[bytes | None] = []
+        self._marked: list[bool | None] = []  # None: not seen yet, or the marker could not be read
+        self._seen: list[bool] = []
+        self._suspects: set[int] = set()
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._fresh_checked = False
+        self._fresh_at = -math.inf  # when this client judged the cluster new
+        self._closed = False
+
+    def attach(self, nodes: Sequence[Node]) -> None:
+        self._nodes = tuple(nodes)
+        n = len(self._nodes)
+        self._run_ids = [None] * n
+        self._marked = [None] * n
+        self._seen = [False] * n
+
+    def close(self) -> None:
+        self._closed = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+    # -- the probe --------------------------------------------------------
+
+    def on_ready(self, node: Node) -> None:
+        """A new connection to *node*: count nothing from it until the probe is answered."""
+        node.quarantined_until = math.inf
+        info, marker = node.send_first((b"INFO", b"server"), (b"GET", self._marker))
+        # Replies come in order: when the marker's is in, so is INFO's.
+        marker.add_done_callback(lambda fut: self._probed(node, info.result(), fut.result()))
+
+    def _probed(self, node: Node, info: Reply, marker: Reply) -> None:
+        if self._closed or _lost(info) or _lost(marker):
+            return  # the connection broke under the probe: the next one probes again
+        i = self._nodes.index(node)
+        run_id, uptime = _server_info(info)
+        state = _marker_state(marker, run_id)
+        marked = None if state is Marker.UNKNOWN else state is not Marker.ABSENT
+        known = self._run_ids[i]
+        seconds, suspect = sit_out(
+            self._period(),
+            uptime=uptime,
+            known_run_id=known is not None and run_id == known,
+            restarted=known is not None and run_id is not None and run_id != known,
+            marker=state,
+        )
+        if run_id is not None:
+            self._run_ids[i] = run_id
+        self._seen[i] = True
+        self._marked[i] = marked
+        if suspect and known is None and node.connect_started <= self._fresh_at:
+            # Its first connection began before we judged the cluster new: one of that round, late.
+            seconds, suspect = 0.0, False
+        if suspect:
+            self._suspects.add(i)
+        else:
+            self._suspects.discard(i)
+        self._sit_out(i, seconds, "" if suspect else "restarted")
+        if not seconds and state is not Marker.CURRENT and run_id is not None:
+            self._mark(i)
+        if suspect and self._fresh_checked:
+            self._warn_suspect(i)
+        self._check_fresh()
+
+    def _check_fresh(self) -> None:
+        """A majority of nodes seen, none with a marker: a new cluster, whose nodes serve at once.
+
+        Telling a new cluster from one where a majority lost its data at once
+        takes a memory no new client has (one that knew the old servers sees
+        their run_ids change); Redlock cannot survive losing a majority anyway.
+        A node with a marker among those seen means the cluster was in service.
+        """
+        if self._fresh_checked:
+            return
+        if any(self._marked):
+            self._fresh_checked = True
+            for i in sorted(self._suspects):
+                self._warn_suspect(i)
+            return
+        unmarked = sum(1 for seen, marked in zip(self._seen, self._marked, strict=True) if seen and marked is False)
+        if unmarked < len(self._nodes) // 2 + 1:
+            return
+        self._fresh_checked = True
+        self._fresh_at = time.monotonic()
+        log.debug("redlock: a majority of nodes seen and none has a marker: a new cluster, in service now")
+        for i in sorted(self._suspects):
+            self._sit_out(i, 0.0, "")
+            self._mark(i)
+        self._suspects.clear()
+
+    # -- sitting out --------------------------------------------------------
+
+    def _sit_out(self, i: int, seconds: float, why: str) -> None:
+        node = self._nodes[i]
+        timer = self._timers.pop(i, None)
+        if timer is not None:
+            timer.cancel()
+        if seconds <= 0:
+            node.quarantined_until = 0.0
+            return
+        node.quarantined_until = time.monotonic() + seconds
+        if why:
+            log.warning("redlock node %s %s: it counts toward no quorum for %.1f s", node.name, why, seconds)
+        loop = asyncio.get_running_loop()
+        if i in self._suspects:
+            self._timers[i] = loop.call_later(min(RECHECK_FIRST, seconds), self._recheck, i, RECHECK_FIRST)
+        else:
+            self._timers[i] = loop.call_later(seconds, self._served, i)
+
+    def _warn_suspect(self, i: int) -> None:
+        node = self._nodes[i]
+        left = node.quarantined_until - time.monotonic()
+        log.warning(
+            "redlock node %s has lost its data (no marker, while other nodes have theirs): "
+            "it counts toward no quorum for %.1f s",
+            node.name,
+            left,
+        )
+
+    def _served(self, i: int) -> None:
+        """The quarantine ran out: the node is in service, and says so to clients that meet it later."""
+        self._timers.pop(i, None)
+        self._suspects.discard(i)
+        self._nodes[i].quarantined_until = 0.0
+        log.info("redlock node %s: quarantine over, counts again", self._nodes[i].name)
+        self._mark(i)
+
+    def _recheck(self, i: int, delay: float) -> None:
+        """A node without marker: has another client judged it in service meanwhile?"""
+        self._timers.pop(i, None)
+        node = self._nodes[i]
+        if self._closed:
+            return
+        if time.monotonic() >= node.quarantined_until:
+            self._served(i)
+            return
+
+        def answered(fut: asyncio.Future[Reply]) -> None:
+            if self._closed or i not in self._suspects or math.isinf(node.quarantined_until):
+                return  # decided otherwise meanwhile (a new probe, the fresh-cluster check)
+            if _marker_state(fut.result(), self._run_ids[i]) is Marker.CURRENT:
+                self._suspects.discard(i)
+                self._marked[i] = True
+                self._sit_out(i, 0.0, "")
+                log.info("redlock node %s: marked in service by another client, counts again", node.name)
+                return
+            left = node.quarantined_until - time.monotonic()
+            later = min(delay * 2, max(left, 0.0), self._period() / 4)
+            self._timers[i] = asyncio.get_running_loop().call_later(later, self._recheck, i, delay * 2)
+
+        node.send(b"GET", self._marker).add_done_callback(answered)
+
+    def _mark(self, i: int) -> None:
+        self._marked[i] = True
+        run_id = self._run_ids[i]
+        if run_id is not None:  # without INFO there is no run_id to vouch for
+            self._nodes[i].send(b"SET", self._marker, run_id)
+
+
+def _marker_state(reply: Reply, run_id: bytes | None) -> Marker:
+    if isinstance(reply, Failure):
+        return Marker.UNKNOWN
+    if reply is None:
+        return Marker.ABSENT
+    return Marker.CURRENT if run_id is None or reply == run_id else Marker.STALE
+
+
+def _lost(reply: Reply) -> bool:
+    return isinstance(reply, Failure) and not reply.answered
+
+
+def _server_info(reply: Reply) -> tuple[bytes | None, float | None]:
+    """run_id and uptime_in_seconds from an INFO server reply; (None, None) when INFO was refused."""
+    if not isinstance(reply, bytes):
+        return None, None
+    run_id: bytes | None = None
+    uptime: float | None = None
+    for line in reply.splitlines():
+        key, _, value = line.partition(b":")
+        if key == b"run_id":
+            run_id = value.strip()
+        elif key == b"uptime_in_seconds":
+            try:
+                uptime = float(value)
+            except ValueError:
+                uptime = None
+    return run_id, uptime

@@ -1,0 +1,153 @@
+"""Restart quarantine: a node that restarted or lost its data counts toward no quorum for a while.
+
+The sequence from the Redlock analysis: A holds nodes 0, 1, 2; node 2
+restarts without its data; B asks all five. Without the quarantine, B gets
+2, 3, 4 and both hold the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from redlock_async import Redlock
+from redlock_async._algorithm import Vote
+from redlock_async.testing import History
+
+from .conftest import Cluster
+
+TTL = 2.0
+
+
+async def _hold_on_first_three(faulty: Cluster, a: Redlock) -> tuple[float, object]:
+    """A takes the lock where nodes 3 and 4 hold another value: its keys are on 0, 1 and 2 only."""
+    for i in (3, 4):
+        faulty[i].command("SET", "redlock:analysis", "someone else", "PX", 60_000)
+    lock = a.lock("analysis", ttl=TTL, auto_extend=False)
+    assert await lock.acquire(blocking=False)
+    expires = time.monotonic() + lock.validity
+    for i in (3, 4):
+        faulty[i].command("DEL", "redlock:analysis")  # that one is gone
+    assert [faulty[i].command("EXISTS", "redlock:analysis") for i in range(5)] == [1, 1, 1, 0, 0]
+    return expires, lock
+
+
+async def test_the_analysis_sequence_gives_no_second_holder(faulty: Cluster) -> None:
+    async with Redlock(faulty.urls) as a, Redlock(faulty.urls) as b_before:
+        expires, _ = await _hold_on_first_three(faulty, a)
+        faulty[2].restart(keep_data=False)
+        # A client that knew node 2 (connected before the restart), and one meeting it for the first time.
+        async with Redlock(faulty.urls) as b_after:
+            for b in (b_before, b_after):
+                lock = b.lock("analysis", ttl=TTL)
+                assert not await lock.acquire(blocking=False)
+                votes = [o.vote for o in lock.outcomes]
+                assert votes[2] is Vote.QUARANTINED, lock.outcomes  # said yes: the key was gone there
+                assert votes[:2] == [Vote.NO, Vote.NO]
+                assert "restarted or lost its data" in lock.outcomes[2].detail
+            # Waiting works: B gets the lock once A's lease is over, never before.
+            lock = b_after.lock("analysis", ttl=TTL, acquire_timeout=3 * TTL)
+            assert await lock.acquire()
+            assert time.monotonic() >= expires
+            await lock.release()
+
+
+async def test_without_quarantine_the_analysis_sequence_gives_two_holders(faulty: Cluster) -> None:
+    """restart_quarantine=0 turns the protection off: the hazard the analysis describes is real."""
+    async with Redlock(faulty.urls, restart_quarantine=0) as a, Redlock(faulty.urls, restart_quarantine=0) as b:
+        _, held = await _hold_on_first_three(faulty, a)
+        faulty[2].restart(keep_data=False)
+        history = History()
+        lock = b.lock("analysis", ttl=TTL)
+        # The first attempt may go to the old, dead connection; the next reconnects.
+        granted = False
+        for _ in range(5):
+            if granted := await lock.acquire(blocking=False):
+                break
+        assert granted
+        assert held.held  # type: ignore[attr-defined]
+        with history.section("A", held), history.section("B", lock):  # type: ignore[arg-type]
+            pass
+        assert len(history.overlaps()) == 1
+        await lock.release()
+
+
+async def test_a_new_cluster_serves_at_once_and_is_marked(faulty: Cluster) -> None:
+    async with Redlock(faulty.urls) as redlock:
+        lock = redlock.lock("fresh")
+        assert await lock.acquire(blocking=False)
+        await lock.release()
+        await asyncio.sleep(0.05)
+    for i in range(5):
+        run_id = faulty[i].command("INFO", "server")["run_id"]  # type: ignore[index]
+        assert faulty[i].command("GET", "redlock:") == run_id.encode()
+    # A second client trusts marks written while the same server processes ran.
+    async with Redlock(faulty.urls) as other:
+        lock = other.lock("fresh")
+        assert await lock.acquire(blocking=False)
+        assert Vote.QUARANTINED not in [o.vote for o in lock.outcomes]
+        await lock.release()
+
+
+async def test_a_node_without_its_marker_sits_out_for_a_new_client(faulty: Cluster) -> None:
+    async with Redlock(faulty.urls) as a:
+        await a.connect()
+        await asyncio.sleep(0.05)  # the marks are written
+    faulty[1].command("DEL", "redlock:")  # data lost in place (a FLUSHALL, a failover to an empty replica)
+    async with Redlock(faulty.urls, restart_quarantine=0.5) as b:
+        lock = b.lock("wiped")
+        assert await lock.acquire(blocking=False)
+        assert lock.outcomes[1].vote is Vote.QUARANTINED
+        await lock.release()
+        await asyncio.sleep(0.6)
+        assert await lock.acquire(blocking=False)
+        assert lock.outcomes[1].vote in (Vote.YES, Vote.PENDING)
+        await lock.release()
+    assert faulty[1].command("GET", "redlock:") is not None  # marked again once served
+
+
+@pytest.mark.parametrize("keep_data", [True, False], ids=["with-data", "without-data"])
+async def test_a_restarted_node_sits_out_then_counts_again(faulty: Cluster, keep_data: bool) -> None:
+    """Kept data may be a stale snapshot: a restart costs the quarantine either way, and only that."""
+    async with Redlock(faulty.urls, restart_quarantine=0.8, reconnect_delay=0.0) as redlock:
+        lock = redlock.lock("restarted")
+        assert await lock.acquire(blocking=False)
+        await lock.release()
+        faulty[0].restart(keep_data=keep_data)
+        came_back = time.monotonic()
+        seen: list[Vote] = []
+        while time.monotonic() - came_back < 3.0:
+            assert await lock.acquire(blocking=False)  # four nodes carry it meanwhile
+            seen.append(lock.outcomes[0].vote)
+            await lock.release()
+            if seen[-1] is Vote.YES:
+                break
+            await asyncio.sleep(0.05)
+        assert Vote.QUARANTINED in seen
+        assert seen[-1] is Vote.YES
+        assert 0.7 <= time.monotonic() - came_back < 3.0
+
+
+async def test_quarantined_votes_do_not_extend_a_lease(faulty: Cluster) -> None:
+    """A holder whose majority includes a quarantined node cannot extend on it."""
+    async with Redlock(faulty.urls, restart_quarantine=5.0, reconnect_delay=0.0) as redlock:
+        await redlock.connect()
+        faulty[0].restart(keep_data=False)
+        faulty[1].restart(keep_data=False)
+        lock = redlock.lock("extend", ttl=1.0)
+        votes: list[Vote] = []
+        for _ in range(10):  # the first attempts meet the dead connections
+            if await lock.acquire(blocking=False):
+                votes = [o.vote for o in lock.outcomes]
+                if votes[:2] == [Vote.QUARANTINED, Vote.QUARANTINED]:
+                    break
+                await lock.release()
+        assert votes[:2] == [Vote.QUARANTINED, Vote.QUARANTINED]
+        faulty[4].pause()  # two quarantined, one paused: yes from two of five is no majority
+        try:
+            with pytest.raises(Exception, match=r"extended on a majority|gone from a majority"):
+                await lock.extend()
+        finally:
+            faulty[4].resume()
