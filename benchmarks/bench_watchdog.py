@@ -237,9 +237,9 @@ def preload_scripts(cluster: LocalNodes) -> None:
 def key_count(cluster: LocalNodes) -> int:
     total = 0
     for node in cluster:
-        reply = node.command("DBSIZE")
-        assert isinstance(reply, int)
-        total += reply
+        reply = node.command("KEYS", "*")
+        assert isinstance(reply, list)
+        total += sum(1 for key in reply if not key.endswith(b":"))  # not the restart-quarantine marker
     return total
 
 
