@@ -769,10 +769,10 @@ async def bench(cluster: LocalNodes, cfg: Config) -> tuple[list[Round], dict[str
                 )
             # Every lease was released (the stalled node's backlog too, once resumed): nothing is left.
             # (The restart-quarantine marker, a key named after the prefix, stays by design.)
-            env["keys_left"] = [
-                len([key for key in await client.keys("*") if not bytes(key).endswith(b":")])
-                for client in floor.clients
-            ]
+            env["keys_left"] = []
+            for client in floor.clients:
+                keys = await client.keys("*")
+                env["keys_left"].append(sum(1 for key in keys if not bytes(key).endswith(b":")))
             env["floor_failures"] = floor.failed
             env["redlock_failures"] = side.failed
             env["all_failures"] = {
