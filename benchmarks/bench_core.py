@@ -771,8 +771,8 @@ async def bench(cluster: LocalNodes, cfg: Config) -> tuple[list[Round], dict[str
             # (The restart-quarantine marker, a key named after the prefix, stays by design.)
             env["keys_left"] = []
             for client in floor.clients:
-                keys = await client.keys("*")
-                env["keys_left"].append(sum(1 for key in keys if not bytes(key).endswith(b":")))
+                names = [key if isinstance(key, bytes) else key.encode() for key in await client.keys("*")]
+                env["keys_left"].append(len([name for name in names if not name.endswith(b":")]))
             env["floor_failures"] = floor.failed
             env["redlock_failures"] = side.failed
             env["all_failures"] = {
