@@ -7,12 +7,13 @@ import asyncio
 import contextlib
 import hashlib
 import itertools
+import math
 import os
 import random
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from redlock_async._algorithm import Vote
@@ -20,12 +21,15 @@ from redlock_async._node import Failure
 from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
 from redlock_async.client import Redlock
 from redlock_async.errors import LockNotAcquired, RedlockError
+from redlock_async.lock import Lock
 
 EXIT_NOT_ACQUIRED = 75
 """``redlock run``: the lock could not be had within --wait; the command did not run (EX_TEMPFAIL)."""
 EXIT_LOST = 76
 """``redlock run``: the lock was lost while the command ran; it was stopped (SIGTERM, then SIGKILL)."""
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+NOTE_EVERY = 5.0
+"""``redlock run``, stderr not a terminal: seconds between the "still waiting" lines."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = commands.add_parser(
         "run",
         help="run a command while holding a lock (a distributed flock for cron jobs and deploy scripts)",
-        usage="redlock run NAME [--nodes URLS] [--ttl S] [--wait S] [--grace S] [--fencing] -- CMD [ARGS...]",
+        usage="redlock run NAME [--nodes URLS] [--ttl S] [--wait S] [--quiet] [--grace S] [--fencing] -- CMD [ARGS...]",
         description=(
             f"Run CMD while holding lock NAME, extended until CMD exits. Exit status: CMD's own; "
             f"{EXIT_NOT_ACQUIRED} when the lock could not be had within --wait (CMD did not run); "
@@ -45,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--nodes", help="comma-separated node URLs (default: $REDLOCK_NODES)")
     run.add_argument("--ttl", type=float, default=10.0, help="lease in seconds, extended while CMD runs (10)")
     run.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the lock (0: one try)")
+    run.add_argument("-q", "--quiet", action="store_true", help="show no progress on stderr while waiting")
     run.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL on loss (10)")
     run.add_argument("--fencing", action="store_true", help="export the fencing token as $REDLOCK_FENCING_TOKEN")
     status = commands.add_parser(
@@ -80,7 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not nodes:
             parser.error("run: name the nodes with --nodes URL,URL,... or $REDLOCK_NODES")
         try:
-            return asyncio.run(_run(args.name, cmd, nodes, args.ttl, args.wait, args.grace, args.fencing))
+            return asyncio.run(
+                _run(args.name, cmd, nodes, args.ttl, args.wait, args.grace, args.fencing, quiet=args.quiet)
+            )
         except (ValueError, TypeError) as exc:
             parser.error(f"run: {exc}")
         except RedlockError as exc:  # nodes that refuse the lock scripts: the command did not run
@@ -123,7 +130,7 @@ def _resource(name: str) -> tuple[str | bytes, str]:
 
 
 async def _run(
-    name: str, cmd: list[str], nodes: list[str], ttl: float, wait: float, grace: float, fencing: bool
+    name: str, cmd: list[str], nodes: list[str], ttl: float, wait: float, grace: float, fencing: bool, *, quiet: bool
 ) -> int:
     """Hold the lock while *cmd* runs; its exit status, or EXIT_NOT_ACQUIRED / EXIT_LOST."""
     loop = asyncio.get_running_loop()
@@ -133,7 +140,8 @@ async def _run(
         resource, name = _resource(name)
         lock = redlock.lock(resource, fencing=fencing, on_lost=lambda _: lost.set())
         try:
-            await lock.__aenter__()
+            async with contextlib.nullcontext() if quiet or wait <= 0 else _waiting(lock, name, wait):
+                await lock.__aenter__()
         except LockNotAcquired as exc:
             print(f"redlock: {name} is held elsewhere: not running {cmd[0]} ({exc})", file=sys.stderr)
             return EXIT_NOT_ACQUIRED
@@ -170,6 +178,47 @@ async def _run(
                     loop.remove_signal_handler(signum)
         finally:
             await lock.__aexit__(None, None, None)
+
+
+@contextlib.asynccontextmanager
+async def _waiting(lock: Lock, name: str, wait: float) -> AsyncIterator[None]:
+    """Show on stderr that the body waits for *lock*: a spinner on a terminal, else a line every NOTE_EVERY s.
+
+    Silent while the first attempt is out: a lock had at once shows nothing.
+    """
+    out, began, shown = sys.stderr, time.monotonic(), False
+    limit = f"up to {wait:g} s" if math.isfinite(wait) else "no time limit"
+    frames = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏" if out.encoding.lower().replace("-", "") == "utf8" else "|/-\\"
+
+    def say(text: str) -> None:
+        out.write(text)
+        out.flush()
+
+    async def show() -> None:
+        nonlocal shown
+        while not lock.outcomes:  # noqa: ASYNC110 (the first attempt is still out; no event tells its end)
+            await asyncio.sleep(0.05)
+        shown = True
+        if out.isatty():
+            for frame in itertools.cycle(frames):  # until cancelled
+                say(f"\r{frame} waiting for lock '{name}' {time.monotonic() - began:.1f} s ({limit})")
+                await asyncio.sleep(0.1)
+        say(f"redlock: waiting for lock '{name}' ({limit})\n")
+        while True:
+            await asyncio.sleep(NOTE_EVERY)
+            say(f"redlock: still waiting for lock '{name}' after {time.monotonic() - began:.0f} s\n")
+
+    task = asyncio.create_task(show())
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if shown and out.isatty():
+            say("\r\x1b[K")  # erase the spinner's line
+        elif shown:
+            outcome = "acquired lock" if lock.held else "gave up on lock"
+            say(f"redlock: {outcome} '{name}' after {time.monotonic() - began:.1f} s\n")
 
 
 async def _status(name: str, nodes: list[str]) -> int:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import pty
+import re
 import signal
 import sys
+import tty
 
 from redlock_async.cli import EXIT_LOST, EXIT_NOT_ACQUIRED
 
@@ -14,7 +18,7 @@ from .conftest import Cluster, MakeRedlock
 PY = sys.executable
 
 
-async def redlock_run(urls: list[str], *args: str) -> asyncio.subprocess.Process:
+async def redlock_run(urls: list[str], *args: str, stderr: int = asyncio.subprocess.PIPE) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         PY,
         "-m",
@@ -24,7 +28,7 @@ async def redlock_run(urls: list[str], *args: str) -> asyncio.subprocess.Process
         ",".join(urls),
         *args,
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        stderr=stderr,
     )
 
 
@@ -101,6 +105,82 @@ async def test_usage_errors_say_what_to_change(cluster: Cluster) -> None:
     code, _, err = await finish(await redlock_run(cluster.urls, "job", "--ttl", "-1", "--", "true"))
     assert code == 2
     assert "ttl" in err
+
+
+async def test_waiting_is_shown_on_stderr_in_plain_lines(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    redlock = await make_redlock()
+    code, out, err = await finish(await redlock_run(cluster.urls, "queued-job", "--wait", "5", "--", "true"))
+    assert (code, out, err) == (0, "", "")  # had at once: nothing to show
+    async with redlock.lock("queued-job"):
+        process = await redlock_run(cluster.urls, "queued-job", "--wait", "10", "--", PY, "-c", "print('ran')")
+        assert process.stderr is not None
+        async with asyncio.timeout(10):
+            waiting = await process.stderr.readline()
+    assert waiting == b"redlock: waiting for lock 'queued-job' (up to 10 s)\n"
+    code, out, err = await finish(process)
+    assert (code, out) == (0, "ran\n")
+    assert re.fullmatch(r"redlock: acquired lock 'queued-job' after \d+\.\d s\n", err)
+
+
+async def test_a_wait_that_runs_out_says_so(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    redlock = await make_redlock()
+    async with redlock.lock("queued-job"):
+        code, out, err = await finish(await redlock_run(cluster.urls, "queued-job", "--wait", "0.5", "--", "true"))
+        quiet = await finish(await redlock_run(cluster.urls, "queued-job", "--wait", "0.5", "-q", "--", "true"))
+    assert (code, out) == (EXIT_NOT_ACQUIRED, "")
+    lines = err.splitlines()
+    assert lines[0] == "redlock: waiting for lock 'queued-job' (up to 0.5 s)"
+    assert re.fullmatch(r"redlock: gave up on lock 'queued-job' after 0\.\d s", lines[1])
+    assert "held elsewhere" in lines[2]
+    assert quiet[:2] == (EXIT_NOT_ACQUIRED, "")
+    assert "waiting" not in quiet[2]
+    assert "gave up" not in quiet[2]
+    assert "held elsewhere" in quiet[2]
+
+
+async def read_until_closed(fd: int) -> bytes:
+    """All a pseudo-terminal's master end reads until every slave end is closed."""
+    loop = asyncio.get_running_loop()
+    data, closed = bytearray(), loop.create_future()
+
+    def readable() -> None:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: no slave end left
+            chunk = b""
+        data.extend(chunk)
+        if not chunk and not closed.done():
+            closed.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await closed
+    finally:
+        loop.remove_reader(fd)
+    return bytes(data)
+
+
+async def test_a_terminal_gets_a_spinner(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    redlock = await make_redlock()
+    master, slave = pty.openpty()
+    tty.setraw(slave)  # no \n -> \r\n: every \r read is the spinner's own
+    try:
+        async with redlock.lock("spun-job"):
+            process = await redlock_run(cluster.urls, "spun-job", "--wait", "1", "--", "true", stderr=slave)
+            os.close(slave)
+            slave = -1
+            async with asyncio.timeout(20):
+                out, _ = await process.communicate()
+                shown = await read_until_closed(master)
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+    assert (process.returncode, out) == (EXIT_NOT_ACQUIRED, b"")
+    assert re.search(rb"\r\S+ waiting for lock 'spun-job' 0\.\d s \(up to 1 s\)", shown)
+    assert shown.count(b"\r") >= 5  # refreshed ~10 times a second
+    assert b"\r\x1b[K" in shown  # erased when the wait ended
+    assert b"redlock: waiting" not in shown  # no plain lines on a terminal
 
 
 async def redlock_status(urls: list[str], name: str) -> tuple[int, str, str]:
