@@ -1,0 +1,30 @@
+"""The safety report's command (benchmarks/safety.py) keeps working: one short scenario of each kind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_safety_report_runs_and_its_checker_sees_the_hazard() -> None:
+    # A safe scenario and the two analysis sequences; --only prints instead of writing docs/safety.md.
+    done = subprocess.run(
+        [sys.executable, "benchmarks/safety.py", "--seconds", "1.5", "--only", "analysis"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| analysis")]
+    assert len(rows) == 2
+    off, on = (row.split("|") for row in rows)
+    assert off[2].strip() == "hazard"
+    assert int(off[5]) > 0  # overlaps found with the quarantine off
+    assert on[2].strip() == "safe"
+    assert int(on[5]) == 0
+    assert all(row.rstrip(" |").endswith("pass") for row in rows)
