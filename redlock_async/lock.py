@@ -567,8 +567,9 @@ class Lock:
         await ballot.wait()
         self._last_votes, self._last_details = ballot.votes, ballot.details
         # Silent otherwise: a node that refuses the script (ACL, renamed EVALSHA) keeps every key until it expires.
-        failed = [str(o) for i, o in enumerate(self.outcomes) if i in holders and o.vote is _algorithm.Vote.ERROR]
-        if failed:
+        error = _algorithm.Vote.ERROR
+        if any(ballot.votes[i] is error for i in holders):
+            failed = [str(o) for i, o in enumerate(self.outcomes) if i in holders and o.vote is error]
             log.warning("redlock %r not released on %s: the key stays until it expires", self.resource, failed)
         now = time.monotonic()
         self._emit(EventKind.RELEASED, duration=now - began, held_for=now - self._acquired_at)
