@@ -213,8 +213,14 @@ class Node:
                     await task
         self._writer = self._reader = None
         self._fail_all(CLOSED)
+        stream = getattr(self._conn, "_writer", None)  # redis-py's StreamWriter, while connected
         with contextlib.suppress(RedisError, OSError):
             await self._conn.disconnect(nowait=True)
+        if stream is not None:
+            # A closed TLS transport still waits for the server's close_notify, and so
+            # outlives a loop that ends right after aclose (ResourceWarning): drop it now.
+            stream.transport.abort()
+        await asyncio.sleep(0)  # the transport closes its socket on the next loop turn
 
     def _flush(self) -> None:
         """Write what was queued during this loop turn, in one write, without waking the writer task.

