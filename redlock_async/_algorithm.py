@@ -202,6 +202,15 @@ class Marker(enum.Enum):
     """The marker could not be read."""
 
 
+UPTIME_SLACK = 1.0
+"""How much a server's reported uptime may exceed its true uptime, in seconds.
+
+Valkey and Redis report ``uptime_in_seconds`` as their cached whole-second
+clock minus their whole-second start time: a server started at 100.9 s says
+"1" at 101.1 s. Taken at its word, that would end a quarantine up to 1 s
+early, while a lease granted before the restart may still run."""
+
+
 def sit_out(
     period: float,
     *,
@@ -219,7 +228,9 @@ def sit_out(
     (at least the largest ttl in use, plus drift) can no longer help anyone
     overlap. What is known when it connects:
 
-    * *uptime*: the server's seconds since start (None when INFO is refused);
+    * *uptime*: the server's ``uptime_in_seconds`` (None when INFO is refused).
+      It is a difference of two whole-second clocks, so it may be up to 1 s more
+      than the truth: :data:`UPTIME_SLACK` is taken off it, never the other way;
     * *known_run_id*: this client saw the same server process before;
     * *restarted*: this client saw another server process at this address;
     * *marker*: what the marker key says (see :class:`Marker`).
@@ -232,6 +243,8 @@ def sit_out(
     """
     if period <= 0:
         return 0.0, False
+    if uptime is not None:
+        uptime = max(0.0, uptime - UPTIME_SLACK)
     if restarted:
         # We knew another server here: it came back *uptime* seconds ago, data or not.
         return (period if uptime is None else max(0.0, period - uptime)), False

@@ -566,25 +566,27 @@ CUR, STALE, ABSENT, UNKNOWN = Marker.CURRENT, Marker.STALE, Marker.ABSENT, Marke
 @pytest.mark.parametrize(
     ("uptime", "known", "restarted", "marker", "expected"),
     [
-        # A client that knew another server here: out for what is left of Q since it came back.
-        (3.0, False, True, CUR, (7.0, False)),
-        (3.0, False, True, ABSENT, (7.0, False)),
-        (3.0, False, True, UNKNOWN, (7.0, False)),
+        # A client that knew another server here: out for what is left of Q since it came back
+        # (its uptime taken as 1 s less than reported: whole-second clocks may overstate it by 1 s).
+        (0.6, False, True, CUR, (Q, False)),
+        (3.0, False, True, CUR, (8.0, False)),
+        (3.0, False, True, ABSENT, (8.0, False)),
+        (3.0, False, True, UNKNOWN, (8.0, False)),
         (25.0, False, True, ABSENT, (0.0, False)),
         (None, False, True, CUR, (Q, False)),
         # The marker was written under this server process: judged in service, by us or another client.
         (3.0, True, False, CUR, (0.0, False)),
         (3.0, False, False, CUR, (0.0, False)),
         # The marker came from an earlier process: restarted with data that may be stale.
-        (3.0, False, False, STALE, (7.0, False)),
+        (3.0, False, False, STALE, (8.0, False)),
         (500.0, False, False, STALE, (0.0, False)),
         # No marker on the process we knew: lost in place (a FLUSHALL), since when is unknown.
         (500.0, True, False, ABSENT, (Q, True)),
         # No marker at first sight: new, or restarted without data *uptime* ago; suspect until the others tell.
-        (3.0, False, False, ABSENT, (7.0, True)),
+        (3.0, False, False, ABSENT, (8.0, True)),
         (500.0, False, False, ABSENT, (0.0, False)),
         # Marker unreadable: the uptime alone decides, unless we know this process.
-        (3.0, False, False, UNKNOWN, (7.0, False)),
+        (3.0, False, False, UNKNOWN, (8.0, False)),
         (3.0, True, False, UNKNOWN, (0.0, False)),
         # INFO refused: only the marker can tell.
         (None, False, False, CUR, (0.0, False)),
@@ -612,3 +614,15 @@ def test_sit_out_is_off_at_zero_and_never_longer_than_the_period(
         assert seconds > 0
     if marker is Marker.ABSENT and not restarted and (known or uptime is None):
         assert (seconds, suspect) == (Q, True)
+
+
+@given(st.floats(0, 1e6), st.floats(0, 100), st.booleans(), st.sampled_from(list(Marker)))
+def test_sit_out_never_ends_before_the_period_since_the_true_restart(
+    started: float, true_uptime: float, restarted: bool, marker: Marker
+) -> None:
+    """The server reports whole seconds off two whole-second clocks; the quarantine must still cover
+    *period* from the true start (a lease granted before the restart ends within it)."""
+    reported = float(math.floor(started + true_uptime) - math.floor(started))
+    seconds, _ = sit_out(Q, uptime=reported, known_run_id=False, restarted=restarted, marker=marker)
+    if restarted or marker is not Marker.CURRENT:
+        assert seconds >= Q - true_uptime - 1e-9
