@@ -155,8 +155,14 @@ class Node:
             return fut
         self._outbox.append((_pack(args), fut, fallback))
         if not self._flush_pending:
-            self._flush_pending = True
-            loop.call_soon(self._flush)
+            if not self._inflight and len(self._outbox) == 1:
+                # An idle connection: nothing to gather this command with that is known
+                # yet, so it goes out now, one loop turn sooner and with no callback.
+                self._flush()
+            else:
+                # Busy: whatever else is sent during this loop turn goes in the same write.
+                self._flush_pending = True
+                loop.call_soon(self._flush)
         return fut
 
     def send_script(
@@ -230,9 +236,11 @@ class Node:
     def _flush(self) -> None:
         """Write what was queued during this loop turn, in one write, without waking the writer task.
 
-        A callback costs far less than a task switch, and it still gathers every
-        command sent in the same turn. Connecting, a full socket buffer and a
-        broken connection are the writer task's (which awaits drain).
+        Called by ``send()`` on an idle connection, else once per loop turn
+        (``call_soon``): a callback costs far less than a task switch, and it
+        still gathers every command sent in the same turn. Connecting, a full
+        socket buffer and a broken connection are the writer task's (which
+        awaits drain).
         """
         self._flush_pending = False
         if not self._outbox or self._closed:
