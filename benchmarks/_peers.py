@@ -22,11 +22,14 @@ import importlib.metadata
 import importlib.util
 import random
 import secrets
+import socket
+import urllib.parse
 import warnings
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, Protocol
 
+import hiredis
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
@@ -64,6 +67,7 @@ class Peer(abc.ABC):
     distribution: ClassVar[str | None] = None  # the PyPI package; None for code in this repo
     modules: ClassVar[tuple[str, ...]] = ()  # imported by unavailable()
     single_node: ClassVar[bool] = False  # uses urls[0] only
+    nodes_only: ClassVar[bool] = False  # a reference measured in scenario 5 only
 
     def __init__(self, urls: Sequence[str]) -> None:
         self.urls = list(urls[:1] if self.single_node else urls)
@@ -426,4 +430,102 @@ class RedisPyLock(Peer):
         )
 
 
-PEERS: tuple[type[Peer], ...] = (Floor, RedlockAsync, Aioredlock, Pottery, RedisPyLock)
+# -- the machine's own cost per node (scenario 5 only) ------------------------------
+
+
+def _pack(args: tuple[bytes | str | int, ...]) -> bytes:
+    packed: bytes = hiredis.pack_command(args)  # type: ignore[arg-type]  # its stub types a 1-tuple
+    return packed
+
+
+class _WireHandle:
+    def __init__(self, peer: Wire, resource: str) -> None:
+        self._peer = peer
+        self._key = f"wire:{resource}".encode()
+        self._token = b""
+
+    async def try_acquire(self) -> bool:
+        token = secrets.token_urlsafe(TOKEN_BYTES).encode()
+        replies = self._peer.round(_pack((b"SET", self._key, token, b"NX", b"PX", LEASE_MS)))
+        if sum(1 for r in replies if r == b"OK") >= self._peer.quorum:
+            self._token = token
+            return True
+        if b"OK" in replies:
+            self._peer.round(self._peer.release_command(self._key, token))
+        return False
+
+    async def release(self) -> None:
+        token, self._token = self._token, b""
+        self._peer.round(self._peer.release_command(self._key, token))
+
+    def diagnose(self) -> str:
+        return ""
+
+    @contextlib.asynccontextmanager
+    async def hold(self) -> AsyncIterator[None]:
+        raise NotImplementedError("the wire reference is measured in scenario 5 only")
+        yield  # pragma: no cover
+
+
+class Wire(Peer):
+    """Not a library: the least a client can do, to show what the machine itself costs per node.
+
+    Blocking sockets, no event loop, hiredis to pack and parse: send the
+    command to every node, then read each reply. It blocks the event loop,
+    so it runs only where nothing else is in flight (the sequential
+    scenario 5); it has no timeouts and no error handling.
+    """
+
+    name = "wire (blocking sockets)"
+    nodes_only = True
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        super().__init__(urls)
+        self.quorum = len(self.urls) // 2 + 1
+        self.sockets: list[socket.socket] = []
+        self.readers: list[hiredis.Reader] = []
+        self.sha = b""
+
+    async def open(self) -> None:
+        for url in self.urls:
+            parsed = urllib.parse.urlsplit(url)
+            sock = socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 6379), timeout=5)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sockets.append(sock)
+            self.readers.append(hiredis.Reader())
+        shas = self.round(_pack((b"SCRIPT", b"LOAD", RELEASE_LUA)))
+        self.sha = bytes(shas[0])
+
+    def release_command(self, key: bytes, token: bytes) -> bytes:
+        return _pack((b"EVALSHA", self.sha, 1, key, token))
+
+    def round(self, command: bytes) -> list[Any]:  # hiredis replies: bytes, int, None, errors
+        """*command* to every node, then every reply, in node order."""
+        for sock in self.sockets:
+            sock.sendall(command)
+        replies = []
+        for sock, reader in zip(self.sockets, self.readers, strict=True):
+            reply = reader.gets()
+            while reply is False:
+                reader.feed(sock.recv(65536))
+                reply = reader.gets()
+            replies.append(reply)
+        return replies
+
+    def handle(self, resource: str) -> _WireHandle:
+        return _WireHandle(self, resource)
+
+    async def aclose(self) -> None:
+        for sock in self.sockets:
+            sock.close()
+
+    def defaults(self) -> str:
+        return (
+            "not a library, and not usable as one: blocking sockets with TCP_NODELAY, no event loop, hiredis to "
+            "pack and parse, no timeout, no error handling. `SET NX PX` written to every node, then each reply "
+            "read; release the same with `EVALSHA`. Only in scenario 5, to show how the machine itself scales "
+            "with N (every node costs a send and a receive system call, and a server process waking)."
+        )
+
+
+PEERS: tuple[type[Peer], ...] = (Floor, RedlockAsync, Aioredlock, Pottery, RedisPyLock, Wire)

@@ -35,6 +35,7 @@ import gc
 import importlib
 import importlib.metadata
 import itertools
+import math
 import os
 import platform
 import pstats
@@ -51,7 +52,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 from _common import library_commit, loop_lag
-from _peers import PEERS, Handle, Peer, RedisPyLock
+from _peers import PEERS, Handle, Peer, RedisPyLock, Wire
 
 from redlock_async import Redlock
 from redlock_async.testing import LocalNodes
@@ -71,7 +72,8 @@ CRITICAL_S = 0.001  # scenario 3's critical section
 
 FLOOR = "floor"
 REDLOCK = "redlock_async"
-NAMES = [peer.name for peer in PEERS]
+NAMES = [peer.name for peer in PEERS if not peer.nodes_only]  # scenarios 1-4
+NODES_NAMES = [peer.name for peer in PEERS]  # scenario 5 adds the wire reference
 
 perf_ns = time.perf_counter_ns
 
@@ -341,7 +343,7 @@ async def run_throughput(peers: dict[str, Peer], cfg: Config, results: Results, 
 async def contended(peer: Peer, resource: str, cfg: Config) -> Outcome:
     """8 tasks take turns on one resource with the library's blocking acquire; every grant timestamped."""
     handles = [peer.handle(resource) for _ in range(CONTENDERS)]
-    events: list[tuple[int, int, int]] = []  # (granted, release returned, task)
+    events: list[tuple[int, int, int]] = []  # (granted, left: the body ended and release begins, task)
     inside = 0
     overlaps = 0
     gave_up_before = peer.gave_up
@@ -362,7 +364,8 @@ async def contended(peer: Peer, resource: str, cfg: Config) -> Outcome:
                     await asyncio.sleep(CRITICAL_S)
                 finally:
                     inside -= 1
-            events.append((granted, perf_ns(), task))
+                    left = perf_ns()
+            events.append((granted, left, task))
 
     tasks = [asyncio.create_task(worker(i), name=f"contender {i}") for i in range(CONTENDERS)]
     _, pending = await asyncio.wait(tasks, timeout=cfg.contended_seconds + cfg.drain_seconds)
@@ -502,11 +505,15 @@ async def run_stopped(cluster: LocalNodes, peers: dict[str, Peer], cfg: Config, 
 # -- the run -------------------------------------------------------------------------
 
 
-async def open_peers(urls: Sequence[str], results_note: dict[str, str], *, single: bool = True) -> dict[str, Peer]:
-    """Every available peer, connected; the others are noted with why (not installed, errors)."""
+async def open_peers(
+    urls: Sequence[str], results_note: dict[str, str], *, single: bool = True, references: bool = False
+) -> dict[str, Peer]:
+    """Every available peer, connected; the others are noted with why (not installed, errors).
+
+    *references*: also the scenario-5-only references (the wire)."""
     peers: dict[str, Peer] = {}
     for cls in PEERS:
-        if cls.single_node and not single:
+        if (cls.single_node and not single) or (cls.nodes_only and not references):
             continue
         reason = cls.unavailable()
         if reason is None:
@@ -619,7 +626,7 @@ async def run_nodes(urls: Sequence[str], cfg: Config, run: Run) -> None:
     try:
         for n in NODE_COUNTS:
             ignored: dict[str, str] = {}
-            sets[n] = await open_peers(urls[:n], ignored, single=n == 1)
+            sets[n] = await open_peers(urls[:n], ignored, single=n == 1, references=True)
             for name, why in ignored.items():
                 if name not in run.unavailable:
                     run.results.setdefault(f"nodes:{n}", {}).setdefault(name, []).append(Outcome(problem=why))
@@ -959,9 +966,9 @@ def table_stopped(run: Run) -> list[str]:
 
 
 def table_nodes(run: Run) -> list[str]:
-    header = "| library | " + " | ".join(f"N={n}" for n in NODE_COUNTS) + " |"
-    lines = [header, "|---|" + "---:|" * len(NODE_COUNTS)]
-    for name in NAMES:
+    header = "| library | " + " | ".join(f"N={n}" for n in NODE_COUNTS) + " | N=9 / N=3 |"
+    lines = [header, "|---|" + "---:|" * (len(NODE_COUNTS) + 1)]
+    for name in NODES_NAMES:
         cells = [name]
         for n in NODE_COUNTS:
             t = Table(run, f"nodes:{n}")
@@ -972,8 +979,21 @@ def table_nodes(run: Run) -> list[str]:
             else:
                 ratio = "" if name == FLOOR else f" ({fx(t.ratio(name, 'cycle_p50_us'))})"
                 cells.append(f"{f0(t.med(name, 'cycle_p50_us'))}{ratio}")
+        cells.append("" if name == RedisPyLock.name else fx(scaling(run, name)))
         lines.append(_row(cells))
     return lines
+
+
+def scaling(run: Run, name: str, high: int = 9, low: int = 3) -> float:
+    """p50 at N=*high* over p50 at N=*low*, taken within each repeat (same moment of the run), then the median."""
+    outcomes_high = run.results.get(f"nodes:{high}", {}).get(name, [])
+    outcomes_low = run.results.get(f"nodes:{low}", {}).get(name, [])
+    ratios = [
+        a.values["cycle_p50_us"] / b.values["cycle_p50_us"]
+        for a, b in zip(outcomes_high, outcomes_low, strict=False)
+        if not a.problem and not b.problem and a.values.get("cycle_p50_us") and b.values.get("cycle_p50_us")
+    ]
+    return statistics.median(ratios) if ratios else math.nan
 
 
 def problem_details(run: Run, limit: int = 40) -> list[str]:
@@ -1026,8 +1046,9 @@ def report(run: Run, command: str) -> str:
         "",
         *table_contended(run),
         "",
-        "Hand-off: from one holder's release call returning to the next grant (any task, the releasing one "
-        "included: a task acquires again right after it released). 'to another task': share of grants that "
+        "Hand-off: from the end of one holder's critical section (its release begins) to the next grant (any "
+        "task, the releasing one included: a task acquires again right after it released); the release itself "
+        "is inside it, as in `bench_handoff.py`. 'to another task': share of grants that "
         "went to a different task than the previous one. Give-ups: blocking acquires that ran out of retries "
         "(aioredlock: 3 tries) and were called again. Overlaps: grants while another task was inside its "
         "critical section (must be 0). Hand-offs to another task are few, so they are pooled over the repeats "
@@ -1047,6 +1068,11 @@ def report(run: Run, command: str) -> str:
         f"repeats of {cfg.nodes_ops} ops; in brackets: vs the floor at the same N)",
         "",
         *table_nodes(run),
+        "",
+        "N=9 / N=3: the p50 at 9 nodes over the p50 at 3, taken within each repeat, then the median. "
+        f"'{Wire.name}' is not a library: blocking sockets, no event loop, no timeouts, hiredis to pack and "
+        "parse. It is the least any client can do here, so its growth with N is the machine's own: each node "
+        "costs a send and a receive system call and a server process woken on a 2-core box.",
         "",
         "Scenario times: " + ", ".join(f"{k} {v:.0f} s" for k, v in run.seconds.items()) + ".",
     ]
@@ -1073,8 +1099,8 @@ def plot(run: Run, path: Path) -> str:
     matplotlib.use("Agg")
     plt: Any = importlib.import_module("matplotlib.pyplot")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 5.8), gridspec_kw={"width_ratios": [1, 1.5]})
-    colors = dict(zip(NAMES, ["#444444", "#d62728", "#1f77b4", "#2ca02c", "#9467bd"], strict=True))
-    for name in NAMES:
+    colors = dict(zip(NODES_NAMES, ["#444444", "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#8c8c8c"], strict=True))
+    for name in NODES_NAMES:
         if name == RedisPyLock.name:
             value = Table(run, "nodes:1").med(name, "cycle_p50_us")
             if value == value:
@@ -1087,7 +1113,8 @@ def plot(run: Run, path: Path) -> str:
                 xs.append(n)
                 ys.append(t.med(name, "cycle_p50_us"))
         if xs:
-            ax1.plot(xs, ys, marker="o", color=colors[name], label=name, linewidth=2 if name == REDLOCK else 1.3)
+            style = "--" if name == Wire.name else "-"
+            ax1.plot(xs, ys, style, marker="o", color=colors[name], label=name, linewidth=2 if name == REDLOCK else 1.3)
     ax1.set_xticks(NODE_COUNTS)
     ax1.set_xlabel("nodes N")
     ax1.set_ylabel("acquire+release p50 (µs)")
