@@ -36,6 +36,9 @@ class _Queue:
     woken: bool = False  # a waiter was woken and is trying; the others wait their turn
     released: bool = False  # a release came while no one was queued: the next waiter goes at once
     users: int = 0  # waiters between enter() and leave(), across Redlocks
+    # Releases already heard from a majority (by any Redlock's listener): the late
+    # words of those are stale, and must not wake anyone again.
+    heard: deque[bytes] = field(default_factory=lambda: deque(maxlen=8))
 
 
 # One queue per (event loop, nodes, key): two Redlocks of one process on the
@@ -132,10 +135,12 @@ class Listener:
         except TimeoutError:
             pass  # the fallback: no word came (or it came in the same loop turn: see below)
         finally:
-            if not fut.done():
+            # The timer (or a cancellation) cancels the future being awaited: then it
+            # is still queued, and must leave; a woken one was taken off the queue.
+            if fut in queue.waiters:
                 queue.waiters.remove(fut)
-        # Woken even if the timer fired too: then it is our turn, and done() must follow.
-        return fut.done()
+        # Woken even if the timer fired too (same loop turn): then it is our turn, and done() must follow.
+        return fut.done() and not fut.cancelled()
 
     def done(self, channel: bytes) -> None:
         """The woken waiter finished trying (acquired or gave up): the next release wakes the next one."""
@@ -153,6 +158,11 @@ class Listener:
         arriving while it tried, would be ignored.
         """
         channel, token = message[1], message[2]
+        queue = self._queue(channel)
+        if queue is not None and token in queue.heard:
+            # A late word of a release that another Redlock's listener of this process
+            # already counted to a majority: it woke a waiter then, not again now.
+            return
         heard = self._heard.setdefault(channel, {})
         count = heard.get(token, 0) + 1
         if count < len(self.nodes) // 2 + 1:
@@ -161,8 +171,10 @@ class Listener:
                 heard.clear()
             return
         del self._heard[channel]  # older partial counts are moot after a majority release
-        queue = self._queue(channel)
-        if queue is None or queue.woken:
+        if queue is None:
+            return
+        queue.heard.append(token)
+        if queue.woken:
             return
         while queue.waiters:
             fut = queue.waiters.popleft()

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
+from typing import cast
 
 from redlock_async import Redlock
+from redlock_async._handoff import Listener
+from redlock_async._node import Node
 
 from .conftest import Cluster, MakeRedlock
 
@@ -146,3 +150,43 @@ async def test_two_redlocks_contending_make_progress(make_redlock: MakeRedlock) 
         await asyncio.gather(*(worker(n) for n in range(8)))
     assert overlaps == 0
     assert grants == [10] * 8
+
+
+async def test_late_words_of_a_release_heard_by_another_redlock_wake_no_one() -> None:
+    """Two Redlocks of one process hear every release twice (one subscriber connection each).
+
+    The first listener to hear a majority wakes the oldest waiter; when the second one's
+    majority comes after that waiter already finished, it must not wake the next waiter
+    for the same release (that waiter would only find the lock taken).
+    """
+    scope = ("n0", "n1", "n2", "n3", "n4")
+    first, second = Listener(0.01, scope), Listener(0.01, scope)
+    channel, message = b"redlock:k", [b"message", b"redlock:k", b"digest-of-token-1"]
+    for listener in (first, second):
+        await listener.enter(channel)  # no subscriber nodes yet: nothing to send
+        listener.nodes = cast(Sequence[Node], [object()] * 5)  # the words are fed by hand: only 5 counts
+    oldest = asyncio.create_task(first.wait(channel, 5.0))
+    await asyncio.sleep(0)
+    following = asyncio.create_task(second.wait(channel, 0.3))
+    await asyncio.sleep(0)
+    for _ in range(3):
+        second.on_message(message)  # the second Redlock's listener hears a majority first
+    assert await oldest is True
+    first.done(channel)  # the woken waiter got the lock and is done trying
+    for _ in range(5):
+        first.on_message(message)  # the same release, heard late by the first Redlock
+    assert await following is False  # woken by its own timer, not by the stale words
+    assert first.wakeups + second.wakeups == 1
+    for listener in (first, second):
+        listener.nodes = ()
+        listener.leave(channel)
+
+
+async def test_a_wait_that_times_out_is_not_a_wake_up_and_leaves_the_queue() -> None:
+    listener = Listener(0.01, ("n0",))
+    channel = b"redlock:timeout"
+    await listener.enter(channel)  # no subscriber nodes: nothing to send
+    assert await listener.wait(channel, 0.05) is False  # the fallback timer, not a release
+    # Its turn was not taken: a woken waiter would block the next one until done().
+    assert not listener.waiting(channel)
+    listener.leave(channel)
