@@ -32,14 +32,15 @@ class Deadline:
     Timeline of the case it exists for::
 
         send() ── loop blocked 60 ms (GC, a blocking call, a burst) ──► timer fires
-                  replies sat unread in the sockets all along; the readers have not run yet
+                  replies sat unread in the sockets all along; none was parsed yet
 
     Deciding there would count answered nodes as timed out. So a timer that
     fires late gives the nodes one fresh window, and any timer, late or not,
     waits three loop turns before it calls back: a reply already in a socket
-    needs one turn for the socket event, one for the reader task and one for
-    the vote callback. Waiting longer never makes a lock unsafe: validity is
-    counted from the start of the attempt.
+    needs one turn for the socket event (``data_received`` parses it and
+    resolves its future) and one for the vote callback; the third is spare.
+    Waiting longer never makes a lock unsafe: validity is counted from the
+    start of the attempt.
     """
 
     __slots__ = ("_callback", "_handle", "_loop", "_rearm", "_rearmed", "_turns", "_when")

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import hiredis
-from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.connection import AbstractConnection, SSLConnection
 from redis.exceptions import RedisError
 
 from redlock_async._algorithm import Vote
@@ -317,7 +317,9 @@ class Node:
             async with asyncio.timeout(self._connect_timeout):
                 await self._conn.connect()  # type: ignore[no-untyped-call]
         except (RedisError, OSError, TimeoutError) as exc:
-            reason = "connect timed out" if isinstance(exc, TimeoutError) else _describe(exc)
+            reason = ("connect timed out" if isinstance(exc, TimeoutError) else _describe(exc)) + _tls_hint(
+                self._conn, exc
+            )
             # Once per outage: a node that stays down is retried often.
             (log.debug if self._down_reason else log.warning)("redlock node %s: cannot connect: %s", self.name, reason)
             self._down_until = time.monotonic() + self._reconnect_delay
@@ -487,6 +489,18 @@ def _error_reply(text: str) -> Failure:
     code, _, rest = text.partition(" ")
     detail = _server_error(rest if rest and code.isupper() else text)
     return Failure(Vote.ERROR, detail, noscript=code == "NOSCRIPT", answered=True)
+
+
+def _tls_hint(conn: AbstractConnection, exc: BaseException) -> str:
+    """A hint when the failure looks like TLS on one side only (the errors alone say nothing of it)."""
+    text = str(exc).lower()
+    if isinstance(conn, SSLConnection):
+        if isinstance(exc, TimeoutError) or "wrong version number" in text:
+            return " (a rediss:// URL: if the server does not speak TLS on this port, write redis://)"
+    elif any(word in text for word in ("reset by peer", "closed by server", "connection lost", "broken pipe")):
+        # The server hung up on the handshake: a TLS server does that to a plain client.
+        return " (if the server speaks TLS on this port, write rediss://)"
+    return ""
 
 
 def _pack(args: tuple[bytes | str | int, ...]) -> bytes:

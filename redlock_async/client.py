@@ -205,10 +205,21 @@ class Redlock:
         """
         self._check_open()
         failures = await asyncio.gather(*(node.connect() for node in self._nodes))
-        for node, failure in zip(self._nodes, failures, strict=True):
-            if failure is not None:
-                log.warning("redlock node %s unavailable at start: %s", node.name, failure.detail)
         up = [node for node, failure in zip(self._nodes, failures, strict=True) if failure is None]
+        if len(up) < len(self._nodes):
+            # Each node that failed has said why ("cannot connect: ..."); this says what it means.
+            down = ", ".join(node.name for node, failure in zip(self._nodes, failures, strict=True) if failure)
+            if len(up) >= self.quorum:
+                log.info("redlock: %d of %d nodes up at start (down: %s)", len(up), len(self._nodes), down)
+            else:
+                log.warning(
+                    "redlock: only %d of %d nodes up at start (down: %s): no lock can be granted "
+                    "until %d of them are up; the others are retried on each use",
+                    len(up),
+                    len(self._nodes),
+                    down,
+                    self.quorum,
+                )
         await self._check_scripts(up)
 
     async def _check_scripts(self, nodes: list[Node]) -> None:

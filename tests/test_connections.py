@@ -195,6 +195,28 @@ async def test_tls_clients_with_a_client_certificate(
     assert_no_library_tasks()
 
 
+async def test_tls_on_one_side_only_gets_a_hint(
+    tls_nodes: LocalNodes, certs: Certs, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The errors alone ("connection reset", "connect timed out") say nothing of TLS: the warning does."""
+    with LocalNodes(1) as plain:
+        cases = [
+            (f"redis://127.0.0.1:{tls_nodes[0].port}", "(if the server speaks TLS on this port, write rediss://)"),
+            (
+                f"rediss://127.0.0.1:{plain[0].port}?ssl_ca_certs={certs.ca}",
+                "(a rediss:// URL: if the server does not speak TLS on this port, write redis://)",
+            ),
+        ]
+        for url, hint in cases:
+            caplog.clear()
+            async with make([url], connect_timeout=0.5) as redlock:
+                assert not await redlock.lock("x").acquire(blocking=False)
+            warnings = [r.getMessage() for r in caplog.records if "cannot connect" in r.getMessage()]
+            assert len(warnings) == 1, warnings
+            assert warnings[0].endswith(hint), warnings
+    assert_no_library_tasks()
+
+
 async def test_tls_wrong_ca_is_a_clear_error_naming_the_node(
     tls_nodes: LocalNodes, certs: Certs, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -460,15 +482,34 @@ async def test_unreachable_node_at_start_is_named(acl_nodes: LocalNodes, caplog:
     dead = LocalNode()  # a port picked, no server started on it
     urls = [with_credentials(url, f"alice:{SECRET}") for url in acl_nodes.urls[:2]]
     urls.append(f"redis://alice:{SECRET}@127.0.0.1:{dead.port}")
+    caplog.set_level(logging.INFO, logger="redlock_async")
     async with make(urls) as redlock:
         warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-        assert any(f"127.0.0.1:{dead.port}" in text for text in warnings), warnings
+        # Said once, with why; 2 of 3 still make a majority, so the summary is only INFO.
+        about_dead = [text for text in warnings if f"127.0.0.1:{dead.port}" in text]
+        assert len(about_dead) == 1, warnings
+        assert f"redlock node 127.0.0.1:{dead.port}: cannot connect: " in about_dead[0]
         assert not any(f"127.0.0.1:{acl_nodes[0].port}" in text for text in warnings), warnings
+        infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and "at start" in r.getMessage()]
+        assert infos == [f"redlock: 2 of 3 nodes up at start (down: 127.0.0.1:{dead.port})"], infos
         lock = redlock.lock("two-of-three", ttl=5.0)
         assert await lock.acquire(blocking=False)  # 2 of 3 is a majority
         await lock.release()
     assert_no_secret(caplog.text)
     assert_no_library_tasks()
+
+
+async def test_a_majority_down_at_start_says_no_lock_can_be_granted(caplog: pytest.LogCaptureFixture) -> None:
+    dead = [LocalNode() for _ in range(2)]  # ports picked, no server started on them
+    with LocalNodes(1) as up:
+        async with make([*up.urls, *(f"redis://127.0.0.1:{node.port}" for node in dead)]) as redlock:
+            warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+            assert sum("cannot connect" in text for text in warnings) == 2, warnings
+            summary = [text for text in warnings if "at start" in text]
+            assert len(summary) == 1, warnings
+            assert "only 1 of 3 nodes up at start" in summary[0]
+            assert "no lock can be granted until 2 of them are up" in summary[0]
+            assert not await redlock.lock("x").acquire(blocking=False)
 
 
 # -- the harness's options --------------------------------------------------------------
