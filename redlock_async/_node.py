@@ -317,7 +317,7 @@ class Node:
             async with asyncio.timeout(self._connect_timeout):
                 await self._conn.connect()  # type: ignore[no-untyped-call]
         except (RedisError, OSError, TimeoutError) as exc:
-            reason = ("connect timed out" if isinstance(exc, TimeoutError) else _describe(exc)) + _tls_hint(
+            reason = ("connect timed out" if isinstance(exc, TimeoutError) else _describe_connect(exc)) + _tls_hint(
                 self._conn, exc
             )
             # Once per outage: a node that stays down is retried often.
@@ -489,6 +489,18 @@ def _error_reply(text: str) -> Failure:
     code, _, rest = text.partition(" ")
     detail = _server_error(rest if rest and code.isupper() else text)
     return Failure(Vote.ERROR, detail, noscript=code == "NOSCRIPT", answered=True)
+
+
+def _describe_connect(exc: BaseException) -> str:
+    """A failed connect in words, with the socket or TLS error under it when redis-py's text leaves it out.
+
+    (redis-py 5.0 words a failed certificate check as "Error 1 connecting to host:port. 1.")
+    """
+    text = _describe(exc)
+    under = exc.__cause__ or exc.__context__
+    if isinstance(under, OSError) and (detail := _describe(under)) not in text:
+        text = f"{text} ({detail})"
+    return text
 
 
 def _tls_hint(conn: AbstractConnection, exc: BaseException) -> str:
