@@ -7,9 +7,10 @@ does well: connecting (TCP, TLS, unix sockets) and the handshake (AUTH with
 ACL users, SELECT, CLIENT SETNAME). Once it is up, the socket's transport is
 handed to a :class:`_Wire`, our own asyncio protocol:
 
-* commands queued in one loop turn go out in one ``transport.write`` from a
-  ``call_soon`` callback; a *writer* task only connects, reconnects and waits
-  for a full socket buffer to drain;
+* a command to an idle connection is written at once by ``send()``; while
+  replies are awaited, the commands queued in one loop turn go out in one
+  ``transport.write`` from a ``call_soon`` callback; a *writer* task only
+  connects, reconnects and waits for a full socket buffer to drain;
 * replies are parsed by ``hiredis.Reader`` right in ``data_received`` and
   resolve the oldest outstanding future, in order: no reader task, no
   ``StreamReader``. Per reply that saves a task switch and redis-py's read
