@@ -18,7 +18,9 @@ within each repeat, then the median over repeats. Scenarios:
    library's own blocking acquire (``async with``) with its default retries;
 4. one node stopped (SIGSTOP): acquire latency, with a bound per op, so a
    library that waits for every node shows as "hangs";
-5. uncontended acquire+release p50 against the node count, N = 1, 3, 5, 7, 9.
+5. uncontended acquire+release p50 against the node count, N = 1, 3, 5, 7, 9,
+   with a *wire* reference (blocking sockets, no event loop, no library): how
+   the machine itself scales with N.
 
 Every library runs with its documented defaults, and a 10 s lease. A peer that
 is not installed, errs, hangs or gives a wrong result says so in its cells.
