@@ -295,7 +295,9 @@ async def _demo(workers: int, rounds: int) -> int:
                         )
                         await asyncio.sleep(random.uniform(0.02, 0.06))
                         sections.append((entered, time.monotonic(), name))
-                    say(name, "released")
+                        # Said inside the block: the next holder may be granted before release()
+                        # returns here (its waiter is woken by the nodes' release notices).
+                        say(name, "done, releasing")
                     await asyncio.sleep(random.uniform(0, 0.02))
 
         await asyncio.gather(*(worker(n) for n in range(1, workers + 1)))
