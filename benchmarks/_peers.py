@@ -34,6 +34,7 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from redlock_async import Lock, LockNotAcquired, Redlock
+from redlock_async._node import _pack  # hiredis's packer, typed
 
 LEASE_S = 10.0
 LEASE_MS = 10_000
@@ -431,11 +432,6 @@ class RedisPyLock(Peer):
 
 
 # -- the machine's own cost per node (scenario 5 only) ------------------------------
-
-
-def _pack(args: tuple[bytes | str | int, ...]) -> bytes:
-    packed: bytes = hiredis.pack_command(args)  # type: ignore[arg-type]  # its stub types a 1-tuple
-    return packed
 
 
 class _WireHandle:

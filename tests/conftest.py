@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -140,3 +141,13 @@ def lock_keys(node: Node) -> list[bytes]:
 def keys_on(node: Node, key: str) -> tuple[object, int]:
     """(value, pttl) of *key* on one node; (None, -2) when absent."""
     return node.command("GET", key), int(node.command("PTTL", key))  # type: ignore[call-overload]
+
+
+async def eventually(predicate: Callable[[], bool], within: float, *, step: float = 0.01) -> bool:
+    """Poll *predicate* until it holds, for at most *within* seconds."""
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return predicate()
+        await asyncio.sleep(step)
+    return True

@@ -39,7 +39,7 @@ from redlock_async.cli import EXIT_NOT_ACQUIRED, main
 from redlock_async.fencing import fenced_set
 from redlock_async.testing import server_binary
 
-from .conftest import Cluster, MakeRedlock, Node, assert_no_library_tasks
+from .conftest import Cluster, MakeRedlock, Node, assert_no_library_tasks, eventually
 
 PY = sys.executable
 NOWHERE = "redis://127.0.0.1:1"  # never connected to: these cases fail before any I/O
@@ -77,11 +77,11 @@ async def assert_empty(cluster: Cluster, *keep: bytes) -> None:
     whose yes came after the grant was decided has its release queued, and
     deletes its copy a moment later.
     """
-    deadline = time.monotonic() + 1.0
-    for i in range(len(cluster)):
-        while (held := keys_on(cluster[i])) != sorted(keep) and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        assert held == sorted(keep), f"node {i} holds {held}"
+
+    def held() -> list[list[bytes]]:
+        return [keys_on(cluster[i]) for i in range(len(cluster))]
+
+    assert await eventually(lambda: held() == [sorted(keep)] * len(cluster), 1.0), f"keys per node: {held()}"
 
 
 class OwnServer:

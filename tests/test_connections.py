@@ -12,7 +12,6 @@ import asyncio
 import gc
 import logging
 import os
-import time
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from redlock_async import LockNotAcquired, Redlock, RedlockError
 from redlock_async._algorithm import Vote
 from redlock_async.testing import LocalNode, LocalNodes, ServerTLS
 
-from .conftest import assert_no_library_tasks, keys_on
+from .conftest import assert_no_library_tasks, eventually, keys_on
 
 KEY = "redlock:{}"
 SECRET = "s3cret-Pa55word"
@@ -138,10 +137,7 @@ async def exercise(redlock: Redlock, nodes: LocalNodes, resource: str) -> None:
     await lock.release()
     # release() waits for the nodes that said yes to the last extend; one still unanswered then
     # has its release queued, and deletes its copy a moment later.
-    deadline = time.monotonic() + 1.0
-    while (left := [node.command("EXISTS", KEY.format(resource)) for node in nodes]) != [0] * len(nodes):
-        assert time.monotonic() < deadline, f"keys left after release: {left}"
-        await asyncio.sleep(0.01)
+    assert await eventually(lambda: not any(node.command("EXISTS", KEY.format(resource)) for node in nodes), 1.0)
 
 
 def assert_no_secret(*texts: object) -> None:

@@ -18,6 +18,8 @@ from redlock_async import LockNotAcquired, Redlock
 from redlock_async._algorithm import Vote
 from redlock_async.testing import History, LocalNodes
 
+from .conftest import eventually
+
 SLACK = 0.5
 NODE_TIMEOUT = 0.05  # the library's default per-node timeout
 
@@ -26,16 +28,6 @@ def holders(nodes: LocalNodes, resource: str, *, among: Sequence[int] | None = N
     """The nodes that hold a key for *resource* (asked directly, around the proxies)."""
     indexes = range(len(nodes)) if among is None else among
     return [i for i in indexes if nodes[i].command("EXISTS", f"redlock:{resource}") == 1]
-
-
-async def eventually(predicate: Callable[[], bool], within: float, *, step: float = 0.01) -> bool:
-    """Poll *predicate* until it holds, for at most *within* seconds."""
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return predicate()
-        await asyncio.sleep(step)
-    return True
 
 
 async def test_a_set_whose_reply_was_lost_is_released(redlock_nodes: LocalNodes) -> None:
