@@ -2,10 +2,14 @@
 
 Why not redis-py's pool: it checks a connection out per command and drops it
 whenever a caller is cancelled, so a per-node timeout would kill connections
-under load. Here each node has one redis-py ``Connection``, used for what it
-does well: connecting (TCP, TLS, unix sockets) and the handshake (AUTH with
-ACL users, SELECT, CLIENT SETNAME). Once it is up, the socket's transport is
-handed to a :class:`_Wire`, our own asyncio protocol:
+under load. Here each node has one connection of its own, opened by us from
+the first byte: ``loop.create_connection`` (or ``create_unix_connection``)
+with :class:`_Wire`, our asyncio protocol, as its protocol from the start;
+TLS through the endpoint's :class:`ssl.SSLContext`; then our handshake
+(AUTH with an ACL user or a password, SELECT, CLIENT SETNAME, INFO server for
+the server's identity), pipelined in one write. It runs on any asyncio loop
+(uvloop's transports included) and needs nothing of redis-py but its URL
+parsing (``_endpoint.py``):
 
 * a command to an idle connection is written at once by ``send()``; while
   replies are awaited, the commands queued in one loop turn go out in one
@@ -33,8 +37,9 @@ Raw redis errors stop here: they become a :class:`Failure` with a vote.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import os
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -42,10 +47,9 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import hiredis
-from redis.asyncio.connection import AbstractConnection, SSLConnection
-from redis.exceptions import RedisError
 
 from redlock_async._algorithm import Vote
+from redlock_async._endpoint import Endpoint
 from redlock_async._scripts import Script
 
 log = logging.getLogger(__name__)
@@ -72,6 +76,10 @@ FLUSH_BUFFER_LIMIT = 64 * 1024
 """Bytes already waiting in the socket's buffer above which new commands wait for the writer task's drain."""
 
 
+class ConnectError(Exception):
+    """The connection or the handshake failed; its text is safe to show (no password, no token)."""
+
+
 class Node:
     """A Redis master: queue commands, get futures of their replies.
 
@@ -85,8 +93,7 @@ class Node:
 
     def __init__(
         self,
-        name: str,
-        connection: AbstractConnection,
+        endpoint: Endpoint,
         *,
         max_queued: int,
         stall_after: float,
@@ -95,21 +102,31 @@ class Node:
         on_message: Callable[[list[bytes]], None] | None = None,
         on_connect: Callable[[Node], None] | None = None,
         on_ready: Callable[[Node], None] | None = None,
+        on_identified: Callable[[Node], str | None] | None = None,
+        on_fault: Callable[[Node, BaseException], None] | None = None,
         scripts: tuple[Script, ...] = (),
     ) -> None:
-        self.name = name
+        self.endpoint = endpoint
+        self.name = endpoint.name
         # Votes of this node do not count before this (monotonic) time: it
         # restarted or lost its data recently. Set by the Redlock's Quarantine,
         # whose on_ready hook queues its probe first on every new connection.
         self.quarantined_until = 0.0
         self.connect_started = 0.0  # monotonic time the current connection was begun
+        self.server_id: bytes | None = None
+        """The run_id of the server behind the current connection (INFO server), None until known."""
         self._on_ready = on_ready
+        # Told the server's identity on each connect; a reason back refuses the connection
+        # (the same server as another node of the Redlock).
+        self._on_identified = on_identified
+        self._on_fault = on_fault
+        self.fault: BaseException | None = None
+        """An unexpected exception of this node's task: the node is out of service for good."""
         # A subscriber connection: pub/sub messages go to on_message (they answer
         # no command); on_connect re-subscribes after every (re)connect.
         self._on_message = on_message
         self._on_connect = on_connect
         self._scripts = scripts
-        self._conn = connection
         self._max_queued = max_queued
         self._stall_after = stall_after
         self._progress = 0.0  # last reply, or first write after an idle spell (monotonic)
@@ -118,10 +135,11 @@ class Node:
         # (packed command, future, EVAL fallback of an EVALSHA or None): not yet
         # written; then written, awaiting replies in order.
         self._outbox: list[tuple[bytes, asyncio.Future[Reply], Fallback]] = []
+        self._front = 0  # entries at the outbox's head that go before what callers queued (resent EVALs)
         self._inflight: deque[tuple[asyncio.Future[Reply], Fallback]] = deque()
         self._wakeup = asyncio.Event()
         self._flush_pending = False
-        self._writer: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None  # connects, reconnects, drains full buffers
         self._wire: _Wire | None = None  # the protocol of the live connection
         self._transport: asyncio.Transport | None = None
         self._parser = hiredis.Reader()
@@ -146,7 +164,7 @@ class Node:
         loop = self._ensure_running()
         fut: asyncio.Future[Reply] = loop.create_future()
         if self._closed:
-            fut.set_result(CLOSED)
+            fut.set_result(CLOSED if self.fault is None else self._fault_failure())
             return fut
         if self._down_until and time.monotonic() < self._down_until:
             fut.set_result(Failure(Vote.SKIPPED, f"node down ({self._down_reason})"))
@@ -183,6 +201,7 @@ class Node:
         assert self._loop is not None
         futures = [self._loop.create_future() for _ in commands]
         self._outbox[:0] = [(_pack(args), fut, None) for args, fut in zip(commands, futures, strict=True)]
+        self._front += len(commands)
         if not self._wakeup.is_set():
             self._wakeup.set()
         return futures
@@ -201,13 +220,21 @@ class Node:
                     "make the Redlock inside the loop that uses it"
                 )
             self._loop = loop
-        if self._writer is None and not self._closed:
-            self._writer = loop.create_task(self._write_loop(), name=f"redlock-writer {self.name}")
+        if self._task is None and not self._closed:
+            self._task = loop.create_task(self._run(), name=f"redlock-connection {self.name}")
         return loop
 
     async def connect(self) -> Failure | None:
-        """Make sure the connection is up; None when it is, else why not."""
-        reply = await self.send(b"PING")
+        """Make sure the connection is up; None when it is, else why not.
+
+        Bounded: a node that accepts the connection and then says nothing (paused)
+        is reported after the connect timeout, not waited for.
+        """
+        fut = self.send(b"PING")
+        done, _ = await asyncio.wait([fut], timeout=self._connect_timeout * 2)
+        if not done:
+            return Failure(Vote.TIMEOUT, f"connected, but no answer within {self._connect_timeout * 2:g} s")
+        reply = fut.result()
         return reply if isinstance(reply, Failure) else None
 
     async def aclose(self, grace: float) -> None:
@@ -215,33 +242,42 @@ class Node:
         if self._closed:
             return
         waiting = [fut for _, fut, _ in self._outbox] + [fut for fut, _ in self._inflight]
-        if waiting:
-            await asyncio.wait(waiting, timeout=grace)
-        self._closed = True
-        self._wire = None
-        if self._writer is not None:
-            self._writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._writer
-        self._writer = None
-        self._fail_all(CLOSED)
-        transport, self._transport = self._transport, None
-        with contextlib.suppress(RedisError, OSError):
-            await self._conn.disconnect(nowait=True)
-        if transport is not None:
-            # A closed TLS transport still waits for the server's close_notify, and so
-            # outlives a loop that ends right after aclose (ResourceWarning): drop it now.
-            transport.abort()
+        try:
+            if waiting and grace > 0:
+                await asyncio.wait(waiting, timeout=grace)
+        finally:
+            # Whatever happened to the wait (cancelled again, as anyio does): close all the same.
+            self.close_now()
         await asyncio.sleep(0)  # the transport closes its socket on the next loop turn
 
+    def close_now(self) -> None:
+        """Close at once, with no await: fail what waits, drop the connection, stop the task."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wire = None
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+        self._fail_all(CLOSED if self.fault is None else self._fault_failure())
+        self._drop_transport()
+
+    def _drop_transport(self) -> None:
+        transport, self._transport = self._transport, None
+        self._wire = None
+        self._connected = False
+        if transport is not None:
+            # abort, not close: a closed TLS transport still waits for the server's close_notify,
+            # and so outlives a loop that ends right after aclose (ResourceWarning).
+            transport.abort()
+
     def _flush(self) -> None:
-        """Write what was queued during this loop turn, in one write, without waking the writer task.
+        """Write what was queued during this loop turn, in one write, without waking the task.
 
         Called by ``send()`` on an idle connection, else once per loop turn
         (``call_soon``): a callback costs far less than a task switch, and it
         still gathers every command sent in the same turn. Connecting, a full
-        socket buffer and a broken connection are the writer task's (which
-        awaits drain).
+        socket buffer and a broken connection are the task's (which awaits drain).
         """
         self._flush_pending = False
         if not self._outbox or self._closed:
@@ -256,23 +292,51 @@ class Node:
             if not self._wakeup.is_set():
                 self._wakeup.set()
             return
-        batch, self._outbox = self._outbox, []
-        if not self._inflight:
-            self._progress = time.monotonic()  # waiting starts now, not at the last reply
-        inflight = self._inflight
-        for _, fut, fallback in batch:
-            inflight.append((fut, fallback))  # in line before the write, as in the writer task
+        batch = self._take_outbox()
         try:
             transport.write(batch[0][0] if len(batch) == 1 else b"".join(packed for packed, _, _ in batch))
         except (OSError, RuntimeError) as exc:
             self._broken(exc)
 
-    # -- the writer task and the wire -------------------------------------
+    def _take_outbox(self) -> list[tuple[bytes, asyncio.Future[Reply], Fallback]]:
+        """Move the outbox in line for replies (before the write: no reply can come for a future not waiting)."""
+        batch, self._outbox, self._front = self._outbox, [], 0
+        if not self._inflight:
+            self._progress = time.monotonic()  # waiting starts now, not at the last reply
+        inflight = self._inflight
+        for _, fut, fallback in batch:
+            inflight.append((fut, fallback))
+        return batch
+
+    # -- the task and the wire --------------------------------------------
     #
-    # Only the writer connects and disconnects; the wire only parses and,
+    # Only the task connects and disconnects; the wire only parses and,
     # when the connection breaks, says so (_broken). Each connection has its
     # own _Wire, and only the current one is listened to, so the last words
     # of a dead connection can never touch a new one.
+
+    async def _run(self) -> None:
+        """The node's task; an exception it did not expect puts the node out of service, loudly."""
+        try:
+            await self._write_loop()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._crash(exc)
+            if not isinstance(exc, Exception):
+                raise
+
+    def _crash(self, exc: BaseException) -> None:
+        """A bug (ours, or a loop's): say it once, with its traceback, and fail every call on this node."""
+        log.error("redlock node %s: internal error, the node is out of service", self.name, exc_info=exc)
+        self.fault = exc
+        self._task = None  # it is ending: close_now must not cancel it
+        self.close_now()
+        if self._on_fault is not None:
+            self._on_fault(self, exc)
+
+    def _fault_failure(self) -> Failure:
+        return Failure(Vote.ERROR, f"internal error in redlock_async: {_describe(self.fault or RuntimeError())}")
 
     async def _write_loop(self) -> None:
         backoff = self._reconnect_delay
@@ -291,15 +355,10 @@ class Node:
                 backoff = self._reconnect_delay
                 if not self._outbox:
                     continue
-            batch, self._outbox = self._outbox, []
-            if not self._inflight:
-                self._progress = time.monotonic()  # waiting starts now, not at the last reply
-            for _, fut, fallback in batch:
-                # In line before the write, so no reply can come for a future not waiting for it yet.
-                self._inflight.append((fut, fallback))
             wire, transport = self._wire, self._transport
-            assert wire is not None
-            assert transport is not None
+            if wire is None or transport is None:
+                continue  # broke while this task was waking up: reconnect
+            batch = self._take_outbox()
             try:
                 transport.write(b"".join(packed for packed, _, _ in batch))
                 await wire.drained()
@@ -307,29 +366,31 @@ class Node:
                 self._broken(exc)
 
     async def _connect(self) -> bool:
-        """(Re)connect and take the socket over; on failure fail everything queued and back off."""
+        """(Re)connect, with our protocol from the first byte, and shake hands; on failure fail what waits."""
         self.connect_started = time.monotonic()
         # Leftovers of a broken connection: its commands will never be answered.
         self._fail_inflight(Failure(Vote.ERROR, "connection lost"))
-        self._wire = self._transport = None
-        with contextlib.suppress(RedisError, OSError):
-            await self._conn.disconnect(nowait=True)
+        self._drop_transport()
+        self.server_id = None
         try:
             async with asyncio.timeout(self._connect_timeout):
-                await self._conn.connect()  # type: ignore[no-untyped-call]
-        except (RedisError, OSError, TimeoutError) as exc:
+                await self._open()
+                await self._handshake()
+        except (OSError, TimeoutError, ConnectError) as exc:
+            self._drop_transport()
+            self._fail_inflight(Failure(Vote.ERROR, "connection lost"))
             reason = ("connect timed out" if isinstance(exc, TimeoutError) else _describe_connect(exc)) + _tls_hint(
-                self._conn, exc
+                self.endpoint, exc
             )
             # Once per outage: a node that stays down is retried often.
             (log.debug if self._down_reason else log.warning)("redlock node %s: cannot connect: %s", self.name, reason)
             self._down_until = time.monotonic() + self._reconnect_delay
             self._down_reason = reason
             self._fail_all(Failure(Vote.ERROR, reason))
-            with contextlib.suppress(RedisError, OSError):
-                await self._conn.disconnect(nowait=True)
             return False
-        self._take_over()
+        except BaseException:
+            self._drop_transport()
+            raise
         self._connected = True
         self._down_until = 0.0
         if self._down_reason:
@@ -342,22 +403,59 @@ class Node:
             self._on_connect(self)
         return True
 
-    def _take_over(self) -> None:
-        """Hand the socket redis-py connected (and authenticated) to a :class:`_Wire` of our own."""
-        stream = self._conn._writer  # redis-py's StreamWriter, set by connect()
-        assert stream is not None
-        transport = stream.transport
-        assert isinstance(transport, asyncio.Transport)
+    async def _open(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        endpoint = self.endpoint
         wire = _Wire(self)
-        transport.set_protocol(wire)
-        if not transport.is_reading():
-            transport.resume_reading()
-        self._wire, self._transport = wire, transport
+        if endpoint.path is not None:
+            transport, _ = await loop.create_unix_connection(lambda: wire, endpoint.path)
+        else:
+            transport, _ = await loop.create_connection(
+                lambda: wire,
+                endpoint.host or "localhost",
+                endpoint.port,
+                ssl=endpoint.tls,
+                server_hostname=endpoint.server_hostname,
+            )
+        # No isinstance check: uvloop's transports are not asyncio.Transport subclasses.
         self._parser = hiredis.Reader()
-        # The handshake's replies were all read; anything left is fed first, in order.
-        leftover = getattr(self._conn._reader, "_buffer", b"")
-        if leftover:
-            self._received(wire, bytes(leftover))
+        self._wire, self._transport = wire, transport
+
+    async def _handshake(self) -> None:
+        """AUTH, SELECT, CLIENT SETNAME and INFO server in one write; raise ConnectError if the server refuses."""
+        endpoint = self.endpoint
+        username, password = await endpoint.credentials()
+        commands: list[tuple[bytes | str | int, ...]] = []
+        if password is not None:
+            commands.append((b"AUTH", username, password) if username else (b"AUTH", password))
+        if endpoint.db:
+            commands.append((b"SELECT", endpoint.db))
+        commands.append((b"CLIENT", b"SETNAME", endpoint.client_name))
+        commands.append((b"INFO", b"server"))
+        loop, transport = self._loop, self._transport
+        assert loop is not None
+        assert transport is not None
+        futures: list[asyncio.Future[Reply]] = [loop.create_future() for _ in commands]
+        self._inflight.extend((fut, None) for fut in futures)
+        transport.write(b"".join(_pack(command) for command in commands))
+        replies = [await fut for fut in futures]
+        for command, reply in zip(commands, replies, strict=True):
+            if not isinstance(reply, Failure):
+                continue
+            if command[0] == b"AUTH":
+                raise ConnectError(f"AUTH refused: {reply.detail}")
+            if command[0] == b"SELECT":
+                raise ConnectError(f"SELECT {endpoint.db} refused: {reply.detail}")
+            if not reply.answered:
+                raise ConnectError(reply.detail.removeprefix("connection lost: "))
+            if "NOAUTH" in reply.detail or "Authentication required" in reply.detail:
+                raise ConnectError(f"the server wants a password: put it in the URL ({reply.detail})")
+            # CLIENT SETNAME or INFO refused (an ACL user without them): we can do without.
+        info = replies[-1]
+        self.server_id = _run_id(info) if isinstance(info, bytes) else None
+        if self._on_identified is not None and (refusal := self._on_identified(self)):
+            raise ConnectError(refusal)
 
     def _received(self, wire: _Wire, data: bytes) -> None:
         """Bytes from the server: parse every complete reply and resolve its future, oldest first."""
@@ -381,13 +479,11 @@ class Node:
                 on_message(reply)
                 continue
             if not inflight:
-                self._broken(RedisError("a reply came with no command waiting for it"))
+                self._broken(ConnectionError("a reply came with no command waiting for it"))
                 return
             fut, fallback = inflight.popleft()
             if fallback is not None and type(reply) is Failure and reply.noscript:
-                # The server lost the script: the same command as EVAL, same future.
-                # Not limited: a release must go out even to a busy node.
-                self._resend_as_eval(fallback, fut)
+                self._script_missing(fallback, fut)
                 continue
             if not fut.done():
                 fut.set_result(reply)
@@ -398,23 +494,44 @@ class Node:
             self._broken(exc or ConnectionError("Connection closed by server."))
 
     def _broken(self, exc: BaseException) -> None:
-        """The connection broke: fail what is on the wire; the writer reconnects on next use."""
+        """The connection broke: fail what is on the wire; the task reconnects on next use."""
         self._wire = None  # nothing more is read from it
-        if not self._connected:
-            return
         reason = _describe(exc)
-        log.warning("redlock node %s: connection lost: %s", self.name, reason)
-        self._connected = False
+        if self._connected:
+            log.warning("redlock node %s: connection lost: %s", self.name, reason)
+            self._connected = False
+        # (Mid-handshake too: the handshake awaits these and says why it failed.)
         self._fail_inflight(Failure(Vote.ERROR, f"connection lost: {reason}"))
         if self._outbox or self._on_connect is not None:
             self._wakeup.set()
 
-    def _resend_as_eval(
+    def _script_missing(
         self, fallback: tuple[Script, tuple[bytes, ...], tuple[bytes | int, ...]], fut: asyncio.Future[Reply]
     ) -> None:
-        """Re-queue an EVALSHA whose script the server lost as EVAL (same future)."""
+        """The server lost a script (SCRIPT FLUSH, a restart): send it again as EVAL, in order where order matters.
+
+        The EVAL goes ahead of every command not yet written, but after those
+        already on the wire, which ran first. For a script that can create a
+        lock key, that could put an acquire after its own release (a key
+        left with no holder): such a script is not sent again when a command
+        on the wire names one of its keys, and fails instead (nothing ran).
+        """
         script, keys, args = fallback
-        self._outbox.append((_pack((b"EVAL", script.source, len(keys), *keys, *args)), fut, None))
+        if script.creates:
+            touched = set(keys)
+            if any(later is not None and touched.intersection(later[1]) for _, later in self._inflight):
+                if not fut.done():
+                    fut.set_result(
+                        Failure(
+                            Vote.ERROR,
+                            "the server had lost the script; not sent again, as a later command on its key already ran",
+                            answered=True,
+                        )
+                    )
+                return
+        # Not limited: a release must go out even to a busy node.
+        self._outbox.insert(self._front, (_pack((b"EVAL", script.source, len(keys), *keys, *args)), fut, None))
+        self._front += 1
         if not self._wakeup.is_set():
             self._wakeup.set()
 
@@ -433,6 +550,7 @@ class Node:
             fut: asyncio.Future[Reply] = loop.create_future()
             preload.append((_pack((b"SCRIPT", b"LOAD", script.source)), fut, None))
         self._outbox[:0] = preload
+        self._front += len(preload)
 
     def _fail_inflight(self, failure: Failure) -> None:
         while self._inflight:
@@ -441,7 +559,7 @@ class Node:
                 fut.set_result(failure)
 
     def _fail_all(self, failure: Failure) -> None:
-        outbox, self._outbox = self._outbox, []
+        outbox, self._outbox, self._front = self._outbox, [], 0
         for _, fut, _ in outbox:
             if not fut.done():
                 fut.set_result(failure)
@@ -493,27 +611,32 @@ def _error_reply(text: str) -> Failure:
 
 
 def _describe_connect(exc: BaseException) -> str:
-    """A failed connect in words, with the socket or TLS error under it when redis-py's text leaves it out.
-
-    (redis-py 5.0 words a failed certificate check as "Error 1 connecting to host:port. 1.")
-    """
-    text = _describe(exc)
-    under = exc.__cause__ or exc.__context__
-    if isinstance(under, OSError) and (detail := _describe(under)) not in text:
-        text = f"{text} ({detail})"
-    return text
+    """A failed connect in words: the socket or TLS error, never a password."""
+    if isinstance(exc, ConnectError):
+        return str(exc)
+    if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError) and exc.errno:
+        return os.strerror(exc.errno)  # asyncio's text repeats the address and the errno
+    return _describe(exc)
 
 
-def _tls_hint(conn: AbstractConnection, exc: BaseException) -> str:
+def _tls_hint(endpoint: Endpoint, exc: BaseException) -> str:
     """A hint when the failure looks like TLS on one side only (the errors alone say nothing of it)."""
     text = str(exc).lower()
-    if isinstance(conn, SSLConnection):
-        if isinstance(exc, TimeoutError) or "wrong version number" in text:
+    if endpoint.tls is not None:
+        if isinstance(exc, TimeoutError) or "wrong version number" in text or "record layer" in text:
             return " (a rediss:// URL: if the server does not speak TLS on this port, write redis://)"
-    elif any(word in text for word in ("reset by peer", "closed by server", "connection lost", "broken pipe")):
+    elif isinstance(exc, ConnectError) and any(word in text for word in ("reset by peer", "closed by", "broken pipe")):
         # The server hung up on the handshake: a TLS server does that to a plain client.
         return " (if the server speaks TLS on this port, write rediss://)"
     return ""
+
+
+def _run_id(info: bytes) -> bytes | None:
+    """The run_id line of an INFO server reply."""
+    for line in info.splitlines():
+        if line.startswith(b"run_id:"):
+            return line[7:].strip() or None
+    return None
 
 
 def _pack(args: tuple[bytes | str | int, ...]) -> bytes:

@@ -15,6 +15,9 @@ class Script:
     """A Lua source and its SHA1 digest (what EVALSHA sends instead of the source)."""
 
     source: bytes
+    creates: bool = False
+    """It can create a lock key. Such a script, sent again as EVAL after the server lost it,
+    would run after commands sent later; it is not sent again when one of those names its key."""
     sha: bytes = field(init=False)
 
     def __post_init__(self) -> None:
@@ -86,7 +89,8 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return tonumber(redis.call('GET', KEYS[2]) or '0')
 end
 return -1
-"""
+""",
+    creates=True,
 )
 
 FENCE = Script(

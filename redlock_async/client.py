@@ -5,18 +5,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
+import sys
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Self, final
 
-import redis
-from redis.asyncio import ConnectionPool, Redis
-from redis.asyncio.connection import AbstractConnection, UnixDomainSocketConnection
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+from redis.asyncio import Redis
 
 from redlock_async._algorithm import Vote, drift
+from redlock_async._cleanup import complete
+from redlock_async._endpoint import endpoint_for
 from redlock_async._handoff import Listener
 from redlock_async._node import Failure, Node
 from redlock_async._quarantine import Quarantine
@@ -112,15 +110,16 @@ class Redlock:
             if self.settings.restart_quarantine == 0
             else Quarantine(self.settings.key_prefix.encode(), self._quarantine_period)
         )
-        seen: dict[tuple[Any, ...], int] = {}
+        seen: dict[tuple[str, ...], int] = {}
         for index, spec in enumerate(specs):
-            name, identity, connection_class, kwargs = _connection_for(spec, index, self.settings)
-            if identity in seen:
+            endpoint = endpoint_for(spec, index)
+            if endpoint.address in seen:
                 raise ValueError(
-                    f"nodes[{index}] ({name}) is the same server as nodes[{seen[identity]}]: "
-                    "each node must be a distinct master, or the majority means nothing"
+                    f"nodes[{index}] ({endpoint.name}) is the same server as nodes[{seen[endpoint.address]}] "
+                    "(another db of a server is the same server): each node must be a distinct master, "
+                    "or the majority means nothing"
                 )
-            seen[identity] = index
+            seen[endpoint.address] = index
             node_settings: dict[str, Any] = {
                 "max_queued": self.settings.max_queued,
                 "stall_after": self.settings.connect_timeout,
@@ -128,18 +127,22 @@ class Redlock:
                 "reconnect_delay": self.settings.reconnect_delay,
             }
             on_ready = None if self._quarantine is None else self._quarantine.on_ready
-            try:
-                connection = connection_class(**kwargs)
-            except (TypeError, ValueError, redis.RedisError) as exc:
-                # An unknown URL parameter, a bad ssl_cert_reqs...: say which node (redis-py's text holds no password).
-                raise ValueError(f"nodes[{index}] ({name}) has connection settings redis-py refuses: {exc}") from None
-            built.append(Node(name, connection, scripts=SCRIPTS, on_ready=on_ready, **node_settings))
+            built.append(
+                Node(
+                    endpoint,
+                    scripts=SCRIPTS,
+                    on_ready=on_ready,
+                    on_identified=self._same_server,
+                    on_fault=self._node_fault,
+                    **node_settings,
+                )
+            )
             subscribers.append(
                 Node(
-                    name,
-                    connection_class(**kwargs),
+                    endpoint,
                     on_message=self._listener.on_message,
                     on_connect=self._listener.on_connect,
+                    on_fault=self._node_fault,
                     **node_settings,
                 )
             )
@@ -150,6 +153,7 @@ class Redlock:
         self._listener.nodes = self._subscribers = tuple(subscribers)
         self._listener._scope = tuple(sorted(self.nodes))
         self._closed = False
+        self._fault: BaseException | None = None  # a background task's unexpected exception
 
     def __repr__(self) -> str:
         return f"<redlock_async.Redlock nodes={list(self.nodes)} ttl={self.settings.ttl}>"
@@ -205,6 +209,9 @@ class Redlock:
         """
         self._check_open()
         failures = await asyncio.gather(*(node.connect() for node in self._nodes))
+        for index, failure in enumerate(failures):
+            if failure is not None and SAME_SERVER in failure.detail:
+                raise ValueError(f"nodes[{index}] ({self._nodes[index].name}): {failure.detail.split(': ', 1)[-1]}")
         up = [node for node, failure in zip(self._nodes, failures, strict=True) if failure is None]
         if len(up) < len(self._nodes):
             # Each node that failed has said why ("cannot connect: ..."); this says what it means.
@@ -221,6 +228,7 @@ class Redlock:
                     self.quorum,
                 )
         await self._check_scripts(up)
+        self._check_open()  # a node's task failed while connecting: say so here
 
     async def _check_scripts(self, nodes: list[Node]) -> None:
         """Run the release script once on each node that is up (it deletes nothing): say at once if it is refused."""
@@ -245,19 +253,39 @@ class Redlock:
             )
 
     async def aclose(self) -> None:
-        """Close the Redlock's own connections, after queued releases went out. Idempotent."""
+        """Close the Redlock's own connections, after queued releases went out. Idempotent.
+
+        A cancellation cannot cut it short (anyio cancels again at every await):
+        the connections and tasks are closed all the same, then the
+        cancellation goes on.
+        """
         if self._closed:
             return
         self._closed = True
         if self._quarantine is not None:
             self._quarantine.close()
-        await self._watchdog.aclose()
-        await asyncio.gather(
-            *(node.aclose(grace=self.settings.node_timeout) for node in self._nodes),
-            *(node.aclose(grace=0.0) for node in self._subscribers),
-        )
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            # No asyncio loop (trio refused in __aenter__): nothing was started, close without awaiting.
+            for node in (*self._nodes, *self._subscribers):
+                node.close_now()
+            return
+        await complete(self._close())
+
+    async def _close(self) -> None:
+        try:
+            await self._watchdog.aclose()
+            await asyncio.gather(
+                *(node.aclose(grace=self.settings.node_timeout) for node in self._nodes),
+                *(node.aclose(grace=0.0) for node in self._subscribers),
+            )
+        finally:
+            for node in (*self._nodes, *self._subscribers):
+                node.close_now()
 
     async def __aenter__(self) -> Self:
+        require_asyncio()
         try:
             await self.connect()
         except BaseException:
@@ -287,62 +315,62 @@ class Redlock:
         return ttl + drift(ttl, self.settings.drift_factor)
 
     def _check_open(self) -> None:
+        """Raise unless locks can be taken: an asyncio loop runs, the Redlock is open and no task of it failed."""
+        require_asyncio()
+        if self._fault is not None:
+            raise RedlockError(
+                f"redlock_async stopped on an internal error ({_describe(self._fault)}; its traceback is in the "
+                "log): make a new Redlock",
+                resource="",
+            ) from self._fault
         if self._closed:
             raise RuntimeError("this Redlock is closed: make a new one")
 
+    def _same_server(self, node: Node) -> str | None:
+        """On each connect: refuse a node whose server is another node's (two spellings of one address)."""
+        if node.server_id is None:
+            return None
+        for index, other in enumerate(self._nodes):
+            if other is not node and other.server_id == node.server_id:
+                return (
+                    f"{SAME_SERVER} nodes[{index}] ({other.name}), run_id {node.server_id.decode(errors='replace')}: "
+                    "each node must be a distinct master, or the majority means nothing"
+                )
+        return None
 
-def _connection_for(
-    spec: object, index: int, settings: Settings
-) -> tuple[str, tuple[Any, ...], type[AbstractConnection], dict[str, Any]]:
-    """How to connect to the node *spec* (class and keyword arguments), its display name and its identity."""
-    if isinstance(spec, str):
-        try:
-            pool = ConnectionPool.from_url(spec)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(
-                f"nodes[{index}] is not a usable Redis URL ({exc}): "
-                "write redis://host:port, rediss://host:port or unix:///path/to/socket"
-            ) from None
-    elif isinstance(spec, Redis):
-        pool = spec.connection_pool
-    else:
-        sync = " (a synchronous client: pass a redis.asyncio.Redis)" if isinstance(spec, redis.Redis) else ""
-        raise TypeError(
-            f"nodes[{index}] must be a URL string or a redis.asyncio.Redis client, got {type(spec).__name__}{sync}"
-        )
-    kwargs = dict(pool.connection_kwargs)
-    if issubclass(pool.connection_class, UnixDomainSocketConnection) and not kwargs.get("path"):
-        raise ValueError(f"nodes[{index}] is a unix socket without a path: write unix:///path/to/socket")
-    if "path" in kwargs:
-        name = f"unix:{kwargs['path']}"
-        identity: tuple[Any, ...] = ("unix", kwargs["path"], int(kwargs.get("db") or 0))
-    else:
-        host, port = kwargs.get("host", "localhost"), int(kwargs.get("port", 6379))
-        name = f"{host}:{port}"
-        identity = ("tcp", host, port, int(kwargs.get("db") or 0))
-    if identity[-1]:
-        name += f"/{identity[-1]}"
-    for option in ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile"):
-        # Else every connect fails with a bare "No such file or directory".
-        if isinstance(path := kwargs.get(option), str) and not os.path.exists(path):
-            raise ValueError(f"nodes[{index}] ({name}): {option} {path!r} does not exist")
-    # Deadlines are ours (per request, per node), so the socket has none;
-    # RESP2 so no push message can slip in between replies; no retries, so a
-    # failed connect is reported at once and retried by the node later.
-    # Pool internals (redis-py 6+) belong to the pool they came from, not to our connections.
-    for internal in ("maint_notifications_pool_handler", "himport_registry", "orig_host_address"):
-        kwargs.pop(internal, None)
-    for internal in ("orig_socket_timeout", "orig_socket_connect_timeout"):
-        kwargs.pop(internal, None)
-    if "maint_notifications_config" in kwargs:
-        from redis.maint_notifications import MaintNotificationsConfig
+    def _node_fault(self, node: Node, exc: BaseException) -> None:
+        """A node's task failed unexpectedly (logged there): every call from now on says so."""
+        if self._fault is None:
+            self._fault = exc
 
-        kwargs["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
-    kwargs.update(
-        socket_timeout=None,
-        socket_connect_timeout=settings.connect_timeout,
-        health_check_interval=0,
-        protocol=2,
-        retry=Retry(NoBackoff(), 0),
-    )
-    return name, identity, pool.connection_class, kwargs
+
+SAME_SERVER = "the same server as"
+
+TRIO_REFUSED = (
+    "redlock_async runs on asyncio only (asyncio.run, uvloop, anyio's asyncio backend as FastAPI and Starlette use), "
+    "not on trio: run it with anyio.run(main, backend='asyncio')"
+)
+
+
+def require_asyncio() -> None:
+    """Raise a one-line RuntimeError unless an asyncio event loop runs (trio is named when it is the one running)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        trio = sys.modules.get("trio")
+        if trio is not None:
+            try:
+                trio.lowlevel.current_task()
+            except RuntimeError:
+                pass
+            else:
+                raise RuntimeError(TRIO_REFUSED) from None
+        raise RuntimeError(
+            "redlock_async needs a running asyncio event loop: call it from async code run by asyncio.run(), "
+            "uvloop or anyio's asyncio backend"
+        ) from None
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

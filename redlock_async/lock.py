@@ -258,6 +258,8 @@ class Lock:
                     # the jittered delay if no word came: notifications can be lost.
                     woken = await listener.wait(self._key, delay, again=woken)
                     queued = False
+                # Closed meanwhile, or a background task failed: say so now, not at the timeout.
+                self._redlock._check_open()
                 if time.monotonic() >= give_up:
                     return False
         finally:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol
@@ -28,6 +29,32 @@ from redlock_async.testing import LocalNodes
 from redlock_async.testing._docker import DockerNodes, docker_unavailable
 
 NODES = 5
+
+LOOP = os.environ.get("REDLOCK_TEST_LOOP", "asyncio")
+"""The event loop the async tests run on: asyncio (the default), uvloop, or eager (asyncio's eager task factory)."""
+
+if LOOP not in ("asyncio", "uvloop", "eager"):
+    raise pytest.UsageError(f"REDLOCK_TEST_LOOP={LOOP!r}: use asyncio, uvloop or eager")
+
+
+def eager_loop() -> asyncio.AbstractEventLoop:
+    """An asyncio loop whose tasks start running at create_task (Python 3.12+)."""
+    loop = asyncio.new_event_loop()
+    loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined,unused-ignore]
+    return loop
+
+
+if LOOP != "asyncio":
+
+    def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], Any]]:
+        if LOOP == "uvloop":
+            import uvloop
+
+            return {"uvloop": uvloop.new_event_loop}
+        if sys.version_info < (3, 12):
+            raise pytest.UsageError("REDLOCK_TEST_LOOP=eager needs Python 3.12+ (asyncio.eager_task_factory)")
+        return {"eager": eager_loop}
+
 
 # The fault kit's fixtures (redlock_nodes, redlock_history), as users enable them; pytester runs pytest in tests.
 pytest_plugins = ["redlock_async.testing.pytest_plugin", "pytester"]

@@ -9,6 +9,7 @@ import math
 import re
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -291,9 +292,19 @@ def test_redlock_duplicate_nodes(nodes: list[str], same: int, first: int) -> Non
     assert "secret" not in str(info.value)
 
 
-def test_redlock_other_db_on_the_same_server_is_another_node() -> None:
-    redlock = Redlock([URL, "redis://127.0.0.1:1/1"])
-    assert redlock.nodes == ("127.0.0.1:1", "127.0.0.1:1/1")
+@pytest.mark.parametrize(
+    "other",
+    ["redis://127.0.0.1:1/1", "redis://127.0.0.1:1?db=1", "redis://127.0.0.1:1/0", "redis://127.0.0.1.:1"],
+)
+def test_redlock_other_db_of_the_same_server_is_the_same_node(other: str) -> None:
+    """Two dbs of one server are one server: with both among 3 nodes, that server alone would grant a lock."""
+    with pytest.raises(ValueError, match=r"^nodes\[1\] \(127\.0\.0\.1\.?:1(/1)?\) is the same server as nodes\[0\]"):
+        Redlock([URL, other, "redis://127.0.0.1:2"])
+
+
+def test_redlock_unix_socket_spelled_twice_is_the_same_node(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"^nodes\[1\] .* is the same server as nodes\[0\]"):
+        Redlock([f"unix://{tmp_path}/s.sock", f"unix://{tmp_path}/./s.sock", "redis://127.0.0.1:2"])
 
 
 def test_redlock_nodes_never_show_passwords() -> None:
