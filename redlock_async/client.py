@@ -211,7 +211,7 @@ class Redlock:
         failures = await asyncio.gather(*(node.connect() for node in self._nodes))
         for index, failure in enumerate(failures):
             if failure is not None and SAME_SERVER in failure.detail:
-                raise ValueError(f"nodes[{index}] ({self._nodes[index].name}): {failure.detail.split(': ', 1)[-1]}")
+                raise ValueError(f"nodes[{index}] ({self._nodes[index].name}): {failure.detail}")
         up = [node for node, failure in zip(self._nodes, failures, strict=True) if failure is None]
         if len(up) < len(self._nodes):
             # Each node that failed has said why ("cannot connect: ..."); this says what it means.

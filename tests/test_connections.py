@@ -24,6 +24,7 @@ import trustme
 
 from redlock_async import LockNotAcquired, Redlock, RedlockError
 from redlock_async._algorithm import Vote
+from redlock_async._scripts import RELEASE
 from redlock_async.testing import LocalNode, LocalNodes, ServerTLS
 
 from .conftest import assert_no_library_tasks, eventually, keys_on
@@ -466,12 +467,24 @@ async def test_nodes_and_repr_never_show_a_password(tmp_path: Path) -> None:
         f"rediss://alice:{SECRET}@127.0.0.1:6379?ssl_cert_reqs=bogus",
         f"rediss://alice:{SECRET}@127.0.0.1:6379?ssl_ca_certs=/nonexistent/ca.pem",
         f"unix://alice:{SECRET}@",
+        # Unescaped '#', '/', '?' in a password move the URL's boundaries: redis-py's own error quoted
+        # the password's first half ("Port could not be cast to integer value as 's3cret'").
+        "redis://:s3cret#Pa55word@127.0.0.1:6379",
+        "redis://:s3cret/Pa55word@127.0.0.1:6379",
+        "redis://:s3cret?Pa55word@127.0.0.1:6379",
+        "redis://alice:s3cret#Pa55word@127.0.0.1:6379/0",
     ],
 )
 def test_url_errors_never_show_the_password(url: str) -> None:
     with pytest.raises(ValueError, match=r"nodes\[1\]") as caught:
         make(["redis://127.0.0.1:1001", url])
     assert_no_secret(caught.value)
+    assert "s3cret" not in str(caught.value)  # nor a piece of it
+
+
+def test_a_password_with_a_hash_gets_the_percent_encoding_hint() -> None:
+    with pytest.raises(ValueError, match=r"percent-encode it: urllib\.parse\.quote\(password, safe=''\)"):
+        make(["redis://127.0.0.1:1001", "redis://:s3cret#Pa55word@127.0.0.1:6379"])
 
 
 def test_duplicate_node_error_never_shows_the_password() -> None:
@@ -559,3 +572,68 @@ async def test_plain_server_refuses_tls(acl_nodes: LocalNodes, certs: Certs) -> 
         assert lock.outcomes[0].vote in (Vote.ERROR, Vote.SKIPPED, Vote.PENDING)
         await lock.release()
     assert_no_library_tasks()
+
+
+# -- one server, two spellings; a paused node at connect; scripts lost mid-stream ------------------
+
+
+async def test_the_same_server_under_two_spellings_is_refused_at_connect() -> None:
+    """localhost and 127.0.0.1 look like two nodes; the server's run_id says they are one."""
+    with LocalNodes(2) as nodes:
+        one, other = nodes[0].port, nodes[1].port
+        urls = [f"redis://127.0.0.1:{one}", f"redis://localhost:{one}", f"redis://127.0.0.1:{other}"]
+        with pytest.raises(ValueError, match=r"^nodes\[1\] \(localhost:\d+\): the same server as nodes\[0\]"):
+            async with Redlock(urls):
+                pass
+        assert_no_library_tasks()
+
+
+async def test_the_same_server_twice_never_makes_a_majority_alone(caplog: pytest.LogCaptureFixture) -> None:
+    """With the third node down, one server spelled twice must not grant the lock (2 of 3 votes)."""
+    with LocalNodes(2) as nodes:
+        one, down = nodes[0].port, nodes[1].port
+        nodes[1].kill()
+        redlock = Redlock([f"redis://127.0.0.1:{one}", f"redis://localhost:{one}", f"redis://127.0.0.1:{down}"])
+        try:
+            lock = redlock.lock("same-server")
+            for _ in range(3):  # whichever spelling connects first, the other is refused
+                assert not await lock.acquire(blocking=False)
+            assert nodes[0].command("KEYS", "redlock:*") == []
+            assert any("the same server as" in r.getMessage() for r in caplog.records)
+        finally:
+            await redlock.aclose()
+
+
+async def test_connect_is_bounded_when_a_connected_node_stops_answering() -> None:
+    with LocalNodes(3) as nodes:
+        async with Redlock(nodes.urls, connect_timeout=0.3) as redlock:
+            nodes[0].pause()
+            try:
+                async with asyncio.timeout(5):  # it waited forever before
+                    await redlock.connect()
+            finally:
+                nodes[0].resume()
+
+
+async def test_a_script_lost_mid_stream_never_runs_after_a_later_release_of_its_key() -> None:
+    """SCRIPT FLUSH under latency: the fenced acquire's EVALSHA misses, the release sent after it
+    (the acquire was cancelled) finds its script and runs; an acquire sent again as EVAL after
+    that would set a key no one holds, for its whole ttl."""
+    with LocalNodes(3, proxied=True) as nodes:
+        async with Redlock(nodes.urls, fencing=True, ttl=30.0) as redlock:
+            lock = redlock.lock("noscript")
+            assert await lock.acquire(blocking=False)  # scripts loaded, connections up
+            await lock.release()
+            for node in nodes:
+                node.command("SCRIPT", "FLUSH")
+                node.command("SCRIPT", "LOAD", RELEASE.source)  # as another client's release would
+                node.proxy.latency(0.1)
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.05):
+                    await lock.acquire(blocking=False)  # cancelled: its release goes out after it
+            nodes.heal()
+            await asyncio.sleep(0.5)  # every reply in, every fallback run
+            assert all(node.command("EXISTS", "redlock:noscript") == 0 for node in nodes)
+            # The script is back (sent again as EVAL or loaded): the next acquire works.
+            assert await lock.acquire(blocking=False)
+            await lock.release()

@@ -21,3 +21,68 @@ def test_public_classes_show_as_package_names() -> None:
 def test_error_tree() -> None:
     for name in ("LockLost", "LockNotAcquired", "StaleFencingToken"):
         assert issubclass(getattr(redlock_async, name), redlock_async.RedlockError)
+
+
+def _redis_private_names() -> set[str]:
+    """Every private name of redis-py's modules and classes (``_writer``, ``_reader``, ``_buffer``, ...)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import redis
+
+    names: set[str] = set()
+    for info in pkgutil.walk_packages(redis.__path__, "redis."):
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:
+            continue  # optional parts (e.g. OCSP without cryptography)
+        for name, obj in vars(module).items():
+            if name.startswith("_") and not name.startswith("__"):
+                names.add(name)
+            if inspect.isclass(obj) and obj.__module__.startswith("redis"):
+                names.update(n for n in vars(obj) if n.startswith("_") and not n.startswith("__"))
+                init = vars(obj).get("__init__")
+                code = getattr(init, "__code__", None)
+                if code is not None:  # attributes set in __init__: self._x = ...
+                    names.update(n for n in code.co_names if n.startswith("_") and not n.startswith("__"))
+    return names
+
+
+def test_no_private_attribute_of_redis_py_is_used() -> None:
+    """redlock_async uses redis-py's public API only, so a redis-py release cannot break it from behind.
+
+    Flagged: ``obj._name`` on anything but ``self``/``cls``, and ``getattr(obj, "_name")``, where
+    ``_name`` is a private name of redis-py.
+    """
+    import ast
+    from pathlib import Path
+
+    private = _redis_private_names()
+    assert {"_writer", "_reader", "_buffer"} <= private  # the check would have caught the old take-over
+    trees = {path: ast.parse(path.read_text(), str(path)) for path in Path(redlock_async.__file__).parent.rglob("*.py")}
+    # Our own Redlock's attributes that share a name with redis-py's (read by Lock, the CLI and the
+    # watchdog on a Redlock, never on a redis-py object).
+    theirs = private - {"_nodes", "_listener"}
+    found = []
+    for path, tree in trees.items():
+        slots = {
+            id(c)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__slots__" for t in node.targets)
+            for c in ast.walk(node.value)
+        }
+        for node in ast.walk(tree):
+            if id(node) in slots:
+                continue  # our own attributes' names
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in theirs
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            ):
+                found.append(f"{path.name}:{node.lineno}: .{node.attr}")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in theirs:
+                found.append(f"{path.name}:{node.lineno}: {node.value!r}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("redis"):
+                found += [f"{path.name}:{node.lineno}: import {a.name}" for a in node.names if a.name.startswith("_")]
+    assert found == [], "private redis-py names used in redlock_async: " + ", ".join(found)
