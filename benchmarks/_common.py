@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import subprocess
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,3 +42,27 @@ async def loop_lag(stop_at: int) -> float:
         await asyncio.sleep(0.005)
         worst = max(worst, time.perf_counter_ns() - before - 5_000_000)
     return worst / 1e6
+
+
+LOOPS = ("asyncio", "uvloop")
+
+
+def add_loop_option(parser: argparse.ArgumentParser, *, both: bool = False) -> None:
+    """``--loop``: the event loop to measure on (uvloop: as uvicorn and gunicorn's aiohttp workers run)."""
+    choices = (*LOOPS, "both") if both else LOOPS
+    parser.add_argument(
+        "--loop",
+        choices=choices,
+        default="asyncio",
+        help="event loop: asyncio (default), uvloop" + (", or both, one after the other" if both else ""),
+    )
+
+
+def run_on(loop: str, coro: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run(coro), on uvloop when *loop* says so."""
+    if loop == "uvloop":
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(coro)
+    return asyncio.run(coro)

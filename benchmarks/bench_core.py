@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/bench_core.py [--quick] [--json PATH]
+    python benchmarks/bench_core.py [--quick] [--json PATH] [--loop asyncio|uvloop|both]
 
 One run starts ``LocalNodes(5)`` (real valkey-server processes on 127.0.0.1)
 and measures, interleaved in rounds so that both sides see the same machine
@@ -46,7 +46,7 @@ from typing import Any, Protocol
 import hiredis
 import redis
 import redis.asyncio as aioredis
-from _common import library_commit, loop_lag
+from _common import add_loop_option, library_commit, loop_lag, run_on
 from redis.commands.core import AsyncScript
 
 from redlock_async import Lock, Redlock
@@ -795,17 +795,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="~5x smaller, for CI smoke runs (< 30 s)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the raw figures to PATH")
+    add_loop_option(parser, both=True)
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
-    started = perf_ns()
+    loops = ["asyncio", "uvloop"] if args.loop == "both" else [args.loop]
+    results = {}
     with LocalNodes(NODES) as cluster:
-        try:
-            rounds, env = asyncio.run(bench(cluster, cfg))
-        finally:
-            for node in cluster:
-                node.resume()
-    data = report(rounds, env, cfg, (perf_ns() - started) / 1e9)
+        for loop in loops:  # one run, the same servers: both loops against the same floor's machine
+            started = perf_ns()
+            try:
+                rounds, env = run_on(loop, bench(cluster, cfg))
+            finally:
+                for node in cluster:
+                    node.resume()
+            results[loop] = report(rounds, env, cfg, (perf_ns() - started) / 1e9)
     if args.json is not None:
+        data = results[loops[0]] if len(loops) == 1 else results
         args.json.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return 0
 

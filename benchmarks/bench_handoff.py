@@ -85,7 +85,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from _common import library_commit, loop_lag
+from _common import add_loop_option, library_commit, loop_lag, run_on
 
 from redlock_async import Lock, LockNotAcquired, Redlock
 from redlock_async.testing import LocalNodes
@@ -670,8 +670,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds (under 30 s)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write every figure as JSON")
+    add_loop_option(parser)
     args = parser.parse_args(argv)
-    data, bad = asyncio.run(main_async(QUICK if args.quick else FULL))
+    data, bad = run_on(args.loop, main_async(QUICK if args.quick else FULL))
     if args.json is not None:
         args.json.write_text(json.dumps(data, indent=2, default=str) + "\n")
         print(f"JSON written to {args.json}")

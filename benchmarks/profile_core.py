@@ -9,9 +9,9 @@ where the library's own Python time goes per acquire and release.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 
+from _common import add_loop_option, run_on
 from pyinstrument import Profiler
 
 from redlock_async import Redlock
@@ -39,9 +39,10 @@ async def profile(urls: list[str], ops: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--ops", type=int, default=3000)
+    add_loop_option(parser)
     args = parser.parse_args()
     with LocalNodes(5) as nodes:
-        asyncio.run(profile(nodes.urls, args.ops))
+        run_on(args.loop, profile(nodes.urls, args.ops))
 
 
 if __name__ == "__main__":
