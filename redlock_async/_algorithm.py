@@ -189,6 +189,33 @@ def extend_retry_delay(ttl: float, node_timeout: float, remaining: float) -> flo
     return max(node_timeout, min(ttl / 10, remaining / 3))
 
 
+def smoothed_rtt(srtt: float, rttvar: float, sample: float) -> tuple[float, float]:
+    """A node's round-trip estimate after one more *sample*, as TCP keeps it (RFC 6298).
+
+    ``(0, 0)`` means no sample yet. Returns the new (smoothed RTT, RTT variation).
+    """
+    if sample < 0:
+        raise ValueError(f"an RTT sample cannot be negative, got {sample}")
+    if srtt == 0.0 and rttvar == 0.0:
+        return sample, sample / 2
+    rttvar = 0.75 * rttvar + 0.25 * abs(srtt - sample)
+    return 0.875 * srtt + 0.125 * sample, rttvar
+
+
+def patience(floor: float, timeouts: Iterable[float], needed: int, cap: float) -> float:
+    """How long a fan-out waits for its nodes: *floor* (node_timeout), or longer on a slow network.
+
+    *timeouts* are the nodes' retransmission timeouts (smoothed RTT + 4 x variation, 0 when
+    unknown); the decision needs *needed* of them, so the needed-th shortest counts, and a
+    single slow or dead node never stretches the wait. Never above *cap* (a tenth of the ttl),
+    never below *floor*: on a fast network (loopback) this is the floor, unchanged.
+    """
+    ordered = sorted(timeouts)
+    if not 0 < needed <= len(ordered):
+        return floor
+    return max(floor, min(ordered[needed - 1], cap))
+
+
 class Marker(enum.Enum):
     """The marker key clients write on a node in service: its value is the server's run_id then."""
 

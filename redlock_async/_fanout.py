@@ -16,7 +16,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from redlock_async._algorithm import Verdict, Vote, verdict
+from redlock_async._algorithm import Verdict, Vote, patience, quorum, verdict
 from redlock_async._node import Failure, Node, Reply
 from redlock_async.errors import NodeOutcome
 
@@ -161,6 +161,11 @@ class Ballot:
         rearm: float | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
+        # On a slow network, wait as long as the nodes are measured to take (never less than *timeout*).
+        indices = range(len(nodes)) if wait_for is None else wait_for
+        if any(nodes[i].rto > timeout for i in indices):
+            needed = quorum(len(nodes)) if majority else len(indices)
+            timeout = patience(timeout, [nodes[i].rto for i in indices], needed, math.inf)
         self.nodes = nodes
         self.classify = classify
         self.votes: list[Vote] = [Vote.PENDING] * len(nodes)
@@ -173,7 +178,6 @@ class Ballot:
         self._failed = 0
         self._done: asyncio.Future[None] = loop.create_future()
         self._timer: Deadline | None = None
-        indices = range(len(nodes)) if wait_for is None else wait_for
         self._open = len(indices)
         for i in indices:
             fut = futures[i]

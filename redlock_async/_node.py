@@ -48,7 +48,7 @@ from typing import Any, TypeAlias
 
 import hiredis
 
-from redlock_async._algorithm import Vote
+from redlock_async._algorithm import Vote, smoothed_rtt
 from redlock_async._endpoint import Endpoint
 from redlock_async._scripts import Script
 
@@ -105,6 +105,7 @@ class Node:
         on_identified: Callable[[Node], str | None] | None = None,
         on_fault: Callable[[Node, BaseException], None] | None = None,
         scripts: tuple[Script, ...] = (),
+        max_rto: float = 0.0,
     ) -> None:
         self.endpoint = endpoint
         self.name = endpoint.name
@@ -132,6 +133,14 @@ class Node:
         self._progress = 0.0  # last reply, or first write after an idle spell (monotonic)
         self._connect_timeout = connect_timeout
         self._reconnect_delay = reconnect_delay
+        # Round trips, measured from a write to an idle connection to its first reply
+        # (RFC 6298's estimator): how long this node takes on this network.
+        self.max_rto = max_rto
+        self.rto = 0.0
+        """Retransmission-style timeout: smoothed RTT + 4 x its variation, at most max_rto; 0 until measured."""
+        self.srtt = 0.0
+        self._rttvar = 0.0
+        self._rtt_since = 0.0  # monotonic time of a write to an idle connection whose reply is awaited
         # (packed command, future, EVAL fallback of an EVALSHA or None): not yet
         # written; then written, awaiting replies in order.
         self._outbox: list[tuple[bytes, asyncio.Future[Reply], Fallback]] = []
@@ -302,7 +311,7 @@ class Node:
         """Move the outbox in line for replies (before the write: no reply can come for a future not waiting)."""
         batch, self._outbox, self._front = self._outbox, [], 0
         if not self._inflight:
-            self._progress = time.monotonic()  # waiting starts now, not at the last reply
+            self._progress = self._rtt_since = time.monotonic()  # waiting starts now, not at the last reply
         inflight = self._inflight
         for _, fut, fallback in batch:
             inflight.append((fut, fallback))
@@ -438,6 +447,7 @@ class Node:
         assert transport is not None
         futures: list[asyncio.Future[Reply]] = [loop.create_future() for _ in commands]
         self._inflight.extend((fut, None) for fut in futures)
+        self._rtt_since = time.monotonic()
         transport.write(b"".join(_pack(command) for command in commands))
         replies = [await fut for fut in futures]
         for command, reply in zip(commands, replies, strict=True):
@@ -487,7 +497,14 @@ class Node:
                 continue
             if not fut.done():
                 fut.set_result(reply)
-        self._progress = time.monotonic()
+        now = self._progress = time.monotonic()
+        if self._rtt_since:
+            self._sample_rtt(now - self._rtt_since)
+
+    def _sample_rtt(self, sample: float) -> None:
+        self._rtt_since = 0.0
+        self.srtt, self._rttvar = smoothed_rtt(self.srtt, self._rttvar, sample)
+        self.rto = min(self.srtt + 4 * self._rttvar, self.max_rto)
 
     def _lost(self, wire: _Wire, exc: BaseException | None) -> None:
         if wire is self._wire:

@@ -49,6 +49,11 @@ class Settings:
     as failed. Small next to the ttl (at most ttl/10): a slow node must not eat
     the lease. The early decision means a dead node costs nothing while a
     majority answers quickly."""
+    adaptive_timeout: bool = True
+    """Wait longer than node_timeout when the nodes are measured to take longer (a network 50 ms
+    away): each node's round trips are tracked as TCP does (smoothed RTT + 4 x its variation),
+    and a fan-out waits for the majority-th fastest node's estimate, at most ttl/10. On a fast
+    network this never exceeds node_timeout, so nothing changes; False keeps node_timeout fixed."""
     drift_factor: float = 0.01
     """Fraction of the ttl assumed lost to clock drift between nodes (plus 2 ms)."""
     retry_delay: float = 0.2
@@ -126,7 +131,7 @@ class Settings:
             raise TypeError(f"max_queued must be an int, got {type(self.max_queued).__name__}")
         if self.max_queued < 1:
             raise ValueError(f"max_queued must be at least 1, got {self.max_queued}")
-        for name in ("wait_for_release", "fencing", "auto_extend"):
+        for name in ("wait_for_release", "fencing", "auto_extend", "adaptive_timeout"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {type(getattr(self, name)).__name__}")
         threshold = self.extend_threshold

@@ -19,7 +19,7 @@ from redlock_async._handoff import Listener
 from redlock_async._node import Failure, Node
 from redlock_async._quarantine import Quarantine
 from redlock_async._scripts import RELEASE, SCRIPTS
-from redlock_async._settings import Settings
+from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings
 from redlock_async._watchdog import Watchdog
 from redlock_async.errors import LockLost, NodeOutcome, RedlockError
 from redlock_async.events import OnEvent
@@ -55,6 +55,7 @@ class Redlock:
         *,
         ttl: float = _DEFAULTS.ttl,
         node_timeout: float = _DEFAULTS.node_timeout,
+        adaptive_timeout: bool = _DEFAULTS.adaptive_timeout,
         drift_factor: float = _DEFAULTS.drift_factor,
         retry_delay: float = _DEFAULTS.retry_delay,
         acquire_timeout: float = _DEFAULTS.acquire_timeout,
@@ -75,6 +76,7 @@ class Redlock:
         self.settings = Settings(
             ttl=ttl,
             node_timeout=node_timeout,
+            adaptive_timeout=adaptive_timeout,
             drift_factor=drift_factor,
             retry_delay=retry_delay,
             acquire_timeout=acquire_timeout,
@@ -125,6 +127,7 @@ class Redlock:
                 "stall_after": self.settings.connect_timeout,
                 "connect_timeout": self.settings.connect_timeout,
                 "reconnect_delay": self.settings.reconnect_delay,
+                "max_rto": self.settings.ttl / MIN_TTL_TO_NODE_TIMEOUT if self.settings.adaptive_timeout else 0.0,
             }
             on_ready = None if self._quarantine is None else self._quarantine.on_ready
             built.append(

@@ -590,7 +590,8 @@ class Lock:
     async def __aenter__(self) -> Self:
         if not await self.acquire():
             raise LockNotAcquired(
-                f"could not acquire lock {self.resource!r} within {self._settings.acquire_timeout} s",
+                f"could not acquire lock {self.resource!r} within {self._settings.acquire_timeout} s"
+                + self._timeout_hint(),
                 resource=self._name,
                 outcomes=self.outcomes,
             )
@@ -674,6 +675,18 @@ class Lock:
             now = time.monotonic()
             self._emit(EventKind.RELEASED, duration=now - ballot.decided_at, held_for=now - self._acquired_at)
         return confirmed
+
+    def _timeout_hint(self) -> str:
+        """When every node timed out: say that node_timeout may be shorter than the network's round trip."""
+        votes = self._last_votes
+        if not votes or any(vote is not _algorithm.Vote.TIMEOUT for vote in votes):
+            return ""
+        measured = [node.srtt for node in self._redlock._nodes if node.srtt]
+        rtt = f" (measured ~{max(measured) * 1000:.0f} ms)" if measured else ""
+        return (
+            f": every node timed out; node_timeout ({self._settings.node_timeout * 1000:g} ms) may be shorter "
+            f"than the round trip to the nodes{rtt}: raise node_timeout, or leave adaptive_timeout on"
+        )
 
     # -- events -------------------------------------------------------------------
 

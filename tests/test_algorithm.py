@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from redlock_async import _algorithm
 from redlock_async._algorithm import (
     CLOCK_PRECISION,
     Marker,
@@ -626,3 +627,36 @@ def test_sit_out_never_ends_before_the_period_since_the_true_restart(
     seconds, _ = sit_out(Q, uptime=reported, known_run_id=False, restarted=restarted, marker=marker)
     if restarted or marker is not Marker.CURRENT:
         assert seconds >= Q - true_uptime - 1e-9
+
+
+# -- adaptive node timeout ---------------------------------------------------------------------
+
+
+def test_smoothed_rtt_follows_rfc_6298() -> None:
+    assert _algorithm.smoothed_rtt(0.0, 0.0, 0.1) == (0.1, 0.05)  # first sample
+    srtt, rttvar = _algorithm.smoothed_rtt(0.1, 0.05, 0.2)
+    assert srtt == pytest.approx(0.1125)
+    assert rttvar == pytest.approx(0.0625)
+    with pytest.raises(ValueError, match="negative"):
+        _algorithm.smoothed_rtt(0.1, 0.05, -1.0)
+
+
+@given(
+    floor=st.floats(0.001, 1.0),
+    timeouts=st.lists(st.floats(0.0, 10.0), min_size=1, max_size=9),
+    cap=st.floats(0.001, 5.0),
+    data=st.data(),
+)
+def test_patience_is_bounded_and_ignores_the_slowest_minority(
+    floor: float, timeouts: list[float], cap: float, data: st.DataObject
+) -> None:
+    needed = data.draw(st.integers(1, len(timeouts)))
+    wait = _algorithm.patience(floor, timeouts, needed, cap)
+    assert floor <= wait <= max(floor, cap)
+    if needed < len(timeouts):
+        # The slowest node (dead, say) going slower still changes nothing.
+        slower = sorted(timeouts)
+        slower[-1] += 100.0
+        assert _algorithm.patience(floor, slower, needed, cap) == wait
+    if all(t <= floor for t in timeouts):
+        assert wait == floor  # a fast network: node_timeout, unchanged

@@ -250,3 +250,35 @@ async def test_a_silent_majority_grants_nothing_and_leaves_nothing(redlock_nodes
         for i in silent:
             redlock_nodes[i].resume()
     assert holders(redlock_nodes, "silent-majority") == []
+
+
+# -- slow networks: nodes 50-100 ms away ------------------------------------------------------
+
+
+@pytest.mark.parametrize("one_way", [0.05, 0.1])
+async def test_default_settings_work_with_nodes_far_away(one_way: float) -> None:
+    """With the nodes 100-200 ms away (a round trip), the defaults (node_timeout 50 ms) still acquire:
+    the fan-out waits as long as the nodes are measured to take."""
+    with LocalNodes(5, proxied=True) as nodes:
+        for node in nodes:
+            node.proxy.latency(one_way)
+        async with Redlock(nodes.urls) as redlock:
+            for _ in range(3):
+                async with redlock.lock("far-away") as lock:
+                    assert lock.held
+                    await lock.extend()
+            assert all(0.8 * 2 * one_way < rtt < 1.0 for rtt in (n.srtt for n in redlock._nodes))
+
+
+async def test_without_adaptive_timeout_the_error_names_the_round_trip() -> None:
+    with LocalNodes(3, proxied=True) as nodes:
+        for node in nodes:
+            node.proxy.latency(0.1)  # a round trip of 200 ms: beyond even a late timer's second window
+        async with Redlock(nodes.urls, adaptive_timeout=False, acquire_timeout=0.5) as redlock:
+            with pytest.raises(LockNotAcquired) as caught:
+                async with redlock.lock("far-away"):
+                    pass
+    text = str(caught.value)
+    assert "every node timed out; node_timeout (50 ms) may be shorter than the round trip" in text
+    assert "measured ~2" in text  # ~200 ms
+    assert "adaptive_timeout" in text
