@@ -217,12 +217,16 @@ def patience(floor: float, timeouts: Iterable[float], needed: int, cap: float) -
 
 
 class Marker(enum.Enum):
-    """The marker key clients write on a node in service: its value is the server's run_id then."""
+    """The marker key clients write on a node in service: the server's run_id then, and the
+    quarantine period it was judged under (``run_id/period_ms``)."""
 
     CURRENT = "current"
-    """Written while this server process ran: a client judged it in service."""
+    """Written while this server process ran, under a period at least as long as ours:
+    a client judged it in service."""
     STALE = "stale"
-    """Written under an earlier process: the node restarted with (maybe stale) data."""
+    """Written under an earlier process (restarted with maybe stale data), or judged under a
+    shorter period than ours (a client with shorter leases, or an old marker with none), which
+    vouches for nothing our longer leases need: the rest of our period, from its uptime."""
     ABSENT = "absent"
     """No marker: a new node, or one whose data was lost."""
     UNKNOWN = "unknown"
@@ -273,17 +277,18 @@ def sit_out(
     if uptime is not None:
         uptime = max(0.0, uptime - UPTIME_SLACK)
     if restarted:
-        # We knew another server here: it came back *uptime* seconds ago, data or not.
+        if marker is Marker.ABSENT:
+            # Another server here, without our marker: restarted empty, or a spare put behind the
+            # address (whose uptime says nothing of when it took the address): the whole period.
+            return period, False
+        # We knew another server here: it came back *uptime* seconds ago, with its data.
         return (period if uptime is None else max(0.0, period - uptime)), False
     if marker is Marker.ABSENT:
-        # New, or its data is gone. The same process as before lost it in place
-        # (a FLUSHALL), at a moment unknown: the whole period. Otherwise a restart
-        # without data, *uptime* ago. (A first sight cannot tell an in-place loss:
-        # the price of not locking out a node forever from short-lived clients.)
-        if known_run_id or uptime is None:
-            return period, True
-        left = max(0.0, period - uptime)
-        return left, left > 0
+        # New, or its data is gone: lost in place (a FLUSHALL), restarted empty, or another,
+        # empty server put behind the same address (a VIP or DNS name re-pointed at a spare,
+        # up for ages). Its uptime proves nothing then: the whole period from now, unless the
+        # other nodes show a new cluster (none has a marker either), or another client marks it.
+        return period, True
     if marker is Marker.CURRENT or known_run_id or uptime is None:
         # Judged in service under this very process (by us or another client), or no way to see restarts.
         return 0.0, False

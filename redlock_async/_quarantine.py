@@ -44,8 +44,9 @@ RECHECK_FIRST = 0.1
 class Quarantine:
     """Per Redlock: probes each node on connect and sets its ``quarantined_until``."""
 
-    def __init__(self, marker: bytes, period: Callable[[], float]) -> None:
+    def __init__(self, marker: bytes, period: Callable[[], float], *, read_only: bool = False) -> None:
         self._marker = marker
+        self._read_only = read_only  # judge, but write no marker (inspection writes nothing)
         self._period = period  # read at each decision: the largest ttl in use may grow
         self._nodes: tuple[Node, ...] = ()
         self._run_ids: list[bytes | None] = []
@@ -84,7 +85,7 @@ class Quarantine:
             return  # the connection broke under the probe: the next one probes again
         i = self._nodes.index(node)
         run_id, uptime = _server_info(info)
-        state = _marker_state(marker, run_id)
+        state = _marker_state(marker, run_id, self._period())
         marked = None if state is Marker.UNKNOWN else state is not Marker.ABSENT
         known = self._run_ids[i]
         seconds, suspect = sit_out(
@@ -105,7 +106,7 @@ class Quarantine:
             self._suspects.add(i)
         else:
             self._suspects.discard(i)
-        self._sit_out(i, seconds, "" if suspect else "restarted")
+        self._sit_out(i, seconds, "" if suspect else _why(state))
         if not seconds and state is not Marker.CURRENT and run_id is not None:
             self._mark(i)
         if suspect and self._fresh_checked:
@@ -188,7 +189,7 @@ class Quarantine:
         def answered(fut: asyncio.Future[Reply]) -> None:
             if self._closed or i not in self._suspects or math.isinf(node.quarantined_until):
                 return  # decided otherwise meanwhile (a new probe, the fresh-cluster check)
-            if _marker_state(fut.result(), self._run_ids[i]) is Marker.CURRENT:
+            if _marker_state(fut.result(), self._run_ids[i], self._period()) is Marker.CURRENT:
                 self._suspects.discard(i)
                 self._marked[i] = True
                 self._sit_out(i, 0.0, "")
@@ -203,16 +204,37 @@ class Quarantine:
     def _mark(self, i: int) -> None:
         self._marked[i] = True
         run_id = self._run_ids[i]
-        if run_id is not None:  # without INFO there is no run_id to vouch for
-            self._nodes[i].send(b"SET", self._marker, run_id)
+        if run_id is not None and not self._read_only:  # without INFO there is no run_id to vouch for
+            # With the period it was judged under: a client with longer leases trusts it for no more.
+            self._nodes[i].send(b"SET", self._marker, marker_value(run_id, self._period()))
 
 
-def _marker_state(reply: Reply, run_id: bytes | None) -> Marker:
+def _why(state: Marker) -> str:
+    if state is Marker.STALE:
+        return "restarted, or was vouched for only under a shorter quarantine than ours"
+    return "restarted"
+
+
+def marker_value(run_id: bytes, period: float) -> bytes:
+    """What the marker key holds: the run_id judged in service, and the period it sat out (ms)."""
+    return run_id + b"/" + str(math.ceil(period * 1000)).encode()
+
+
+def _marker_state(reply: Reply, run_id: bytes | None, period: float) -> Marker:
     if isinstance(reply, Failure):
         return Marker.UNKNOWN
     if reply is None:
         return Marker.ABSENT
-    return Marker.CURRENT if run_id is None or reply == run_id else Marker.STALE
+    if not isinstance(reply, bytes):
+        return Marker.STALE
+    marked_id, _, judged = reply.partition(b"/")
+    if run_id is not None and marked_id != run_id:
+        return Marker.STALE
+    try:
+        judged_ms = int(judged) if judged else 0  # a marker of an older release carries no period
+    except ValueError:
+        judged_ms = 0
+    return Marker.CURRENT if judged_ms >= math.ceil(period * 1000) else Marker.STALE
 
 
 def _lost(reply: Reply) -> bool:

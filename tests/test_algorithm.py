@@ -571,9 +571,9 @@ CUR, STALE, ABSENT, UNKNOWN = Marker.CURRENT, Marker.STALE, Marker.ABSENT, Marke
         # (its uptime taken as 1 s less than reported: whole-second clocks may overstate it by 1 s).
         (0.6, False, True, CUR, (Q, False)),
         (3.0, False, True, CUR, (8.0, False)),
-        (3.0, False, True, ABSENT, (8.0, False)),
+        (3.0, False, True, ABSENT, (Q, False)),  # without our marker: restarted empty, or a spare
         (3.0, False, True, UNKNOWN, (8.0, False)),
-        (25.0, False, True, ABSENT, (0.0, False)),
+        (25.0, False, True, ABSENT, (Q, False)),  # a spare up for ages: its uptime proves nothing
         (None, False, True, CUR, (Q, False)),
         # The marker was written under this server process: judged in service, by us or another client.
         (3.0, True, False, CUR, (0.0, False)),
@@ -583,9 +583,10 @@ CUR, STALE, ABSENT, UNKNOWN = Marker.CURRENT, Marker.STALE, Marker.ABSENT, Marke
         (500.0, False, False, STALE, (0.0, False)),
         # No marker on the process we knew: lost in place (a FLUSHALL), since when is unknown.
         (500.0, True, False, ABSENT, (Q, True)),
-        # No marker at first sight: new, or restarted without data *uptime* ago; suspect until the others tell.
-        (3.0, False, False, ABSENT, (8.0, True)),
-        (500.0, False, False, ABSENT, (0.0, False)),
+        # No marker at first sight: new, restarted empty, or another empty server behind the same address
+        # (up for ages: its uptime proves nothing). The whole period, suspect until the others tell.
+        (3.0, False, False, ABSENT, (Q, True)),
+        (500.0, False, False, ABSENT, (Q, True)),
         # Marker unreadable: the uptime alone decides, unless we know this process.
         (3.0, False, False, UNKNOWN, (8.0, False)),
         (3.0, True, False, UNKNOWN, (0.0, False)),
@@ -613,7 +614,7 @@ def test_sit_out_is_off_at_zero_and_never_longer_than_the_period(
         assert marker is Marker.ABSENT
         assert not restarted
         assert seconds > 0
-    if marker is Marker.ABSENT and not restarted and (known or uptime is None):
+    if marker is Marker.ABSENT and not restarted:
         assert (seconds, suspect) == (Q, True)
 
 

@@ -14,12 +14,14 @@ import time
 import pytest
 
 from redlock_async import Redlock
-from redlock_async._algorithm import Vote
-from redlock_async.testing import History
+from redlock_async._algorithm import UPTIME_SLACK, Vote
+from redlock_async._quarantine import marker_value
+from redlock_async.testing import History, LocalNodes, Proxy
 
-from .conftest import Cluster
+from .conftest import Cluster, eventually
 
 TTL = 2.0
+TTL_DEFAULT = 10.0
 
 
 async def _hold_on_first_three(faulty: Cluster, a: Redlock) -> tuple[float, object]:
@@ -81,9 +83,10 @@ async def test_a_new_cluster_serves_at_once_and_is_marked(faulty: Cluster) -> No
         assert await lock.acquire(blocking=False)
         await lock.release()
         await asyncio.sleep(0.05)
+    period = TTL_DEFAULT + 0.01 * TTL_DEFAULT + 0.002  # the default: the ttl in use plus drift
     for i in range(5):
         run_id = faulty[i].command("INFO", "server")["run_id"]  # type: ignore[index]
-        assert faulty[i].command("GET", "redlock:") == run_id.encode()
+        assert faulty[i].command("GET", "redlock:") == marker_value(run_id.encode(), period)
     # A second client trusts marks written while the same server processes ran.
     async with Redlock(faulty.urls) as other:
         lock = other.lock("fresh")
@@ -169,3 +172,58 @@ async def test_quarantined_votes_do_not_extend_a_lease(faulty: Cluster) -> None:
                 await lock.extend()
         finally:
             faulty[4].resume()
+
+
+async def test_a_marker_written_under_a_shorter_period_vouches_for_no_longer_lease(faulty: Cluster) -> None:
+    """A holds with ttl 30; node 2 restarts empty; a client with ttl 1 (an admin script, ``redlock
+    status`` before) sits it out for its own short period and marks it in service. A new client with
+    ttl 30 must not trust that mark: A's lease may still be on node 2's old data."""
+    async with Redlock(faulty.urls, ttl=30.0) as a:  # its marks say: judged under a 30.3 s period
+        for i in (3, 4):
+            faulty[i].command("SET", "redlock:long", "someone else", "PX", 60_000)
+        held = a.lock("long", ttl=30.0, auto_extend=False)
+        assert await held.acquire(blocking=False)
+        for i in (3, 4):
+            faulty[i].command("DEL", "redlock:long")
+        faulty[2].restart(keep_data=False)
+        async with Redlock(faulty.urls, ttl=1.0) as short:
+            short.lock("other", ttl=1.0)
+            await short.connect()
+            # Its quarantine of node 2 (1.01 s) runs out, and it marks node 2 in service.
+            assert await eventually(lambda: faulty[2].command("GET", "redlock:") is not None, 5.0)
+        async with Redlock(faulty.urls, ttl=30.0) as b:
+            lock = b.lock("long", ttl=30.0)
+            assert not await lock.acquire(blocking=False)
+            assert lock.outcomes[2].vote is Vote.QUARANTINED, lock.outcomes
+        assert held.held
+        await held.release()
+
+
+async def test_an_empty_spare_behind_the_same_address_is_not_trusted(faulty: Cluster) -> None:
+    """A VIP or DNS name re-pointed at a spare that has been up for longer than the period: empty,
+    without our marker while the other nodes have theirs. Its uptime must not vouch for it."""
+    period = 0.5
+    target = [faulty[2].port]  # type: ignore[attr-defined]
+    with LocalNodes(1) as spare, Proxy(lambda: target[0]) as vip:
+        urls = [*faulty.urls[:2], f"redis://127.0.0.1:{vip.port}", *faulty.urls[3:]]
+        async with Redlock(urls, restart_quarantine=period) as a:
+            for i in (3, 4):
+                faulty[i].command("SET", "redlock:spare", "someone else", "PX", 60_000)
+            held = a.lock("spare", ttl=30.0, auto_extend=False)
+            assert await held.acquire(blocking=False)
+            for i in (3, 4):
+                faulty[i].command("DEL", "redlock:spare")
+            await asyncio.sleep(period + UPTIME_SLACK + 0.6)  # the spare is up for longer than the period
+            target[0] = spare[0].port
+            vip.reset()  # the VIP now leads to the spare
+            for client in (a, Redlock(urls, restart_quarantine=period)):  # one that knew node 2, one that did not
+                try:
+                    lock = client.lock("spare", ttl=30.0)
+                    for _ in range(3):  # the first try may meet the old connection
+                        assert not await lock.acquire(blocking=False)
+                    assert lock.outcomes[2].vote is Vote.QUARANTINED, lock.outcomes
+                finally:
+                    if client is not a:
+                        await client.aclose()
+            assert held.held
+            await held.release()
