@@ -189,6 +189,32 @@ def extend_retry_delay(ttl: float, node_timeout: float, remaining: float) -> flo
     return max(node_timeout, min(ttl / 10, remaining / 3))
 
 
+class Held(enum.Enum):
+    """What reading the nodes (writing nothing) can say of a lock."""
+
+    HELD = "held"
+    """One holder's key is on a majority."""
+    FREE = "free"
+    """A majority answered, and no holder could have a majority even with every unanswered node."""
+    UNKNOWN = "unknown"
+    """The nodes that did not answer could make either true."""
+
+
+def held_by_majority(n_nodes: int, holders: Iterable[int], unreachable: int) -> Held:
+    """The verdict of an inspection: *holders* counts the nodes holding each holder's key.
+
+    Held only when one holder has a majority; free only when a majority answered and no
+    holder (seen or not) could reach a majority with the *unreachable* nodes; else unknown.
+    """
+    need = quorum(n_nodes)
+    counts = list(holders)
+    if counts and max(counts) >= need:
+        return Held.HELD
+    if n_nodes - unreachable >= need and all(count + unreachable < need for count in counts):
+        return Held.FREE
+    return Held.UNKNOWN
+
+
 def smoothed_rtt(srtt: float, rttvar: float, sample: float) -> tuple[float, float]:
     """A node's round-trip estimate after one more *sample*, as TCP keeps it (RFC 6298).
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import math
 import os
@@ -14,15 +13,20 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
-from redlock_async._algorithm import Vote
-from redlock_async._node import Failure
+from redlock_async._algorithm import Held, Vote
+from redlock_async._inspect import inspect
 from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
 from redlock_async.client import Redlock
 from redlock_async.errors import LockNotAcquired, RedlockError
-from redlock_async.lock import Lock
+from redlock_async.lock import Lock, resource_key
 
+EXIT_HELD = 1
+"""``redlock status``: the lock is held (one holder's key is on a majority)."""
+EXIT_UNKNOWN = 3
+"""``redlock status``: too few nodes answered to tell held from free."""
+EXIT_UNAVAILABLE = 69
+"""``redlock run``: too few nodes answered to grant (or refuse) the lock; the command did not run (EX_UNAVAILABLE)."""
 EXIT_NOT_ACQUIRED = 75
 """``redlock run``: the lock could not be had within --wait; the command did not run (EX_TEMPFAIL)."""
 EXIT_LOST = 76
@@ -41,7 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         usage="redlock run NAME [--nodes URLS] [--ttl S] [--wait S] [--quiet] [--grace S] [--fencing] -- CMD [ARGS...]",
         description=(
             f"Run CMD while holding lock NAME, extended until CMD exits. Exit status: CMD's own; "
-            f"{EXIT_NOT_ACQUIRED} when the lock could not be had within --wait (CMD did not run); "
+            f"{EXIT_NOT_ACQUIRED} when the lock is held elsewhere and was not had within --wait (CMD did not run); "
+            f"{EXIT_UNAVAILABLE} when too few nodes answered (CMD did not run); "
             f"{EXIT_LOST} when the lock was lost while CMD ran (CMD got SIGTERM, then SIGKILL after --grace)."
         ),
     )
@@ -55,7 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = commands.add_parser(
         "status",
         help="who holds a lock on each node, without acquiring anything",
-        description="Exit status 0 when a majority of nodes answered, 1 otherwise.",
+        description=(
+            "Reads the lock's key on every node and writes nothing to any of them. Exit status: 0 free, "
+            f"{EXIT_HELD} held, {EXIT_UNKNOWN} unknown (too few nodes answered to tell), 2 usage error."
+        ),
     )
     status.add_argument("name", metavar="NAME", help="the resource")
     status.add_argument("--nodes", help="comma-separated node URLs (default: $REDLOCK_NODES)")
@@ -75,9 +83,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_status(args.name, nodes))
         except (ValueError, TypeError) as exc:
             parser.error(f"status: {exc}")
-        except RedlockError as exc:  # nodes that refuse the lock scripts
-            print(f"redlock: {exc}", file=sys.stderr)
-            return 1
     if args.command == "run":
         _check_durations(parser, args)
         if not cmd:
@@ -143,6 +148,14 @@ async def _run(
             async with contextlib.nullcontext() if quiet or wait <= 0 else _waiting(lock, name, wait):
                 await lock.__aenter__()
         except LockNotAcquired as exc:
+            down = sum(o.vote in (Vote.ERROR, Vote.TIMEOUT, Vote.SKIPPED) for o in exc.outcomes)
+            if len(nodes) - down < redlock.quorum:
+                print(
+                    f"redlock: too few nodes answered for {name} ({len(nodes) - down} of {len(nodes)} could; "
+                    f"a majority is {redlock.quorum}): not running {cmd[0]} ({exc})",
+                    file=sys.stderr,
+                )
+                return EXIT_UNAVAILABLE
             print(f"redlock: {name} is held elsewhere: not running {cmd[0]} ({exc})", file=sys.stderr)
             return EXIT_NOT_ACQUIRED
         try:
@@ -222,42 +235,35 @@ async def _waiting(lock: Lock, name: str, wait: float) -> AsyncIterator[None]:
 
 
 async def _status(name: str, nodes: list[str]) -> int:
-    """Print the lock's key on every node (a digest of the holder's value, never the value)."""
-    async with Redlock(nodes) as redlock:
-        resource, name = _resource(name)
-        lock = redlock.lock(resource)
-        settings = redlock.settings
-        asks = [
-            [node.send(b"GET", lock._key), node.send(b"PTTL", lock._key), node.send(b"GET", lock._fence_key)]
-            for node in redlock._nodes
-        ]
-        await asyncio.wait([fut for ask in asks for fut in ask], timeout=max(settings.connect_timeout, 0.5))
-        print(f"{name} on {len(nodes)} nodes (a majority is {redlock.quorum}):")
-        holders: dict[str, int] = {}
-        answered = 0
-        for node, (value, pttl, fence) in zip(redlock._nodes, asks, strict=True):
-            replies: list[Any] = [
-                fut.result() if fut.done() else Failure(Vote.TIMEOUT, "no answer") for fut in (value, pttl, fence)
-            ]
-            failed = next((r for r in replies if isinstance(r, Failure)), None)
-            if failed is not None:
-                print(f"  {node.name:<24} unreachable ({failed.detail or failed.vote.value})")
-                continue
-            answered += 1
-            counter = f"  fencing counter {int(replies[2])}" if replies[2] is not None else ""
-            if replies[0] is None:
-                print(f"  {node.name:<24} free{counter}")
-                continue
-            holder = hashlib.sha1(replies[0]).hexdigest()[:8]
-            holders[holder] = holders.get(holder, 0) + 1
-            print(f"  {node.name:<24} held by {holder}  pttl {int(replies[1])} ms{counter}")
-        if holders:
-            holder, count = max(holders.items(), key=lambda item: item[1])
-            state = "a majority: held" if count >= redlock.quorum else "no majority: not held by anyone"
-            print(f"verdict: {holder} on {count} of {len(nodes)} nodes, {state}")
+    """Print the lock's key on every node (a digest of the holder's value, never the value); write nothing."""
+    redlock = Redlock(nodes)  # checks the URLs and settings; connects nowhere
+    resource, name = _resource(name)
+    settings = redlock.settings
+    key, fence_key = resource_key(settings.key_prefix, resource), resource_key(settings.fence_prefix, resource)
+    found = await inspect([node.endpoint for node in redlock._nodes], key, fence_key, settings)
+    print(f"{name} on {len(nodes)} nodes (a majority is {found.quorum}):")
+    for view in found.nodes:
+        counter = f"  fencing counter {view.fencing_counter}" if view.fencing_counter is not None else ""
+        if view.state == "unreachable":
+            print(f"  {view.address:<24} unreachable ({view.error})")
+        elif view.holder is None:
+            print(f"  {view.address:<24} free{counter}")
         else:
-            print(f"verdict: free on every node that answered ({answered} of {len(nodes)})")
-        return 0 if answered >= redlock.quorum else 1
+            ttl = f"ttl {view.ttl:.1f} s" if view.ttl is not None else "no ttl"
+            print(f"  {view.address:<24} held by {view.holder}  {ttl}{counter}")
+    answered = sum(view.state != "unreachable" for view in found.nodes)
+    if found.state is Held.HELD:
+        count = sum(view.holder == found.holder for view in found.nodes)
+        print(f"verdict: held by {found.holder} on {count} of {len(nodes)} nodes (a majority)")
+        return EXIT_HELD
+    if found.state is Held.FREE:
+        print(f"verdict: free ({answered} of {len(nodes)} nodes answered; no one can hold a majority)")
+        return 0
+    print(
+        f"verdict: unknown: only {answered} of {len(nodes)} nodes answered, and the others could make "
+        f"a majority for a holder (or none)"
+    )
+    return EXIT_UNKNOWN
 
 
 def _forward(process: asyncio.subprocess.Process, signum: int) -> None:

@@ -11,7 +11,7 @@ import signal
 import sys
 import tty
 
-from redlock_async.cli import EXIT_LOST, EXIT_NOT_ACQUIRED
+from redlock_async.cli import EXIT_HELD, EXIT_LOST, EXIT_NOT_ACQUIRED, EXIT_UNAVAILABLE, EXIT_UNKNOWN
 
 from .conftest import Cluster, MakeRedlock
 
@@ -194,15 +194,73 @@ async def redlock_status(urls: list[str], name: str) -> tuple[int, str, str]:
 async def test_status_shows_holder_digest_and_verdict(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     code, out, _ = await redlock_status(cluster.urls, "inspected")
     assert code == 0
-    assert "verdict: free on every node that answered (5 of 5)" in out
+    assert "verdict: free (5 of 5 nodes answered; no one can hold a majority)" in out
     redlock = await make_redlock(fencing=True)
     async with redlock.lock("inspected", ttl=30) as lock:
         token = lock.token
         assert token is not None
         code, out, _ = await redlock_status(cluster.urls, "inspected")
     digest = hashlib.sha1(token.encode()).hexdigest()[:8]
-    assert code == 0
+    assert code == EXIT_HELD
     assert token not in out  # never the value itself
-    assert out.count(f"held by {digest}") == 5
-    assert f"verdict: {digest} on 5 of 5 nodes, a majority: held" in out
+    assert out.count(f"held by {digest}") == 5 + 1
+    assert f"verdict: held by {digest} on 5 of 5 nodes (a majority)" in out
     assert "fencing counter 1" in out
+
+
+WRITES = ("set", "del", "eval", "evalsha", "script|load", "script", "publish", "pexpire", "incr")
+
+
+def write_calls(cluster: Cluster) -> list[dict[str, int]]:
+    """Per node, the calls so far of every command that writes (INFO commandstats)."""
+    counts = []
+    for i in range(len(cluster)):
+        stats = cluster[i].command("INFO", "commandstats")
+        assert isinstance(stats, dict)
+        counts.append({name: int(stats[f"cmdstat_{name}"]["calls"]) for name in WRITES if f"cmdstat_{name}" in stats})
+    return counts
+
+
+async def test_status_writes_nothing_to_any_node(faulty: Cluster) -> None:
+    """Not even the restart quarantine's marker on a node that restarted empty (it would vouch for the
+    node to clients with longer leases), nor a script probe."""
+    from redlock_async import Redlock
+
+    async with Redlock(faulty.urls) as holder, holder.lock("watched", ttl=30.0):
+        faulty[2].restart(keep_data=False)
+        before = write_calls(faulty)
+        for _ in range(2):
+            code, out, _ = await redlock_status(faulty.urls, "watched")
+            assert code == EXIT_HELD, out
+        assert write_calls(faulty) == before
+        assert faulty[2].command("GET", "redlock:") is None  # no marker written
+
+
+async def test_status_is_unknown_when_the_silent_nodes_could_make_a_majority(faulty: Cluster) -> None:
+    for i in (0, 1):  # a holder on 2 of 5 nodes, 2 nodes down: 2 + 2 could be a majority
+        faulty[i].command("SET", "redlock:split", "someone", "PX", 60_000)
+    faulty[3].kill()
+    faulty[4].kill()
+    code, out, _ = await redlock_status(faulty.urls, "split")
+    assert code == EXIT_UNKNOWN, out
+    assert "verdict: unknown" in out
+    # One node silent and the holder on one: 1 + 1 cannot make a majority: free.
+    faulty[3].restart()
+    faulty[1].command("DEL", "redlock:split")
+    code, out, _ = await redlock_status(faulty.urls, "split")
+    assert code == 0, out
+    assert "verdict: free (4 of 5 nodes answered" in out
+
+
+async def test_run_with_a_majority_down_says_too_few_nodes_answered(faulty: Cluster) -> None:
+    for i in (0, 1, 2):
+        faulty[i].kill()
+    process = await asyncio.create_subprocess_exec(
+        PY, "-m", "redlock_async", "run", "job", "--nodes", ",".join(faulty.urls), "--", PY, "-c", "print('ran')",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    code, out, err = await finish(process)
+    assert code == EXIT_UNAVAILABLE, err
+    assert "ran" not in out
+    assert "too few nodes answered for job (2 of 5 could; a majority is 3)" in err
+    assert "held elsewhere" not in err
