@@ -19,6 +19,7 @@ released), so every wait also ends after a bounded, jittered delay.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,8 +33,11 @@ from redlock_async._node import Failure, Node, Reply
 class _Queue:
     """The waiters of one key, shared by every Redlock of this event loop on the same nodes."""
 
-    waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
+    # ticket -> the future its waiter awaits, or None between two waits (its fallback timer fired:
+    # it tries, then waits again). A waiter keeps its place until it quits; the oldest ticket goes first.
+    waiters: dict[int, asyncio.Future[None] | None] = field(default_factory=dict)
     woken: bool = False  # a waiter was woken and is trying; the others wait their turn
+    turn: int | None = None  # the ticket woken between two of its waits: its next wait returns at once
     released: bool = False  # a release came while no one was queued: the next waiter goes at once
     users: int = 0  # waiters between enter() and leave(), across Redlocks
     # Releases already heard from a majority (by any Redlock's listener): the late
@@ -45,6 +49,13 @@ class _Queue:
 # same nodes share their waiters' order, so a release wakes one waiter, not one
 # per Redlock racing each other (the same one would win every time).
 _queues: dict[tuple[asyncio.AbstractEventLoop, tuple[str, ...], bytes], _Queue] = {}
+
+_tickets = itertools.count()
+
+
+def ticket() -> int:
+    """A waiter's place in line, taken once per acquire: older tickets are woken first."""
+    return next(_tickets)
 
 
 def vote_of_subscribe(reply: Reply) -> Vote:
@@ -109,11 +120,13 @@ class Listener:
         for node in self.nodes:
             node.send(b"UNSUBSCRIBE", channel)
 
-    async def wait(self, channel: bytes, timeout: float, *, again: bool = False) -> bool:
+    async def wait(self, channel: bytes, timeout: float, place: int, *, again: bool = False) -> bool:
         """Wait for this waiter's turn after a release, at most *timeout* seconds; True when woken.
 
+        *place* is the waiter's ticket: it waits in line by it, so a waiter
+        whose fallback timer fired comes back to its place, not to the tail.
         *again*: this waiter was woken last time and lost the race (to a client
-        elsewhere): its turn is over, and it keeps its place at the front.
+        elsewhere): its turn is over.
         """
         queue = self._queue(channel)
         assert queue is not None, "wait() between enter() and leave()"
@@ -124,23 +137,46 @@ class Listener:
             queue.released = False
             queue.woken = True
             return True
+        if queue.turn == place:
+            queue.turn = None  # woken while between two waits: it is our turn now
+            return True
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if again:
-            queue.waiters.appendleft(fut)
-        else:
-            queue.waiters.append(fut)
+        queue.waiters[place] = fut
         try:
             async with asyncio.timeout(timeout):
                 await fut
         except TimeoutError:
-            pass  # the fallback: no word came (or it came in the same loop turn: see below)
-        finally:
-            # The timer (or a cancellation) cancels the future being awaited: then it
-            # is still queued, and must leave; a woken one was taken off the queue.
-            if fut in queue.waiters:
-                queue.waiters.remove(fut)
-        # Woken even if the timer fired too (same loop turn): then it is our turn, and done() must follow.
-        return fut.done() and not fut.cancelled()
+            # The fallback: no word came. Keep our place in line until we quit.
+            if queue.turn == place:
+                queue.turn = None  # woken in the same loop turn as the timer: our turn
+                return True
+            if place in queue.waiters:
+                queue.waiters[place] = None
+            return False
+        except BaseException:
+            if (fut.done() and not fut.cancelled()) or queue.turn == place:
+                # Woken, and cancelled in the same loop turn (its own timeout, a task group):
+                # it will not try, so the turn passes on, or the queue would stay "woken" for good.
+                queue.turn = None
+                queue.woken = False
+                self._wake(queue)
+            queue.waiters.pop(place, None)
+            raise
+        return True  # woken: _wake took us off the line
+
+    def quit(self, channel: bytes, place: int) -> None:
+        """The waiter with ticket *place* stops waiting (acquired, gave up, cancelled): it leaves the line.
+
+        If it was woken between two waits and never tried, the turn passes on.
+        """
+        queue = self._queue(channel)
+        if queue is None:
+            return
+        queue.waiters.pop(place, None)
+        if queue.turn == place:
+            queue.turn = None
+            queue.woken = False
+            self._wake(queue)
 
     def done(self, channel: bytes) -> None:
         """The woken waiter finished trying (acquired or gave up): the next release wakes the next one."""
@@ -158,6 +194,8 @@ class Listener:
         arriving while it tried, would be ignored.
         """
         channel, token = message[1], message[2]
+        if channel not in self._subscribed:
+            return  # a late word for a channel no waiter of ours wants any more: remember nothing
         queue = self._queue(channel)
         if queue is not None and token in queue.heard:
             # A late word of a release that another Redlock's listener of this process
@@ -174,16 +212,22 @@ class Listener:
         if queue is None:
             return
         queue.heard.append(token)
-        if queue.woken:
+        if not queue.woken:
+            self._wake(queue)
+
+    def _wake(self, queue: _Queue) -> None:
+        """Wake the oldest waiter; with none queued, let the next one go at once."""
+        if not queue.waiters:
+            queue.released = True  # heard by no one yet: the next waiter must not wait for the next one
             return
-        while queue.waiters:
-            fut = queue.waiters.popleft()
-            if not fut.done():
-                queue.woken = True
-                fut.set_result(None)
-                self.wakeups += 1
-                return
-        queue.released = True  # heard by no one yet: the next waiter must not wait for the next one
+        place = min(queue.waiters)
+        fut = queue.waiters.pop(place)
+        queue.woken = True
+        self.wakeups += 1
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        else:
+            queue.turn = place  # between two waits (its timer just fired): its next wait returns at once
 
     def on_connect(self, node: Node) -> None:
         """A subscriber connection (re)connected: subscribe it to every channel still wanted."""

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, final
 
-from redlock_async import _algorithm
+from redlock_async import _algorithm, _handoff
 from redlock_async._fanout import Ballot, outcomes, vote_of_fenced, vote_of_script, vote_of_set
 from redlock_async._node import Failure, Reply
 from redlock_async._scripts import ACQUIRE_FENCED, EXTEND, FENCE, RELEASE
@@ -233,17 +233,21 @@ class Lock:
 
     async def _acquire(self, blocking: bool, give_up: float) -> bool:
         listener = self._redlock._listener if self._settings.wait_for_release and blocking else None
-        listening = woken = False
+        listening = woken = attempted = False
+        place = _handoff.ticket()
         try:
             # Waiters of this process already queue for the key: join them rather than jump ahead.
             queued = listener is not None and listener.waiting(self._key)
             while True:
-                if not queued and await self._attempt():
-                    return True
+                if not queued:
+                    attempted = True
+                    if await self._attempt():
+                        return True
                 remaining = give_up - time.monotonic()
-                if not blocking or remaining <= 0:
+                # Never give up without one attempt: a blocking acquire does no worse than blocking=False.
+                if not blocking or (remaining <= 0 and attempted):
                     return False
-                delay = _algorithm.retry_delay(self._settings.retry_delay, _random.random(), remaining)
+                delay = _algorithm.retry_delay(self._settings.retry_delay, _random.random(), max(remaining, 0.0))
                 if listener is None:
                     await asyncio.sleep(delay)
                 else:
@@ -256,11 +260,11 @@ class Lock:
                             return True
                     # Woken by a release (our turn among this process's waiters), or after
                     # the jittered delay if no word came: notifications can be lost.
-                    woken = await listener.wait(self._key, delay, again=woken)
+                    woken = await listener.wait(self._key, delay, place, again=woken)
                     queued = False
                 # Closed meanwhile, or a background task failed: say so now, not at the timeout.
                 self._redlock._check_open()
-                if time.monotonic() >= give_up:
+                if time.monotonic() >= give_up and attempted:
                     return False
         finally:
             if self._state is _State.ACQUIRING:
@@ -268,6 +272,7 @@ class Lock:
             if listening and listener is not None:
                 if woken:
                     listener.done(self._key)  # the next release wakes the next waiter
+                listener.quit(self._key, place)
                 listener.leave(self._key)
 
     async def _attempt(self) -> bool:

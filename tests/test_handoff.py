@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
 import time
 from collections.abc import Sequence
 from typing import cast
+
+import pytest
 
 from redlock_async import Redlock
 from redlock_async._handoff import Listener
@@ -165,9 +169,9 @@ async def test_late_words_of_a_release_heard_by_another_redlock_wake_no_one() ->
     for listener in (first, second):
         await listener.enter(channel)  # no subscriber nodes yet: nothing to send
         listener.nodes = cast(Sequence[Node], [object()] * 5)  # the words are fed by hand: only 5 counts
-    oldest = asyncio.create_task(first.wait(channel, 5.0))
+    oldest = asyncio.create_task(first.wait(channel, 5.0, 0))
     await asyncio.sleep(0)
-    following = asyncio.create_task(second.wait(channel, 0.3))
+    following = asyncio.create_task(second.wait(channel, 0.3, 1))
     await asyncio.sleep(0)
     for _ in range(3):
         second.on_message(message)  # the second Redlock's listener hears a majority first
@@ -186,7 +190,130 @@ async def test_a_wait_that_times_out_is_not_a_wake_up_and_leaves_the_queue() -> 
     listener = Listener(0.01, ("n0",))
     channel = b"redlock:timeout"
     await listener.enter(channel)  # no subscriber nodes: nothing to send
-    assert await listener.wait(channel, 0.05) is False  # the fallback timer, not a release
-    # Its turn was not taken: a woken waiter would block the next one until done().
+    assert await listener.wait(channel, 0.05, 0) is False  # the fallback timer, not a release
+    # Its turn was not taken (a woken waiter would block the next one until done()); it keeps
+    # its place in line until it quits.
+    queue = listener._queue(channel)
+    assert queue is not None
+    assert not queue.woken
+    assert listener.waiting(channel)
+    listener.quit(channel, 0)
     assert not listener.waiting(channel)
     listener.leave(channel)
+
+
+def fake_listener(name: str) -> Listener:
+    listener = Listener(0.01, (name,))
+    return listener
+
+
+async def test_a_waiter_cancelled_in_the_turn_it_is_woken_passes_its_turn_on() -> None:
+    """Cancelled (its own timeout, a task group) in the loop turn its wake-up came: it will not try,
+    so the next waiter must be woken; before, the key's queue stayed "woken" for good."""
+    listener = fake_listener("cancelled-turn")
+    channel, message = b"redlock:turn", [b"message", b"redlock:turn", b"digest"]
+    await listener.enter(channel)
+    listener.nodes = cast(Sequence[Node], [object()])  # one node: each word is a majority
+    oldest = asyncio.create_task(listener.wait(channel, 5.0, 0))
+    following = asyncio.create_task(listener.wait(channel, 5.0, 1))
+    await asyncio.sleep(0)
+    listener.on_message(message)  # wakes the oldest...
+    oldest.cancel()  # ...which is cancelled before it runs
+    with pytest.raises(asyncio.CancelledError):
+        await oldest
+    async with asyncio.timeout(1.0):  # woken by the same release, not by its 5 s timer
+        assert await following is True
+    assert listener.wakeups == 2
+    listener.done(channel)
+    listener.nodes = ()
+    listener.leave(channel)
+
+
+async def test_waiters_whose_timers_fire_keep_their_place_in_line() -> None:
+    listener = fake_listener("fifo")
+    channel, message = b"redlock:fifo", [b"message", b"redlock:fifo"]
+    await listener.enter(channel)
+    listener.nodes = cast(Sequence[Node], [object()])
+    order: list[int] = []
+
+    async def waiter(place: int) -> None:
+        while not await listener.wait(channel, 0.002 * (10 - place), place):  # the oldest time out most
+            pass
+        order.append(place)
+        listener.done(channel)
+
+    tasks = []
+    for place in range(10):
+        tasks.append(asyncio.create_task(waiter(place)))
+        await asyncio.sleep(0.003)
+    await asyncio.sleep(0.05)  # every waiter's timer fired several times
+    for n in range(10):
+        listener.on_message([*message[:2], b"release-%d" % n])
+        await asyncio.sleep(0.01)
+    async with asyncio.timeout(5):
+        await asyncio.gather(*tasks)
+    assert order == list(range(10))
+    listener.nodes = ()
+    listener.leave(channel)
+
+
+async def test_late_release_words_leave_no_memory_behind() -> None:
+    listener = fake_listener("late-words")
+    five = cast(Sequence[Node], [object()] * 5)  # the words are fed by hand: only the count matters
+    for n in range(200):
+        channel = f"redlock:name-{n}".encode()
+        await listener.enter(channel)  # no subscriber nodes while entering and leaving: nothing to send
+        listener.nodes = five
+        listener.on_message([b"message", channel, b"a"])  # a partial count, while listening
+        listener.nodes = ()
+        listener.leave(channel)
+        listener.nodes = five
+        listener.on_message([b"message", channel, b"b"])  # a word after the waiter left
+        listener.nodes = ()
+    assert listener._heard == {}
+
+
+async def test_impatient_acquirers_never_leave_the_queue_stuck(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    """Looping workers, and a stream of acquirers that give up at random (asyncio.timeout):
+    afterwards a release still wakes a waiter at once."""
+    redlock = await make_redlock(retry_delay=5.0)  # a wait ends by a wake-up, or after seconds
+    stop = time.monotonic() + 4.0
+
+    async def worker() -> None:
+        while time.monotonic() < stop:
+            async with redlock.lock("impatient", acquire_timeout=10):
+                await asyncio.sleep(0.003)
+
+    async def impatient() -> None:
+        while time.monotonic() < stop:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(random.uniform(0, 0.05)), redlock.lock("impatient", acquire_timeout=10):
+                    await asyncio.sleep(0.001)
+
+    await asyncio.gather(*(worker() for _ in range(3)), *(impatient() for _ in range(6)))
+    holder = redlock.lock("impatient")
+    assert await holder.acquire(blocking=False)
+    waiter = asyncio.create_task(redlock.lock("impatient", acquire_timeout=10).acquire())
+    await asyncio.sleep(0.1)
+    before = redlock._listener.wakeups
+    await holder.release()
+    async with asyncio.timeout(5):
+        assert await waiter
+    assert redlock._listener.wakeups == before + 1  # woken by the release, not by its timer
+
+
+async def test_a_blocking_acquire_tries_at_least_once_behind_a_queued_waiter(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """A newcomer joins the waiters already queued instead of trying first; if no release comes
+    (the holder's lease ran out instead), it must still try once before its time runs out."""
+    redlock = await make_redlock(retry_delay=4.0)
+    holder = redlock.lock("expires", ttl=0.5, auto_extend=False)
+    assert await holder.acquire(blocking=False)
+    queued = asyncio.create_task(redlock.lock("expires").acquire(timeout=20))  # waits 2-6 s between tries
+    await asyncio.sleep(0.7)  # the holder's lease ran out: free, and no release word
+    assert not queued.done()
+    newcomer = redlock.lock("expires")
+    assert await newcomer.acquire(timeout=0.3)
+    await newcomer.release()
+    assert await queued
