@@ -10,6 +10,9 @@ from redlock_async._algorithm import best_validity, ttl_to_ms
 MIN_TTL_TO_NODE_TIMEOUT = 10
 """The ttl must be at least this many node timeouts: a lease mostly spent waiting for nodes is useless."""
 
+MIN_NODE_TIMEOUT = 0.001
+"""Shortest node_timeout: below a millisecond every node would time out, even on loopback."""
+
 MAX_TTL_MS = 2**53
 """Longest ttl in milliseconds: exact as a float, and well within what a server accepts for PX / PEXPIRE."""
 
@@ -28,7 +31,7 @@ def check_duration(name: str, value: object, *, zero_ok: bool = False, inf_ok: b
         raise ValueError(f"{name} must be a number of seconds, got NaN")
     if math.isinf(number) and not (inf_ok and number > 0):
         raise ValueError(f"{name} must be finite, got {number}")
-    if number < 0 or (number == 0 and not zero_ok):
+    if number < 0 or (number == 0 and not zero_ok) or math.copysign(1.0, number) < 0:
         bound = ">= 0" if zero_ok else "> 0"
         raise ValueError(f"{name} must be {bound} seconds, got {number}")
     return number
@@ -126,6 +129,11 @@ class Settings:
         if ttl_to_ms(self.ttl) < 1 or best_validity(ttl_to_ms(self.ttl) / 1000, factor) <= 0:
             raise ValueError(
                 f"ttl={self.ttl} s leaves no validity after drift ({factor} x ttl + 2 ms): use a ttl of at least 0.01 s"
+            )
+        if self.node_timeout < MIN_NODE_TIMEOUT:
+            raise ValueError(
+                f"node_timeout must be at least {MIN_NODE_TIMEOUT} s (1 ms), got {self.node_timeout}: "
+                "no round trip to a server is shorter, even on loopback"
             )
         if isinstance(self.max_queued, bool) or not isinstance(self.max_queued, int):
             raise TypeError(f"max_queued must be an int, got {type(self.max_queued).__name__}")

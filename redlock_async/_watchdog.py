@@ -51,11 +51,14 @@ class Watchdog:
         self._task: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._waiter_due = float("inf")
+        self._closed = False
         self.rounds = 0
         """Rounds started (each is one call per node per chunk): for benchmarks."""
 
     def schedule(self, lock: Lock, due: float) -> None:
         """Extend *lock* at monotonic time *due* (replacing any earlier schedule)."""
+        if self._closed:
+            return  # the Redlock is closed: its locks were given up, no task may start again
         seq = next(self._seq)
         self._entries[lock] = seq
         heapq.heappush(self._heap, (due, seq, lock))
@@ -66,15 +69,29 @@ class Watchdog:
 
     def discard(self, lock: Lock) -> None:
         """Stop watching *lock* (synchronous: safe before any await)."""
-        self._entries.pop(lock, None)
+        if self._entries.pop(lock, None) is not None:
+            self._compact()
 
     async def forget(self, lock: Lock) -> None:
         """Stop watching *lock*; the task ends once no lock is watched."""
-        self._entries.pop(lock, None)
+        self.discard(lock)
         if not self._entries:
-            await self.aclose()
+            await self._stop()
+
+    def _compact(self) -> None:
+        """Drop stale heap entries once they outnumber the live ones: a released lock must not stay
+        referenced (and alive) until its old due time while other locks are watched."""
+        if len(self._heap) > 2 * len(self._entries) + 64:
+            entries = self._entries
+            self._heap = [entry for entry in self._heap if entries.get(entry[2]) == entry[1]]
+            heapq.heapify(self._heap)
 
     async def aclose(self) -> None:
+        """For good (the Redlock closes): stop, and never start again."""
+        self._closed = True
+        await self._stop()
+
+    async def _stop(self) -> None:
         self._heap.clear()
         self._entries.clear()
         task, self._task = self._task, None
@@ -85,8 +102,8 @@ class Watchdog:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        heap = self._heap
         while self._entries:
+            heap = self._heap  # (compaction replaces the list)
             now = time.monotonic()
             batch: list[Lock] = []
             while heap and heap[0][0] <= now + BATCH_WINDOW:
@@ -96,6 +113,7 @@ class Watchdog:
                     batch.append(lock)
             if batch:
                 self._start_round(batch, now)
+                heap = self._heap  # a lock released meanwhile may have compacted it
             while heap and self._entries.get(heap[0][2]) != heap[0][1]:
                 heapq.heappop(heap)  # drop stale entries so the sleep below is for a live one
             self._waiter_due = heap[0][0] if heap else float("inf")

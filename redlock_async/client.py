@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import sys
+import weakref
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Self, final
@@ -157,6 +158,7 @@ class Redlock:
         self._listener._scope = tuple(sorted(self.nodes))
         self._closed = False
         self._fault: BaseException | None = None  # a background task's unexpected exception
+        self._held: weakref.WeakSet[Lock] = weakref.WeakSet()  # locks held now: given up at aclose
 
     def __repr__(self) -> str:
         return f"<redlock_async.Redlock nodes={list(self.nodes)} ttl={self.settings.ttl}>"
@@ -267,6 +269,13 @@ class Redlock:
         self._closed = True
         if self._quarantine is not None:
             self._quarantine.close()
+        held = sorted(self._held, key=lambda lock: repr(lock.resource))
+        if held:
+            # Released, not left to expire; a body still inside `async with` is cancelled (LockLost).
+            names = ", ".join(repr(lock.resource) for lock in held[:5]) + (", ..." if len(held) > 5 else "")
+            log.warning("redlock: closed while %d locks were held (%s): releasing them", len(held), names)
+            for lock in held:
+                lock._give_up(f"lock {lock.resource!r} was given up: its Redlock was closed while it was held")
         try:
             asyncio.get_running_loop()
         except RuntimeError:

@@ -78,6 +78,7 @@ class Lock:
     """
 
     __slots__ = (
+        "__weakref__",
         "_acquired_at",
         "_attempts",
         "_cancelled_host",
@@ -201,6 +202,8 @@ class Lock:
             raise RuntimeError(f"lock {self.resource!r} is already being acquired: use one Lock per task")
         if self.held:
             raise RuntimeError(f"lock {self.resource!r} is already held: a Lock is not reentrant")
+        if not blocking and timeout is not None:
+            raise ValueError("acquire(blocking=False) makes one attempt: a timeout means nothing there; drop one")
         limit = (
             self._settings.acquire_timeout
             if timeout is None
@@ -320,6 +323,7 @@ class Lock:
         self._expires = decided_at + validity
         self._holders = ballot.voted(_algorithm.Vote.YES)
         self._state = _State.HELD
+        self._redlock._held.add(self)
         return True
 
     async def _fence(self, token: bytes, granted: Sequence[asyncio.Future[Reply]], ballot: Ballot) -> Ballot:
@@ -404,6 +408,9 @@ class Lock:
                     settings.drift_factor,
                     deadline=self._expires,
                 )
+                if self._state is not _State.HELD or self._token != token:
+                    # The watchdog declared it lost (or the Redlock closed) while we waited.
+                    raise self._lost or LockLost(f"lock {self.resource!r} was lost", resource=self._name)
                 if validity is not None:
                     margin = self._expires - ballot.decided_at
                     self._expires = ballot.decided_at + validity
@@ -449,6 +456,7 @@ class Lock:
         """Lost for good: no extension can bring it back. Queue the releases (no await)."""
         assert self._token is not None
         self._state = _State.LOST
+        self._redlock._held.discard(self)
         self._lost = LockLost(why, resource=self._name, outcomes=self.outcomes)
         releases = self._send_release(self._token, skip=self._skip)
         wait_for = sorted(set(holders) | set(self._holders))
@@ -543,6 +551,15 @@ class Lock:
             self._cancelled_host = True
             self._host.cancel(msg=f"redlock: {why}")
 
+    def _give_up(self, why: str) -> None:
+        """The Redlock closes while this lock is held: release it, and tell the holder it is lost."""
+        if self._state is not _State.HELD or self._token is None:
+            return
+        if self._watched:
+            self._watchdog_lost(why)  # the body is cancelled (or on_lost told), as for any loss
+        else:
+            self._mark_lost(why, ())
+
     # -- release ----------------------------------------------------------------
 
     async def release(self) -> None:
@@ -561,6 +578,7 @@ class Lock:
         token, holders = self._token, self._holders
         began = time.monotonic()
         self._state, self._token, self._holders = _State.IDLE, None, []
+        self._redlock._held.discard(self)
         self._watched = False  # the watchdog drops it at its next look
         futures = self._send_release(token, skip=self._skip)
         ballot = Ballot(
@@ -640,6 +658,7 @@ class Lock:
             if await self._release_confirmed():
                 return  # a majority still held our key at release: no one else can have held it
             self._state = _State.LOST
+            self._redlock._held.discard(self)
             self._lost = LockLost(
                 f"lock {self.resource!r} ran out while the body ran (event loop blocked?)",
                 resource=self._name,
@@ -663,20 +682,32 @@ class Lock:
             log.exception("redlock %r: release failed after the body raised", self.resource)
 
     async def _release_confirmed(self) -> bool:
-        """Release, and tell whether a majority deleted our own key (it was still held there)."""
+        """Release, and tell whether our key was still on a majority of the nodes that held it throughout.
+
+        Only nodes that said yes at the grant (or the last extension) count: a SET of the same
+        acquisition still in flight at the grant (held by a partition that healed later) can
+        re-create our key on another node after someone else held the lock meanwhile, so our
+        key there at release proves nothing.
+        """
         assert self._token is not None
-        token, self._token, self._holders = self._token, None, []
+        token, holders = self._token, self._holders
+        self._token, self._holders = None, []
         futures = self._send_release(token, skip=self._skip)
-        # The question is only whether a majority still held our key when the release
+        # The question is only whether those nodes still held our key when the release
         # ran; a busy loop may read the answers late, so wait for them up to a connect timeout.
         settings = self._settings
+        nodes = self._redlock._nodes
         wait = max(settings.node_timeout, settings.connect_timeout)
-        ballot = Ballot(self._redlock._nodes, futures, vote_of_script, wait, rearm=settings.node_timeout)
+        ballot = Ballot(
+            nodes, futures, vote_of_script, wait, majority=False, wait_for=holders, rearm=settings.node_timeout
+        )
         await ballot.wait()
         self._last_votes, self._last_details = ballot.votes, ballot.details
-        confirmed = ballot.verdict is _algorithm.Verdict.WON
+        kept = sum(1 for i in holders if ballot.votes[i] is _algorithm.Vote.YES)
+        confirmed = kept >= _algorithm.quorum(len(nodes))
         if confirmed:
             self._state = _State.IDLE
+            self._redlock._held.discard(self)
             now = time.monotonic()
             self._emit(EventKind.RELEASED, duration=now - ballot.decided_at, held_for=now - self._acquired_at)
         return confirmed

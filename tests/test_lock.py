@@ -434,3 +434,11 @@ async def test_extend_rides_out_a_short_majority_pause(faulty: Cluster) -> None:
         assert lock.validity > 9.0
         assert [faulty[i].command("GET", KEY.format("brief-pause")) for i in range(5)] == [lock.token.encode()] * 5  # type: ignore[union-attr]
         await lock.release()
+
+
+async def test_blocking_false_with_a_timeout_is_refused(redlock: Redlock) -> None:
+    lock = redlock.lock("contradiction")
+    with pytest.raises(ValueError, match=r"blocking=False\) makes one attempt: a timeout means nothing"):
+        await lock.acquire(blocking=False, timeout=5)
+    assert await lock.acquire(blocking=False)
+    await lock.release()

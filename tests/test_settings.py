@@ -135,6 +135,9 @@ BAD: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"key_prefix": None}, TypeError, r"^key_prefix must be a str, got NoneType"),
     ({"key_prefix": 1}, TypeError, r"^key_prefix must be a str, got int"),
     # a ttl too small to ever leave validity
+    ({"node_timeout": 1e-9}, ValueError, r"^node_timeout must be at least 0\.001 s \(1 ms\), got 1e-09"),
+    ({"acquire_timeout": -0.0}, ValueError, r"^acquire_timeout must be >= 0 seconds, got -0\.0"),
+    ({"retry_delay": -0.0}, ValueError, r"^retry_delay must be >= 0 seconds, got -0\.0"),
     ({"ttl": 0.002, "node_timeout": 0.0001}, ValueError, r"^ttl=0\.002 s leaves no validity.*ttl of at least 0\.01 s"),
     ({"ttl": 0.0009, "node_timeout": 0.00001}, ValueError, r"^ttl=0\.0009 s leaves no validity.*at least 0\.01 s"),
     (

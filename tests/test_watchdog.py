@@ -11,7 +11,7 @@ import pytest
 from redlock_async import LockLost, Redlock
 from redlock_async._algorithm import Vote
 
-from .conftest import Cluster, MakeRedlock
+from .conftest import Cluster, MakeRedlock, assert_no_library_tasks
 
 KEY = "redlock:{}"
 
@@ -226,3 +226,66 @@ async def test_loss_just_as_the_body_returns(redlock: Redlock, when: str) -> Non
                 await (last if when != "at-last-await" else asyncio.sleep(1))
     await asyncio.sleep(0)  # a leftover pending cancel would be raised here
     assert_clean_task()
+
+
+# -- memory, closing, and a loss seen from extend() ---------------------------------------------
+
+
+async def test_released_locks_are_not_kept_alive_while_another_lock_is_watched(redlock: Redlock) -> None:
+    """The watchdog's heap held every released lock until its old due time (ttl 60: RSS grew per lock)."""
+    import gc
+    import weakref
+
+    async with redlock.lock("kept", ttl=60.0):
+        refs = []
+        for n in range(400):
+            lock = redlock.lock(f"released-{n}", ttl=60.0)
+            async with lock:
+                pass
+            refs.append(weakref.ref(lock))
+        del lock
+        gc.collect()
+        alive = sum(ref() is not None for ref in refs)
+        assert alive < 100  # bounded by the heap's compaction (2 x watched + 64), not all 400
+
+
+async def test_closing_the_redlock_releases_held_locks_and_cancels_their_bodies(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    redlock = Redlock(cluster.urls)
+    await redlock.connect()
+    entered = asyncio.Event()
+
+    async def body() -> None:
+        async with redlock.lock("closing", ttl=30.0):
+            entered.set()
+            await asyncio.sleep(30)
+
+    task = asyncio.create_task(body())
+    plain = redlock.lock("closing-plain", ttl=30.0)
+    assert await plain.acquire(blocking=False)
+    await entered.wait()
+    await redlock.aclose()
+    with pytest.raises(LockLost, match="its Redlock was closed while it was held"):
+        await task
+    with pytest.raises(LockLost, match="its Redlock was closed"):
+        await plain.extend()
+    assert cluster[0].command("EXISTS", "redlock:closing", "redlock:closing-plain") == 0  # released, not left
+    warnings = [r.getMessage() for r in caplog.records if "closed while 2 locks were held" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "'closing'" in warnings[0]
+    assert "'closing-plain'" in warnings[0]
+    assert_no_library_tasks()
+
+
+async def test_extend_after_the_watchdog_declared_the_loss_raises(redlock: Redlock) -> None:
+    """extend() awaiting its ballot while the watchdog declares the lock lost must not return normally,
+    even when the nodes then confirm the extension."""
+    lock = redlock.lock("both", ttl=1.0, on_lost=lambda _: None)  # told, not cancelled
+    async with lock:
+        extending = asyncio.create_task(lock.extend())
+        await asyncio.sleep(0)  # its EXTENDs are out, its ballot awaited
+        lock._watchdog_lost("declared lost by the watchdog meanwhile")  # what a failed round does
+        with pytest.raises(LockLost, match="declared lost by the watchdog meanwhile"):
+            await extending
+        assert not lock.held
