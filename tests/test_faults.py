@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 
-from redlock_async import LockNotAcquired, Redlock
+from redlock_async import LockLost, LockNotAcquired, Redlock
 from redlock_async._algorithm import Vote
 from redlock_async.testing import History, LocalNodes
 
@@ -282,3 +282,50 @@ async def test_without_adaptive_timeout_the_error_names_the_round_trip() -> None
     assert "every node timed out; node_timeout (50 ms) may be shorter than the round trip" in text
     assert "measured ~2" in text  # ~200 ms
     assert "adaptive_timeout" in text
+
+
+# -- a late SET of the same acquisition is no proof of holding throughout -----------------------
+
+
+async def test_a_late_set_of_our_own_acquisition_is_no_proof_of_a_clean_exit() -> None:
+    """A's SETs to nodes 3 and 4 are held in a partition when it is granted on 0, 1 and 2. A's body
+    stalls past its validity; B takes 2, 3 and 4 and lets go; the partition heals and A's old SETs
+    land on 3 and 4. At A's exit, 0, 1, 3 and 4 have its key: a majority, but 3 and 4 did not hold
+    it throughout (B held the lock meanwhile). Only the nodes of the grant count: LockLost."""
+    import threading
+
+    with LocalNodes(5, proxied=True) as nodes:
+        b_held = threading.Event()
+
+        def b_side(start: float) -> None:
+            async def run() -> None:
+                async with Redlock(nodes.direct_urls, restart_quarantine=0) as b:
+                    lock = b.lock("late-set", ttl=4.0)
+                    await asyncio.sleep(max(0.0, start - time.monotonic()))
+                    while time.monotonic() < start + 0.15:
+                        if await lock.acquire(blocking=False):
+                            b_held.set()
+                            await lock.release()
+                            break
+                        await asyncio.sleep(0.005)
+                nodes[3].proxy.heal()  # A's SETs, held all along, now land
+                nodes[4].proxy.heal()
+
+            asyncio.run(run())
+
+        async with Redlock(nodes.urls, restart_quarantine=0, node_timeout=0.4) as a:
+            for i in (0, 1):
+                nodes[i].proxy.latency(0.35, direction="request")  # their keys expire 0.35 s after node 2's
+            for i in (3, 4):
+                nodes[i].proxy.blackhole()
+            t0 = time.monotonic()
+            with pytest.raises(LockLost, match="ran out while the body ran"):
+                async with a.lock("late-set", ttl=4.0) as held:
+                    for i in (0, 1):
+                        nodes[i].proxy.heal()
+                    assert held.outcomes[2].vote is Vote.YES
+                    thread = threading.Thread(target=b_side, args=(t0 + 4.0,))  # node 2's key is gone then
+                    thread.start()
+                    time.sleep(max(0.0, t0 + 4.2 - time.monotonic()))  # the loop stalls past the validity
+                    thread.join(5)
+            assert b_held.is_set(), "B never held the lock: the sequence did not happen"
