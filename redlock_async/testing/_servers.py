@@ -23,6 +23,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from redlock_async import _reaper
 from redlock_async.testing._proxy import Proxy
 
 __all__ = ["LocalNode", "LocalNodes", "ServerTLS", "server_binary"]
@@ -429,6 +430,7 @@ class LocalNode:
                 shutil.rmtree(self._dir, ignore_errors=True)
                 with _registry_lock:
                     _live_dirs.discard(self._dir)
+                _reaper.forget_dir(self._dir)
                 self._dir = None
 
     def command(self, *args: str | bytes | int) -> object:
@@ -463,6 +465,7 @@ class LocalNode:
             self._dir = tempfile.mkdtemp(prefix="redlock-node-")
             with _registry_lock:
                 _live_dirs.add(self._dir)
+            _reaper.watch_dir(self._dir)  # removed even if this process is killed
         return self._dir
 
     def _spawn(self) -> None:
@@ -507,6 +510,8 @@ class LocalNode:
         self._paused = False
         with _registry_lock:
             _live_procs.add(proc)
+        # Dies with this process, however it ends (SIGTERM, SIGKILL): atexit alone does not run then.
+        _reaper.watch_pid(proc.pid)
 
     def _await_start(self) -> None:
         """Wait for the spawned server, relaunching when its port turned out to be taken."""
@@ -596,6 +601,7 @@ class LocalNode:
         if self._proc is not None:
             with _registry_lock:
                 _live_procs.discard(self._proc)
+            _reaper.forget_pid(self._proc.pid)
         self._proc = None
         self._paused = False
 
