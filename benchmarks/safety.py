@@ -31,6 +31,7 @@ from _common import ROOT, library_commit
 
 from redlock_async import Redlock
 from redlock_async.testing import History, LocalNodes
+from redlock_async.testing._soak import soak
 
 NODES = 5
 CLIENTS = 4
@@ -243,6 +244,18 @@ async def analysis_sequence(quarantine: float | None, rounds: int) -> Outcome:
     return outcome
 
 
+async def processes(count: int, seconds: float) -> Outcome:
+    """*count* OS processes x 3 tasks, each its own Redlock, under minority pauses, wipes and slow nodes."""
+    began = time.monotonic()
+    result = await soak(count, seconds)
+    outcome = Outcome(f"{count} OS processes x 3 tasks: minority paused, wiped, slowed in turn", "safe")
+    outcome.attempts = outcome.granted = result.sections  # each process reports its grants, not its tries
+    outcome.overlaps, outcome.regressions, outcome.leftover = result.overlaps, result.regressions, result.leftover
+    outcome.faults = result.faults
+    outcome.seconds = time.monotonic() - began
+    return outcome
+
+
 SCENARIOS: list[tuple[str, str, Fault, dict[str, Any]]] = [
     ("no fault", "safe", no_fault, {}),
     ("minority paused (SIGSTOP 2 of 5, 0.3 s at a time)", "safe", pause_minority, {}),
@@ -307,6 +320,9 @@ async def run(seconds: float, only: str | None) -> list[Outcome]:
             continue
         print(f"-- {name}", file=sys.stderr, flush=True)
         outcomes.append(await contend(name, expect, fault, seconds, seed=n, **settings))
+    if not only or "processes" in only:
+        print("-- several OS processes", file=sys.stderr, flush=True)
+        outcomes.append(await processes(4, seconds * 2))
     if not only or "analysis" in only:
         for quarantine in (0.0, None):
             print("-- analysis sequence", file=sys.stderr, flush=True)

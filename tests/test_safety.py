@@ -87,3 +87,16 @@ async def test_minority_faults_during_contention_never_break_mutual_exclusion(fa
     assert len(faults) >= 5
     assert any(f.startswith("wipe") for f in faults), faults
     assert len(history.sections) > 200  # locks kept being granted through the faults
+
+
+async def test_several_processes_under_minority_faults_never_overlap() -> None:
+    """OS processes, not tasks: each its own Redlock, connections and event loop; pauses, wipes and
+    slow nodes one at a time; every critical section of every process checked as one history."""
+    from redlock_async.testing._soak import soak
+
+    result = await soak(processes=3, seconds=6.0)
+    assert result.sections > 30, result.faults
+    assert len({s.client.split(".")[0] for s in result.history.sections}) == 3  # every process got the lock
+    assert {fault.split()[0] for fault in result.faults} == {"pause", "wipe", "slow"}
+    assert result.leftover == 0
+    result.history.check()
