@@ -7,6 +7,9 @@ from redlock_async.events import EventKind, LockEvent
 from redlock_async.fencing import StaleFencingToken, fenced_set
 from redlock_async.lock import Lock
 
+__version__ = "0.2.0"
+"""This release (see CHANGELOG.md); before 1.0, a minor version may change behaviour."""
+
 __all__ = [
     "EventKind",
     "Lock",

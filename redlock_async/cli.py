@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from redlock_async import _reaper
+from redlock_async import __version__, _reaper
 from redlock_async._algorithm import Held, Vote
 from redlock_async._inspect import inspect
 from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
@@ -40,6 +40,7 @@ NOTE_EVERY = 5.0
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="redlock", description="Distributed locks on the Redlock algorithm.")
+    parser.add_argument("--version", action="version", version=f"redlock {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
         "run",

@@ -86,3 +86,13 @@ def test_no_private_attribute_of_redis_py_is_used() -> None:
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("redis"):
                 found += [f"{path.name}:{node.lineno}: import {a.name}" for a in node.names if a.name.startswith("_")]
     assert found == [], "private redis-py names used in redlock_async: " + ", ".join(found)
+
+
+def test_version_is_the_installed_one_and_the_cli_says_it() -> None:
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    assert redlock_async.__version__ == version("redlock_async")
+    done = subprocess.run([sys.executable, "-m", "redlock_async", "--version"], capture_output=True, text=True)
+    assert (done.returncode, done.stdout.strip()) == (0, f"redlock {redlock_async.__version__}")

@@ -8,6 +8,7 @@ freezer, like SIGSTOP), kill stops it hard, restart starts it again.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from types import TracebackType
@@ -28,6 +29,10 @@ def docker_unavailable() -> str | None:
         import testcontainers.core.container  # noqa: F401
     except ImportError as exc:
         return f"testcontainers is not installed (pip install 'redlock_async[docker]'): {exc}"
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if host.startswith("unix://") and not os.path.exists(host.removeprefix("unix://")):
+        # Checked first: the SDK, failing inside from_env(), leaves its socket unclosed.
+        return f"no Docker engine answers: no socket at {host.removeprefix('unix://')} (DOCKER_HOST unset or wrong)"
     try:
         client = docker.from_env()
         try:
