@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import logging
 import math
 import os
 import random
@@ -70,40 +71,66 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     status.add_argument("name", metavar="NAME", help="the resource")
     status.add_argument("--nodes", help="comma-separated node URLs (default: $REDLOCK_NODES)")
-    demo = commands.add_parser("demo", help="start 5 local nodes and show workers taking turns on one lock")
+    demo = commands.add_parser(
+        "demo",
+        help="start 5 local nodes and show workers taking turns on one lock",
+        description=(
+            "Start 5 local valkey-server nodes (the [embedded] extra), let workers take turns on one lock and "
+            "check that no two held it at once, then pause nodes to show what a minority and a majority down do. "
+            f"Exit status: 0 when no critical sections overlapped, 1 otherwise, {EXIT_UNAVAILABLE} without a server."
+        ),
+    )
     demo.add_argument("--workers", type=int, default=4, help="competing workers, each with its own Redlock")
     demo.add_argument("--rounds", type=int, default=3, help="acquisitions per worker")
     argv = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first -- is the command, options and all (argparse would take them).
     cmd = argv[argv.index("--") + 1 :] if "--" in argv else []
-    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
-    nodes = [url.strip() for url in (getattr(args, "nodes", None) or os.environ.get("REDLOCK_NODES", "")).split(",")]
+    args, extra = parser.parse_known_args(argv[: argv.index("--")] if "--" in argv else argv)
+    sub = {"run": run, "status": status, "demo": demo}[args.command]
+    if extra:
+        hint = " (put the command after --: redlock run NAME -- CMD [ARGS...])" if args.command == "run" else ""
+        sub.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    if cmd and args.command != "run":
+        sub.error(f"nothing comes after -- in redlock {args.command}: got {' '.join(cmd)}")
+    given = getattr(args, "nodes", None)
+    if given is not None and not given.strip(" ,"):
+        sub.error("--nodes is empty: give URL,URL,... (or leave --nodes out to use $REDLOCK_NODES)")
+    nodes = [url.strip() for url in (given or os.environ.get("REDLOCK_NODES", "")).split(",")]
     nodes = [url for url in nodes if url]
+    try:
+        return _command(args, sub, cmd, nodes)
+    except KeyboardInterrupt:
+        # Ctrl-C: asyncio.run cancelled the work, which released what it held; say so in one line.
+        print("redlock: interrupted", file=sys.stderr)
+        return 130
+
+
+def _command(args: argparse.Namespace, sub: argparse.ArgumentParser, cmd: list[str], nodes: list[str]) -> int:
     if args.command == "status":
         if not nodes:
-            parser.error("status: name the nodes with --nodes URL,URL,... or $REDLOCK_NODES")
+            sub.error("name the nodes with --nodes URL,URL,... or $REDLOCK_NODES")
         try:
             return asyncio.run(_status(args.name, nodes))
         except (ValueError, TypeError) as exc:
-            parser.error(f"status: {exc}")
+            sub.error(str(exc))
     if args.command == "run":
-        _check_durations(parser, args)
+        _check_durations(sub, args)
         if not cmd:
-            parser.error("run: give the command after --, e.g. redlock run backup -- ./backup.sh")
+            sub.error("give the command after --, e.g. redlock run backup -- ./backup.sh")
         if not nodes:
-            parser.error("run: name the nodes with --nodes URL,URL,... or $REDLOCK_NODES")
+            sub.error("name the nodes with --nodes URL,URL,... or $REDLOCK_NODES")
         try:
             return asyncio.run(
                 _run(args.name, cmd, nodes, args.ttl, args.wait, args.grace, args.fencing, quiet=args.quiet)
             )
         except (ValueError, TypeError) as exc:
-            parser.error(f"run: {exc}")
+            sub.error(str(exc))
         except RedlockError as exc:  # nodes that refuse the lock scripts: the command did not run
             print(f"redlock: {exc}", file=sys.stderr)
             return 1
     if args.command == "demo":
         if not 1 <= args.workers <= 32 or not 1 <= args.rounds <= 100:
-            parser.error("--workers must be in 1..32 and --rounds in 1..100")
+            sub.error("--workers must be in 1..32 and --rounds in 1..100")
         return asyncio.run(_demo(args.workers, args.rounds))
     return 2  # pragma: no cover - argparse rejects unknown commands
 
@@ -118,10 +145,10 @@ def _check_durations(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         try:
             check_duration(option, value, zero_ok=zero_ok, inf_ok=inf_ok)
         except ValueError as exc:
-            parser.error(f"run: {exc}")
+            parser.error(str(exc))
     shortest = Settings().node_timeout * MIN_TTL_TO_NODE_TIMEOUT
     if args.ttl < shortest:
-        parser.error(f"run: --ttl must be at least {shortest:g} seconds, got {args.ttl:g}")
+        parser.error(f"--ttl must be at least {shortest:g} seconds, got {args.ttl:g}")
 
 
 def _resource(name: str) -> tuple[str | bytes, str]:
@@ -159,7 +186,8 @@ async def _run(
                     file=sys.stderr,
                 )
                 return EXIT_UNAVAILABLE
-            print(f"redlock: {name} is held elsewhere: not running {cmd[0]} ({exc})", file=sys.stderr)
+            waited = f"waited {wait:g} s" if wait > 0 else "one try (--wait 0); --wait S waits for it"
+            print(f"redlock: {name} is held elsewhere: not running {cmd[0]} ({waited})", file=sys.stderr)
             return EXIT_NOT_ACQUIRED
         try:
             env = dict(os.environ)
@@ -170,8 +198,9 @@ async def _run(
                     *cmd, env=env, preexec_fn=functools.partial(_die_with_parent, os.getpid())
                 )
             except OSError as exc:
-                print(f"redlock: cannot run {cmd[0]}: {exc}", file=sys.stderr)
-                return 127
+                print(f"redlock: cannot run {cmd[0]}: {exc.strerror or exc}", file=sys.stderr)
+                # The shell's convention: 127 not found, 126 found but not executable.
+                return 127 if isinstance(exc, FileNotFoundError) else 126
             # Whatever ends this process (SIGKILL included), the command must not outlive it, and
             # so its lease, beside the next holder: the kernel's parent-death signal, and a reaper.
             _reaper.watch_pid(process.pid)
@@ -250,7 +279,13 @@ async def _status(name: str, nodes: list[str]) -> int:
     resource, name = _resource(name)
     settings = redlock.settings
     key, fence_key = resource_key(settings.key_prefix, resource), resource_key(settings.fence_prefix, resource)
-    found = await inspect([node.endpoint for node in redlock._nodes], key, fence_key, settings)
+    quiet = logging.getLogger("redlock_async")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # the table says which nodes could not be reached, and why
+    try:
+        found = await inspect([node.endpoint for node in redlock._nodes], key, fence_key, settings)
+    finally:
+        quiet.setLevel(level)
     print(f"{name} on {len(nodes)} nodes (a majority is {found.quorum}):")
     for view in found.nodes:
         counter = f"  fencing counter {view.fencing_counter}" if view.fencing_counter is not None else ""

@@ -693,22 +693,25 @@ async def test_fenced_set_refuses_bad_arguments_and_writes_nothing(cluster: Clus
     ("args", "pattern"),
     [
         (["--ttl", "abc"], r"argument --ttl: invalid float value: 'abc'"),
-        (["--ttl", "nan"], r"run: --ttl must be a number of seconds, got NaN"),
-        (["--ttl", "inf"], r"run: --ttl must be finite"),
-        (["--ttl", "1e400"], r"run: --ttl must be finite"),
-        (["--ttl", "-1"], r"run: --ttl must be > 0 seconds"),
-        (["--ttl", "0"], r"run: --ttl must be > 0 seconds"),
-        (["--ttl", "0.1"], r"run: --ttl must be at least 0\.5 seconds, got 0\.1"),
-        (["--ttl", "1e16"], r"run: ttl must be at most"),
-        (["--wait", "-1"], r"run: --wait must be >= 0 seconds, got -1\.0"),
-        (["--wait", "nan"], r"run: --wait must be a number of seconds, got NaN"),
-        (["--grace", "nan"], r"run: --grace must be a number of seconds, got NaN"),
-        (["--grace", "-1"], r"run: --grace must be >= 0 seconds"),
-        (["--grace", "inf"], r"run: --grace must be finite"),
-        (["--nodes", "garbage"], r"run: nodes\[0\] is not a usable Redis URL"),
-        (["--nodes", "redis://h:port"], r"run: nodes\[0\] is not a usable Redis URL"),
-        (["--nodes", " , ,"], r"run: name the nodes with --nodes"),
-        (["--nodes", f"{NOWHERE},{NOWHERE}"], r"run: nodes\[1\] \(127\.0\.0\.1:1\) is the same server as nodes\[0\]"),
+        (["--ttl", "nan"], r"redlock run: error: --ttl must be a number of seconds, got NaN"),
+        (["--ttl", "inf"], r"redlock run: error: --ttl must be finite"),
+        (["--ttl", "1e400"], r"redlock run: error: --ttl must be finite"),
+        (["--ttl", "-1"], r"redlock run: error: --ttl must be > 0 seconds"),
+        (["--ttl", "0"], r"redlock run: error: --ttl must be > 0 seconds"),
+        (["--ttl", "0.1"], r"redlock run: error: --ttl must be at least 0\.5 seconds, got 0\.1"),
+        (["--ttl", "1e16"], r"redlock run: error: ttl must be at most"),
+        (["--wait", "-1"], r"redlock run: error: --wait must be >= 0 seconds, got -1\.0"),
+        (["--wait", "nan"], r"redlock run: error: --wait must be a number of seconds, got NaN"),
+        (["--grace", "nan"], r"redlock run: error: --grace must be a number of seconds, got NaN"),
+        (["--grace", "-1"], r"redlock run: error: --grace must be >= 0 seconds"),
+        (["--grace", "inf"], r"redlock run: error: --grace must be finite"),
+        (["--nodes", "garbage"], r"redlock run: error: nodes\[0\] is not a usable Redis URL"),
+        (["--nodes", "redis://h:port"], r"redlock run: error: nodes\[0\] is not a usable Redis URL"),
+        (["--nodes", " , ,"], r"redlock run: error: --nodes is empty: give URL,URL"),
+        (
+            ["--nodes", f"{NOWHERE},{NOWHERE}"],
+            r"redlock run: error: nodes\[1\] \(127\.0\.0\.1:1\) is the same server as nodes\[0\]",
+        ),
     ],
 )
 def test_cli_run_options_say_what_to_change(args: list[str], pattern: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -735,7 +738,7 @@ def test_cli_bad_names(
     with pytest.raises(SystemExit) as exited:
         main(argv)
     assert exited.value.code == 2
-    assert re.search(rf"{command}: {pattern}", capsys.readouterr().err)
+    assert re.search(rf"redlock {command}: error: {pattern}", capsys.readouterr().err)
     assert [keys_on(cluster[i]) for i in range(len(cluster))] == [[]] * len(cluster)  # nothing was sent
 
 

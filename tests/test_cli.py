@@ -10,6 +10,7 @@ import re
 import signal
 import sys
 import tty
+from pathlib import Path
 
 from redlock_async.cli import EXIT_HELD, EXIT_LOST, EXIT_NOT_ACQUIRED, EXIT_UNAVAILABLE, EXIT_UNKNOWN
 
@@ -264,3 +265,78 @@ async def test_run_with_a_majority_down_says_too_few_nodes_answered(faulty: Clus
     assert "ran" not in out
     assert "too few nodes answered for job (2 of 5 could; a majority is 3)" in err
     assert "held elsewhere" not in err
+
+
+# -- the command line as an operator meets it ------------------------------------------------------
+
+
+async def run_cli(*args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        PY, "-m", "redlock_async", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    return await finish(process)
+
+
+async def test_ctrl_c_while_waiting_is_one_line_and_130(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    redlock = await make_redlock()
+    async with redlock.lock("interrupted", ttl=30.0) as holder:
+        process = await asyncio.create_subprocess_exec(
+            PY, "-m", "redlock_async", "run", "interrupted", "--nodes", ",".join(cluster.urls), "--wait", "30",
+            "--quiet", "--", PY, "-c", "print('ran')",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        await asyncio.sleep(1.5)  # it waits for the lock
+        process.send_signal(signal.SIGINT)
+        code, out, err = await finish(process)
+        assert code == 130, err
+        assert out == ""
+        assert err.strip().splitlines() == ["redlock: interrupted"]
+        token = holder.token
+        assert token is not None
+        # Nothing of the interrupted acquire is left: each node holds the holder's key, or nothing.
+        for i in range(len(cluster)):
+            assert cluster[i].command("GET", "redlock:interrupted") in (token.encode(), None)
+    await asyncio.sleep(0.2)
+    assert all(cluster[i].command("EXISTS", "redlock:interrupted") == 0 for i in range(len(cluster)))
+
+
+async def test_forgetting_the_double_dash_gets_a_hint(cluster: Cluster) -> None:
+    code, _, err = await run_cli("run", "job", "--nodes", ",".join(cluster.urls), "true")
+    assert code == 2
+    assert "usage: redlock run NAME" in err  # the subcommand's usage, not the top-level one
+    assert "unrecognized arguments: true (put the command after --: redlock run NAME -- CMD" in err
+
+
+async def test_empty_nodes_and_a_command_after_status_are_refused(cluster: Cluster) -> None:
+    code, _, err = await run_cli("run", "job", "--nodes", "", "--", "true")
+    assert (code, "--nodes is empty" in err) == (2, True)
+    code, _, err = await run_cli("status", "job", "--nodes", ",".join(cluster.urls), "--", "rm", "-rf", "/")
+    assert code == 2
+    assert "nothing comes after -- in redlock status: got rm -rf /" in err
+
+
+async def test_a_command_that_is_not_executable_exits_126(cluster: Cluster, tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\necho ran\n")  # not chmod +x
+    code, out, err = await run_cli("run", "job", "--nodes", ",".join(cluster.urls), "--", str(script))
+    assert (code, out) == (126, "")
+    assert "cannot run" in err
+    code, _, _ = await run_cli("run", "job", "--nodes", ",".join(cluster.urls), "--", str(tmp_path / "missing"))
+    assert code == 127
+
+
+async def test_wait_zero_says_one_try(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    redlock = await make_redlock()
+    async with redlock.lock("one-try", ttl=10.0):
+        code, _, err = await run_cli("run", "one-try", "--nodes", ",".join(cluster.urls), "--", "true")
+    assert code == EXIT_NOT_ACQUIRED
+    assert "is held elsewhere: not running true (one try (--wait 0); --wait S waits for it)" in err
+    assert "pending" not in err
+    assert "0.0 s" not in err
+
+
+async def test_every_subcommand_explains_itself() -> None:
+    for command in ("run", "status", "demo"):
+        code, out, _ = await run_cli(command, "--help")
+        assert code == 0
+        assert "exit status" in " ".join(out.split()).lower(), command  # argparse wraps lines
