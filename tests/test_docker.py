@@ -1,45 +1,136 @@
-"""The container path: the same lock on 5 containers, where a Docker engine answers.
+"""The lock on 5 containers started through testcontainers, with the engine's own faults.
 
-The whole suite runs on containers with REDLOCK_TEST_BACKEND=docker; this
-module checks the path itself whenever an engine is there.
+Run by ``.ci/docker-tests`` (``pytest -m docker``), which gets an engine and the images
+(``$REDLOCK_DOCKER_IMAGES``, comma-separated: Valkey and Redis 7). The main test run leaves
+these out (``-m "not docker"``): without an engine they would only skip.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import Iterator
 
 import pytest
 
-from redlock_async import Redlock
-from redlock_async.testing._docker import DockerNodes, docker_unavailable
+from redlock_async import LockNotAcquired, Redlock, Vote
+from redlock_async.testing import History
+from redlock_async.testing._docker import DEFAULT_IMAGE, DockerNodes, docker_unavailable
 
 pytestmark = pytest.mark.docker
 
+IMAGES = [image.strip() for image in os.environ.get("REDLOCK_DOCKER_IMAGES", DEFAULT_IMAGE).split(",") if image]
 
-@pytest.fixture(scope="module")
-def containers() -> Iterator[DockerNodes]:
+
+@pytest.fixture(scope="module", params=IMAGES)
+def containers(request: pytest.FixtureRequest) -> Iterator[DockerNodes]:
     if reason := docker_unavailable():
         pytest.skip(reason)
-    with DockerNodes(5) as nodes:
+    with DockerNodes(5, image=request.param) as nodes:
         yield nodes
 
 
-async def test_mutual_exclusion_on_containers(containers: DockerNodes) -> None:
-    async with Redlock(containers.urls) as a, Redlock(containers.urls) as b:
-        first = a.lock("docker")
-        assert await first.acquire(blocking=False)
-        assert not await b.lock("docker").acquire(blocking=False)
-        await first.release()
+@pytest.fixture
+def nodes(containers: DockerNodes) -> Iterator[DockerNodes]:
+    containers.heal()
+    containers.flush()
+    yield containers
+    containers.heal()
 
 
-async def test_two_paused_containers_still_acquire(containers: DockerNodes) -> None:
-    async with Redlock(containers.urls) as redlock:
-        containers[0].pause()
-        containers[1].pause()
-        try:
-            lock = redlock.lock("docker-minority")
-            assert await lock.acquire(blocking=False)
-            await lock.release()
-        finally:
-            containers[0].resume()
-            containers[1].resume()
+async def test_mutual_exclusion_under_contention(nodes: DockerNodes) -> None:
+    history = History()
+    async with Redlock(nodes.urls, retry_delay=0.02) as a, Redlock(nodes.urls, retry_delay=0.02) as b:
+
+        async def worker(name: str, redlock: Redlock) -> None:
+            for _ in range(10):
+                async with redlock.lock("docker:contended", acquire_timeout=20) as lock:
+                    with history.section(name, lock):
+                        await asyncio.sleep(0.002)
+
+        await asyncio.gather(*(worker(f"{side}{n}", r) for side, r in (("a", a), ("b", b)) for n in range(3)))
+    assert len(history.sections) == 60
+    history.check()
+    assert all(node.command("EXISTS", "redlock:docker:contended") == 0 for node in nodes)
+
+
+async def test_a_paused_minority_is_tolerated_and_a_paused_majority_grants_nothing(nodes: DockerNodes) -> None:
+    async with Redlock(nodes.urls, acquire_timeout=0.5) as redlock:
+        nodes[0].pause()
+        nodes[1].pause()
+        lock = redlock.lock("docker:paused")
+        assert await lock.acquire(blocking=False)
+        await lock.release()
+        nodes[2].pause()
+        with pytest.raises(LockNotAcquired):
+            async with redlock.lock("docker:paused"):
+                pass
+    nodes.heal()
+    await asyncio.sleep(0.2)
+    assert all(node.command("EXISTS", "redlock:docker:paused") == 0 for node in nodes)
+
+
+async def test_a_partitioned_minority_is_tolerated_and_a_partitioned_majority_grants_nothing(
+    nodes: DockerNodes,
+) -> None:
+    async with Redlock(nodes.urls, acquire_timeout=0.5) as redlock:
+        nodes[3].partition()  # docker network disconnect: a real partition, not a proxy
+        nodes[4].partition()
+        lock = redlock.lock("docker:partition")
+        for _ in range(3):  # the first try may meet the connections the partition cut
+            if await lock.acquire(blocking=False):
+                break
+        assert lock.held
+        await lock.release()
+        nodes[2].partition()
+        with pytest.raises(LockNotAcquired):
+            async with redlock.lock("docker:partition"):
+                pass
+        nodes.heal()
+        lock = redlock.lock("docker:partition", acquire_timeout=5)
+        async with lock:
+            assert lock.held
+
+
+async def test_a_container_restarted_empty_cannot_give_a_second_holder(nodes: DockerNodes) -> None:
+    """The analysis sequence on containers: A holds 0, 1, 2; node 2 restarts without its data."""
+    async with Redlock(nodes.urls, ttl=5.0) as a:
+        for i in (3, 4):
+            nodes[i].command("SET", "redlock:docker:restart", "someone else", "PX", 60_000)
+        held = a.lock("docker:restart", ttl=5.0, auto_extend=False)
+        assert await held.acquire(blocking=False)
+        for i in (3, 4):
+            nodes[i].command("DEL", "redlock:docker:restart")
+        await asyncio.to_thread(nodes[2].restart, keep_data=False)
+        async with Redlock(nodes.urls, ttl=5.0) as b:
+            lock = b.lock("docker:restart", ttl=5.0)
+            for _ in range(3):
+                assert not await lock.acquire(blocking=False)
+            assert lock.outcomes[2].vote is Vote.QUARANTINED, lock.outcomes
+        assert held.held
+        await held.release()
+
+
+async def test_the_watchdog_keeps_a_lock_across_container_faults(nodes: DockerNodes) -> None:
+    """Faults on two of five containers, each longer than the ttl: the other three extend it."""
+    async with Redlock(nodes.urls, fencing=True) as redlock:
+        async with redlock.lock("docker:watched", ttl=1.0) as lock:
+            first = lock.fencing_token
+            nodes[0].pause()
+            await asyncio.sleep(1.2)  # beyond the ttl: node 0's copy is gone, the others extended
+            nodes[0].resume()
+            nodes[1].partition()
+            await asyncio.sleep(1.2)
+            nodes.heal()
+            await asyncio.to_thread(nodes[0].restart, keep_data=False)
+            await asyncio.sleep(1.2)
+            assert lock.held
+            assert lock.fencing_token == first
+            assert lock.validity > 0
+        tokens: list[int] = []
+        for _ in range(3):
+            async with redlock.lock("docker:watched", ttl=1.0) as again:
+                assert again.fencing_token is not None
+                tokens.append(again.fencing_token)
+    assert first is not None
+    assert first < tokens[0] < tokens[1] < tokens[2]  # fencing tokens only grow

@@ -10,15 +10,22 @@ and fencing tokens that go backwards. No mocks and no Docker: ``pip install valk
 ``LocalNodes(5, proxied=True)`` puts a ``Proxy`` in front of each node: ``nodes[i].proxy``
 adds latency, drops replies, black-holes or resets node i's connections, and heals them.
 ``redlock_async.testing.pytest_plugin`` gives the same as pytest fixtures (see docs/testing.md).
+
+``DockerNodes`` is the container twin of ``LocalNodes`` (``pip install 'redlock_async[docker]'``
+and a Docker engine): the same fault methods, with the engine's pause, restart and network
+disconnect (a real partition) instead of signals and proxies.
 """
 
 from __future__ import annotations
 
+from redlock_async.testing._docker import DockerNode, DockerNodes, docker_unavailable
 from redlock_async.testing._history import History
 from redlock_async.testing._proxy import Fault, Proxy, ProxyState, ProxyStats
 from redlock_async.testing._servers import LocalNode, LocalNodes, ServerTLS, nodes_from_env, server_binary
 
 __all__ = [
+    "DockerNode",
+    "DockerNodes",
     "Fault",
     "History",
     "LocalNode",
@@ -27,6 +34,7 @@ __all__ = [
     "ProxyState",
     "ProxyStats",
     "ServerTLS",
+    "docker_unavailable",
     "nodes_from_env",
     "server_binary",
 ]
