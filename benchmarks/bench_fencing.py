@@ -1,6 +1,6 @@
 """What fencing=True costs: uncontended acquire+release, plain vs fenced, interleaved in one run.
 
-    python benchmarks/bench_fencing.py [--quick]
+    python benchmarks/bench_fencing.py [--quick] [--json PATH]
 
 Against 5 embedded nodes. Each round times OPS sequential acquire+release
 pairs of each kind, alternating which goes first; the figures are medians
@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import time
+from pathlib import Path
+from typing import Any
 
 from redlock_async import Redlock
 from redlock_async.testing import LocalNodes
@@ -35,7 +38,7 @@ def p(samples: list[float], q: float) -> float:
     return statistics.quantiles(samples, n=100)[int(q) - 1] if q < 100 else max(samples)
 
 
-async def main(rounds: int, ops: int) -> None:
+async def main(rounds: int, ops: int) -> dict[str, Any]:
     with LocalNodes(5) as cluster:
         async with Redlock(cluster.urls) as plain, Redlock(cluster.urls, fencing=True) as fenced:
             await timed(plain, "warm-plain", 100)
@@ -65,10 +68,20 @@ async def main(rounds: int, ops: int) -> None:
             )
             print(f"| fencing=True (2 round trips) | {fenced_p50:.0f} | {statistics.median(r[3] for r in rows):.0f} |")
             print(f"\nfenced / plain p50: {ratio:.2f}x (median of per-round ratios)")
+            return {
+                "rounds": rounds,
+                "ops": ops,
+                "plain_p50_us": plain_p50,
+                "fenced_p50_us": fenced_p50,
+                "fenced_to_plain_p50": ratio,
+            }
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 rounds of 200")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the figures as JSON")
     args = parser.parse_args()
-    asyncio.run(main(2, 200) if args.quick else main(5, 1500))
+    figures = asyncio.run(main(2, 200) if args.quick else main(5, 1500))
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")

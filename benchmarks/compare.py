@@ -62,6 +62,8 @@ from redlock_async.testing import LocalNodes
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "benchmarks.md"
 PNG = ROOT / "docs" / "img" / "compare.png"
+DEV_LOG = ROOT / "docs" / "development-log.md"
+"""The profile goes here: it is for whoever works on the library, not for choosing one."""
 BEGIN = "<!-- compare.py: generated from here to the end marker; rerun to refresh -->"
 END = "<!-- compare.py: end -->"
 
@@ -1084,9 +1086,15 @@ def report(run: Run, command: str) -> str:
     if details:
         out += ["", "Every failure in full (scenario, library, repeat: what happened):", ""]
         out += [f"- {line}" for line in details]
-    if run.profile:
-        out += ["", "### Profile of redlock_async's uncontended loop", "", run.profile]
     return "\n".join(out) + "\n"
+
+
+def profile_report(run: Run, command: str) -> str:
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"Made by `{command}` at commit {library_commit()}, {now}.\n\n"
+        f"### Profile of redlock_async's uncontended loop\n\n{run.profile}\n"
+    )
 
 
 # -- the figure ----------------------------------------------------------------------
@@ -1228,6 +1236,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(plot(run, PNG))
         write_docs(DOCS, body)
         print(f"tables: {DOCS.relative_to(ROOT)}")
+        if run.profile:
+            write_docs(DEV_LOG, profile_report(run, command))
+            print(f"profile: {DEV_LOG.relative_to(ROOT)}")
     return 0
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime
 import random
 import sys
 import time
@@ -274,7 +275,8 @@ def render(outcomes: list[Outcome], seconds: float) -> str:
         "# Safety report",
         "",
         "Mutual exclusion under faults, on 5 real valkey-server nodes behind loopback proxies.",
-        f"Made by `python benchmarks/safety.py --seconds {seconds:g}` at commit {library_commit()}.",
+        f"Made by `python benchmarks/safety.py --seconds {seconds:g}` at commit {library_commit()}, "
+        f"{datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
         "",
         f"Each contention scenario: {CLIENTS} Redlock clients x {TASKS} tasks, one fenced lock (ttl {TTL:g} s),",
         f"~1 ms critical sections, {seconds:g} s under the fault. Every section is recorded; the checker",

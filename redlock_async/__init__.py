@@ -1,6 +1,7 @@
 """Asyncio distributed locks on the Redlock algorithm over N independent Redis masters."""
 
 from redlock_async._algorithm import Vote
+from redlock_async._settings import Settings
 from redlock_async.client import Redlock
 from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome, RedlockError
 from redlock_async.events import EventKind, LockEvent
@@ -19,6 +20,7 @@ __all__ = [
     "NodeOutcome",
     "Redlock",
     "RedlockError",
+    "Settings",
     "StaleFencingToken",
     "Vote",
     "fenced_set",
@@ -34,6 +36,7 @@ for _cls in (
     NodeOutcome,
     Redlock,
     RedlockError,
+    Settings,
     StaleFencingToken,
     Vote,
 ):

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from redlock_async._algorithm import Vote
+from redlock_async._algorithm import Vote, quorum
 from redlock_async._fanout import Ballot
 from redlock_async._node import Failure, Node, Reply
 
@@ -203,7 +203,7 @@ class Listener:
             return
         heard = self._heard.setdefault(channel, {})
         count = heard.get(token, 0) + 1
-        if count < len(self.nodes) // 2 + 1:
+        if count < quorum(len(self.nodes)):
             heard[token] = count
             if len(heard) > 64:  # words of partial give-backs that never reach a majority
                 heard.clear()

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redlock_async._algorithm import Held, Vote, held_by_majority
+from redlock_async._algorithm import Held, Vote, held_by_majority, quorum
 from redlock_async._endpoint import Endpoint
 from redlock_async._node import Failure, Node
 from redlock_async._settings import Settings
@@ -47,7 +47,7 @@ class Inspection:
 
     @property
     def quorum(self) -> int:
-        return len(self.nodes) // 2 + 1
+        return quorum(len(self.nodes))
 
 
 def digest(token: bytes) -> str:

@@ -32,7 +32,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from redlock_async._algorithm import Marker, sit_out
+from redlock_async._algorithm import Marker, quorum, sit_out
 from redlock_async._node import Failure, Node, Reply
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class Quarantine:
                 self._warn_suspect(i)
             return
         unmarked = sum(1 for seen, marked in zip(self._seen, self._marked, strict=True) if seen and marked is False)
-        if unmarked < len(self._nodes) // 2 + 1:
+        if unmarked < quorum(len(self._nodes)):
             return
         self._fresh_checked = True
         self._fresh_at = time.monotonic()

@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import sys
+import textwrap
 import time
 from collections.abc import AsyncIterator, Sequence
 
@@ -35,12 +36,46 @@ EXIT_NOT_ACQUIRED = 75
 EXIT_LOST = 76
 """``redlock run``: the lock was lost while the command ran; it was stopped (SIGTERM, then SIGKILL)."""
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+EXIT_STATUSES = (
+    (
+        "0",
+        "run: the command succeeded (otherwise run exits with the command's own status); status: free; "
+        "demo: no two critical sections overlapped",
+    ),
+    ("1", "status: held; demo: critical sections overlapped"),
+    ("2", "usage error: the message says what to change"),
+    ("3", "status: unknown, too few nodes answered to tell held from free"),
+    (
+        "69",
+        "run: too few nodes answered to grant or refuse the lock, the command did not run; demo: no server "
+        "(EX_UNAVAILABLE in sysexits.h, 'service unavailable')",
+    ),
+    (
+        "75",
+        "run: the lock is held elsewhere and was not had within --wait, the command did not run "
+        "(EX_TEMPFAIL in sysexits.h, 'try again later')",
+    ),
+    ("76", "run: the lock was lost while the command ran; it got SIGTERM, then SIGKILL after --grace"),
+    ("126", "run: the command is not executable (the shell's convention)"),
+    ("127", "run: the command was not found (the shell's convention)"),
+    ("130", "interrupted (Ctrl-C) while waiting for the lock; nothing is left on the nodes"),
+)
+"""Every exit status of ``redlock``: shown by ``redlock --help`` and, the same, in the README."""
 NOTE_EVERY = 5.0
 """``redlock run``, stderr not a terminal: seconds between the "still waiting" lines."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="redlock", description="Distributed locks on the Redlock algorithm.")
+    parser = argparse.ArgumentParser(
+        prog="redlock",
+        description="Distributed locks on the Redlock algorithm.",
+        epilog="exit status:\n"
+        + "\n".join(
+            textwrap.fill(meaning, 79, initial_indent=f"  {code:>4}  ", subsequent_indent=" " * 8)
+            for code, meaning in EXIT_STATUSES
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"redlock {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(

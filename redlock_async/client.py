@@ -13,7 +13,7 @@ from typing import Any, Self, final
 
 from redis.asyncio import Redis
 
-from redlock_async._algorithm import Vote, drift
+from redlock_async._algorithm import Vote, drift, quorum
 from redlock_async._cleanup import complete
 from redlock_async._endpoint import endpoint_for
 from redlock_async._handoff import Listener
@@ -171,7 +171,7 @@ class Redlock:
     @property
     def quorum(self) -> int:
         """How many nodes must agree: a strict majority."""
-        return len(self._nodes) // 2 + 1
+        return quorum(len(self._nodes))
 
     def lock(
         self,

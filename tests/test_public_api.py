@@ -96,3 +96,42 @@ def test_version_is_the_installed_one_and_the_cli_says_it() -> None:
     assert redlock_async.__version__ == version("redlock_async")
     done = subprocess.run([sys.executable, "-m", "redlock_async", "--version"], capture_output=True, text=True)
     assert (done.returncode, done.stdout.strip()) == (0, f"redlock {redlock_async.__version__}")
+
+
+def test_the_majority_is_spelled_once() -> None:
+    """Every module asks _algorithm.quorum for the majority; no second spelling of it can drift."""
+    import ast
+    from pathlib import Path
+
+    package = Path(redlock_async.__file__).parent
+    spelled: list[str] = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "_algorithm.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            # n // 2 + 1, in any form
+            if (
+                isinstance(node, ast.BinOp)
+                and isinstance(node.op, ast.Add)
+                and isinstance(node.left, ast.BinOp)
+                and isinstance(node.left.op, ast.FloorDiv)
+                and isinstance(node.left.right, ast.Constant)
+                and node.left.right.value == 2
+            ):
+                spelled.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert not spelled, f"the majority spelled by hand (use _algorithm.quorum): {spelled}"
+
+
+def test_redlock_takes_exactly_the_settings_with_their_defaults() -> None:
+    """Settings is the one list: Redlock(...)'s keywords and defaults, and Redlock.lock's overrides, agree with it."""
+    import dataclasses
+    import inspect
+
+    fields = {field.name: field.default for field in dataclasses.fields(redlock_async.Settings)}
+    init = inspect.signature(redlock_async.Redlock.__init__).parameters
+    keywords = {name: p.default for name, p in init.items() if p.kind is p.KEYWORD_ONLY and name != "on_event"}
+    assert keywords == fields
+    lock = inspect.signature(redlock_async.Redlock.lock).parameters
+    overrides = {name for name, p in lock.items() if p.kind is p.KEYWORD_ONLY and name != "on_lost"}
+    assert overrides <= set(fields), overrides - set(fields)
+    assert all(lock[name].default is None for name in overrides)  # None: the Redlock's setting
