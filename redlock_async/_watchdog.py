@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import logging
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -29,6 +31,8 @@ from redlock_async._algorithm import Vote
 from redlock_async._fanout import Deadline, sitting_out
 from redlock_async._node import Failure, Node, Reply
 from redlock_async._scripts import EXTEND_MANY
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from redlock_async.lock import Lock
@@ -42,9 +46,15 @@ CHUNK = 500
 class Watchdog:
     """Extends the watched locks of one Redlock before their leases run out."""
 
-    def __init__(self, nodes: tuple[Node, ...], node_timeout: float) -> None:
+    def __init__(
+        self,
+        nodes: tuple[Node, ...],
+        node_timeout: float,
+        on_fault: Callable[[BaseException], None] | None = None,
+    ) -> None:
         self._nodes = nodes
         self._node_timeout = node_timeout
+        self._on_fault = on_fault
         self._heap: list[tuple[float, int, Lock]] = []
         self._entries: dict[Lock, int] = {}  # lock -> its live heap entry's sequence number
         self._seq = itertools.count()
@@ -101,6 +111,22 @@ class Watchdog:
             await asyncio.wait([task])
 
     async def _run(self) -> None:
+        try:
+            await self._extend_while_watched()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # A bug (ours, or a loop's): the locks would run out unextended with no one told.
+            # Say it once, stop for good, and let the Redlock declare its watched locks lost.
+            log.error("redlock watchdog: internal error, its locks are given up", exc_info=exc)
+            self._closed = True
+            self._heap.clear()
+            self._entries.clear()
+            self._task = None
+            if self._on_fault is not None:
+                self._on_fault(exc)
+
+    async def _extend_while_watched(self) -> None:
         loop = asyncio.get_running_loop()
         while self._entries:
             heap = self._heap  # (compaction replaces the list)

@@ -153,7 +153,7 @@ class Redlock:
         self._nodes: tuple[Node, ...] = tuple(built)
         if self._quarantine is not None:
             self._quarantine.attach(self._nodes)
-        self._watchdog = Watchdog(self._nodes, self.settings.node_timeout)
+        self._watchdog = Watchdog(self._nodes, self.settings.node_timeout, on_fault=self._watchdog_fault)
         self._listener.nodes = self._subscribers = tuple(subscribers)
         self._listener._scope = tuple(sorted(self.nodes))
         self._closed = False
@@ -354,6 +354,13 @@ class Redlock:
         """A node's task failed unexpectedly (logged there): every call from now on says so."""
         if self._fault is None:
             self._fault = exc
+
+    def _watchdog_fault(self, exc: BaseException) -> None:
+        """The watchdog's task failed unexpectedly (logged there): no lock it kept can be trusted."""
+        if self._fault is None:
+            self._fault = exc
+        for lock in list(self._held):
+            lock._watchdog_failed(exc)
 
 
 SAME_SERVER = "the same server as"

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, final
 
 from redlock_async import _algorithm, _handoff
+from redlock_async._cleanup import complete
 from redlock_async._fanout import Ballot, outcomes, vote_of_fenced, vote_of_script, vote_of_set
 from redlock_async._node import Failure, Reply
 from redlock_async._scripts import ACQUIRE_FENCED, EXTEND, FENCE, RELEASE
@@ -479,8 +480,13 @@ class Lock:
             return False
         settings = self._settings
         if now >= self._expires:
-            # The event loop stalled past the validity (or the process was paused): too late.
-            self._watchdog_lost(f"lock {self.resource!r} expired before the watchdog could extend it (loop stall?)")
+            votes = self._last_votes
+            if votes and sum(1 for vote in votes if vote is _algorithm.Vote.YES) < _algorithm.quorum(len(votes)):
+                # The last extension failed (nodes silent or refusing) and its retry came too late.
+                self._watchdog_lost(f"lock {self.resource!r} could not be extended on a majority before it ran out")
+            else:
+                # The event loop stalled past the validity (or the process was paused): too late.
+                self._watchdog_lost(f"lock {self.resource!r} expired before the watchdog could extend it (loop stall?)")
             return False
         if now >= self._acquired_at + settings.max_hold or (
             settings.max_extensions is not None and self._extensions >= settings.max_extensions
@@ -537,9 +543,10 @@ class Lock:
         else:
             self._watchdog_lost(f"lock {self.resource!r} could not be extended on a majority before it ran out")
 
-    def _watchdog_lost(self, why: str) -> None:
+    def _watchdog_lost(self, why: str, *, cause: BaseException | None = None) -> None:
         self._mark_lost(why, (), watchdog=True)
         assert self._lost is not None
+        self._lost.__cause__ = cause
         if self.on_lost is not None:
             try:
                 self.on_lost(self._lost)
@@ -550,6 +557,16 @@ class Lock:
         if self._host is not None and not self._host.done():
             self._cancelled_host = True
             self._host.cancel(msg=f"redlock: {why}")
+
+    def _watchdog_failed(self, exc: BaseException) -> None:
+        """The watchdog stopped on an internal error: a watched lease can no longer be kept."""
+        if self._state is not _State.HELD or not self._watched:
+            return
+        self._watchdog_lost(
+            f"lock {self.resource!r} is given up: the watchdog stopped on an internal error "
+            f"({type(exc).__name__}: {exc}; its traceback is in the log)",
+            cause=exc,
+        )
 
     def _give_up(self, why: str) -> None:
         """The Redlock closes while this lock is held: release it, and tell the holder it is lost."""
@@ -641,26 +658,36 @@ class Lock:
             if exc_type is asyncio.CancelledError and not others:
                 await self._redlock._watchdog.forget(self)
                 assert self._lost is not None
-                raise self._lost from exc
+                raise self._lost from (self._lost.__cause__ or exc)
         # Our clock says the validity ran out while the body ran (a blocked loop,
         # or many holders exiting at once): the nodes decide whether it was lost.
         overran = host is not None and self._state is _State.HELD and time.monotonic() >= self._expires
+        cleanup = self._cleanup(exc, overran, watched=host is not None)
+        if overran or exc_type is asyncio.CancelledError:
+            # Deciding a loss, or leaving a cancelled scope (anyio cancels again at every await):
+            # the confirmation, the state and the lost event must not be cut short.
+            await complete(cleanup)
+        else:
+            await cleanup
+
+    async def _cleanup(self, exc: BaseException | None, overran: bool, *, watched: bool) -> None:
         try:
-            await self._exit(exc, overran, watched=host is not None)
+            await self._exit(exc, overran, watched=watched)
         finally:
-            if host is not None:
+            if watched:
                 # After the release went out: stopping the watchdog's task must not delay the hand-off.
                 await self._redlock._watchdog.forget(self)
 
     async def _exit(self, exc: BaseException | None, overran: bool, *, watched: bool) -> None:
         """Release on the way out of ``async with``; raise LockLost if the lock was lost while watched."""
         if self._state is _State.HELD and overran:
-            if await self._release_confirmed():
+            confirmed, holders = await self._release_confirmed()
+            if confirmed:
                 return  # a majority still held our key at release: no one else can have held it
             self._state = _State.LOST
             self._redlock._held.discard(self)
             self._lost = LockLost(
-                f"lock {self.resource!r} ran out while the body ran (event loop blocked?)",
+                f"lock {self.resource!r} ran out while the body ran" + self._overrun_cause(holders),
                 resource=self._name,
                 outcomes=self.outcomes,
             )
@@ -681,7 +708,18 @@ class Lock:
                 raise
             log.exception("redlock %r: release failed after the body raised", self.resource)
 
-    async def _release_confirmed(self) -> bool:
+    def _overrun_cause(self, holders: Sequence[int]) -> str:
+        """Why an overrun lease was not confirmed at release: the nodes were silent, or the key was gone."""
+        votes = self._last_votes
+        silent = [i for i in holders if votes[i] not in (_algorithm.Vote.YES, _algorithm.Vote.NO)]
+        if len(silent) > len(holders) - _algorithm.quorum(len(votes)):
+            return (
+                f": {len(silent)} of the {len(holders)} nodes that held it did not answer the release "
+                "(nodes unreachable: the watchdog could not extend it either)"
+            )
+        return ": the key was gone from the nodes that held it (the event loop blocked past the validity?)"
+
+    async def _release_confirmed(self) -> tuple[bool, list[int]]:
         """Release, and tell whether our key was still on a majority of the nodes that held it throughout.
 
         Only nodes that said yes at the grant (or the last extension) count: a SET of the same
@@ -710,7 +748,7 @@ class Lock:
             self._redlock._held.discard(self)
             now = time.monotonic()
             self._emit(EventKind.RELEASED, duration=now - ballot.decided_at, held_for=now - self._acquired_at)
-        return confirmed
+        return confirmed, holders
 
     def _timeout_hint(self) -> str:
         """When every node timed out: say that node_timeout may be shorter than the network's round trip."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,9 +19,10 @@ import pytest
 import trio
 import uvloop
 
-from redlock_async import Redlock, RedlockError
+from redlock_async import EventKind, LockEvent, LockLost, Redlock, RedlockError
 from redlock_async._handoff import Listener
 from redlock_async._node import Node
+from redlock_async._watchdog import Watchdog
 from tests.conftest import LOOP, Cluster, assert_no_library_tasks, eventually, lock_keys
 
 
@@ -289,4 +291,96 @@ async def test_a_failing_subscriber_task_fails_the_waiting_acquire(
             async with asyncio.timeout(5):
                 await redlock.lock("loud:subscriber").acquire(timeout=30)
         assert isinstance(caught.value.__cause__, Injected)
+    assert_no_library_tasks()
+
+
+async def test_a_failing_watchdog_task_gives_its_locks_up_loudly(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in the watchdog must not leave a lease to run out with the body still trusting it."""
+
+    def broken(self: Watchdog, locks: list[Any], now: float) -> None:
+        raise Injected("injected into the watchdog")
+
+    monkeypatch.setattr(Watchdog, "_start_round", broken)
+    async with Redlock(cluster.urls) as redlock:
+        with caplog.at_level(logging.ERROR), pytest.raises(LockLost, match="internal error") as caught:
+            async with asyncio.timeout(5):  # the body would sleep 30 s: well before that
+                async with redlock.lock("loud:watchdog", ttl=1.0):
+                    await asyncio.sleep(30)
+        assert isinstance(caught.value.__cause__, Injected)
+        logged = [r for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info]
+        assert len(logged) == 1
+        assert logged[0].exc_info is not None
+        assert logged[0].exc_info[0] is Injected
+        with pytest.raises(RedlockError, match="internal error") as later:
+            await redlock.lock("loud:watchdog-later").acquire(blocking=False)
+        assert isinstance(later.value.__cause__, Injected)
+    assert await eventually(lambda: all(not lock_keys(cluster[i]) for i in range(len(cluster))), 3.0)
+    assert_no_library_tasks()
+
+
+# -- anyio's cancel scopes around a held lock ---------------------------------------------------
+
+
+async def test_an_anyio_timeout_while_holding_releases_the_lock(cluster: Cluster) -> None:
+    events: list[LockEvent] = []
+    async with Redlock(cluster.urls, on_event=events.append) as redlock:
+        lock = redlock.lock("anyio:holding")
+        with anyio.move_on_after(0.2) as scope:
+            async with lock:
+                await anyio.sleep(30)
+        assert scope.cancelled_caught
+        assert not lock.held
+        assert [e.kind for e in events] == [EventKind.ACQUIRED, EventKind.RELEASED]
+        assert all(not lock_keys(cluster[i]) for i in range(len(cluster)))
+    assert_no_library_tasks()
+
+
+async def test_a_scope_cancelled_from_another_task_while_the_watchdog_declares_a_loss(faulty: Cluster) -> None:
+    events: list[LockEvent] = []
+    async with Redlock(faulty.urls, on_event=events.append) as redlock:
+        lock = redlock.lock("anyio:loss", ttl=0.5)
+        with anyio.CancelScope() as scope:
+
+            async def cancel_at_the_loss() -> None:
+                await eventually(lambda: any(e.kind is EventKind.LOST for e in events), 5.0, step=0.001)
+                scope.cancel()  # in the same moment as the watchdog's cancellation of the body
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(cancel_at_the_loss)
+                try:
+                    async with lock:
+                        for i in (0, 1, 2):
+                            faulty[i].pause()  # a majority silent: the lease cannot be kept
+                        await anyio.sleep(30)
+                except LockLost:
+                    pass  # or the scope's cancellation: either way the loss is reported once
+        for i in (0, 1, 2):
+            faulty[i].resume()
+        assert not lock.held
+        assert [e.kind for e in events].count(EventKind.LOST) == 1
+        assert "extended" in (events[-1].reason or ""), events[-1]
+    assert_no_library_tasks()
+
+
+async def test_an_anyio_cancel_right_after_the_lease_ran_out_still_reports_the_loss(faulty: Cluster) -> None:
+    """The exit's confirmation round is not cut short by anyio's repeated cancellation."""
+    events: list[LockEvent] = []
+    async with Redlock(faulty.urls, on_event=events.append) as redlock:
+        lock = redlock.lock("anyio:overrun", ttl=0.6)  # the watchdog is due at 0.4 s
+        with anyio.move_on_after(0.2) as scope:  # before the watchdog
+            async with lock:
+                for i in (0, 1, 2):
+                    faulty[i].pause()
+                await anyio.sleep(0.01)  # the watchdog's task starts, and waits for its due time (0.4 s)
+                time.sleep(0.7)  # the loop blocked past the validity: the watchdog cannot run
+                await anyio.sleep(30)  # the scope's deadline has passed: cancelled here, at once
+        for i in (0, 1, 2):
+            faulty[i].resume()
+        assert scope.cancelled_caught
+        assert not lock.held
+        lost = [e for e in events if e.kind is EventKind.LOST]
+        assert len(lost) == 1, events
+        assert "did not answer the release" in (lost[0].reason or ""), lost[0].reason
     assert_no_library_tasks()
