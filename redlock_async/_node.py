@@ -154,6 +154,7 @@ class Node:
         self._parser = hiredis.Reader()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connected = False
+        self._ever_connected = False  # a server that once answered in plain text is not a TLS-only port
         self._down_until = 0.0
         self._down_reason = ""
         self._closed = False
@@ -388,9 +389,9 @@ class Node:
         except (OSError, TimeoutError, ConnectError) as exc:
             self._drop_transport()
             self._fail_inflight(Failure(Vote.ERROR, "connection lost"))
-            reason = ("connect timed out" if isinstance(exc, TimeoutError) else _describe_connect(exc)) + _tls_hint(
-                self.endpoint, exc
-            )
+            reason = "connect timed out" if isinstance(exc, TimeoutError) else _describe_connect(exc)
+            if not self._ever_connected:  # else a restart or a network fault, not a TLS mismatch
+                reason += _tls_hint(self.endpoint, exc)
             # Once per outage: a node that stays down is retried often.
             (log.debug if self._down_reason else log.warning)("redlock node %s: cannot connect: %s", self.name, reason)
             self._down_until = time.monotonic() + self._reconnect_delay
@@ -401,6 +402,7 @@ class Node:
             self._drop_transport()
             raise
         self._connected = True
+        self._ever_connected = True
         self._down_until = 0.0
         if self._down_reason:
             log.info("redlock node %s: connected again", self.name)

@@ -637,3 +637,20 @@ async def test_a_script_lost_mid_stream_never_runs_after_a_later_release_of_its_
             # The script is back (sent again as EVAL or loaded): the next acquire works.
             assert await lock.acquire(blocking=False)
             await lock.release()
+
+
+async def test_a_node_that_answered_before_gets_no_tls_hint_when_its_reconnect_is_reset(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A server that spoke plain text once is not a TLS-only port: a reset later is a restart or the network."""
+    with LocalNodes(1, proxied=True) as nodes:
+        async with Redlock(nodes.urls) as redlock:
+            await redlock.connect()
+            nodes[0].kill()  # the proxy now resets every new connection, as a TLS port met in plain text does
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="redlock_async"):
+                assert not await redlock.lock("hint").acquire(blocking=False)
+                assert await eventually(lambda: any("cannot connect" in r.getMessage() for r in caplog.records), 3.0)
+            texts = [r.getMessage() for r in caplog.records if "cannot connect" in r.getMessage()]
+            assert texts
+            assert not any("rediss://" in text for text in texts), texts
