@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from redlock_async import Redlock
+from redlock_async import Lock, Redlock
 from redlock_async.testing import LocalNodes
 from redlock_async.testing._docker import DockerNodes, docker_unavailable
 
@@ -178,3 +178,13 @@ async def eventually(predicate: Callable[[], bool], within: float, *, step: floa
             return predicate()
         await asyncio.sleep(step)
     return True
+
+
+async def acquire_on_first_three(nodes: Any, lock: Lock, key: str) -> None:
+    """Acquire *lock* (key *key*) with its key on nodes 0, 1 and 2 only: 3 and 4 hold another value
+    meanwhile, then let go of it, as if A's SETs had reached only the first three."""
+    for i in (3, 4):
+        nodes[i].command("SET", key, "someone else", "PX", 60_000)
+    assert await lock.acquire(blocking=False)
+    for i in (3, 4):
+        nodes[i].command("DEL", key)

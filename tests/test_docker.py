@@ -17,6 +17,8 @@ from redlock_async import LockNotAcquired, Redlock, Vote
 from redlock_async.testing import History
 from redlock_async.testing._docker import DEFAULT_IMAGE, DockerNodes, docker_unavailable
 
+from .conftest import acquire_on_first_three
+
 pytestmark = pytest.mark.docker
 
 IMAGES = [image.strip() for image in os.environ.get("REDLOCK_DOCKER_IMAGES", DEFAULT_IMAGE).split(",") if image]
@@ -95,12 +97,8 @@ async def test_a_partitioned_minority_is_tolerated_and_a_partitioned_majority_gr
 async def test_a_container_restarted_empty_cannot_give_a_second_holder(nodes: DockerNodes) -> None:
     """The analysis sequence on containers: A holds 0, 1, 2; node 2 restarts without its data."""
     async with Redlock(nodes.urls, ttl=5.0) as a:
-        for i in (3, 4):
-            nodes[i].command("SET", "redlock:docker:restart", "someone else", "PX", 60_000)
         held = a.lock("docker:restart", ttl=5.0, auto_extend=False)
-        assert await held.acquire(blocking=False)
-        for i in (3, 4):
-            nodes[i].command("DEL", "redlock:docker:restart")
+        await acquire_on_first_three(nodes, held, "redlock:docker:restart")
         await asyncio.to_thread(nodes[2].restart, keep_data=False)
         async with Redlock(nodes.urls, ttl=5.0) as b:
             lock = b.lock("docker:restart", ttl=5.0)

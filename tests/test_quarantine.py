@@ -18,7 +18,7 @@ from redlock_async._algorithm import UPTIME_SLACK, Vote
 from redlock_async._quarantine import marker_value
 from redlock_async.testing import History, LocalNodes, Proxy
 
-from .conftest import Cluster, eventually
+from .conftest import Cluster, acquire_on_first_three, eventually
 
 TTL = 2.0
 TTL_DEFAULT = 10.0
@@ -26,13 +26,9 @@ TTL_DEFAULT = 10.0
 
 async def _hold_on_first_three(faulty: Cluster, a: Redlock) -> tuple[float, object]:
     """A takes the lock where nodes 3 and 4 hold another value: its keys are on 0, 1 and 2 only."""
-    for i in (3, 4):
-        faulty[i].command("SET", "redlock:analysis", "someone else", "PX", 60_000)
     lock = a.lock("analysis", ttl=TTL, auto_extend=False)
-    assert await lock.acquire(blocking=False)
+    await acquire_on_first_three(faulty, lock, "redlock:analysis")
     expires = time.monotonic() + lock.validity
-    for i in (3, 4):
-        faulty[i].command("DEL", "redlock:analysis")  # that one is gone
     assert [faulty[i].command("EXISTS", "redlock:analysis") for i in range(5)] == [1, 1, 1, 0, 0]
     return expires, lock
 
@@ -179,12 +175,8 @@ async def test_a_marker_written_under_a_shorter_period_vouches_for_no_longer_lea
     status`` before) sits it out for its own short period and marks it in service. A new client with
     ttl 30 must not trust that mark: A's lease may still be on node 2's old data."""
     async with Redlock(faulty.urls, ttl=30.0) as a:  # its marks say: judged under a 30.3 s period
-        for i in (3, 4):
-            faulty[i].command("SET", "redlock:long", "someone else", "PX", 60_000)
         held = a.lock("long", ttl=30.0, auto_extend=False)
-        assert await held.acquire(blocking=False)
-        for i in (3, 4):
-            faulty[i].command("DEL", "redlock:long")
+        await acquire_on_first_three(faulty, held, "redlock:long")
         faulty[2].restart(keep_data=False)
         async with Redlock(faulty.urls, ttl=1.0) as short:
             short.lock("other", ttl=1.0)
@@ -207,12 +199,8 @@ async def test_an_empty_spare_behind_the_same_address_is_not_trusted(faulty: Clu
     with LocalNodes(1) as spare, Proxy(lambda: target[0]) as vip:
         urls = [*faulty.urls[:2], f"redis://127.0.0.1:{vip.port}", *faulty.urls[3:]]
         async with Redlock(urls, restart_quarantine=period) as a:
-            for i in (3, 4):
-                faulty[i].command("SET", "redlock:spare", "someone else", "PX", 60_000)
             held = a.lock("spare", ttl=30.0, auto_extend=False)
-            assert await held.acquire(blocking=False)
-            for i in (3, 4):
-                faulty[i].command("DEL", "redlock:spare")
+            await acquire_on_first_three(faulty, held, "redlock:spare")
             await asyncio.sleep(period + UPTIME_SLACK + 0.6)  # the spare is up for longer than the period
             target[0] = spare[0].port
             vip.reset()  # the VIP now leads to the spare
