@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 CLOCK_PRECISION = 0.002
 """Seconds added to the drift for the precision of key expiry (the Redlock spec's 2 ms)."""
@@ -178,6 +178,42 @@ def retry_delay(base: float, unit_random: float, remaining: float) -> float:
     if not 0.0 <= unit_random < 1.0:
         raise ValueError(f"unit_random must be in [0, 1), got {unit_random}")
     return max(0.0, min(base * (0.5 + unit_random), remaining))
+
+
+class Extension(enum.Enum):
+    """What one round of extension votes means for the lease."""
+
+    CONFIRMED = "confirmed"
+    """A majority accepted it before the old validity ran out: the lease has a new validity."""
+    REFUSED = "refused"
+    """So many nodes said no that no majority can accept: the key expired or another client holds it."""
+    RETRY = "retry"
+    """Neither (timeouts, errors): validity is left, so try again."""
+    EXPIRED = "expired"
+    """Neither, and the old validity has run out: the lease cannot be kept."""
+
+
+def judge_extension(
+    votes: Sequence[Vote],
+    ttl: float,
+    started: float,
+    decided: float,
+    drift_factor: float,
+    deadline: float,
+    now: float,
+) -> tuple[Extension, float | None]:
+    """The verdict on one extension round, and the new validity when it is CONFIRMED.
+
+    The one judge of extensions: an explicit ``extend()`` and the watchdog both
+    ask it. *deadline* is when the current validity runs out; *now* decides
+    between RETRY and EXPIRED for a round that neither counted nor was refused.
+    """
+    new_validity = extended(len(votes), votes, ttl, started, decided, drift_factor, deadline=deadline)
+    if new_validity is not None:
+        return Extension.CONFIRMED, new_validity
+    if refused(votes):
+        return Extension.REFUSED, None
+    return (Extension.RETRY if now < deadline else Extension.EXPIRED), None
 
 
 def extend_retry_delay(ttl: float, node_timeout: float, remaining: float) -> float:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
 import logging
 import random
 import secrets
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Self, final
 from redlock_async import _algorithm, _handoff
 from redlock_async._cleanup import complete
 from redlock_async._fanout import Ballot, outcomes, vote_of_fenced, vote_of_script, vote_of_set
+from redlock_async._lease import Phase, move
 from redlock_async._node import Failure, Reply
 from redlock_async._scripts import ACQUIRE_FENCED, EXTEND, FENCE, RELEASE
 from redlock_async._settings import Settings, check_duration
@@ -39,13 +39,6 @@ TOKEN_BYTES = 20
 """Random bytes in each acquisition's token (the Redlock spec asks for 20)."""
 
 _random = random.SystemRandom()
-
-
-class _State(enum.Enum):
-    IDLE = "idle"  # never acquired, or released
-    ACQUIRING = "acquiring"
-    HELD = "held"
-    LOST = "lost"  # the lease could not be kept; sticky until the next acquire
 
 
 def resource_key(prefix: str, resource: str | bytes) -> bytes:
@@ -118,7 +111,7 @@ class Lock:
         self.resource = resource
         self._redlock = redlock
         self._settings = settings
-        self._state = _State.IDLE
+        self._state = Phase.IDLE
         self._token: bytes | None = None
         self._expires = 0.0  # monotonic time at which validity runs out
         self._holders: list[int] = []  # nodes that said yes to the last acquire or extend
@@ -154,19 +147,19 @@ class Lock:
     @property
     def held(self) -> bool:
         """True while the lock is acquired and its validity has not run out."""
-        return self._state is _State.HELD and time.monotonic() < self._expires
+        return self._state is Phase.HELD and time.monotonic() < self._expires
 
     @property
     def validity(self) -> float:
         """Seconds for which the lease can still be trusted (0.0 when not held)."""
-        if self._state is not _State.HELD:
+        if self._state is not Phase.HELD:
             return 0.0
         return max(0.0, self._expires - time.monotonic())
 
     @property
     def token(self) -> str | None:
         """The random value of the current acquisition, None when not held."""
-        return self._token.decode() if self._token is not None and self._state is _State.HELD else None
+        return self._token.decode() if self._token is not None and self._state is Phase.HELD else None
 
     @property
     def fencing_token(self) -> int | None:
@@ -176,7 +169,7 @@ class Lock:
         resource, through any client, as long as the nodes keep their data.
         Pass it to the protected resource, which refuses smaller ones.
         """
-        return self._fencing_token if self._state is _State.HELD else None
+        return self._fencing_token if self._state is Phase.HELD else None
 
     @property
     def outcomes(self) -> tuple[NodeOutcome, ...]:
@@ -199,7 +192,7 @@ class Lock:
             raise TypeError(
                 f"blocking must be True or False, got {type(blocking).__name__}: for a time limit, pass timeout="
             )
-        if self._state is _State.ACQUIRING:
+        if self._state is Phase.ACQUIRING:
             raise RuntimeError(f"lock {self.resource!r} is already being acquired: use one Lock per task")
         if self.held:
             raise RuntimeError(f"lock {self.resource!r} is already held: a Lock is not reentrant")
@@ -214,7 +207,7 @@ class Lock:
         if self._token is not None:
             self._send_release(self._token, skip=self._skip)  # a stale lease of an earlier acquisition
         self._token = None
-        self._state = _State.ACQUIRING
+        self._state = move(self._state, Phase.ACQUIRING)
         began = time.monotonic()
         self._attempts = 0
         acquired = await self._acquire(blocking, began + limit)
@@ -271,8 +264,8 @@ class Lock:
                 if time.monotonic() >= give_up and attempted:
                     return False
         finally:
-            if self._state is _State.ACQUIRING:
-                self._state = _State.IDLE
+            if self._state is Phase.ACQUIRING:
+                self._state = move(self._state, Phase.IDLE)
             if listening and listener is not None:
                 if woken:
                     listener.done(self._key)  # the next release wakes the next waiter
@@ -323,7 +316,7 @@ class Lock:
         self._lost = None
         self._expires = decided_at + validity
         self._holders = ballot.voted(_algorithm.Vote.YES)
-        self._state = _State.HELD
+        self._state = move(self._state, Phase.HELD)
         self._redlock._held.add(self)
         return True
 
@@ -377,9 +370,9 @@ class Lock:
         current validity ran out; the lock is then lost for good (a later
         extend cannot bring it back) and its keys are released.
         """
-        if self._state is _State.LOST:
+        if self._state is Phase.LOST:
             raise self._lost or LockLost(f"lock {self.resource!r} was lost", resource=self._name)
-        if self._state is not _State.HELD or self._token is None:
+        if self._state is not Phase.HELD or self._token is None:
             raise RuntimeError(f"extend() of lock {self.resource!r}, which is not held: acquire it first")
         settings = self._settings if ttl is None else dataclasses.replace(self._settings, ttl=ttl)
         self._redlock._note_ttl(settings.ttl)
@@ -400,16 +393,16 @@ class Lock:
                 ballot = Ballot(nodes, futures, vote_of_script, min(settings.node_timeout, self._expires - started))
                 await ballot.wait()
                 self._last_votes, self._last_details = ballot.votes, ballot.details
-                validity = _algorithm.extended(
-                    len(nodes),
+                verdict, validity = _algorithm.judge_extension(
                     ballot.votes,
                     ttl_ms / 1000,
                     started,
                     ballot.decided_at,
                     settings.drift_factor,
                     deadline=self._expires,
+                    now=time.monotonic(),
                 )
-                if self._state is not _State.HELD or self._token != token:
+                if self._state is not Phase.HELD or self._token != token:
                     # The watchdog declared it lost (or the Redlock closed) while we waited.
                     raise self._lost or LockLost(f"lock {self.resource!r} was lost", resource=self._name)
                 if validity is not None:
@@ -424,18 +417,23 @@ class Lock:
                         fencing_token=self.fencing_token,
                     )
                     return
-                if _algorithm.refused(ballot.votes):
+                if verdict is _algorithm.Extension.REFUSED:
                     raise await self._lose(
                         f"lock {self.resource!r} is gone from a majority of nodes (expired or taken)",
                         ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING),
                     )
-                # Neither confirmed nor refused (timeouts, errors): try again while validity is left.
+                if verdict is _algorithm.Extension.EXPIRED:
+                    raise await self._lose(
+                        f"lock {self.resource!r} could not be extended on a majority before it ran out",
+                        self._holders,
+                    )
+                # RETRY: neither confirmed nor refused (timeouts, errors), and validity is left.
                 remaining = self._expires - time.monotonic()
                 await asyncio.sleep(_algorithm.extend_retry_delay(settings.ttl, settings.node_timeout, remaining))
         except asyncio.CancelledError:
             # Some nodes may have applied the new ttl. If it is shorter than
             # what was left, trust only what it guarantees.
-            if self._state is _State.HELD:
+            if self._state is Phase.HELD:
                 bound = first_sent + _algorithm.best_validity(ttl_ms / 1000, settings.drift_factor)
                 self._expires = min(self._expires, bound)
             raise
@@ -456,7 +454,7 @@ class Lock:
     ) -> tuple[list[asyncio.Future[Reply]], list[int]]:
         """Lost for good: no extension can bring it back. Queue the releases (no await)."""
         assert self._token is not None
-        self._state = _State.LOST
+        self._state = move(self._state, Phase.LOST)
         self._redlock._held.discard(self)
         self._lost = LockLost(why, resource=self._name, outcomes=self.outcomes)
         releases = self._send_release(self._token, skip=self._skip)
@@ -476,7 +474,7 @@ class Lock:
 
     def _watchdog_due(self, now: float) -> bool:
         """At a round's start: True to extend now; False when lost (handled here) or no longer watched."""
-        if not self._watched or self._state is not _State.HELD:
+        if not self._watched or self._state is not Phase.HELD:
             return False
         settings = self._settings
         if now >= self._expires:
@@ -507,13 +505,14 @@ class Lock:
         votes: Sequence[_algorithm.Vote],
         details: Sequence[str] | None,
     ) -> None:
-        if not self._watched or self._state is not _State.HELD or token != self._token:
+        if not self._watched or self._state is not Phase.HELD or token != self._token:
             return  # released, lost or re-acquired while the round was out
         settings = self._settings
         self._last_votes, self._last_details = votes, details
         ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
-        validity = _algorithm.extended(
-            len(votes), votes, ttl_ms / 1000, started, decided_at, settings.drift_factor, deadline=self._expires
+        now = time.monotonic()
+        verdict, validity = _algorithm.judge_extension(
+            votes, ttl_ms / 1000, started, decided_at, settings.drift_factor, deadline=self._expires, now=now
         )
         watchdog = self._redlock._watchdog
         if validity is not None:
@@ -533,10 +532,9 @@ class Lock:
                 watchdog=True,
             )
             return
-        now = time.monotonic()
-        if _algorithm.refused(votes):
+        if verdict is _algorithm.Extension.REFUSED:
             self._watchdog_lost(f"lock {self.resource!r} is gone from a majority of nodes (expired or taken)")
-        elif now < self._expires:
+        elif verdict is _algorithm.Extension.RETRY:
             # Not confirmed, not refused: try again soon, while validity is left.
             retry = _algorithm.extend_retry_delay(settings.ttl, settings.node_timeout, self._expires - now)
             watchdog.schedule(self, min(now + retry, self._acquired_at + settings.max_hold))
@@ -560,7 +558,7 @@ class Lock:
 
     def _watchdog_failed(self, exc: BaseException) -> None:
         """The watchdog stopped on an internal error: a watched lease can no longer be kept."""
-        if self._state is not _State.HELD or not self._watched:
+        if self._state is not Phase.HELD or not self._watched:
             return
         self._watchdog_lost(
             f"lock {self.resource!r} is given up: the watchdog stopped on an internal error "
@@ -570,7 +568,7 @@ class Lock:
 
     def _give_up(self, why: str) -> None:
         """The Redlock closes while this lock is held: release it, and tell the holder it is lost."""
-        if self._state is not _State.HELD or self._token is None:
+        if self._state is not Phase.HELD or self._token is None:
             return
         if self._watched:
             self._watchdog_lost(why)  # the body is cancelled (or on_lost told), as for any loss
@@ -587,14 +585,14 @@ class Lock:
         Releasing a lost lock does nothing; releasing one that is not held is
         a RuntimeError.
         """
-        if self._state is _State.LOST:
+        if self._state is Phase.LOST:
             self._token = None
             return
-        if self._state is not _State.HELD or self._token is None:
+        if self._state is not Phase.HELD or self._token is None:
             raise RuntimeError(f"release() of lock {self.resource!r}, which is not held")
         token, holders = self._token, self._holders
         began = time.monotonic()
-        self._state, self._token, self._holders = _State.IDLE, None, []
+        self._state, self._token, self._holders = move(self._state, Phase.IDLE), None, []
         self._redlock._held.discard(self)
         self._watched = False  # the watchdog drops it at its next look
         futures = self._send_release(token, skip=self._skip)
@@ -661,7 +659,7 @@ class Lock:
                 raise self._lost from (self._lost.__cause__ or exc)
         # Our clock says the validity ran out while the body ran (a blocked loop,
         # or many holders exiting at once): the nodes decide whether it was lost.
-        overran = host is not None and self._state is _State.HELD and time.monotonic() >= self._expires
+        overran = host is not None and self._state is Phase.HELD and time.monotonic() >= self._expires
         cleanup = self._cleanup(exc, overran, watched=host is not None)
         if overran or exc_type is asyncio.CancelledError:
             # Deciding a loss, or leaving a cancelled scope (anyio cancels again at every await):
@@ -680,11 +678,11 @@ class Lock:
 
     async def _exit(self, exc: BaseException | None, overran: bool, *, watched: bool) -> None:
         """Release on the way out of ``async with``; raise LockLost if the lock was lost while watched."""
-        if self._state is _State.HELD and overran:
+        if self._state is Phase.HELD and overran:
             confirmed, holders = await self._release_confirmed()
             if confirmed:
                 return  # a majority still held our key at release: no one else can have held it
-            self._state = _State.LOST
+            self._state = move(self._state, Phase.LOST)
             self._redlock._held.discard(self)
             self._lost = LockLost(
                 f"lock {self.resource!r} ran out while the body ran" + self._overrun_cause(holders),
@@ -692,13 +690,13 @@ class Lock:
                 outcomes=self.outcomes,
             )
             self._emit_lost(str(self._lost.args[0]), watchdog=True)
-        if self._state is _State.LOST:
+        if self._state is Phase.LOST:
             self._token = None
             if exc is None and watched and self.on_lost is None:
                 assert self._lost is not None
                 raise self._lost  # the body finished, but not under the lock the whole time
             return
-        if self._state is not _State.HELD:
+        if self._state is not Phase.HELD:
             return  # released by the body itself
         try:
             await self.release()
@@ -744,7 +742,7 @@ class Lock:
         kept = sum(1 for i in holders if ballot.votes[i] is _algorithm.Vote.YES)
         confirmed = kept >= _algorithm.quorum(len(nodes))
         if confirmed:
-            self._state = _State.IDLE
+            self._state = move(self._state, Phase.IDLE)
             self._redlock._held.discard(self)
             now = time.monotonic()
             self._emit(EventKind.RELEASED, duration=now - ballot.decided_at, held_for=now - self._acquired_at)

@@ -32,6 +32,7 @@ from redlock_async._algorithm import (
     validity,
     verdict,
 )
+from redlock_async._lease import MOVES, IllegalMove, Phase, move
 
 FAILED_KINDS = (Vote.NO, Vote.ERROR, Vote.TIMEOUT, Vote.SKIPPED, Vote.QUARANTINED)
 REDUCED = (Vote.YES, Vote.NO, Vote.PENDING)
@@ -661,3 +662,64 @@ def test_patience_is_bounded_and_ignores_the_slowest_minority(
         assert _algorithm.patience(floor, slower, needed, cap) == wait
     if all(t <= floor for t in timeouts):
         assert wait == floor  # a fast network: node_timeout, unchanged
+
+
+# -- one judge of extensions ---------------------------------------------------------------------
+
+EXTENSION_VOTES = [Vote.YES, Vote.NO, Vote.TIMEOUT, Vote.ERROR, Vote.PENDING, Vote.QUARANTINED]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_judge_extension_over_every_vote_pattern(n: int) -> None:
+    """Every pattern, before and after the deadline: the verdict agrees with extended() and refused()."""
+    started, deadline = 100.0, 101.0
+    for votes in itertools.product(EXTENSION_VOTES, repeat=n):
+        for decided, now in ((100.01, 100.02), (100.5, 101.5), (101.2, 101.3)):
+            verdict, validity = _algorithm.judge_extension(list(votes), 2.0, started, decided, 0.01, deadline, now)
+            expected = _algorithm.extended(n, votes, 2.0, started, decided, 0.01, deadline=deadline)
+            assert validity == expected
+            if expected is not None:
+                assert verdict is _algorithm.Extension.CONFIRMED
+                assert decided < deadline
+            elif _algorithm.refused(votes):
+                assert verdict is _algorithm.Extension.REFUSED
+            elif now < deadline:
+                assert verdict is _algorithm.Extension.RETRY
+            else:
+                assert verdict is _algorithm.Extension.EXPIRED
+
+
+@given(st.lists(st.sampled_from(EXTENSION_VOTES), min_size=1, max_size=7), st.floats(0, 5), st.floats(0, 5))
+def test_judge_extension_never_confirms_after_the_deadline(votes: list[Vote], late: float, wait: float) -> None:
+    deadline = 10.0
+    verdict, validity = _algorithm.judge_extension(votes, 30.0, 9.0, deadline + late, 0.01, deadline, deadline + wait)
+    assert verdict is not _algorithm.Extension.CONFIRMED
+    assert validity is None
+    assert verdict is not _algorithm.Extension.RETRY  # the old validity is over: retrying cannot help
+
+
+# -- the lock's phases ---------------------------------------------------------------------------
+
+
+def test_every_legal_move_is_allowed_and_every_other_raises() -> None:
+    for current in Phase:
+        for to in Phase:
+            if to in MOVES[current]:
+                assert move(current, to) is to
+            else:
+                with pytest.raises(IllegalMove, match=f"from {current.value} to {to.value}"):
+                    move(current, to)
+
+
+def test_the_moves_make_one_cycle_through_held() -> None:
+    """From IDLE every phase is reachable, and every phase can come back to an acquire."""
+    reachable = {Phase.IDLE}
+    frontier = [Phase.IDLE]
+    while frontier:
+        for to in MOVES[frontier.pop()]:
+            if to not in reachable:
+                reachable.add(to)
+                frontier.append(to)
+    assert reachable == set(Phase)
+    assert Phase.HELD not in MOVES[Phase.IDLE]  # nothing is held without an acquire
+    assert Phase.HELD not in MOVES[Phase.LOST]  # a lost lease never comes back by itself
