@@ -53,7 +53,7 @@ Definitions (all from ``time.perf_counter_ns`` in the one process):
   ``PUBLISH`` calls (summed over the nodes) are keys the release script
   deleted: 5 per grant when every release found its key on all 5 nodes and no
   failed attempt had to give a key back; more means split votes given back.
-* *listener wakeups*: ``Redlock._listener.wakeups``, waiters woken by a
+* *listener wakeups*: ``Redlock.statistics().wakeups``, waiters woken by a
   notification (one per release per Redlock at most, by design).
 
 Targets (median over rounds of ratios taken within each round):
@@ -350,12 +350,12 @@ async def measure_contention(mode: str, cluster: LocalNodes, cfg: Config) -> Con
         redlocks = (a, b)
         await run_tasks(redlocks, cfg.warmup_seconds, cfg)
         gc.collect()
-        wakeups_before = [r._listener.wakeups for r in redlocks]
+        wakeups_before = [r.statistics().wakeups for r in redlocks]
         server_before = server_counts(cluster)
         tally, started, stop_at, max_lag, drain = await run_tasks(redlocks, cfg.window_seconds, cfg)
         server = server_counts(cluster)
         server.subtract(server_before)
-        wakeups = [r._listener.wakeups - w for r, w in zip(redlocks, wakeups_before, strict=True)]
+        wakeups = [r.statistics().wakeups - w for r, w in zip(redlocks, wakeups_before, strict=True)]
     return analyse(mode, tally, started, stop_at, cfg.window_seconds, wakeups, server, max_lag, drain)
 
 

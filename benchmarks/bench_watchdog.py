@@ -295,13 +295,12 @@ class Probe:
 
 
 class ExtendCounter:
-    """Counts the watchdog's EXTEND_MANY commands at send time, times their replies, counts retries.
+    """Counts the watchdog's EXTEND_MANY commands at send time and times their replies.
 
-    Installed on the Node and Watchdog instances (the library is not changed):
-    the watchdog sends a few hundred commands per second, and the retry check
-    is one dict lookup per scheduled lock, so the wrappers cost nothing measurable.
-    A *retry* is a lock scheduled again without a successful extension since
-    its last schedule: its round did not reach a majority in time (a timeout).
+    Installed on the Node instances (the library is not changed): the watchdog
+    sends a few hundred commands per second, so the wrapper costs nothing
+    measurable. Rounds, retries and extensions come from the public
+    ``statistics()``; per-command latency has no public counter, hence this.
     """
 
     def __init__(self, redlock: Redlock) -> None:
@@ -309,27 +308,19 @@ class ExtendCounter:
         self.commands = 0
         self.failures = 0
         self.late = 0  # replies slower than the node timeout: their votes counted as TIMEOUT
-        self.retries = 0
         self.node_timeout = redlock.settings.node_timeout
         self.latencies: list[float] = []
         self.locks_by_round: Counter[int] = Counter()
         self.chunks_by_round: Counter[int] = Counter()
-        watchdog = redlock._watchdog
+        self._round = 0  # node 0's EXTEND_MANY sends of one loop turn are one round's chunks
+        self._in_round = False
         for index, node in enumerate(redlock._nodes):
-            node.send_script = self._wrap(node, index, lambda: watchdog.rounds)  # type: ignore[method-assign]
-        original_schedule = watchdog.schedule
-        scheduled_at: dict[Lock, int] = {}  # lock -> its extension count when last scheduled
+            node.send_script = self._wrap(node, index)  # type: ignore[method-assign]
 
-        def schedule(lock: Lock, due: float) -> None:
-            extensions = lock._extensions
-            if self.active and scheduled_at.get(lock) == extensions:
-                self.retries += 1
-            scheduled_at[lock] = extensions
-            original_schedule(lock, due)
+    def _round_over(self) -> None:
+        self._in_round = False
 
-        watchdog.schedule = schedule  # type: ignore[method-assign]
-
-    def _wrap(self, node: Node, index: int, current_round: Callable[[], int]) -> Callable[..., asyncio.Future[Reply]]:
+    def _wrap(self, node: Node, index: int) -> Callable[..., asyncio.Future[Reply]]:
         original = node.send_script
 
         def send_script(
@@ -339,9 +330,12 @@ class ExtendCounter:
             if script is EXTEND_MANY and self.active:
                 self.commands += 1
                 if index == 0:
-                    this_round = current_round()
-                    self.locks_by_round[this_round] += len(keys)
-                    self.chunks_by_round[this_round] += 1
+                    if not self._in_round:  # a round sends all its chunks in one go
+                        self._in_round = True
+                        self._round += 1
+                        asyncio.get_running_loop().call_soon(self._round_over)
+                    self.locks_by_round[self._round] += len(keys)
+                    self.chunks_by_round[self._round] += 1
                 sent = perf()
                 fut.add_done_callback(lambda f: self._on_reply(sent, f))
             return fut
@@ -484,8 +478,8 @@ async def run_pass(cluster: LocalNodes, mode: Mode, order: int, cfg: Config) -> 
             # -- the hold window --
             probe = Probe(locks[:: max(1, len(locks) // VALIDITY_SAMPLE)])
             server0 = server_snapshot(cluster)
-            ext0 = sum(lock._extensions for lock in locks)
-            rounds0 = rl._watchdog.rounds
+            ext0 = sum(lock.statistics().extensions for lock in locks)
+            before = rl.statistics()
             lost0, extends0, attempts0 = holders.lost, holders.extends, holders.attempts
             if counter is not None:
                 counter.active = True
@@ -501,8 +495,8 @@ async def run_pass(cluster: LocalNodes, mode: Mode, order: int, cfg: Config) -> 
             GC_MONITOR.active = False
             if counter is not None:
                 counter.active = False
-            ext1 = sum(lock._extensions for lock in locks)
-            rounds1 = rl._watchdog.rounds
+            ext1 = sum(lock.statistics().extensions for lock in locks)
+            after = rl.statistics()
             lost1, extends1, attempts1 = holders.lost, holders.extends, holders.attempts
             server1 = server_snapshot(cluster)
             await probe_task
@@ -537,12 +531,12 @@ async def run_pass(cluster: LocalNodes, mode: Mode, order: int, cfg: Config) -> 
         assert counter is not None
         result.extensions = ext1 - ext0
         result.extensions_total = ext1
-        result.rounds = rounds1 - rounds0
+        result.rounds = after.watchdog_rounds - before.watchdog_rounds
         result.client_commands = counter.commands
         result.extend_attempts = sum(counter.locks_by_round.values())
         result.client_failures = counter.failures
         result.late_replies = counter.late
-        result.retries = counter.retries
+        result.retries = after.watchdog_retries - before.watchdog_retries
         result.latency_ms = quantiles_ms(counter.latencies)
         sizes = list(counter.locks_by_round.values())
         result.locks_per_round_mean = statistics.fmean(sizes) if sizes else 0.0

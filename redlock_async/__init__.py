@@ -7,6 +7,7 @@ from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome, Redlock
 from redlock_async.events import EventKind, LockEvent
 from redlock_async.fencing import StaleFencingToken, fenced_set
 from redlock_async.lock import Lock
+from redlock_async.statistics import LockStatistics, NodeStatistics, RedlockStatistics
 
 __version__ = "0.2.0"
 """This release (see CHANGELOG.md); before 1.0, a minor version may change behaviour."""
@@ -17,9 +18,12 @@ __all__ = [
     "LockEvent",
     "LockLost",
     "LockNotAcquired",
+    "LockStatistics",
     "NodeOutcome",
+    "NodeStatistics",
     "Redlock",
     "RedlockError",
+    "RedlockStatistics",
     "Settings",
     "StaleFencingToken",
     "Vote",
@@ -33,9 +37,12 @@ for _cls in (
     LockEvent,
     LockLost,
     LockNotAcquired,
+    LockStatistics,
     NodeOutcome,
+    NodeStatistics,
     Redlock,
     RedlockError,
+    RedlockStatistics,
     Settings,
     StaleFencingToken,
     Vote,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,6 +116,30 @@ class Endpoint:
         if len(creds) == 1:
             return None, creds[0]
         return creds[0], creds[1]
+
+
+def endpoints_for(nodes: object) -> list[Endpoint]:
+    """The endpoints of a Redlock's *nodes* (URLs or clients), refusing an empty list and one server twice."""
+    if isinstance(nodes, str | bytes):
+        raise TypeError("nodes must be a list of URLs or clients, not a single string")
+    if not isinstance(nodes, Iterable):
+        raise TypeError(f"nodes must be a list of URLs or clients, got {type(nodes).__name__}")
+    specs = list(nodes)
+    if not specs:
+        raise ValueError("nodes is empty: give the URLs of at least one Redis master (3 or 5 for Redlock)")
+    endpoints: list[Endpoint] = []
+    seen: dict[tuple[str, ...], int] = {}
+    for index, spec in enumerate(specs):
+        endpoint = endpoint_for(spec, index)
+        if endpoint.address in seen:
+            raise ValueError(
+                f"nodes[{index}] ({endpoint.name}) is the same server as nodes[{seen[endpoint.address]}] "
+                "(another db of a server is the same server): each node must be a distinct master, "
+                "or the majority means nothing"
+            )
+        seen[endpoint.address] = index
+        endpoints.append(endpoint)
+    return endpoints
 
 
 def endpoint_for(spec: object, index: int) -> Endpoint:

@@ -158,9 +158,15 @@ class Node:
         self._down_until = 0.0
         self._down_reason = ""
         self._closed = False
+        self.sent = 0
+        """Commands queued on this node (for statistics)."""
 
     def __repr__(self) -> str:
         return f"<Node {self.name} queued={self.queued}>"
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
 
     @property
     def queued(self) -> int:
@@ -183,6 +189,7 @@ class Node:
             fut.set_result(Failure(Vote.SKIPPED, f"stalled: {self.queued} commands unanswered"))
             return fut
         self._outbox.append((_pack(args), fut, fallback))
+        self.sent += 1
         if not self._flush_pending:
             if not self._inflight and len(self._outbox) == 1:
                 # An idle connection: nothing to gather this command with that is known

@@ -63,7 +63,9 @@ class Watchdog:
         self._waiter_due = float("inf")
         self._closed = False
         self.rounds = 0
-        """Rounds started (each is one call per node per chunk): for benchmarks."""
+        """Rounds started (each is one call per node per chunk): for statistics."""
+        self.retries = 0
+        """Extensions tried again after a round neither confirmed nor refused: for statistics."""
 
     def schedule(self, lock: Lock, due: float) -> None:
         """Extend *lock* at monotonic time *due* (replacing any earlier schedule)."""

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from redlock_async import __version__, _reaper
 from redlock_async._algorithm import Held, Vote
+from redlock_async._endpoint import endpoints_for
 from redlock_async._inspect import inspect
 from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
 from redlock_async.client import Redlock
@@ -318,7 +319,7 @@ async def _status(name: str, nodes: list[str]) -> int:
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # the table says which nodes could not be reached, and why
     try:
-        found = await inspect([node.endpoint for node in redlock._nodes], key, fence_key, settings)
+        found = await inspect(endpoints_for(nodes), key, fence_key, settings)
     finally:
         quiet.setLevel(level)
     print(f"{name} on {len(nodes)} nodes (a majority is {found.quorum}):")

@@ -15,7 +15,8 @@ from redis.asyncio import Redis
 
 from redlock_async._algorithm import Vote, drift, quorum
 from redlock_async._cleanup import complete
-from redlock_async._endpoint import endpoint_for
+from redlock_async._endpoint import endpoints_for
+from redlock_async._fanout import sitting_out
 from redlock_async._handoff import Listener
 from redlock_async._node import Failure, Node
 from redlock_async._quarantine import Quarantine
@@ -25,6 +26,7 @@ from redlock_async._watchdog import Watchdog
 from redlock_async.errors import LockLost, NodeOutcome, RedlockError
 from redlock_async.events import OnEvent
 from redlock_async.lock import Lock
+from redlock_async.statistics import NodeStatistics, RedlockStatistics
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +99,7 @@ class Redlock:
         if on_event is not None and not callable(on_event):
             raise TypeError(f"on_event must be a function taking a LockEvent (or None), got {type(on_event).__name__}")
         self._on_event = on_event
-        if isinstance(nodes, str | bytes):
-            raise TypeError("nodes must be a list of URLs or clients, not a single string")
-        if not isinstance(nodes, Iterable):
-            raise TypeError(f"nodes must be a list of URLs or clients, got {type(nodes).__name__}")
-        specs = list(nodes)
-        if not specs:
-            raise ValueError("nodes is empty: give the URLs of at least one Redis master (3 or 5 for Redlock)")
+        endpoints = endpoints_for(nodes)
         built: list[Node] = []
         subscribers: list[Node] = []
         self._listener = Listener(self.settings.node_timeout, scope=())
@@ -113,16 +109,7 @@ class Redlock:
             if self.settings.restart_quarantine == 0
             else Quarantine(self.settings.key_prefix.encode(), self._quarantine_period)
         )
-        seen: dict[tuple[str, ...], int] = {}
-        for index, spec in enumerate(specs):
-            endpoint = endpoint_for(spec, index)
-            if endpoint.address in seen:
-                raise ValueError(
-                    f"nodes[{index}] ({endpoint.name}) is the same server as nodes[{seen[endpoint.address]}] "
-                    "(another db of a server is the same server): each node must be a distinct master, "
-                    "or the majority means nothing"
-                )
-            seen[endpoint.address] = index
+        for endpoint in endpoints:
             node_settings: dict[str, Any] = {
                 "max_queued": self.settings.max_queued,
                 "stall_after": self.settings.connect_timeout,
@@ -205,6 +192,36 @@ class Redlock:
         settings = dataclasses.replace(self.settings, **overrides) if overrides else self.settings
         self._note_ttl(settings.ttl)
         return Lock(self, name, settings, on_lost=on_lost)
+
+    def statistics(self) -> RedlockStatistics:
+        """A snapshot of the nodes' connections, the locks held and watched, the watchdog and the waiters.
+
+        Reads no node (nothing is sent): a few attribute reads per node and per lock held.
+        """
+        nodes = tuple(
+            NodeStatistics(
+                address=node.name,
+                connected=node.connected,
+                server_id=node.server_id.decode() if node.server_id else None,
+                quarantined=sitting_out(node) is not None,
+                round_trip=node.srtt or None,
+                timeout=node.rto,
+                queued=node.queued,
+                sent=node.sent,
+                fault=_describe(node.fault) if node.fault is not None else None,
+            )
+            for node in self._nodes
+        )
+        held = list(self._held)
+        return RedlockStatistics(
+            nodes=nodes,
+            closed=self._closed,
+            held_locks=sum(1 for lock in held if lock.held),
+            watched_locks=sum(1 for lock in held if lock.statistics().watched),
+            watchdog_rounds=self._watchdog.rounds,
+            watchdog_retries=self._watchdog.retries,
+            wakeups=self._listener.wakeups,
+        )
 
     async def connect(self) -> None:
         """Connect to every node now rather than on first use; a node that fails is logged and retried later.

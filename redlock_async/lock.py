@@ -26,6 +26,7 @@ from redlock_async._scripts import ACQUIRE_FENCED, EXTEND, FENCE, RELEASE
 from redlock_async._settings import Settings, check_duration
 from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome
 from redlock_async.events import EventKind, LockEvent
+from redlock_async.statistics import LockStatistics
 
 if TYPE_CHECKING:
     from redlock_async.client import Redlock
@@ -177,6 +178,21 @@ class Lock:
         if not self._last_votes:
             return ()
         return outcomes(self._redlock._nodes, self._last_votes, self._last_details)
+
+    def statistics(self) -> LockStatistics:
+        """A snapshot of this lock and its current (or last) acquisition; reads no node."""
+        held = self.held
+        return LockStatistics(
+            resource=self.resource,
+            phase=self._state.value,
+            held=held,
+            validity=self.validity,
+            attempts=self._attempts,
+            extensions=self._extensions,
+            held_for=time.monotonic() - self._acquired_at if held else None,
+            fencing_token=self.fencing_token,
+            watched=self._watched,
+        )
 
     # -- acquire ----------------------------------------------------------------
 
@@ -537,6 +553,7 @@ class Lock:
         elif verdict is _algorithm.Extension.RETRY:
             # Not confirmed, not refused: try again soon, while validity is left.
             retry = _algorithm.extend_retry_delay(settings.ttl, settings.node_timeout, self._expires - now)
+            watchdog.retries += 1
             watchdog.schedule(self, min(now + retry, self._acquired_at + settings.max_hold))
         else:
             self._watchdog_lost(f"lock {self.resource!r} could not be extended on a majority before it ran out")

@@ -451,7 +451,7 @@ async def test_nodes_and_repr_never_show_a_password(tmp_path: Path) -> None:
             f"unix:{tmp_path}/redis.sock",
         )
         lock = redlock.lock("shown")
-        assert_no_secret(repr(redlock), redlock.nodes, lock, [repr(node) for node in redlock._nodes])
+        assert_no_secret(repr(redlock), redlock.nodes, lock, [repr(redlock.statistics())])
     finally:
         await redlock.aclose()
         await client.aclose()

@@ -41,7 +41,7 @@ async def test_waiter_is_woken_by_the_release(make_redlock: MakeRedlock) -> None
     await releasing
     # Its first retry timer would fire after SLOW_POLL / 2 at the earliest: this was the release.
     assert waited < SLOW_POLL / 4
-    assert waiter._listener.wakeups == 1
+    assert waiter.statistics().wakeups == 1
     await lock.release()
 
 
@@ -51,7 +51,7 @@ async def test_polling_when_pushed_hand_off_is_off(make_redlock: MakeRedlock) ->
     lock = waiter.lock("polled")
     assert await lock.acquire(timeout=5)
     await releasing
-    assert waiter._listener.wakeups == 0
+    assert waiter.statistics().wakeups == 0
     await lock.release()
 
 
@@ -76,7 +76,7 @@ async def test_one_release_wakes_one_waiter_oldest_first(make_redlock: MakeRedlo
     async with asyncio.timeout(SLOW_POLL / 2):
         await asyncio.gather(*tasks)
     assert order == [0, 1, 2, 3]  # FIFO among one Redlock's waiters
-    assert waiters._listener.wakeups == 4  # one per release, no stampede
+    assert waiters.statistics().wakeups == 4  # one per release, no stampede
 
 
 async def test_waiter_still_acquires_when_notifications_are_lost(cluster: Cluster, make_redlock: MakeRedlock) -> None:
@@ -295,11 +295,11 @@ async def test_impatient_acquirers_never_leave_the_queue_stuck(cluster: Cluster,
     assert await holder.acquire(blocking=False)
     waiter = asyncio.create_task(redlock.lock("impatient", acquire_timeout=10).acquire())
     await asyncio.sleep(0.1)
-    before = redlock._listener.wakeups
+    before = redlock.statistics().wakeups
     await holder.release()
     async with asyncio.timeout(5):
         assert await waiter
-    assert redlock._listener.wakeups == before + 1  # woken by the release, not by its timer
+    assert redlock.statistics().wakeups == before + 1  # woken by the release, not by its timer
 
 
 async def test_a_blocking_acquire_tries_at_least_once_behind_a_queued_waiter(

@@ -43,7 +43,7 @@ async def test_lease_is_kept_for_many_ttls_and_others_never_get_it(make_redlock:
                 await other.release()
             assert lock.held
             await asyncio.sleep(0.02)
-        assert lock._extensions >= 5  # 3 s of a 0.5 s lease
+        assert lock.statistics().extensions >= 5  # 3 s of a 0.5 s lease
     assert probes > 50
     assert granted == 0
     assert_clean_task()
@@ -94,7 +94,7 @@ async def test_event_loop_stall_past_validity_is_a_loss_not_an_extension(make_re
         async with lock:
             time.sleep(0.4)  # blocks the loop: the watchdog cannot run
             await asyncio.sleep(0.5)  # its next chance: it must see the lease has run out
-    assert lock._extensions == 0
+    assert lock.statistics().extensions == 0
     assert_clean_task()
 
 
@@ -121,7 +121,7 @@ async def test_max_extensions_ends_the_lock(redlock: Redlock) -> None:
     with pytest.raises(LockLost, match="hold limit"):
         async with lock:
             await asyncio.sleep(10)
-    assert lock._extensions == 2
+    assert lock.statistics().extensions == 2
 
 
 async def test_on_lost_tells_instead_of_cancelling(cluster: Cluster, redlock: Redlock) -> None:
