@@ -135,3 +135,33 @@ def test_redlock_takes_exactly_the_settings_with_their_defaults() -> None:
     overrides = {name for name, p in lock.items() if p.kind is p.KEYWORD_ONLY and name != "on_lost"}
     assert overrides <= set(fields), overrides - set(fields)
     assert all(lock[name].default is None for name in overrides)  # None: the Redlock's setting
+
+
+def test_no_module_of_the_library_imports_itself_back_at_run_time() -> None:
+    """No runtime import cycle among redlock_async's modules (imports under TYPE_CHECKING are types only)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(redlock_async.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        deps: set[str] = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("redlock_async."):
+                deps.add(node.module)
+        graph[module] = deps - {module}
+
+    def cycle_from(start: str, path: list[str]) -> list[str] | None:
+        for dep in sorted(graph.get(path[-1], ())):
+            if dep == start:
+                return [*path, dep]
+            if dep not in path and (found := cycle_from(start, [*path, dep])):
+                return found
+        return None
+
+    cycles = [found for module in sorted(graph) if (found := cycle_from(module, [module]))]
+    assert not cycles, f"import cycles: {cycles[0]}"
