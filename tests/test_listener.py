@@ -1,0 +1,118 @@
+"""The hand-off's Listener without servers: fake subscriber nodes, release words fed by the test.
+
+A waiter is woken once a majority of nodes announced a release, the oldest first, once per
+release; a waiter cancelled in the loop turn it is woken passes its turn on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+from redlock_async._handoff import Listener, ticket
+from redlock_async._node import Node, Reply
+
+CHANNEL = b"redlock:job"
+_scopes = itertools.count()
+
+
+@dataclass
+class FakeSubscriber:
+    name: str
+    quarantined_until: float = 0.0
+    rto: float = 0.0
+    sent: list[tuple[bytes, ...]] = field(default_factory=list)
+
+    def send(self, *args: bytes) -> asyncio.Future[Reply]:
+        self.sent.append(args)
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        fut.set_result([args[0].lower(), args[1], 1])
+        return fut
+
+
+def listener(n: int = 5) -> tuple[Listener, list[FakeSubscriber]]:
+    nodes = [FakeSubscriber(f"fake:{i}") for i in range(n)]
+    made = Listener(0.05, scope=(f"scope-{next(_scopes)}",))  # a scope of its own: no queue shared with others
+    made.nodes = cast(Sequence[Node], nodes)
+    return made, nodes
+
+
+def words(made: Listener, token: bytes, count: int) -> None:
+    for _ in range(count):
+        made.on_message([b"message", CHANNEL, token])
+
+
+async def waiter(made: Listener, woken: list[int], name: int, place: int) -> None:
+    await made.enter(CHANNEL)
+    try:
+        if await made.wait(CHANNEL, 5.0, place):
+            woken.append(name)
+            made.done(CHANNEL)
+    finally:
+        made.quit(CHANNEL, place)
+        made.leave(CHANNEL)
+
+
+async def test_a_waiter_is_woken_by_a_majority_of_words_not_the_first() -> None:
+    made, nodes = listener()
+    woken: list[int] = []
+    task = asyncio.create_task(waiter(made, woken, 0, ticket()))
+    await asyncio.sleep(0.01)
+    assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
+    words(made, b"release-1", 2)
+    await asyncio.sleep(0.01)
+    assert woken == []  # 2 of 5: the release may not have reached a majority yet
+    words(made, b"release-1", 1)
+    await asyncio.wait_for(task, 1.0)
+    assert woken == [0]
+    assert made.wakeups == 1
+    assert all(node.sent[-1] == (b"UNSUBSCRIBE", CHANNEL) for node in nodes)
+
+
+async def test_the_oldest_waiter_first_and_one_waiter_per_release() -> None:
+    made, _ = listener()
+    woken: list[int] = []
+    places = [ticket() for _ in range(3)]
+    tasks = [asyncio.create_task(waiter(made, woken, i, places[i])) for i in (2, 0, 1)]  # start out of order
+    await asyncio.sleep(0.01)
+    words(made, b"release-1", 5)  # every node's word: still one release, one waiter
+    await asyncio.sleep(0.01)
+    assert woken == [0]
+    words(made, b"release-2", 3)
+    await asyncio.sleep(0.01)
+    assert woken == [0, 1]
+    words(made, b"release-1", 1)  # a late word of the first release wakes no one
+    await asyncio.sleep(0.01)
+    assert woken == [0, 1]
+    words(made, b"release-3", 3)
+    await asyncio.gather(*tasks)
+    assert woken == [0, 1, 2]
+    assert made.wakeups == 3
+
+
+async def test_a_waiter_cancelled_in_its_wake_turn_passes_the_turn_on() -> None:
+    made, _ = listener()
+    woken: list[int] = []
+    first = asyncio.create_task(waiter(made, woken, 0, ticket()))
+    second = asyncio.create_task(waiter(made, woken, 1, ticket()))
+    await asyncio.sleep(0.01)
+    words(made, b"release-1", 3)  # wakes the first: its future is set, it has not run yet
+    first.cancel()  # cancelled in the same loop turn (its own timeout, a task group)
+    await asyncio.wait_for(second, 1.0)  # the turn passed on: no need for another release
+    assert woken == [1]
+    assert first.cancelled()
+
+
+async def test_a_release_heard_before_anyone_waits_lets_the_next_waiter_go_at_once() -> None:
+    made, _ = listener()
+    await made.enter(CHANNEL)  # listening, between a failed attempt and its wait
+    words(made, b"release-1", 3)
+    place = ticket()
+    assert await asyncio.wait_for(made.wait(CHANNEL, 5.0, place), 1.0)  # the release was not lost
+    made.done(CHANNEL)
+    made.quit(CHANNEL, place)
+    made.leave(CHANNEL)
+    assert made.wakeups == 0  # no waiter was queued to wake: the release was kept for the next one
