@@ -5,16 +5,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import sys
-import weakref
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Self, final
 
 from redis.asyncio import Redis
 
-from redlock_async._algorithm import Vote, drift, quorum
+from redlock_async._algorithm import Vote, quorum
 from redlock_async._cleanup import complete
+from redlock_async._cluster import Cluster, describe, require_asyncio
 from redlock_async._endpoint import endpoints_for
 from redlock_async._fanout import sitting_out
 from redlock_async._handoff import Listener
@@ -22,7 +21,6 @@ from redlock_async._node import Failure, Node
 from redlock_async._quarantine import Quarantine
 from redlock_async._scripts import RELEASE, SCRIPTS
 from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings
-from redlock_async._watchdog import Watchdog
 from redlock_async.errors import LockLost, NodeOutcome, RedlockError
 from redlock_async.events import OnEvent
 from redlock_async.lock import Lock
@@ -98,54 +96,54 @@ class Redlock:
         )
         if on_event is not None and not callable(on_event):
             raise TypeError(f"on_event must be a function taking a LockEvent (or None), got {type(on_event).__name__}")
-        self._on_event = on_event
         endpoints = endpoints_for(nodes)
         built: list[Node] = []
         subscribers: list[Node] = []
-        self._listener = Listener(self.settings.node_timeout, scope=())
-        self._max_ttl = 0.0  # the largest ttl of the locks made so far (0: none yet)
+        # Redlocks of this process on the same nodes share their waiters' queues.
+        listener = Listener(self.settings.node_timeout, scope=tuple(sorted(e.name for e in endpoints)))
+        cluster: Cluster  # made once the nodes are; their callbacks run only after that
+
+        def failed(node: Node, exc: BaseException) -> None:
+            cluster.failed(exc)
+
         self._quarantine = (
             None
             if self.settings.restart_quarantine == 0
-            else Quarantine(self.settings.key_prefix.encode(), self._quarantine_period)
+            else Quarantine(self.settings.key_prefix.encode(), lambda: cluster.quarantine_period())
         )
+        node_settings: dict[str, Any] = {
+            "max_queued": self.settings.max_queued,
+            "stall_after": self.settings.connect_timeout,
+            "connect_timeout": self.settings.connect_timeout,
+            "reconnect_delay": self.settings.reconnect_delay,
+            "max_rto": self.settings.ttl / MIN_TTL_TO_NODE_TIMEOUT if self.settings.adaptive_timeout else 0.0,
+        }
+        on_ready = None if self._quarantine is None else self._quarantine.on_ready
         for endpoint in endpoints:
-            node_settings: dict[str, Any] = {
-                "max_queued": self.settings.max_queued,
-                "stall_after": self.settings.connect_timeout,
-                "connect_timeout": self.settings.connect_timeout,
-                "reconnect_delay": self.settings.reconnect_delay,
-                "max_rto": self.settings.ttl / MIN_TTL_TO_NODE_TIMEOUT if self.settings.adaptive_timeout else 0.0,
-            }
-            on_ready = None if self._quarantine is None else self._quarantine.on_ready
             built.append(
                 Node(
                     endpoint,
                     scripts=SCRIPTS,
                     on_ready=on_ready,
                     on_identified=self._same_server,
-                    on_fault=self._node_fault,
+                    on_fault=failed,
                     **node_settings,
                 )
             )
             subscribers.append(
                 Node(
                     endpoint,
-                    on_message=self._listener.on_message,
-                    on_connect=self._listener.on_connect,
-                    on_fault=self._node_fault,
+                    on_message=listener.on_message,
+                    on_connect=listener.on_connect,
+                    on_fault=failed,
                     **node_settings,
                 )
             )
         self._nodes: tuple[Node, ...] = tuple(built)
+        self._subscribers = listener.nodes = tuple(subscribers)
+        cluster = self._cluster = Cluster(self._nodes, self.settings, listener, on_event)
         if self._quarantine is not None:
             self._quarantine.attach(self._nodes)
-        self._watchdog = Watchdog(self._nodes, self.settings.node_timeout, on_fault=self._watchdog_fault)
-        self._listener.nodes = self._subscribers = tuple(subscribers)
-        self._listener._scope = tuple(sorted(self.nodes))
-        self._closed = False
-        self._fault: BaseException | None = None  # a background task's unexpected exception
-        self._held: weakref.WeakSet[Lock] = weakref.WeakSet()  # locks held now: given up at aclose
 
     def __repr__(self) -> str:
         return f"<redlock_async.Redlock nodes={list(self.nodes)} ttl={self.settings.ttl}>"
@@ -190,8 +188,8 @@ class Redlock:
             if value is not None
         }
         settings = dataclasses.replace(self.settings, **overrides) if overrides else self.settings
-        self._note_ttl(settings.ttl)
-        return Lock(self, name, settings, on_lost=on_lost)
+        self._cluster.note_ttl(settings.ttl)
+        return Lock(self._cluster, name, settings, on_lost=on_lost)
 
     def statistics(self) -> RedlockStatistics:
         """A snapshot of the nodes' connections, the locks held and watched, the watchdog and the waiters.
@@ -208,19 +206,20 @@ class Redlock:
                 timeout=node.rto,
                 queued=node.queued,
                 sent=node.sent,
-                fault=_describe(node.fault) if node.fault is not None else None,
+                fault=describe(node.fault) if node.fault is not None else None,
             )
             for node in self._nodes
         )
-        held = list(self._held)
+        cluster = self._cluster
+        held = list(cluster.held)
         return RedlockStatistics(
             nodes=nodes,
-            closed=self._closed,
+            closed=cluster.closed,
             held_locks=sum(1 for lock in held if lock.held),
             watched_locks=sum(1 for lock in held if lock.statistics().watched),
-            watchdog_rounds=self._watchdog.rounds,
-            watchdog_retries=self._watchdog.retries,
-            wakeups=self._listener.wakeups,
+            watchdog_rounds=cluster.watchdog.rounds,
+            watchdog_retries=cluster.watchdog.retries,
+            wakeups=cluster.listener.wakeups,
         )
 
     async def connect(self) -> None:
@@ -229,7 +228,7 @@ class Redlock:
         Raises :class:`RedlockError` when so many nodes answer the Lua scripts with an error (an ACL
         user without ``+@scripting``, a renamed EVALSHA) that no majority could release or extend a lock.
         """
-        self._check_open()
+        self._cluster.check_open()
         failures = await asyncio.gather(*(node.connect() for node in self._nodes))
         for index, failure in enumerate(failures):
             if failure is not None and SAME_SERVER in failure.detail:
@@ -250,7 +249,7 @@ class Redlock:
                     self.quorum,
                 )
         await self._check_scripts(up)
-        self._check_open()  # a node's task failed while connecting: say so here
+        self._cluster.check_open()  # a node's task failed while connecting: say so here
 
     async def _check_scripts(self, nodes: list[Node]) -> None:
         """Run the release script once on each node that is up (it deletes nothing): say at once if it is refused."""
@@ -281,12 +280,12 @@ class Redlock:
         the connections and tasks are closed all the same, then the
         cancellation goes on.
         """
-        if self._closed:
+        if self._cluster.closed:
             return
-        self._closed = True
+        self._cluster.closed = True
         if self._quarantine is not None:
             self._quarantine.close()
-        held = sorted(self._held, key=lambda lock: repr(lock.resource))
+        held = sorted(self._cluster.held, key=lambda lock: repr(lock.resource))
         if held:
             # Released, not left to expire; a body still inside `async with` is cancelled (LockLost).
             names = ", ".join(repr(lock.resource) for lock in held[:5]) + (", ..." if len(held) > 5 else "")
@@ -304,7 +303,7 @@ class Redlock:
 
     async def _close(self) -> None:
         try:
-            await self._watchdog.aclose()
+            await self._cluster.watchdog.aclose()
             await asyncio.gather(
                 *(node.aclose(grace=self.settings.node_timeout) for node in self._nodes),
                 *(node.aclose(grace=0.0) for node in self._subscribers),
@@ -327,34 +326,6 @@ class Redlock:
     ) -> None:
         await self.aclose()
 
-    def _note_ttl(self, ttl: float) -> None:
-        """A lease of *ttl* seconds may be granted: the default restart quarantine must cover it."""
-        if ttl > self._max_ttl:
-            self._max_ttl = ttl
-
-    def _quarantine_period(self) -> float:
-        """Seconds a restarted node sits out: the setting, or the largest ttl in use plus its drift.
-
-        Before the first lock is made, the Redlock's own ttl stands for the ttls to come.
-        """
-        configured = self.settings.restart_quarantine
-        if configured is not None:
-            return configured
-        ttl = self._max_ttl or self.settings.ttl
-        return ttl + drift(ttl, self.settings.drift_factor)
-
-    def _check_open(self) -> None:
-        """Raise unless locks can be taken: an asyncio loop runs, the Redlock is open and no task of it failed."""
-        require_asyncio()
-        if self._fault is not None:
-            raise RedlockError(
-                f"redlock_async stopped on an internal error ({_describe(self._fault)}; its traceback is in the "
-                "log): make a new Redlock",
-                resource="",
-            ) from self._fault
-        if self._closed:
-            raise RuntimeError("this Redlock is closed: make a new one")
-
     def _same_server(self, node: Node) -> str | None:
         """On each connect: refuse a node whose server is another node's (two spellings of one address)."""
         if node.server_id is None:
@@ -367,46 +338,5 @@ class Redlock:
                 )
         return None
 
-    def _node_fault(self, node: Node, exc: BaseException) -> None:
-        """A node's task failed unexpectedly (logged there): every call from now on says so."""
-        if self._fault is None:
-            self._fault = exc
-
-    def _watchdog_fault(self, exc: BaseException) -> None:
-        """The watchdog's task failed unexpectedly (logged there): no lock it kept can be trusted."""
-        if self._fault is None:
-            self._fault = exc
-        for lock in list(self._held):
-            lock._watchdog_failed(exc)
-
 
 SAME_SERVER = "the same server as"
-
-TRIO_REFUSED = (
-    "redlock_async runs on asyncio only (asyncio.run, uvloop, anyio's asyncio backend as FastAPI and Starlette use), "
-    "not on trio: run it with anyio.run(main, backend='asyncio')"
-)
-
-
-def require_asyncio() -> None:
-    """Raise a one-line RuntimeError unless an asyncio event loop runs (trio is named when it is the one running)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        trio = sys.modules.get("trio")
-        if trio is not None:
-            try:
-                trio.lowlevel.current_task()
-            except RuntimeError:
-                pass
-            else:
-                raise RuntimeError(TRIO_REFUSED) from None
-        raise RuntimeError(
-            "redlock_async needs a running asyncio event loop: call it from async code run by asyncio.run(), "
-            "uvloop or anyio's asyncio backend"
-        ) from None
-
-
-def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."

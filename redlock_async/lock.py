@@ -29,7 +29,7 @@ from redlock_async.events import EventKind, LockEvent
 from redlock_async.statistics import LockStatistics
 
 if TYPE_CHECKING:
-    from redlock_async.client import Redlock
+    from redlock_async._cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ class Lock:
         "_acquired_at",
         "_attempts",
         "_cancelled_host",
+        "_cluster",
         "_expires",
         "_extensions",
         "_fence_key",
@@ -88,7 +89,6 @@ class Lock:
         "_last_details",
         "_last_votes",
         "_lost",
-        "_redlock",
         "_settings",
         "_skip",
         "_state",
@@ -100,7 +100,7 @@ class Lock:
 
     def __init__(
         self,
-        redlock: Redlock,
+        cluster: Cluster,
         resource: str | bytes,
         settings: Settings,
         *,
@@ -110,7 +110,7 @@ class Lock:
         self._fence_key = resource_key(settings.fence_prefix, resource)
         self._fencing_token: int | None = None
         self.resource = resource
-        self._redlock = redlock
+        self._cluster = cluster
         self._settings = settings
         self._state = Phase.IDLE
         self._token: bytes | None = None
@@ -177,7 +177,7 @@ class Lock:
         """Per-node outcomes of the last acquire attempt, extend or release."""
         if not self._last_votes:
             return ()
-        return outcomes(self._redlock._nodes, self._last_votes, self._last_details)
+        return outcomes(self._cluster.nodes, self._last_votes, self._last_details)
 
     def statistics(self) -> LockStatistics:
         """A snapshot of this lock and its current (or last) acquisition; reads no node."""
@@ -219,7 +219,7 @@ class Lock:
             if timeout is None
             else check_duration("timeout", timeout, zero_ok=True, inf_ok=True)
         )
-        self._redlock._check_open()
+        self._cluster.check_open()
         if self._token is not None:
             self._send_release(self._token, skip=self._skip)  # a stale lease of an earlier acquisition
         self._token = None
@@ -245,7 +245,7 @@ class Lock:
         return acquired
 
     async def _acquire(self, blocking: bool, give_up: float) -> bool:
-        listener = self._redlock._listener if self._settings.wait_for_release and blocking else None
+        listener = self._cluster.listener if self._settings.wait_for_release and blocking else None
         listening = woken = attempted = False
         place = _handoff.ticket()
         try:
@@ -276,7 +276,7 @@ class Lock:
                     woken = await listener.wait(self._key, delay, place, again=woken)
                     queued = False
                 # Closed meanwhile, or a background task failed: say so now, not at the timeout.
-                self._redlock._check_open()
+                self._cluster.check_open()
                 if time.monotonic() >= give_up and attempted:
                     return False
         finally:
@@ -290,7 +290,7 @@ class Lock:
 
     async def _attempt(self) -> bool:
         """One round of SET NX PX on all nodes; True when a majority granted a valid lease."""
-        nodes = self._redlock._nodes
+        nodes = self._cluster.nodes
         settings = self._settings
         self._attempts += 1
         token = secrets.token_urlsafe(TOKEN_BYTES).encode()
@@ -333,7 +333,7 @@ class Lock:
         self._expires = decided_at + validity
         self._holders = ballot.voted(_algorithm.Vote.YES)
         self._state = move(self._state, Phase.HELD)
-        self._redlock._held.add(self)
+        self._cluster.held.add(self)
         return True
 
     async def _fence(self, token: bytes, granted: Sequence[asyncio.Future[Reply]], ballot: Ballot) -> Ballot:
@@ -350,7 +350,7 @@ class Lock:
             fut.result() for fut, vote in zip(granted, ballot.votes, strict=True) if vote is _algorithm.Vote.YES
         ]
         fencing_token = max(counters) + 1
-        nodes = self._redlock._nodes
+        nodes = self._cluster.nodes
         keys = (self._key, self._fence_key)
         futures = [node.send_script(FENCE, keys, (token, fencing_token), limited=True) for node in nodes]
         fenced = Ballot(nodes, futures, vote_of_script, self._settings.node_timeout)
@@ -362,7 +362,7 @@ class Lock:
         releases = self._send_release(token, skip=_never_sent(sets))
         holders = ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING)
         if holders:
-            nodes = self._redlock._nodes
+            nodes = self._cluster.nodes
             await Ballot(
                 nodes, releases, vote_of_script, self._settings.node_timeout, majority=False, wait_for=holders
             ).wait()
@@ -370,7 +370,7 @@ class Lock:
     def _send_release(self, token: bytes, skip: Sequence[int]) -> list[asyncio.Future[Reply]]:
         """Queue compare-and-delete on every node but *skip* (synchronous: survives cancellation)."""
         futures: list[asyncio.Future[Reply]] = []
-        for i, node in enumerate(self._redlock._nodes):
+        for i, node in enumerate(self._cluster.nodes):
             if i in skip:
                 futures.append(_resolved(Failure(_algorithm.Vote.SKIPPED, "never sent")))
             else:
@@ -391,8 +391,8 @@ class Lock:
         if self._state is not Phase.HELD or self._token is None:
             raise RuntimeError(f"extend() of lock {self.resource!r}, which is not held: acquire it first")
         settings = self._settings if ttl is None else dataclasses.replace(self._settings, ttl=ttl)
-        self._redlock._note_ttl(settings.ttl)
-        nodes = self._redlock._nodes
+        self._cluster.note_ttl(settings.ttl)
+        nodes = self._cluster.nodes
         token = self._token
         ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
         first_sent = time.monotonic()
@@ -458,7 +458,7 @@ class Lock:
         """The lease is gone (explicit extend): free what is left of it, and wait for the holders."""
         releases, wait_for = self._mark_lost(why, holders)
         if wait_for:
-            nodes = self._redlock._nodes
+            nodes = self._cluster.nodes
             await Ballot(
                 nodes, releases, vote_of_script, self._settings.node_timeout, majority=False, wait_for=wait_for
             ).wait()
@@ -471,7 +471,7 @@ class Lock:
         """Lost for good: no extension can bring it back. Queue the releases (no await)."""
         assert self._token is not None
         self._state = move(self._state, Phase.LOST)
-        self._redlock._held.discard(self)
+        self._cluster.held.discard(self)
         self._lost = LockLost(why, resource=self._name, outcomes=self.outcomes)
         releases = self._send_release(self._token, skip=self._skip)
         wait_for = sorted(set(holders) | set(self._holders))
@@ -530,7 +530,7 @@ class Lock:
         verdict, validity = _algorithm.judge_extension(
             votes, ttl_ms / 1000, started, decided_at, settings.drift_factor, deadline=self._expires, now=now
         )
-        watchdog = self._redlock._watchdog
+        watchdog = self._cluster.watchdog
         if validity is not None:
             due = self._next_due()
             margin = self._expires - decided_at
@@ -610,11 +610,11 @@ class Lock:
         token, holders = self._token, self._holders
         began = time.monotonic()
         self._state, self._token, self._holders = move(self._state, Phase.IDLE), None, []
-        self._redlock._held.discard(self)
+        self._cluster.held.discard(self)
         self._watched = False  # the watchdog drops it at its next look
         futures = self._send_release(token, skip=self._skip)
         ballot = Ballot(
-            self._redlock._nodes,
+            self._cluster.nodes,
             futures,
             vote_of_script,
             self._settings.node_timeout,
@@ -655,7 +655,7 @@ class Lock:
             assert host is not None
             self._host, self._host_cancelling, self._cancelled_host = host, host.cancelling(), False
             self._watched = True
-            self._redlock._watchdog.schedule(self, self._next_due())
+            self._cluster.watchdog.schedule(self, self._next_due())
         return self
 
     async def __aexit__(
@@ -671,7 +671,7 @@ class Lock:
             # the CancelledError out and no one else cancelled, it becomes LockLost.
             others = host.uncancel() > self._host_cancelling
             if exc_type is asyncio.CancelledError and not others:
-                await self._redlock._watchdog.forget(self)
+                await self._cluster.watchdog.forget(self)
                 assert self._lost is not None
                 raise self._lost from (self._lost.__cause__ or exc)
         # Our clock says the validity ran out while the body ran (a blocked loop,
@@ -691,7 +691,7 @@ class Lock:
         finally:
             if watched:
                 # After the release went out: stopping the watchdog's task must not delay the hand-off.
-                await self._redlock._watchdog.forget(self)
+                await self._cluster.watchdog.forget(self)
 
     async def _exit(self, exc: BaseException | None, overran: bool, *, watched: bool) -> None:
         """Release on the way out of ``async with``; raise LockLost if the lock was lost while watched."""
@@ -700,7 +700,7 @@ class Lock:
             if confirmed:
                 return  # a majority still held our key at release: no one else can have held it
             self._state = move(self._state, Phase.LOST)
-            self._redlock._held.discard(self)
+            self._cluster.held.discard(self)
             self._lost = LockLost(
                 f"lock {self.resource!r} ran out while the body ran" + self._overrun_cause(holders),
                 resource=self._name,
@@ -749,7 +749,7 @@ class Lock:
         # The question is only whether those nodes still held our key when the release
         # ran; a busy loop may read the answers late, so wait for them up to a connect timeout.
         settings = self._settings
-        nodes = self._redlock._nodes
+        nodes = self._cluster.nodes
         wait = max(settings.node_timeout, settings.connect_timeout)
         ballot = Ballot(
             nodes, futures, vote_of_script, wait, majority=False, wait_for=holders, rearm=settings.node_timeout
@@ -760,7 +760,7 @@ class Lock:
         confirmed = kept >= _algorithm.quorum(len(nodes))
         if confirmed:
             self._state = move(self._state, Phase.IDLE)
-            self._redlock._held.discard(self)
+            self._cluster.held.discard(self)
             now = time.monotonic()
             self._emit(EventKind.RELEASED, duration=now - ballot.decided_at, held_for=now - self._acquired_at)
         return confirmed, holders
@@ -770,7 +770,7 @@ class Lock:
         votes = self._last_votes
         if not votes or any(vote is not _algorithm.Vote.TIMEOUT for vote in votes):
             return ""
-        measured = [node.srtt for node in self._redlock._nodes if node.srtt]
+        measured = [node.srtt for node in self._cluster.nodes if node.srtt]
         rtt = f" (measured ~{max(measured) * 1000:.0f} ms)" if measured else ""
         return (
             f": every node timed out; node_timeout ({self._settings.node_timeout * 1000:g} ms) may be shorter "
@@ -781,7 +781,7 @@ class Lock:
 
     def _emit(self, kind: EventKind, **fields: Any) -> None:
         """Log the event (DEBUG; WARNING for a loss) and hand it to the Redlock's on_event."""
-        hook = self._redlock._on_event
+        hook = self._cluster.on_event
         level = logging.WARNING if kind is EventKind.LOST else logging.DEBUG
         logged = log.isEnabledFor(level)
         if hook is None and not logged:
@@ -801,7 +801,7 @@ class Lock:
     def _unwatch(self) -> None:
         self._watched = False
         self._host, self._cancelled_host = None, False
-        self._redlock._watchdog.discard(self)
+        self._cluster.watchdog.discard(self)
 
     @property
     def _name(self) -> str:

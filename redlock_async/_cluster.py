@@ -1,0 +1,118 @@
+"""What every lock of one Redlock shares, and the one place that says whether locks may be taken.
+
+A ``Lock`` asks its ``Cluster`` (never the ``Redlock``) for the nodes, the watchdog, the
+waiters' listener and the events hook; it tells it which locks it holds and which ttls it
+grants, so that the default restart quarantine covers them. ``Redlock`` is the public face
+that builds one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import weakref
+from typing import TYPE_CHECKING
+
+from redlock_async._algorithm import drift
+from redlock_async._handoff import Listener
+from redlock_async._node import Node
+from redlock_async._settings import Settings
+from redlock_async._watchdog import Watchdog
+from redlock_async.errors import RedlockError
+from redlock_async.events import OnEvent
+
+if TYPE_CHECKING:
+    from redlock_async.lock import Lock
+
+TRIO_REFUSED = (
+    "redlock_async runs on asyncio only (asyncio.run, uvloop, anyio's asyncio backend as FastAPI and Starlette use), "
+    "not on trio: run it with anyio.run(main, backend='asyncio')"
+)
+
+
+class Cluster:
+    """The nodes of one Redlock and what its locks share: watchdog, listener, held locks, events hook."""
+
+    __slots__ = ("_max_ttl", "closed", "fault", "held", "listener", "nodes", "on_event", "settings", "watchdog")
+
+    def __init__(
+        self,
+        nodes: tuple[Node, ...],
+        settings: Settings,
+        listener: Listener,
+        on_event: OnEvent | None,
+    ) -> None:
+        self.nodes = nodes
+        self.settings = settings
+        self.listener = listener
+        self.on_event = on_event
+        self.watchdog = Watchdog(nodes, settings.node_timeout, on_fault=self.watchdog_failed)
+        self.held: weakref.WeakSet[Lock] = weakref.WeakSet()
+        """Locks held now: given up when the Redlock closes."""
+        self.closed = False
+        self.fault: BaseException | None = None
+        """A background task's unexpected exception: every later call says so."""
+        self._max_ttl = 0.0  # the largest ttl of the locks made so far (0: none yet)
+
+    def check_open(self) -> None:
+        """Raise unless locks can be taken: an asyncio loop runs, the Redlock is open and no task of it failed."""
+        require_asyncio()
+        if self.fault is not None:
+            raise RedlockError(
+                f"redlock_async stopped on an internal error ({describe(self.fault)}; its traceback is in the "
+                "log): make a new Redlock",
+                resource="",
+            ) from self.fault
+        if self.closed:
+            raise RuntimeError("this Redlock is closed: make a new one")
+
+    def note_ttl(self, ttl: float) -> None:
+        """A lease of *ttl* seconds may be granted: the default restart quarantine must cover it."""
+        if ttl > self._max_ttl:
+            self._max_ttl = ttl
+
+    def quarantine_period(self) -> float:
+        """Seconds a restarted node sits out: the setting, or the largest ttl in use plus its drift.
+
+        Before the first lock is made, the Redlock's own ttl stands for the ttls to come.
+        """
+        configured = self.settings.restart_quarantine
+        if configured is not None:
+            return configured
+        ttl = self._max_ttl or self.settings.ttl
+        return ttl + drift(ttl, self.settings.drift_factor)
+
+    def failed(self, exc: BaseException) -> None:
+        """A background task failed unexpectedly (logged there): every call from now on says so."""
+        if self.fault is None:
+            self.fault = exc
+
+    def watchdog_failed(self, exc: BaseException) -> None:
+        """The watchdog's task failed unexpectedly (logged there): no lock it kept can be trusted."""
+        self.failed(exc)
+        for lock in list(self.held):
+            lock._watchdog_failed(exc)
+
+
+def require_asyncio() -> None:
+    """Raise a one-line RuntimeError unless an asyncio event loop runs (trio is named when it is the one running)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        trio = sys.modules.get("trio")
+        if trio is not None:
+            try:
+                trio.lowlevel.current_task()
+            except RuntimeError:
+                pass
+            else:
+                raise RuntimeError(TRIO_REFUSED) from None
+        raise RuntimeError(
+            "redlock_async needs a running asyncio event loop: call it from async code run by asyncio.run(), "
+            "uvloop or anyio's asyncio backend"
+        ) from None
+
+
+def describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
