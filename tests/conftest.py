@@ -159,9 +159,16 @@ def assert_no_library_tasks() -> None:
     assert leftover == [], f"tasks outlived their Redlock: {leftover}"
 
 
-def lock_keys(node: Node) -> list[bytes]:
+def client_connections(node: Any) -> int:
+    """Client connections on *node* (a LocalNode, or anything with command()), not counting the one asking."""
+    listing = node.command("CLIENT", "LIST")
+    assert isinstance(listing, bytes)
+    return len(listing.splitlines()) - 1
+
+
+def lock_keys(node: Any) -> list[bytes]:
     """The keys on *node*, but for the restart-quarantine markers (a key per prefix, the prefix itself)."""
-    keys: list[bytes] = node.command("KEYS", "*")  # type: ignore[assignment]
+    keys: list[bytes] = node.command("KEYS", "*")
     return sorted(key for key in keys if not key.endswith(b":"))
 
 

@@ -14,12 +14,8 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
 import re
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -27,9 +23,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
-from redis.backoff import NoBackoff
 from redis.exceptions import DataError
-from redis.retry import Retry
 
 from redlock_async import LockLost, LockNotAcquired, Redlock, RedlockError
 from redlock_async._algorithm import Vote
@@ -37,9 +31,9 @@ from redlock_async._node import Failure
 from redlock_async._scripts import RELEASE
 from redlock_async.cli import EXIT_NOT_ACQUIRED, main
 from redlock_async.fencing import fenced_set
-from redlock_async.testing import server_binary
+from redlock_async.testing import LocalNode
 
-from .conftest import Cluster, MakeRedlock, Node, assert_no_library_tasks, eventually
+from .conftest import Cluster, MakeRedlock, Node, assert_no_library_tasks, client_connections, eventually, lock_keys
 
 PY = sys.executable
 NOWHERE = "redis://127.0.0.1:1"  # never connected to: these cases fail before any I/O
@@ -48,26 +42,12 @@ NOWHERE = "redis://127.0.0.1:1"  # never connected to: these cases fail before a
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def connections(node: Node | OwnServer) -> int:
-    """Client connections on *node*, not counting the one that asks."""
-    listing = node.command("CLIENT", "LIST")
-    assert isinstance(listing, bytes)
-    return len(listing.splitlines()) - 1
-
-
 async def assert_connections(nodes: list[Node], expected: list[int]) -> None:
     """The servers see *expected* connections again (closing is asynchronous: wait, bounded)."""
     deadline = time.monotonic() + 3.0
-    while (seen := [connections(node) for node in nodes]) != expected and time.monotonic() < deadline:
+    while (seen := [client_connections(node) for node in nodes]) != expected and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     assert seen == expected, f"connections left open: {seen}, expected {expected}"
-
-
-def keys_on(node: Node | OwnServer) -> list[bytes]:
-    """The keys on *node*, but the restart quarantine's markers (bare prefixes: never a lock's key)."""
-    keys = node.command("KEYS", "*")
-    assert isinstance(keys, list)
-    return sorted(key for key in keys if key not in (b"redlock:", b"redlock-fence:"))
 
 
 async def assert_empty(cluster: Cluster, *keep: bytes) -> None:
@@ -79,70 +59,16 @@ async def assert_empty(cluster: Cluster, *keep: bytes) -> None:
     """
 
     def held() -> list[list[bytes]]:
-        return [keys_on(cluster[i]) for i in range(len(cluster))]
+        return [lock_keys(cluster[i]) for i in range(len(cluster))]
 
     assert await eventually(lambda: held() == [sorted(keep)] * len(cluster), 1.0), f"keys per node: {held()}"
 
 
-class OwnServer:
-    """A valkey-server of this test's own, with configuration LocalNode has no option for.
-
-    Started on a free port in a temp dir; :meth:`close` stops it and removes the dir.
-    """
-
-    def __init__(self, *config: str, password: str | None = None) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="redlock-bad-input-")
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port: int = sock.getsockname()[1]
-        argv = [
-            server_binary(),
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", self._dir.name,
-            "--logfile", os.path.join(self._dir.name, "server.log"),
-            "--loglevel", "warning",
-        ]  # fmt: skip
-        if password is not None:
-            argv += ["--requirepass", password]
-        self._proc = subprocess.Popen([*argv, *config], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        self.admin = redis.Redis(
-            port=self.port, password=password, socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0)
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.admin.ping()
-                break
-            except redis.ConnectionError:
-                if self._proc.poll() is not None or time.monotonic() > deadline:
-                    self.close()
-                    raise RuntimeError(f"{argv[0]} did not start with {config}") from None
-                time.sleep(0.01)
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
-
-    def command(self, *args: str | bytes | int) -> object:
-        return self.admin.execute_command(*args)  # type: ignore[no-untyped-call]
-
-    def close(self) -> None:
-        self.admin.close()
-        self._proc.kill()
-        self._proc.wait(timeout=10)
-        self._dir.cleanup()
-
-
 @contextlib.contextmanager
-def own_server(*config: str, password: str | None = None) -> Iterator[OwnServer]:
-    server = OwnServer(*config, password=password)
-    try:
+def own_server(*config: str, password: str | None = None) -> Iterator[LocalNode]:
+    """A server of this test's own, with configuration LocalNodes has no option for."""
+    with LocalNode(password=password, server_args=config) as server:
         yield server
-    finally:
-        server.close()
 
 
 class FakeNode:
@@ -476,7 +402,7 @@ async def test_a_node_that_is_not_redis_is_a_failed_vote_with_its_reason(
     how: str, cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:
     real = [cluster[i] for i in range(3)]
-    before = [connections(node) for node in real]
+    before = [client_connections(node) for node in real]
     async with fake_nodes(how, 3) as fakes:
         # A minority of such nodes: the lock works on the others.
         mixed = await make_redlock([*cluster.urls[:3], fakes[0].url, fakes[1].url], connect_timeout=0.3)
@@ -540,7 +466,7 @@ async def test_a_node_that_refuses_auth(make_redlock: MakeRedlock) -> None:
         async with redlock.lock("guarded") as lock:
             assert lock.held
         await redlock.aclose()
-        assert keys_on(server) == []
+        assert lock_keys(server) == []
         assert await _eventually_no_connections(server)
 
 
@@ -554,7 +480,7 @@ REFUSING = {
 
 
 @contextlib.contextmanager
-def refusing_server(how: str) -> Iterator[tuple[OwnServer, str]]:
+def refusing_server(how: str) -> Iterator[tuple[LocalNode, str]]:
     """A server whose lock user cannot run EVALSHA, and the URL of that user."""
     config, _ = REFUSING[how]
     with own_server(*config) as server:
@@ -578,11 +504,11 @@ async def test_nodes_that_refuse_scripts_are_refused_at_connect(how: str) -> Non
             assert "ACL +@scripting" in message
             assert REFUSING[how][1] in message
             assert [o.node for o in caught.value.outcomes] == [f"127.0.0.1:{server.port}"]
-            assert keys_on(server) == []
+            assert lock_keys(server) == []
             deadline = time.monotonic() + 3
-            while connections(server) and time.monotonic() < deadline:
+            while client_connections(server) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
-            assert connections(server) == 0
+            assert client_connections(server) == 0
             assert_no_library_tasks()
 
 
@@ -606,14 +532,14 @@ async def test_a_minority_refusing_scripts_is_told_and_its_keys_expire(
         # There the SET ran but the release could not: the key stays, only until it expires.
         assert 0 < int(server.command("PTTL", "redlock:half-refused")) <= 1000  # type: ignore[call-overload]
         await redlock.aclose()
-        assert connections(server) == 0 or await _eventually_no_connections(server)
+        assert client_connections(server) == 0 or await _eventually_no_connections(server)
 
 
-async def _eventually_no_connections(server: OwnServer) -> bool:
+async def _eventually_no_connections(server: LocalNode) -> bool:
     deadline = time.monotonic() + 3
-    while connections(server) and time.monotonic() < deadline:
+    while client_connections(server) and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
-    return connections(server) == 0
+    return client_connections(server) == 0
 
 
 async def test_lazy_use_of_a_node_that_refuses_scripts_is_logged(
@@ -739,7 +665,7 @@ def test_cli_bad_names(
         main(argv)
     assert exited.value.code == 2
     assert re.search(rf"redlock {command}: error: {pattern}", capsys.readouterr().err)
-    assert [keys_on(cluster[i]) for i in range(len(cluster))] == [[]] * len(cluster)  # nothing was sent
+    assert [lock_keys(cluster[i]) for i in range(len(cluster))] == [[]] * len(cluster)  # nothing was sent
 
 
 async def _cli(*args: str | bytes) -> tuple[int, str, str]:
@@ -776,4 +702,4 @@ async def test_cli_with_a_node_that_refuses_scripts(cluster: Cluster) -> None:
         assert "ran" not in out
         assert "redlock: 1 of 1 nodes answer the Lua scripts with an error" in err
         assert "Traceback" not in err
-        assert keys_on(server) == []
+        assert lock_keys(server) == []

@@ -275,6 +275,7 @@ class LocalNode:
         password: str | None = None,
         acl: Sequence[str] = (),
         proxied: bool = False,
+        server_args: Sequence[str] = (),
     ) -> None:
         if tls is not None and unix_socket:
             raise ValueError("tls and unix_socket do not go together: the server speaks TLS on TCP only")
@@ -287,6 +288,8 @@ class LocalNode:
         self.unix_socket = unix_socket
         self.password = password
         self.acl = tuple(acl)
+        self.server_args = tuple(server_args)
+        """More server configuration, appended to the command line (``"--maxmemory", "1mb"``, ...)."""
         self.port = port if port is not None else _pick_port()
         # A port chosen by the caller, or one clients already know, never changes.
         self._port_fixed = port is not None
@@ -296,6 +299,15 @@ class LocalNode:
         self._client: redis.Redis | None = None
         self._log_offset = 0
         self._out_offset = 0
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         state = "paused" if self.paused else "running" if self.running else "stopped"
@@ -502,6 +514,7 @@ class LocalNode:
             argv += ["--requirepass", self.password]
         for rule in self.acl:
             argv += ["--user", *rule.split()]
+        argv += self.server_args
         # Same process group as us on purpose: a signal sent to the whole test run's group
         # (Ctrl-C, CI cancellation) reaches the servers even if our atexit hook never runs.
         with open(out, "ab") as sink:
