@@ -146,6 +146,8 @@ class Listener:
             async with asyncio.timeout(timeout):
                 await fut
         except TimeoutError:
+            if fut.done() and not fut.cancelled():
+                return True  # woken in the loop turn the timer fired: the wake-up counts (_wake took us off)
             # The fallback: no word came. Keep our place in line until we quit.
             if queue.turn == place:
                 queue.turn = None  # woken in the same loop turn as the timer: our turn

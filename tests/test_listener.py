@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -116,3 +117,24 @@ async def test_a_release_heard_before_anyone_waits_lets_the_next_waiter_go_at_on
     made.quit(CHANNEL, place)
     made.leave(CHANNEL)
     assert made.wakeups == 0  # no waiter was queued to wake: the release was kept for the next one
+
+
+async def test_a_wake_up_in_the_loop_turn_the_timer_fires_counts() -> None:
+    """The release word and the waiter's fallback timer land in one loop turn: it was woken, not timed out.
+
+    Taken for a timeout, the waiter would wait again while the queue believed it woken:
+    no later release would wake anyone (CI saw the FIFO test hang on this, once in a dozen runs).
+    """
+    made, _ = listener()
+    await made.enter(CHANNEL)
+    place = ticket()
+    wait = asyncio.create_task(made.wait(CHANNEL, 0.01, place))
+    await asyncio.sleep(0)  # the waiter waits, its 10 ms timer armed
+    time.sleep(0.03)  # the loop is busy past the timer: it fires in the next turn...
+    # ...right after the words arrive (a subscriber's data_received runs before due timers):
+    asyncio.get_running_loop().call_soon(words, made, b"release-1", 3)
+    assert await asyncio.wait_for(wait, 1.0) is True
+    assert made.wakeups == 1
+    made.done(CHANNEL)
+    made.quit(CHANNEL, place)
+    made.leave(CHANNEL)
