@@ -11,18 +11,16 @@ import asyncio
 import dataclasses
 import logging
 import random
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, final
 
-from redlock_async import _algorithm, _handoff
+from redlock_async import _algorithm, _handoff, _requests
 from redlock_async._cleanup import complete
-from redlock_async._fanout import Ballot, outcomes, vote_of_fenced, vote_of_script, vote_of_set
+from redlock_async._fanout import Ballot, outcomes, vote_of_script
 from redlock_async._lease import Phase, move
-from redlock_async._node import Failure, Reply
-from redlock_async._scripts import ACQUIRE_FENCED, EXTEND, FENCE, RELEASE
+from redlock_async._node import Reply
 from redlock_async._settings import Settings, check_duration
 from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome
 from redlock_async.events import EventKind, LockEvent
@@ -35,9 +33,6 @@ log = logging.getLogger(__name__)
 
 MAX_RESOURCE_BYTES = 4096
 """Longest resource name, in bytes once encoded: hash longer identifiers first."""
-
-TOKEN_BYTES = 20
-"""Random bytes in each acquisition's token (the Redlock spec asks for 20)."""
 
 _random = random.SystemRandom()
 
@@ -290,92 +285,28 @@ class Lock:
 
     async def _attempt(self) -> bool:
         """One round of SET NX PX on all nodes; True when a majority granted a valid lease."""
-        nodes = self._cluster.nodes
-        settings = self._settings
         self._attempts += 1
-        token = secrets.token_urlsafe(TOKEN_BYTES).encode()
-        ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
-        started = time.monotonic()
-        if settings.fencing:
-            keys = (self._key, self._fence_key)
-            futures = [node.send_script(ACQUIRE_FENCED, keys, (token, ttl_ms), limited=True) for node in nodes]
-            ballot = Ballot(nodes, futures, vote_of_fenced, settings.node_timeout)
-        else:
-            futures = [node.send(b"SET", self._key, token, b"NX", b"PX", ttl_ms, limited=True) for node in nodes]
-            ballot = Ballot(nodes, futures, vote_of_set, settings.node_timeout)
-        try:
-            await ballot.wait()
-            decided_at = ballot.decided_at
-            if settings.fencing and ballot.verdict is _algorithm.Verdict.WON:
-                ballot = await self._fence(token, futures, ballot)
-                decided_at = ballot.decided_at
-        except BaseException:
-            # Cancelled mid-vote: the SETs are out and may succeed; hand back
-            # every one of them before the cancellation goes on (queued, no await).
-            self._send_release(token, skip=_never_sent(futures))
-            raise
-        self._last_votes, self._last_details = ballot.votes, ballot.details
-        validity = _algorithm.granted(
-            len(nodes), ballot.votes, ttl_ms / 1000, started, decided_at, settings.drift_factor
-        )
-        if validity is None:
-            # Failed: release everywhere the SET may have run (a lost reply
-            # still set the key), and wait for the nodes known or likely to hold it.
-            await self._give_back(token, futures, ballot)
+        result = await _requests.attempt(self._cluster.nodes, self._key, self._fence_key, self._settings)
+        self._last_votes, self._last_details = result.votes, result.details
+        if result.validity is None:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("redlock %r not acquired: %s", self.resource, ", ".join(map(str, self.outcomes)))
             return False
-        self._token = token
-        self._skip = _never_sent(futures)
-        self._acquired_at = started
+        self._token = result.token
+        self._skip = result.skip
+        self._fencing_token = result.fencing_token
+        self._acquired_at = result.started
         self._extensions = 0
         self._lost = None
-        self._expires = decided_at + validity
-        self._holders = ballot.voted(_algorithm.Vote.YES)
+        self._expires = result.decided_at + result.validity
+        self._holders = result.holders
         self._state = move(self._state, Phase.HELD)
         self._cluster.held.add(self)
         return True
 
-    async def _fence(self, token: bytes, granted: Sequence[asyncio.Future[Reply]], ballot: Ballot) -> Ballot:
-        """Choose the fencing token and make a majority hold it; the returned ballot decides the grant.
-
-        The token is one more than the largest counter among the nodes that
-        granted. It counts only once a majority raised their counter to it
-        while still holding our key: every later grant needs a majority too,
-        so it meets one of those nodes, after our key there is gone, and reads
-        a counter at least this high. (Taking the largest counter alone is not
-        enough: see docs/fencing.md for the sequence that breaks it.)
-        """
-        counters = [
-            fut.result() for fut, vote in zip(granted, ballot.votes, strict=True) if vote is _algorithm.Vote.YES
-        ]
-        fencing_token = max(counters) + 1
-        nodes = self._cluster.nodes
-        keys = (self._key, self._fence_key)
-        futures = [node.send_script(FENCE, keys, (token, fencing_token), limited=True) for node in nodes]
-        fenced = Ballot(nodes, futures, vote_of_script, self._settings.node_timeout)
-        await fenced.wait()
-        self._fencing_token = fencing_token
-        return fenced
-
-    async def _give_back(self, token: bytes, sets: Sequence[asyncio.Future[Reply]], ballot: Ballot) -> None:
-        releases = self._send_release(token, skip=_never_sent(sets))
-        holders = ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING)
-        if holders:
-            nodes = self._cluster.nodes
-            await Ballot(
-                nodes, releases, vote_of_script, self._settings.node_timeout, majority=False, wait_for=holders
-            ).wait()
-
     def _send_release(self, token: bytes, skip: Sequence[int]) -> list[asyncio.Future[Reply]]:
         """Queue compare-and-delete on every node but *skip* (synchronous: survives cancellation)."""
-        futures: list[asyncio.Future[Reply]] = []
-        for i, node in enumerate(self._cluster.nodes):
-            if i in skip:
-                futures.append(_resolved(Failure(_algorithm.Vote.SKIPPED, "never sent")))
-            else:
-                futures.append(node.send_script(RELEASE, (self._key,), (token,)))
-        return futures
+        return _requests.send_release(self._cluster.nodes, self._key, token, skip)
 
     # -- extend -------------------------------------------------------------------
 
@@ -404,9 +335,9 @@ class Lock:
                         f"lock {self.resource!r} could not be extended on a majority before it ran out",
                         self._holders,
                     )
-                futures = [node.send_script(EXTEND, (self._key,), (token, ttl_ms), limited=True) for node in nodes]
                 # Votes after the old validity ends prove nothing: stop waiting then.
-                ballot = Ballot(nodes, futures, vote_of_script, min(settings.node_timeout, self._expires - started))
+                timeout = min(settings.node_timeout, self._expires - started)
+                ballot = _requests.send_extend(nodes, self._key, token, ttl_ms, timeout)
                 await ballot.wait()
                 self._last_votes, self._last_details = ballot.votes, ballot.details
                 verdict, validity = _algorithm.judge_extension(
@@ -806,18 +737,3 @@ class Lock:
     @property
     def _name(self) -> str:
         return self.resource if isinstance(self.resource, str) else repr(self.resource)
-
-
-def _never_sent(futures: Sequence[asyncio.Future[Reply]]) -> list[int]:
-    """Nodes whose request was refused before it was sent: nothing there to release."""
-    return [
-        i
-        for i, fut in enumerate(futures)
-        if fut.done() and isinstance(fut.result(), Failure) and fut.result().vote is _algorithm.Vote.SKIPPED
-    ]
-
-
-def _resolved(value: Reply) -> asyncio.Future[Reply]:
-    fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-    fut.set_result(value)
-    return fut
