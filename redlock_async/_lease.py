@@ -19,6 +19,9 @@ closed under it). LOST stays until the next acquire: ``extend()`` raises its
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Sequence
+
+from redlock_async._algorithm import Vote
 
 
 class Phase(enum.Enum):
@@ -50,3 +53,69 @@ def move(current: Phase, to: Phase) -> Phase:
     if to not in MOVES[current]:
         raise IllegalMove(f"a lock cannot go from {current.value} to {to.value} (a bug in redlock_async)")
     return to
+
+
+class Lease:
+    """One acquisition's lease: its token on the nodes, how long it can be trusted, who holds it.
+
+    A Lock gets a new Lease at each grant (and an empty one, without a token, when made).
+    The watchdog keeps Leases, not Locks: it reads ``key``, ``token``, ``ttl_ms`` and
+    ``expires``, and calls the two hooks the lock set when it began to watch (``due`` at a
+    round's start, ``result`` with the round's votes). A round that answers for a lease the
+    lock has since replaced finds it superseded, and changes nothing.
+    """
+
+    __slots__ = (
+        "acquired_at",
+        "due",
+        "expires",
+        "extensions",
+        "fencing_token",
+        "holders",
+        "key",
+        "result",
+        "skip",
+        "token",
+        "ttl_ms",
+    )
+
+    def __init__(
+        self,
+        key: bytes,
+        token: bytes | None = None,
+        *,
+        ttl_ms: int = 0,
+        acquired_at: float = 0.0,
+        expires: float = 0.0,
+        holders: list[int] | None = None,
+        skip: list[int] | None = None,
+        fencing_token: int | None = None,
+    ) -> None:
+        self.key = key
+        self.token = token
+        """The acquisition's random value on the nodes; None once released (or before any grant)."""
+        self.ttl_ms = ttl_ms
+        self.acquired_at = acquired_at
+        """When the first SET went out (monotonic): validity counts from here."""
+        self.expires = expires
+        """Monotonic time at which validity runs out."""
+        self.holders: list[int] = holders if holders is not None else []
+        """Nodes that said yes to the grant or the last extension."""
+        self.skip: list[int] = skip if skip is not None else []
+        """Nodes the SET never went to: nothing there to release."""
+        self.extensions = 0
+        self.fencing_token = fencing_token
+        self.due: Callable[[Lease, float], bool] = _never_due
+        """The watchdog asks at a round's start: True to extend now (the lock handles every other case)."""
+        self.result: Callable[[Lease, float, float, Sequence[Vote], Sequence[str] | None], None] = _ignore
+        """The watchdog's round for this lease was decided: (lease, started, decided_at, votes, details)."""
+
+
+def _never_due(lease: Lease, now: float) -> bool:
+    return False
+
+
+def _ignore(
+    lease: Lease, started: float, decided_at: float, votes: Sequence[Vote], details: Sequence[str] | None
+) -> None:
+    return None

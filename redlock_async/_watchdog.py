@@ -24,18 +24,16 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
 
 from redlock_async import _algorithm
 from redlock_async._algorithm import Vote
 from redlock_async._fanout import Deadline, sitting_out
+from redlock_async._lease import Lease
 from redlock_async._node import Failure, Node, Reply
 from redlock_async._scripts import EXTEND_MANY
 
 log = logging.getLogger(__name__)
 
-if TYPE_CHECKING:
-    from redlock_async.lock import Lock
 
 BATCH_WINDOW = 0.02
 """Seconds: locks due this close together are extended in the same round (a little early)."""
@@ -55,8 +53,8 @@ class Watchdog:
         self._nodes = nodes
         self._node_timeout = node_timeout
         self._on_fault = on_fault
-        self._heap: list[tuple[float, int, Lock]] = []
-        self._entries: dict[Lock, int] = {}  # lock -> its live heap entry's sequence number
+        self._heap: list[tuple[float, int, Lease]] = []
+        self._entries: dict[Lease, int] = {}  # lock -> its live heap entry's sequence number
         self._seq = itertools.count()
         self._task: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -67,7 +65,7 @@ class Watchdog:
         self.retries = 0
         """Extensions tried again after a round neither confirmed nor refused: for statistics."""
 
-    def schedule(self, lock: Lock, due: float) -> None:
+    def schedule(self, lock: Lease, due: float) -> None:
         """Extend *lock* at monotonic time *due* (replacing any earlier schedule)."""
         if self._closed:
             return  # the Redlock is closed: its locks were given up, no task may start again
@@ -79,12 +77,12 @@ class Watchdog:
         elif due < self._waiter_due and self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)  # wake up earlier than planned
 
-    def discard(self, lock: Lock) -> None:
+    def discard(self, lock: Lease) -> None:
         """Stop watching *lock* (synchronous: safe before any await)."""
         if self._entries.pop(lock, None) is not None:
             self._compact()
 
-    async def forget(self, lock: Lock) -> None:
+    async def forget(self, lock: Lease) -> None:
         """Stop watching *lock*; the task ends once no lock is watched."""
         self.discard(lock)
         if not self._entries:
@@ -133,7 +131,7 @@ class Watchdog:
         while self._entries:
             heap = self._heap  # (compaction replaces the list)
             now = time.monotonic()
-            batch: list[Lock] = []
+            batch: list[Lease] = []
             while heap and heap[0][0] <= now + BATCH_WINDOW:
                 _, seq, lock = heapq.heappop(heap)
                 if self._entries.get(lock) == seq:  # else a stale entry: rescheduled or forgotten
@@ -155,11 +153,11 @@ class Watchdog:
                 timer.cancel()
                 self._waiter = None
 
-    def _start_round(self, locks: list[Lock], now: float) -> None:
+    def _start_round(self, locks: list[Lease], now: float) -> None:
         """Hand over the locks that are past a limit; send EXTEND_MANY for the rest."""
-        extend: list[Lock] = []
+        extend: list[Lease] = []
         for lock in locks:
-            if not lock._watchdog_due(now):
+            if not lock.due(lock, now):
                 continue  # lost or released meanwhile, or at its hold limit (the lock handled it)
             extend.append(lock)
         if extend:
@@ -191,12 +189,11 @@ class _Round:
         "_open",
         "_started",
         "_timer",
-        "_tokens",
         "_votes",
         "_yes",
     )
 
-    def __init__(self, watchdog: Watchdog, locks: list[Lock], started: float) -> None:
+    def __init__(self, watchdog: Watchdog, locks: list[Lease], started: float) -> None:
         loop = asyncio.get_running_loop()
         nodes = self._nodes = watchdog._nodes
         n = len(nodes)
@@ -210,14 +207,13 @@ class _Round:
         self._decided = [False] * len(locks)
         self._open = len(locks)
         self._timer: Deadline | None = None
-        self._tokens: list[bytes] = []
         for start in range(0, len(locks), CHUNK):
             chunk = locks[start : start + CHUNK]
-            keys = tuple(lock._key for lock in chunk)
+            keys = tuple(lock.key for lock in chunk)
             args: list[bytes | int] = []
             for lock in chunk:
-                token, ttl_ms = lock._watchdog_args()
-                self._tokens.append(token)
+                token, ttl_ms = lock.token, lock.ttl_ms
+                assert token is not None
                 args += (token, ttl_ms)
             for i, node in enumerate(nodes):
                 fut = node.send_script(EXTEND_MANY, keys, tuple(args), limited=True)
@@ -234,7 +230,7 @@ class _Round:
         load, replies queue behind other commands, and a retry would only add
         to the queue. A dead minority costs nothing: the majority decides early.
         """
-        ends = [lock._expires for j, lock in enumerate(self._locks) if not self._decided[j]]
+        ends = [lock.expires for j, lock in enumerate(self._locks) if not self._decided[j]]
         if not ends:
             return
         wait = min(ends) - time.monotonic()
@@ -274,7 +270,7 @@ class _Round:
         self._timer = None
         now = time.monotonic()
         for j, votes in enumerate(self._votes):
-            if not self._decided[j] and self._locks[j]._expires <= now + self._node_timeout / 10:
+            if not self._decided[j] and self._locks[j].expires <= now + self._node_timeout / 10:
                 votes[:] = [Vote.TIMEOUT if v is Vote.PENDING else v for v in votes]
                 self._decide(j, now)
         if self._open:
@@ -283,9 +279,8 @@ class _Round:
     def _decide(self, j: int, decided_at: float) -> None:
         self._decided[j] = True
         self._open -= 1
-        self._locks[j]._watchdog_result(
-            self._tokens[j], self._started, decided_at, self._votes[j], self._details.get(j)
-        )
+        lease = self._locks[j]
+        lease.result(lease, self._started, decided_at, self._votes[j], self._details.get(j))
         if not self._open and self._timer is not None:
             self._timer.cancel()
             self._timer = None

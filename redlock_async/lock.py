@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Self, final
 from redlock_async import _algorithm, _handoff, _requests
 from redlock_async._cleanup import complete
 from redlock_async._fanout import Ballot, outcomes, vote_of_script
-from redlock_async._lease import Phase, move
+from redlock_async._lease import Lease, Phase, move
 from redlock_async._node import Reply
 from redlock_async._settings import Settings, check_duration
 from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome
@@ -69,25 +69,19 @@ class Lock:
 
     __slots__ = (
         "__weakref__",
-        "_acquired_at",
         "_attempts",
         "_cancelled_host",
         "_cluster",
-        "_expires",
-        "_extensions",
         "_fence_key",
-        "_fencing_token",
-        "_holders",
         "_host",
         "_host_cancelling",
         "_key",
         "_last_details",
         "_last_votes",
+        "_lease",
         "_lost",
         "_settings",
-        "_skip",
         "_state",
-        "_token",
         "_watched",
         "on_lost",
         "resource",
@@ -103,21 +97,15 @@ class Lock:
     ) -> None:
         self._key = resource_key(settings.key_prefix, resource)
         self._fence_key = resource_key(settings.fence_prefix, resource)
-        self._fencing_token: int | None = None
         self.resource = resource
         self._cluster = cluster
         self._settings = settings
         self._state = Phase.IDLE
-        self._token: bytes | None = None
-        self._expires = 0.0  # monotonic time at which validity runs out
-        self._holders: list[int] = []  # nodes that said yes to the last acquire or extend
-        self._skip: list[int] = []  # nodes the SET never went to: nothing there to release
+        self._lease = Lease(self._key)  # the current (or last) acquisition's; a new one at each grant
         # Per-node votes of the last attempt; NodeOutcomes are built only when asked for.
         self._last_votes: Sequence[_algorithm.Vote] = ()
         self._last_details: Sequence[str] | None = None
-        self._acquired_at = 0.0
         self._attempts = 0  # rounds sent by the acquire in progress (or the last one)
-        self._extensions = 0
         self._lost: LockLost | None = None  # why the last acquisition was lost
         # The watchdog (inside `async with`): the task running the body, its
         # cancel count on entry, and whether we cancelled it because of a loss.
@@ -143,19 +131,19 @@ class Lock:
     @property
     def held(self) -> bool:
         """True while the lock is acquired and its validity has not run out."""
-        return self._state is Phase.HELD and time.monotonic() < self._expires
+        return self._state is Phase.HELD and time.monotonic() < self._lease.expires
 
     @property
     def validity(self) -> float:
         """Seconds for which the lease can still be trusted (0.0 when not held)."""
         if self._state is not Phase.HELD:
             return 0.0
-        return max(0.0, self._expires - time.monotonic())
+        return max(0.0, self._lease.expires - time.monotonic())
 
     @property
     def token(self) -> str | None:
         """The random value of the current acquisition, None when not held."""
-        return self._token.decode() if self._token is not None and self._state is Phase.HELD else None
+        return self._lease.token.decode() if self._lease.token is not None and self._state is Phase.HELD else None
 
     @property
     def fencing_token(self) -> int | None:
@@ -165,7 +153,7 @@ class Lock:
         resource, through any client, as long as the nodes keep their data.
         Pass it to the protected resource, which refuses smaller ones.
         """
-        return self._fencing_token if self._state is Phase.HELD else None
+        return self._lease.fencing_token if self._state is Phase.HELD else None
 
     @property
     def outcomes(self) -> tuple[NodeOutcome, ...]:
@@ -183,8 +171,8 @@ class Lock:
             held=held,
             validity=self.validity,
             attempts=self._attempts,
-            extensions=self._extensions,
-            held_for=time.monotonic() - self._acquired_at if held else None,
+            extensions=self._lease.extensions,
+            held_for=time.monotonic() - self._lease.acquired_at if held else None,
             fencing_token=self.fencing_token,
             watched=self._watched,
         )
@@ -215,9 +203,9 @@ class Lock:
             else check_duration("timeout", timeout, zero_ok=True, inf_ok=True)
         )
         self._cluster.check_open()
-        if self._token is not None:
-            self._send_release(self._token, skip=self._skip)  # a stale lease of an earlier acquisition
-        self._token = None
+        if self._lease.token is not None:
+            self._send_release(self._lease.token, skip=self._lease.skip)  # a stale lease of an earlier acquisition
+        self._lease.token = None
         self._state = move(self._state, Phase.ACQUIRING)
         began = time.monotonic()
         self._attempts = 0
@@ -292,14 +280,17 @@ class Lock:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("redlock %r not acquired: %s", self.resource, ", ".join(map(str, self.outcomes)))
             return False
-        self._token = result.token
-        self._skip = result.skip
-        self._fencing_token = result.fencing_token
-        self._acquired_at = result.started
-        self._extensions = 0
+        self._lease = Lease(
+            self._key,
+            result.token,
+            ttl_ms=_algorithm.ttl_to_ms(self._settings.ttl),
+            acquired_at=result.started,
+            expires=result.decided_at + result.validity,
+            holders=result.holders,
+            skip=result.skip,
+            fencing_token=result.fencing_token,
+        )
         self._lost = None
-        self._expires = result.decided_at + result.validity
-        self._holders = result.holders
         self._state = move(self._state, Phase.HELD)
         self._cluster.held.add(self)
         return True
@@ -319,24 +310,24 @@ class Lock:
         """
         if self._state is Phase.LOST:
             raise self._lost or LockLost(f"lock {self.resource!r} was lost", resource=self._name)
-        if self._state is not Phase.HELD or self._token is None:
+        if self._state is not Phase.HELD or self._lease.token is None:
             raise RuntimeError(f"extend() of lock {self.resource!r}, which is not held: acquire it first")
         settings = self._settings if ttl is None else dataclasses.replace(self._settings, ttl=ttl)
         self._cluster.note_ttl(settings.ttl)
         nodes = self._cluster.nodes
-        token = self._token
+        token = self._lease.token
         ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
         first_sent = time.monotonic()
         try:
             while True:
                 started = time.monotonic()
-                if started >= self._expires:
+                if started >= self._lease.expires:
                     raise await self._lose(
                         f"lock {self.resource!r} could not be extended on a majority before it ran out",
-                        self._holders,
+                        self._lease.holders,
                     )
                 # Votes after the old validity ends prove nothing: stop waiting then.
-                timeout = min(settings.node_timeout, self._expires - started)
+                timeout = min(settings.node_timeout, self._lease.expires - started)
                 ballot = _requests.send_extend(nodes, self._key, token, ttl_ms, timeout)
                 await ballot.wait()
                 self._last_votes, self._last_details = ballot.votes, ballot.details
@@ -346,16 +337,16 @@ class Lock:
                     started,
                     ballot.decided_at,
                     settings.drift_factor,
-                    deadline=self._expires,
+                    deadline=self._lease.expires,
                     now=time.monotonic(),
                 )
-                if self._state is not Phase.HELD or self._token != token:
+                if self._state is not Phase.HELD or self._lease.token != token:
                     # The watchdog declared it lost (or the Redlock closed) while we waited.
                     raise self._lost or LockLost(f"lock {self.resource!r} was lost", resource=self._name)
                 if validity is not None:
-                    margin = self._expires - ballot.decided_at
-                    self._expires = ballot.decided_at + validity
-                    self._holders = ballot.voted(_algorithm.Vote.YES)
+                    margin = self._lease.expires - ballot.decided_at
+                    self._lease.expires = ballot.decided_at + validity
+                    self._lease.holders = ballot.voted(_algorithm.Vote.YES)
                     self._emit(
                         EventKind.EXTENDED,
                         duration=ballot.decided_at - first_sent,
@@ -372,17 +363,17 @@ class Lock:
                 if verdict is _algorithm.Extension.EXPIRED:
                     raise await self._lose(
                         f"lock {self.resource!r} could not be extended on a majority before it ran out",
-                        self._holders,
+                        self._lease.holders,
                     )
                 # RETRY: neither confirmed nor refused (timeouts, errors), and validity is left.
-                remaining = self._expires - time.monotonic()
+                remaining = self._lease.expires - time.monotonic()
                 await asyncio.sleep(_algorithm.extend_retry_delay(settings.ttl, settings.node_timeout, remaining))
         except asyncio.CancelledError:
             # Some nodes may have applied the new ttl. If it is shorter than
             # what was left, trust only what it guarantees.
             if self._state is Phase.HELD:
                 bound = first_sent + _algorithm.best_validity(ttl_ms / 1000, settings.drift_factor)
-                self._expires = min(self._expires, bound)
+                self._lease.expires = min(self._lease.expires, bound)
             raise
 
     async def _lose(self, why: str, holders: Sequence[int]) -> LockLost:
@@ -400,13 +391,13 @@ class Lock:
         self, why: str, holders: Sequence[int], *, watchdog: bool = False
     ) -> tuple[list[asyncio.Future[Reply]], list[int]]:
         """Lost for good: no extension can bring it back. Queue the releases (no await)."""
-        assert self._token is not None
+        assert self._lease.token is not None
         self._state = move(self._state, Phase.LOST)
         self._cluster.held.discard(self)
         self._lost = LockLost(why, resource=self._name, outcomes=self.outcomes)
-        releases = self._send_release(self._token, skip=self._skip)
-        wait_for = sorted(set(holders) | set(self._holders))
-        self._holders = []
+        releases = self._send_release(self._lease.token, skip=self._lease.skip)
+        wait_for = sorted(set(holders) | set(self._lease.holders))
+        self._lease.holders = []
         self._emit_lost(why, watchdog=watchdog)
         return releases, wait_for
 
@@ -417,14 +408,16 @@ class Lock:
     def _next_due(self) -> float:
         """When the watchdog should extend next: a threshold before validity ends, or at the hold limit."""
         settings = self._settings
-        return min(self._expires - settings.ttl * settings.extend_threshold, self._acquired_at + settings.max_hold)
+        return min(
+            self._lease.expires - settings.ttl * settings.extend_threshold, self._lease.acquired_at + settings.max_hold
+        )
 
-    def _watchdog_due(self, now: float) -> bool:
+    def _watchdog_due(self, lease: Lease, now: float) -> bool:
         """At a round's start: True to extend now; False when lost (handled here) or no longer watched."""
-        if not self._watched or self._state is not Phase.HELD:
+        if lease is not self._lease or not self._watched or self._state is not Phase.HELD:
             return False
         settings = self._settings
-        if now >= self._expires:
+        if now >= self._lease.expires:
             votes = self._last_votes
             if votes and sum(1 for vote in votes if vote is _algorithm.Vote.YES) < _algorithm.quorum(len(votes)):
                 # The last extension failed (nodes silent or refusing) and its retry came too late.
@@ -433,42 +426,37 @@ class Lock:
                 # The event loop stalled past the validity (or the process was paused): too late.
                 self._watchdog_lost(f"lock {self.resource!r} expired before the watchdog could extend it (loop stall?)")
             return False
-        if now >= self._acquired_at + settings.max_hold or (
-            settings.max_extensions is not None and self._extensions >= settings.max_extensions
+        if now >= self._lease.acquired_at + settings.max_hold or (
+            settings.max_extensions is not None and self._lease.extensions >= settings.max_extensions
         ):
             self._watchdog_lost(f"lock {self.resource!r} reached its hold limit (max_hold / max_extensions)")
             return False
         return True
 
-    def _watchdog_args(self) -> tuple[bytes, int]:
-        assert self._token is not None
-        return self._token, _algorithm.ttl_to_ms(self._settings.ttl)
-
     def _watchdog_result(
         self,
-        token: bytes,
+        lease: Lease,
         started: float,
         decided_at: float,
         votes: Sequence[_algorithm.Vote],
         details: Sequence[str] | None,
     ) -> None:
-        if not self._watched or self._state is not Phase.HELD or token != self._token:
+        if lease is not self._lease or not self._watched or self._state is not Phase.HELD or lease.token is None:
             return  # released, lost or re-acquired while the round was out
         settings = self._settings
         self._last_votes, self._last_details = votes, details
-        ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
         now = time.monotonic()
         verdict, validity = _algorithm.judge_extension(
-            votes, ttl_ms / 1000, started, decided_at, settings.drift_factor, deadline=self._expires, now=now
+            votes, lease.ttl_ms / 1000, started, decided_at, settings.drift_factor, deadline=lease.expires, now=now
         )
         watchdog = self._cluster.watchdog
         if validity is not None:
             due = self._next_due()
-            margin = self._expires - decided_at
-            self._expires = decided_at + validity
-            self._holders = [i for i, v in enumerate(votes) if v is _algorithm.Vote.YES]
-            self._extensions += 1
-            watchdog.schedule(self, self._next_due())
+            margin = self._lease.expires - decided_at
+            self._lease.expires = decided_at + validity
+            self._lease.holders = [i for i, v in enumerate(votes) if v is _algorithm.Vote.YES]
+            self._lease.extensions += 1
+            watchdog.schedule(lease, self._next_due())
             self._emit(
                 EventKind.EXTENDED,
                 duration=decided_at - started,
@@ -483,9 +471,9 @@ class Lock:
             self._watchdog_lost(f"lock {self.resource!r} is gone from a majority of nodes (expired or taken)")
         elif verdict is _algorithm.Extension.RETRY:
             # Not confirmed, not refused: try again soon, while validity is left.
-            retry = _algorithm.extend_retry_delay(settings.ttl, settings.node_timeout, self._expires - now)
+            retry = _algorithm.extend_retry_delay(settings.ttl, settings.node_timeout, self._lease.expires - now)
             watchdog.retries += 1
-            watchdog.schedule(self, min(now + retry, self._acquired_at + settings.max_hold))
+            watchdog.schedule(lease, min(now + retry, self._lease.acquired_at + settings.max_hold))
         else:
             self._watchdog_lost(f"lock {self.resource!r} could not be extended on a majority before it ran out")
 
@@ -516,7 +504,7 @@ class Lock:
 
     def _give_up(self, why: str) -> None:
         """The Redlock closes while this lock is held: release it, and tell the holder it is lost."""
-        if self._state is not Phase.HELD or self._token is None:
+        if self._state is not Phase.HELD or self._lease.token is None:
             return
         if self._watched:
             self._watchdog_lost(why)  # the body is cancelled (or on_lost told), as for any loss
@@ -534,16 +522,16 @@ class Lock:
         a RuntimeError.
         """
         if self._state is Phase.LOST:
-            self._token = None
+            self._lease.token = None
             return
-        if self._state is not Phase.HELD or self._token is None:
+        if self._state is not Phase.HELD or self._lease.token is None:
             raise RuntimeError(f"release() of lock {self.resource!r}, which is not held")
-        token, holders = self._token, self._holders
+        token, holders = self._lease.token, self._lease.holders
         began = time.monotonic()
-        self._state, self._token, self._holders = move(self._state, Phase.IDLE), None, []
+        self._state, self._lease.token, self._lease.holders = move(self._state, Phase.IDLE), None, []
         self._cluster.held.discard(self)
         self._watched = False  # the watchdog drops it at its next look
-        futures = self._send_release(token, skip=self._skip)
+        futures = self._send_release(token, skip=self._lease.skip)
         ballot = Ballot(
             self._cluster.nodes,
             futures,
@@ -560,7 +548,7 @@ class Lock:
             failed = [str(o) for i, o in enumerate(self.outcomes) if i in holders and o.vote is error]
             log.warning("redlock %r not released on %s: the key stays until it expires", self.resource, failed)
         now = time.monotonic()
-        self._emit(EventKind.RELEASED, duration=now - began, held_for=now - self._acquired_at)
+        self._emit(EventKind.RELEASED, duration=now - began, held_for=now - self._lease.acquired_at)
 
     # -- async with -------------------------------------------------------------
     #
@@ -586,7 +574,9 @@ class Lock:
             assert host is not None
             self._host, self._host_cancelling, self._cancelled_host = host, host.cancelling(), False
             self._watched = True
-            self._cluster.watchdog.schedule(self, self._next_due())
+            lease = self._lease
+            lease.due, lease.result = self._watchdog_due, self._watchdog_result
+            self._cluster.watchdog.schedule(lease, self._next_due())
         return self
 
     async def __aexit__(
@@ -602,12 +592,12 @@ class Lock:
             # the CancelledError out and no one else cancelled, it becomes LockLost.
             others = host.uncancel() > self._host_cancelling
             if exc_type is asyncio.CancelledError and not others:
-                await self._cluster.watchdog.forget(self)
+                await self._cluster.watchdog.forget(self._lease)
                 assert self._lost is not None
                 raise self._lost from (self._lost.__cause__ or exc)
         # Our clock says the validity ran out while the body ran (a blocked loop,
         # or many holders exiting at once): the nodes decide whether it was lost.
-        overran = host is not None and self._state is Phase.HELD and time.monotonic() >= self._expires
+        overran = host is not None and self._state is Phase.HELD and time.monotonic() >= self._lease.expires
         cleanup = self._cleanup(exc, overran, watched=host is not None)
         if overran or exc_type is asyncio.CancelledError:
             # Deciding a loss, or leaving a cancelled scope (anyio cancels again at every await):
@@ -622,7 +612,7 @@ class Lock:
         finally:
             if watched:
                 # After the release went out: stopping the watchdog's task must not delay the hand-off.
-                await self._cluster.watchdog.forget(self)
+                await self._cluster.watchdog.forget(self._lease)
 
     async def _exit(self, exc: BaseException | None, overran: bool, *, watched: bool) -> None:
         """Release on the way out of ``async with``; raise LockLost if the lock was lost while watched."""
@@ -639,7 +629,7 @@ class Lock:
             )
             self._emit_lost(str(self._lost.args[0]), watchdog=True)
         if self._state is Phase.LOST:
-            self._token = None
+            self._lease.token = None
             if exc is None and watched and self.on_lost is None:
                 assert self._lost is not None
                 raise self._lost  # the body finished, but not under the lock the whole time
@@ -673,10 +663,10 @@ class Lock:
         re-create our key on another node after someone else held the lock meanwhile, so our
         key there at release proves nothing.
         """
-        assert self._token is not None
-        token, holders = self._token, self._holders
-        self._token, self._holders = None, []
-        futures = self._send_release(token, skip=self._skip)
+        assert self._lease.token is not None
+        token, holders = self._lease.token, self._lease.holders
+        self._lease.token, self._lease.holders = None, []
+        futures = self._send_release(token, skip=self._lease.skip)
         # The question is only whether those nodes still held our key when the release
         # ran; a busy loop may read the answers late, so wait for them up to a connect timeout.
         settings = self._settings
@@ -693,7 +683,7 @@ class Lock:
             self._state = move(self._state, Phase.IDLE)
             self._cluster.held.discard(self)
             now = time.monotonic()
-            self._emit(EventKind.RELEASED, duration=now - ballot.decided_at, held_for=now - self._acquired_at)
+            self._emit(EventKind.RELEASED, duration=now - ballot.decided_at, held_for=now - self._lease.acquired_at)
         return confirmed, holders
 
     def _timeout_hint(self) -> str:
@@ -727,12 +717,12 @@ class Lock:
                 log.exception("redlock %r: on_event callback failed", self.resource)
 
     def _emit_lost(self, why: str, *, watchdog: bool) -> None:
-        self._emit(EventKind.LOST, held_for=time.monotonic() - self._acquired_at, reason=why, watchdog=watchdog)
+        self._emit(EventKind.LOST, held_for=time.monotonic() - self._lease.acquired_at, reason=why, watchdog=watchdog)
 
     def _unwatch(self) -> None:
         self._watched = False
         self._host, self._cancelled_host = None, False
-        self._cluster.watchdog.discard(self)
+        self._cluster.watchdog.discard(self._lease)
 
     @property
     def _name(self) -> str:
