@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections.abc import Callable, Sequence
 
+from redlock_async import _clock
 from redlock_async._algorithm import Verdict, Vote, patience, quorum, verdict
 from redlock_async._node import Failure, Node, Reply
 from redlock_async.errors import NodeOutcome
@@ -62,15 +62,15 @@ class Deadline:
         self._callback = callback
         self._rearmed = False
         self._turns = self.TURNS
-        self._when = loop.time() + timeout
-        self._handle: asyncio.Handle = loop.call_at(self._when, self._fire)
+        self._when = _clock.now() + timeout
+        self._handle: asyncio.Handle = loop.call_later(timeout, self._fire)
 
     def _fire(self) -> None:
-        now = self._loop.time()
+        now = _clock.now()
         if not self._rearmed and self._rearm and now - self._when > LATE:
             self._rearmed = True
             self._when = now + self._rearm
-            self._handle = self._loop.call_at(self._when, self._fire)
+            self._handle = self._loop.call_later(self._rearm, self._fire)
             return
         self._turn()
 
@@ -111,7 +111,7 @@ def sitting_out(node: Node) -> str | None:
     until = node.quarantined_until
     if not until:
         return None
-    left = until - time.monotonic()
+    left = until - _clock.now()
     if left <= 0:
         return None
     if math.isinf(left):
@@ -234,7 +234,7 @@ class Ballot:
 
     def _decide(self, result: Verdict) -> None:
         self.verdict = result
-        self.decided_at = time.monotonic()
+        self.decided_at = _clock.now()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -40,7 +40,6 @@ import asyncio
 import logging
 import os
 import ssl
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from typing import Any, TypeAlias
 
 import hiredis
 
+from redlock_async import _clock
 from redlock_async._algorithm import Vote, smoothed_rtt
 from redlock_async._endpoint import Endpoint
 from redlock_async._scripts import Script
@@ -182,7 +182,7 @@ class Node:
         if self._closed:
             fut.set_result(CLOSED if self.fault is None else self._fault_failure())
             return fut
-        if self._down_until and time.monotonic() < self._down_until:
+        if self._down_until and _clock.now() < self._down_until:
             fut.set_result(Failure(Vote.SKIPPED, f"node down ({self._down_reason})"))
             return fut
         if limited and len(self._outbox) + len(self._inflight) >= self._max_queued and self._stalled():
@@ -224,7 +224,7 @@ class Node:
         return futures
 
     def _stalled(self) -> bool:
-        return time.monotonic() - self._progress > self._stall_after
+        return _clock.now() - self._progress > self._stall_after
 
     # -- lifecycle --------------------------------------------------------
 
@@ -319,7 +319,7 @@ class Node:
         """Move the outbox in line for replies (before the write: no reply can come for a future not waiting)."""
         batch, self._outbox, self._front = self._outbox, [], 0
         if not self._inflight:
-            self._progress = self._rtt_since = time.monotonic()  # waiting starts now, not at the last reply
+            self._progress = self._rtt_since = _clock.now()  # waiting starts now, not at the last reply
         inflight = self._inflight
         for _, fut, fallback in batch:
             inflight.append((fut, fallback))
@@ -384,7 +384,7 @@ class Node:
 
     async def _connect(self) -> bool:
         """(Re)connect, with our protocol from the first byte, and shake hands; on failure fail what waits."""
-        self.connect_started = time.monotonic()
+        self.connect_started = _clock.now()
         # Leftovers of a broken connection: its commands will never be answered.
         self._fail_inflight(Failure(Vote.ERROR, "connection lost"))
         self._drop_transport()
@@ -401,7 +401,7 @@ class Node:
                 reason += _tls_hint(self.endpoint, exc)
             # Once per outage: a node that stays down is retried often.
             (log.debug if self._down_reason else log.warning)("redlock node %s: cannot connect: %s", self.name, reason)
-            self._down_until = time.monotonic() + self._reconnect_delay
+            self._down_until = _clock.now() + self._reconnect_delay
             self._down_reason = reason
             self._fail_all(Failure(Vote.ERROR, reason))
             return False
@@ -456,7 +456,7 @@ class Node:
         assert transport is not None
         futures: list[asyncio.Future[Reply]] = [loop.create_future() for _ in commands]
         self._inflight.extend((fut, None) for fut in futures)
-        self._rtt_since = time.monotonic()
+        self._rtt_since = _clock.now()
         transport.write(b"".join(_pack(command) for command in commands))
         replies = [await fut for fut in futures]
         for command, reply in zip(commands, replies, strict=True):
@@ -506,7 +506,7 @@ class Node:
                 continue
             if not fut.done():
                 fut.set_result(reply)
-        now = self._progress = time.monotonic()
+        now = self._progress = _clock.now()
         if self._rtt_since:
             self._sample_rtt(now - self._rtt_since)
 

@@ -29,9 +29,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
 from collections.abc import Callable, Sequence
 
+from redlock_async import _clock
 from redlock_async._algorithm import Marker, quorum, sit_out
 from redlock_async._node import Failure, Node, Reply
 
@@ -132,7 +132,7 @@ class Quarantine:
         if unmarked < quorum(len(self._nodes)):
             return
         self._fresh_checked = True
-        self._fresh_at = time.monotonic()
+        self._fresh_at = _clock.now()
         log.debug("redlock: a majority of nodes seen and none has a marker: a new cluster, in service now")
         for i in sorted(self._suspects):
             self._sit_out(i, 0.0, "")
@@ -149,7 +149,7 @@ class Quarantine:
         if seconds <= 0:
             node.quarantined_until = 0.0
             return
-        node.quarantined_until = time.monotonic() + seconds
+        node.quarantined_until = _clock.now() + seconds
         if why:
             log.warning("redlock node %s %s: it counts toward no quorum for %.1f s", node.name, why, seconds)
         loop = asyncio.get_running_loop()
@@ -160,7 +160,7 @@ class Quarantine:
 
     def _warn_suspect(self, i: int) -> None:
         node = self._nodes[i]
-        left = node.quarantined_until - time.monotonic()
+        left = node.quarantined_until - _clock.now()
         log.warning(
             "redlock node %s has lost its data (no marker, while other nodes have theirs): "
             "it counts toward no quorum for %.1f s",
@@ -182,7 +182,7 @@ class Quarantine:
         node = self._nodes[i]
         if self._closed:
             return
-        if time.monotonic() >= node.quarantined_until:
+        if _clock.now() >= node.quarantined_until:
             self._served(i)
             return
 
@@ -195,7 +195,7 @@ class Quarantine:
                 self._sit_out(i, 0.0, "")
                 log.info("redlock node %s: marked in service by another client, counts again", node.name)
                 return
-            left = node.quarantined_until - time.monotonic()
+            left = node.quarantined_until - _clock.now()
             later = min(delay * 2, max(left, 0.0), self._period() / 4)
             self._timers[i] = asyncio.get_running_loop().call_later(later, self._recheck, i, delay * 2)
 

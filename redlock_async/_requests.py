@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from redlock_async import _algorithm
+from redlock_async import _algorithm, _clock
 from redlock_async._algorithm import Verdict, Vote
 from redlock_async._fanout import Ballot, vote_of_fenced, vote_of_script, vote_of_set
 from redlock_async._node import Failure, Node, Reply
@@ -48,7 +47,7 @@ async def attempt(nodes: Sequence[Node], key: bytes, fence_key: bytes, settings:
     """One round of SET NX PX (or the fenced acquire) on every node; a failed round is given back."""
     token = secrets.token_urlsafe(TOKEN_BYTES).encode()
     ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
-    started = time.monotonic()
+    started = _clock.now()
     if settings.fencing:
         keys = (key, fence_key)
         futures = [node.send_script(ACQUIRE_FENCED, keys, (token, ttl_ms), limited=True) for node in nodes]

@@ -21,11 +21,10 @@ import asyncio
 import heapq
 import itertools
 import logging
-import time
 from collections.abc import Callable
 from functools import partial
 
-from redlock_async import _algorithm
+from redlock_async import _algorithm, _clock
 from redlock_async._algorithm import Vote
 from redlock_async._fanout import Deadline, sitting_out
 from redlock_async._lease import Lease
@@ -130,7 +129,7 @@ class Watchdog:
         loop = asyncio.get_running_loop()
         while self._entries:
             heap = self._heap  # (compaction replaces the list)
-            now = time.monotonic()
+            now = _clock.now()
             batch: list[Lease] = []
             while heap and heap[0][0] <= now + BATCH_WINDOW:
                 _, seq, lock = heapq.heappop(heap)
@@ -146,7 +145,7 @@ class Watchdog:
             if not self._entries:
                 break
             self._waiter = loop.create_future()
-            timer = loop.call_at(loop.time() + max(0.0, self._waiter_due - time.monotonic()), _wake, self._waiter)
+            timer = loop.call_later(max(0.0, self._waiter_due - _clock.now()), _wake, self._waiter)
             try:
                 await self._waiter
             finally:
@@ -233,14 +232,14 @@ class _Round:
         ends = [lock.expires for j, lock in enumerate(self._locks) if not self._decided[j]]
         if not ends:
             return
-        wait = min(ends) - time.monotonic()
+        wait = min(ends) - _clock.now()
         if first:
             wait = max(wait, self._node_timeout)
         self._timer = Deadline(self._loop, max(wait, 0.0), self._on_timeout, rearm=0.0)
 
     def _on_reply(self, node: int, start: int, count: int, fut: asyncio.Future[Reply]) -> None:
         reply = fut.result()
-        now = time.monotonic()
+        now = _clock.now()
         failure = reply if isinstance(reply, Failure) else None
         decided, votes, yes, failed, need = self._decided, self._votes, self._yes, self._failed, self._need
         n = len(votes[0]) if votes else 0
@@ -268,7 +267,7 @@ class _Round:
 
     def _on_timeout(self) -> None:
         self._timer = None
-        now = time.monotonic()
+        now = _clock.now()
         for j, votes in enumerate(self._votes):
             if not self._decided[j] and self._locks[j].expires <= now + self._node_timeout / 10:
                 votes[:] = [Vote.TIMEOUT if v is Vote.PENDING else v for v in votes]

@@ -14,10 +14,9 @@ import random
 import signal
 import sys
 import textwrap
-import time
 from collections.abc import AsyncIterator, Sequence
 
-from redlock_async import __version__, _reaper
+from redlock_async import __version__, _clock, _reaper
 from redlock_async._algorithm import Held, Vote
 from redlock_async._endpoint import endpoints_for
 from redlock_async._inspect import inspect
@@ -274,7 +273,7 @@ async def _waiting(lock: Lock, name: str, wait: float) -> AsyncIterator[None]:
 
     Silent while the first attempt is out: a lock had at once shows nothing.
     """
-    out, began, shown = sys.stderr, time.monotonic(), False
+    out, began, shown = sys.stderr, _clock.now(), False
     limit = f"up to {wait:g} s" if math.isfinite(wait) else "no time limit"
     frames = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏" if out.encoding.lower().replace("-", "") == "utf8" else "|/-\\"
 
@@ -289,12 +288,12 @@ async def _waiting(lock: Lock, name: str, wait: float) -> AsyncIterator[None]:
         shown = True
         if out.isatty():
             for frame in itertools.cycle(frames):  # until cancelled
-                say(f"\r{frame} waiting for lock '{name}' {time.monotonic() - began:.1f} s ({limit})")
+                say(f"\r{frame} waiting for lock '{name}' {_clock.now() - began:.1f} s ({limit})")
                 await asyncio.sleep(0.1)
         say(f"redlock: waiting for lock '{name}' ({limit})\n")
         while True:
             await asyncio.sleep(NOTE_EVERY)
-            say(f"redlock: still waiting for lock '{name}' after {time.monotonic() - began:.0f} s\n")
+            say(f"redlock: still waiting for lock '{name}' after {_clock.now() - began:.0f} s\n")
 
     task = asyncio.create_task(show())
     try:
@@ -306,7 +305,7 @@ async def _waiting(lock: Lock, name: str, wait: float) -> AsyncIterator[None]:
             say("\r\x1b[K")  # erase the spinner's line
         elif shown:
             outcome = "acquired lock" if lock.held else "gave up on lock"
-            say(f"redlock: {outcome} '{name}' after {time.monotonic() - began:.1f} s\n")
+            say(f"redlock: {outcome} '{name}' after {_clock.now() - began:.1f} s\n")
 
 
 async def _status(name: str, nodes: list[str]) -> int:
@@ -379,10 +378,10 @@ async def _demo(workers: int, rounds: int) -> int:
             file=sys.stderr,
         )
         return EXIT_UNAVAILABLE
-    start = time.monotonic()
+    start = _clock.now()
 
     def say(who: str, what: str) -> None:
-        print(f"{time.monotonic() - start:7.3f}s  {who:<9} {what}", flush=True)
+        print(f"{_clock.now() - start:7.3f}s  {who:<9} {what}", flush=True)
 
     with LocalNodes(5) as cluster:
         say("cluster", "5 valkey-server nodes: " + ", ".join(url.rsplit(":", 1)[1] for url in cluster.urls))
@@ -394,7 +393,7 @@ async def _demo(workers: int, rounds: int) -> int:
                 for _ in range(rounds):
                     lock = redlock.lock("demo:printer")
                     async with lock:
-                        entered = time.monotonic()
+                        entered = _clock.now()
                         yes = sum(o.vote.value in ("yes", "pending") for o in lock.outcomes)
                         say(
                             name,
@@ -402,7 +401,7 @@ async def _demo(workers: int, rounds: int) -> int:
                             f"validity={lock.validity:.2f}s  quorum {yes}/5",
                         )
                         await asyncio.sleep(random.uniform(0.02, 0.06))
-                        sections.append((entered, time.monotonic(), name))
+                        sections.append((entered, _clock.now(), name))
                         # Said inside the block: the next holder may be granted before release()
                         # returns here (its waiter is woken by the nodes' release notices).
                         say(name, "done, releasing")
@@ -418,11 +417,11 @@ async def _demo(workers: int, rounds: int) -> int:
             cluster[1].pause()
             say("faults", "paused 2 of 5 nodes (SIGSTOP)")
             lock = redlock.lock("demo:printer")
-            t0 = time.monotonic()
+            t0 = _clock.now()
             ok = await lock.acquire(blocking=False)
             say(
                 "client",
-                f"acquire with 2 nodes down: {ok} in {(time.monotonic() - t0) * 1000:.1f} ms; "
+                f"acquire with 2 nodes down: {ok} in {(_clock.now() - t0) * 1000:.1f} ms; "
                 + ", ".join(f"{o.node.rsplit(':', 1)[1]}={o.vote.value}" for o in lock.outcomes),
             )
             await lock.release()

@@ -11,12 +11,11 @@ import asyncio
 import dataclasses
 import logging
 import random
-import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, final
 
-from redlock_async import _algorithm, _handoff, _requests
+from redlock_async import _algorithm, _clock, _handoff, _requests
 from redlock_async._cleanup import complete
 from redlock_async._fanout import Ballot, outcomes, vote_of_script
 from redlock_async._lease import Lease, Phase, move
@@ -131,14 +130,14 @@ class Lock:
     @property
     def held(self) -> bool:
         """True while the lock is acquired and its validity has not run out."""
-        return self._state is Phase.HELD and time.monotonic() < self._lease.expires
+        return self._state is Phase.HELD and _clock.now() < self._lease.expires
 
     @property
     def validity(self) -> float:
         """Seconds for which the lease can still be trusted (0.0 when not held)."""
         if self._state is not Phase.HELD:
             return 0.0
-        return max(0.0, self._lease.expires - time.monotonic())
+        return max(0.0, self._lease.expires - _clock.now())
 
     @property
     def token(self) -> str | None:
@@ -172,7 +171,7 @@ class Lock:
             validity=self.validity,
             attempts=self._attempts,
             extensions=self._lease.extensions,
-            held_for=time.monotonic() - self._lease.acquired_at if held else None,
+            held_for=_clock.now() - self._lease.acquired_at if held else None,
             fencing_token=self.fencing_token,
             watched=self._watched,
         )
@@ -207,13 +206,13 @@ class Lock:
             self._send_release(self._lease.token, skip=self._lease.skip)  # a stale lease of an earlier acquisition
         self._lease.token = None
         self._state = move(self._state, Phase.ACQUIRING)
-        began = time.monotonic()
+        began = _clock.now()
         self._attempts = 0
         acquired = await self._acquire(blocking, began + limit)
         if acquired:
             self._emit(
                 EventKind.ACQUIRED,
-                duration=time.monotonic() - began,
+                duration=_clock.now() - began,
                 attempts=self._attempts,
                 validity=self.validity,
                 fencing_token=self.fencing_token,
@@ -221,7 +220,7 @@ class Lock:
         else:
             self._emit(
                 EventKind.NOT_ACQUIRED,
-                duration=time.monotonic() - began,
+                duration=_clock.now() - began,
                 attempts=self._attempts,
                 reason="no majority within the timeout" if blocking else "no majority (blocking=False)",
             )
@@ -239,7 +238,7 @@ class Lock:
                     attempted = True
                     if await self._attempt():
                         return True
-                remaining = give_up - time.monotonic()
+                remaining = give_up - _clock.now()
                 # Never give up without one attempt: a blocking acquire does no worse than blocking=False.
                 if not blocking or (remaining <= 0 and attempted):
                     return False
@@ -260,7 +259,7 @@ class Lock:
                     queued = False
                 # Closed meanwhile, or a background task failed: say so now, not at the timeout.
                 self._cluster.check_open()
-                if time.monotonic() >= give_up and attempted:
+                if _clock.now() >= give_up and attempted:
                     return False
         finally:
             if self._state is Phase.ACQUIRING:
@@ -317,10 +316,10 @@ class Lock:
         nodes = self._cluster.nodes
         token = self._lease.token
         ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
-        first_sent = time.monotonic()
+        first_sent = _clock.now()
         try:
             while True:
-                started = time.monotonic()
+                started = _clock.now()
                 if started >= self._lease.expires:
                     raise await self._lose(
                         f"lock {self.resource!r} could not be extended on a majority before it ran out",
@@ -338,7 +337,7 @@ class Lock:
                     ballot.decided_at,
                     settings.drift_factor,
                     deadline=self._lease.expires,
-                    now=time.monotonic(),
+                    now=_clock.now(),
                 )
                 if self._state is not Phase.HELD or self._lease.token != token:
                     # The watchdog declared it lost (or the Redlock closed) while we waited.
@@ -366,7 +365,7 @@ class Lock:
                         self._lease.holders,
                     )
                 # RETRY: neither confirmed nor refused (timeouts, errors), and validity is left.
-                remaining = self._lease.expires - time.monotonic()
+                remaining = self._lease.expires - _clock.now()
                 await asyncio.sleep(_algorithm.extend_retry_delay(settings.ttl, settings.node_timeout, remaining))
         except asyncio.CancelledError:
             # Some nodes may have applied the new ttl. If it is shorter than
@@ -445,7 +444,7 @@ class Lock:
             return  # released, lost or re-acquired while the round was out
         settings = self._settings
         self._last_votes, self._last_details = votes, details
-        now = time.monotonic()
+        now = _clock.now()
         verdict, validity = _algorithm.judge_extension(
             votes, lease.ttl_ms / 1000, started, decided_at, settings.drift_factor, deadline=lease.expires, now=now
         )
@@ -527,7 +526,7 @@ class Lock:
         if self._state is not Phase.HELD or self._lease.token is None:
             raise RuntimeError(f"release() of lock {self.resource!r}, which is not held")
         token, holders = self._lease.token, self._lease.holders
-        began = time.monotonic()
+        began = _clock.now()
         self._state, self._lease.token, self._lease.holders = move(self._state, Phase.IDLE), None, []
         self._cluster.held.discard(self)
         self._watched = False  # the watchdog drops it at its next look
@@ -547,7 +546,7 @@ class Lock:
         if any(ballot.votes[i] is error for i in holders):
             failed = [str(o) for i, o in enumerate(self.outcomes) if i in holders and o.vote is error]
             log.warning("redlock %r not released on %s: the key stays until it expires", self.resource, failed)
-        now = time.monotonic()
+        now = _clock.now()
         self._emit(EventKind.RELEASED, duration=now - began, held_for=now - self._lease.acquired_at)
 
     # -- async with -------------------------------------------------------------
@@ -597,7 +596,7 @@ class Lock:
                 raise self._lost from (self._lost.__cause__ or exc)
         # Our clock says the validity ran out while the body ran (a blocked loop,
         # or many holders exiting at once): the nodes decide whether it was lost.
-        overran = host is not None and self._state is Phase.HELD and time.monotonic() >= self._lease.expires
+        overran = host is not None and self._state is Phase.HELD and _clock.now() >= self._lease.expires
         cleanup = self._cleanup(exc, overran, watched=host is not None)
         if overran or exc_type is asyncio.CancelledError:
             # Deciding a loss, or leaving a cancelled scope (anyio cancels again at every await):
@@ -682,7 +681,7 @@ class Lock:
         if confirmed:
             self._state = move(self._state, Phase.IDLE)
             self._cluster.held.discard(self)
-            now = time.monotonic()
+            now = _clock.now()
             self._emit(EventKind.RELEASED, duration=now - ballot.decided_at, held_for=now - self._lease.acquired_at)
         return confirmed, holders
 
@@ -717,7 +716,7 @@ class Lock:
                 log.exception("redlock %r: on_event callback failed", self.resource)
 
     def _emit_lost(self, why: str, *, watchdog: bool) -> None:
-        self._emit(EventKind.LOST, held_for=time.monotonic() - self._lease.acquired_at, reason=why, watchdog=watchdog)
+        self._emit(EventKind.LOST, held_for=_clock.now() - self._lease.acquired_at, reason=why, watchdog=watchdog)
 
     def _unwatch(self) -> None:
         self._watched = False

@@ -119,7 +119,7 @@ async def test_a_deadline_late_because_the_loop_was_blocked_gives_a_fresh_window
     assert fired == []  # not decided at the late firing: a fresh window of one timeout (0.1 s)
     await asyncio.sleep(0.3)
     assert len(fired) == 1
-    assert fired[0] >= 0.3 + 0.1
+    assert fired[0] >= 0.3 + 0.1 - 0.002  # uvloop times to the millisecond
 
 
 async def test_a_deadline_on_time_calls_back_after_three_loop_turns() -> None:
