@@ -9,9 +9,10 @@ that builds one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from redlock_async._algorithm import drift
 from redlock_async._handoff import Listener
@@ -66,10 +67,13 @@ class Cluster:
         if self.closed:
             raise RuntimeError("this Redlock is closed: make a new one")
 
-    def note_ttl(self, ttl: float) -> None:
-        """A lease of *ttl* seconds may be granted: the default restart quarantine must cover it."""
-        if ttl > self._max_ttl:
-            self._max_ttl = ttl
+    def lease_settings(self, base: Settings, **overrides: Any) -> Settings:
+        """*base* with *overrides* (checked by Settings): the one way a lock's settings, and so a ttl, come
+        to be. Every ttl that may be granted passes here, so the default restart quarantine covers it."""
+        settings = dataclasses.replace(base, **overrides) if overrides else base
+        if settings.ttl > self._max_ttl:
+            self._max_ttl = settings.ttl
+        return settings
 
     def quarantine_period(self) -> float:
         """Seconds a restarted node sits out: the setting, or the largest ttl in use plus its drift.

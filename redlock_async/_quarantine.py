@@ -44,26 +44,22 @@ RECHECK_FIRST = 0.1
 class Quarantine:
     """Per Redlock: probes each node on connect and sets its ``quarantined_until``."""
 
-    def __init__(self, marker: bytes, period: Callable[[], float], *, read_only: bool = False) -> None:
+    def __init__(
+        self, marker: bytes, period: Callable[[], float], nodes: Sequence[Node], *, read_only: bool = False
+    ) -> None:
         self._marker = marker
         self._read_only = read_only  # judge, but write no marker (inspection writes nothing)
         self._period = period  # read at each decision: the largest ttl in use may grow
-        self._nodes: tuple[Node, ...] = ()
-        self._run_ids: list[bytes | None] = []
-        self._marked: list[bool | None] = []  # None: not seen yet, or the marker could not be read
-        self._seen: list[bool] = []
+        self._nodes = tuple(nodes)
+        n = len(self._nodes)
+        self._run_ids: list[bytes | None] = [None] * n
+        self._marked: list[bool | None] = [None] * n  # None: not seen yet, or the marker could not be read
+        self._seen = [False] * n
         self._suspects: set[int] = set()
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._fresh_checked = False
         self._fresh_at = -math.inf  # when this client judged the cluster new
         self._closed = False
-
-    def attach(self, nodes: Sequence[Node]) -> None:
-        self._nodes = tuple(nodes)
-        n = len(self._nodes)
-        self._run_ids = [None] * n
-        self._marked = [None] * n
-        self._seen = [False] * n
 
     def close(self) -> None:
         self._closed = True

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from types import TracebackType
@@ -106,11 +105,12 @@ class Redlock:
         def failed(node: Node, exc: BaseException) -> None:
             cluster.failed(exc)
 
-        self._quarantine = (
-            None
-            if self.settings.restart_quarantine == 0
-            else Quarantine(self.settings.key_prefix.encode(), lambda: cluster.quarantine_period())
-        )
+        quarantine: Quarantine | None = None  # made once the nodes are; its probe starts only on connect
+
+        def probe(node: Node) -> None:
+            assert quarantine is not None
+            quarantine.on_ready(node)
+
         node_settings: dict[str, Any] = {
             "max_queued": self.settings.max_queued,
             "stall_after": self.settings.connect_timeout,
@@ -118,7 +118,7 @@ class Redlock:
             "reconnect_delay": self.settings.reconnect_delay,
             "max_rto": self.settings.ttl / MIN_TTL_TO_NODE_TIMEOUT if self.settings.adaptive_timeout else 0.0,
         }
-        on_ready = None if self._quarantine is None else self._quarantine.on_ready
+        on_ready = None if self.settings.restart_quarantine == 0 else probe
         for endpoint in endpoints:
             built.append(
                 Node(
@@ -142,8 +142,9 @@ class Redlock:
         self._nodes: tuple[Node, ...] = tuple(built)
         self._subscribers = listener.nodes = tuple(subscribers)
         cluster = self._cluster = Cluster(self._nodes, self.settings, listener, on_event)
-        if self._quarantine is not None:
-            self._quarantine.attach(self._nodes)
+        if on_ready is not None:
+            quarantine = Quarantine(self.settings.key_prefix.encode(), cluster.quarantine_period, self._nodes)
+        self._quarantine = quarantine
 
     def __repr__(self) -> str:
         return f"<redlock_async.Redlock nodes={list(self.nodes)} ttl={self.settings.ttl}>"
@@ -187,8 +188,7 @@ class Redlock:
             )
             if value is not None
         }
-        settings = dataclasses.replace(self.settings, **overrides) if overrides else self.settings
-        self._cluster.note_ttl(settings.ttl)
+        settings = self._cluster.lease_settings(self.settings, **overrides)
         return Lock(self._cluster, name, settings, on_lost=on_lost)
 
     def statistics(self) -> RedlockStatistics:

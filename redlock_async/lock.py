@@ -8,7 +8,6 @@ uses a new random token, so a stale release can never delete a later lease.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import random
 from collections.abc import Callable, Sequence
@@ -311,8 +310,7 @@ class Lock:
             raise self._lost or LockLost(f"lock {self.resource!r} was lost", resource=self._name)
         if self._state is not Phase.HELD or self._lease.token is None:
             raise RuntimeError(f"extend() of lock {self.resource!r}, which is not held: acquire it first")
-        settings = self._settings if ttl is None else dataclasses.replace(self._settings, ttl=ttl)
-        self._cluster.note_ttl(settings.ttl)
+        settings = self._settings if ttl is None else self._cluster.lease_settings(self._settings, ttl=ttl)
         nodes = self._cluster.nodes
         token = self._lease.token
         ttl_ms = _algorithm.ttl_to_ms(settings.ttl)

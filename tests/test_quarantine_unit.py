@@ -66,8 +66,7 @@ def cluster(n: int = 5, *, marked: bool) -> tuple[Quarantine, list[FakeNode]]:
     if marked:
         for node in nodes:
             node.marker = marker_value(node.run_id, PERIOD)
-    quarantine = Quarantine(MARKER, lambda: PERIOD)
-    quarantine.attach(cast(list[Node], nodes))
+    quarantine = Quarantine(MARKER, lambda: PERIOD, cast(list[Node], nodes))
     return quarantine, nodes
 
 
