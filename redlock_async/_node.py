@@ -169,6 +169,11 @@ class Node:
         return self._connected
 
     @property
+    def buffered(self) -> int:
+        """Bytes written but still in the transport's buffer (the socket's are full), 0 when none."""
+        return self._transport.get_write_buffer_size() if self._transport is not None else 0
+
+    @property
     def queued(self) -> int:
         """Commands sent or waiting to be sent that have not been answered."""
         return len(self._outbox) + len(self._inflight)

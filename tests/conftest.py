@@ -25,6 +25,8 @@ from typing import Any, Protocol
 import pytest
 
 from redlock_async import Lock, Redlock
+from redlock_async._endpoint import endpoint_for
+from redlock_async._node import Node as LibraryNode
 from redlock_async.testing import LocalNodes
 from redlock_async.testing._docker import DockerNodes, docker_unavailable
 
@@ -195,3 +197,16 @@ async def acquire_on_first_three(nodes: Any, lock: Lock, key: str) -> None:
     assert await lock.acquire(blocking=False)
     for i in (3, 4):
         nodes[i].command("DEL", key)
+
+
+@contextlib.asynccontextmanager
+async def one_node(url: str) -> AsyncIterator[LibraryNode]:
+    """A connection of the library's own to *url*, below any lock: for tests of the wire itself."""
+    node = LibraryNode(
+        endpoint_for(url, 0), max_queued=1 << 20, stall_after=5.0, connect_timeout=2.0, reconnect_delay=0.1
+    )
+    try:
+        assert await node.connect() is None
+        yield node
+    finally:
+        await node.aclose(grace=0.1)

@@ -33,7 +33,16 @@ from redlock_async.cli import EXIT_NOT_ACQUIRED, main
 from redlock_async.fencing import fenced_set
 from redlock_async.testing import LocalNode
 
-from .conftest import Cluster, MakeRedlock, Node, assert_no_library_tasks, client_connections, eventually, lock_keys
+from .conftest import (
+    Cluster,
+    MakeRedlock,
+    Node,
+    assert_no_library_tasks,
+    client_connections,
+    eventually,
+    lock_keys,
+    one_node,
+)
 
 PY = sys.executable
 NOWHERE = "redis://127.0.0.1:1"  # never connected to: these cases fail before any I/O
@@ -524,7 +533,8 @@ async def test_a_minority_refusing_scripts_is_told_and_its_keys_expire(
         assert await lock.acquire(blocking=False)
         await lock.release()
         # A server's error may quote the command's first arguments: a lock's token must not reach messages.
-        reply = await redlock._nodes[2].send_script(RELEASE, (b"redlock:x",), (b"the-secret-token",))
+        async with one_node(url) as node:
+            reply = await node.send_script(RELEASE, (b"redlock:x",), (b"the-secret-token",))
         assert isinstance(reply, Failure)
         assert reply.vote is Vote.ERROR
         assert "the-secret-token" not in reply.detail

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from redlock_async import Redlock
 from redlock_async._node import FLUSH_BUFFER_LIMIT, Failure
 from redlock_async.testing import LocalNodes
+
+from .conftest import one_node
 
 VALUE = b"v" * 8192
 ROUNDS = 2000  # x (8 KiB SET + INCR): 16 MiB, far more than the sockets' buffers hold
@@ -14,9 +15,7 @@ ROUNDS = 2000  # x (8 KiB SET + INCR): 16 MiB, far more than the sockets' buffer
 
 async def test_a_paused_node_fills_the_buffers_and_every_reply_then_comes_in_order() -> None:
     with LocalNodes(1) as nodes:
-        async with Redlock(nodes.urls, restart_quarantine=0) as redlock:
-            await redlock.connect()
-            node = redlock._nodes[0]
+        async with one_node(nodes.urls[0]) as node:
             nodes[0].pause()
             try:
                 sets, counts = [], []
@@ -27,9 +26,7 @@ async def test_a_paused_node_fills_the_buffers_and_every_reply_then_comes_in_ord
                         await asyncio.sleep(0)  # let the turn's write go out
                 await asyncio.sleep(0.2)
                 # The kernel took what it could; the rest waits in the transport, for the writer task.
-                transport = node._transport
-                assert transport is not None
-                assert transport.get_write_buffer_size() > FLUSH_BUFFER_LIMIT
+                assert node.buffered > FLUSH_BUFFER_LIMIT
                 assert not any(fut.done() for fut in counts)
             finally:
                 nodes[0].resume()
