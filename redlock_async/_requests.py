@@ -24,7 +24,7 @@ TOKEN_BYTES = 20
 """Random bytes in each acquisition's token (the Redlock spec asks for 20)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass pays object.__setattr__ per field, per attempt
 class Attempt:
     """One acquire round: its votes, and the lease when a majority granted a valid one."""
 

@@ -9,7 +9,7 @@ import pytest
 
 from redlock_async import LockStatistics, NodeStatistics, Redlock, RedlockStatistics
 
-from .conftest import Cluster
+from .conftest import Cluster, eventually
 
 
 async def test_a_new_redlock_knows_its_nodes_before_connecting(cluster: Cluster) -> None:
@@ -37,7 +37,10 @@ async def test_connected_nodes_show_their_server_and_round_trip(cluster: Cluster
         assert len({node.server_id for node in nodes}) == len(nodes)  # distinct servers
         assert all(node.round_trip is not None and 0 < node.round_trip < 1.0 for node in nodes)
         assert all(node.sent >= 2 for node in nodes)  # at least the SET and the release
-        assert all(node.queued == 0 and node.fault is None and not node.quarantined for node in nodes)
+        assert all(node.fault is None and not node.quarantined for node in nodes)
+        # release() returns once the nodes that granted said so: a late node's reply may still be
+        # on its way, and is counted as queued until it lands (CI saw one in flight).
+        assert await eventually(lambda: all(node.queued == 0 for node in redlock.statistics().nodes), 2.0)
 
 
 async def test_a_lock_through_its_phases(cluster: Cluster) -> None:

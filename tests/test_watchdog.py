@@ -10,6 +10,7 @@ import pytest
 
 from redlock_async import LockLost, Redlock
 from redlock_async._algorithm import Vote
+from redlock_async.testing import lose
 
 from .conftest import Cluster, MakeRedlock, assert_no_library_tasks
 
@@ -213,12 +214,12 @@ async def test_loss_just_as_the_body_returns(redlock: Redlock, when: str) -> Non
         async with lock:
             last: asyncio.Future[None] = loop.create_future()
             if when == "at-last-await":
-                loop.call_soon(lock._watchdog_lost, "lost at the last await")
+                loop.call_soon(lose, lock, "lost at the last await")
             else:
                 # The awaited result is set first, then the loss: the task is
                 # already scheduled to resume, so the cancel is pending (3.11).
                 loop.call_soon(last.set_result, None)
-                loop.call_soon(lock._watchdog_lost, "lost as the body returns")
+                loop.call_soon(lose, lock, "lost as the body returns")
             if when == "swallowed-by-body":
                 with contextlib.suppress(asyncio.CancelledError):
                     await last
@@ -285,7 +286,7 @@ async def test_extend_after_the_watchdog_declared_the_loss_raises(redlock: Redlo
     async with lock:
         extending = asyncio.create_task(lock.extend())
         await asyncio.sleep(0)  # its EXTENDs are out, its ballot awaited
-        lock._watchdog_lost("declared lost by the watchdog meanwhile")  # what a failed round does
+        lose(lock, "declared lost by the watchdog meanwhile")  # what a failed round does
         with pytest.raises(LockLost, match="declared lost by the watchdog meanwhile"):
             await extending
         assert not lock.held

@@ -19,6 +19,7 @@ disconnect (a real partition) instead of signals and proxies.
 from __future__ import annotations
 
 from redlock_async.testing._docker import DockerNode, DockerNodes, docker_unavailable
+from redlock_async.testing._faults import lose
 from redlock_async.testing._history import History
 from redlock_async.testing._proxy import Fault, Proxy, ProxyState, ProxyStats
 from redlock_async.testing._servers import LocalNode, LocalNodes, ServerTLS, nodes_from_env, server_binary
@@ -35,6 +36,7 @@ __all__ = [
     "ProxyStats",
     "ServerTLS",
     "docker_unavailable",
+    "lose",
     "nodes_from_env",
     "server_binary",
 ]
