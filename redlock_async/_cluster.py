@@ -34,7 +34,18 @@ TRIO_REFUSED = (
 class Cluster:
     """The nodes of one Redlock and what its locks share: watchdog, listener, held locks, events hook."""
 
-    __slots__ = ("_max_ttl", "closed", "fault", "held", "listener", "nodes", "on_event", "settings", "watchdog")
+    __slots__ = (
+        "_max_ttl",
+        "_pauses",
+        "closed",
+        "fault",
+        "held",
+        "listener",
+        "nodes",
+        "on_event",
+        "settings",
+        "watchdog",
+    )
 
     def __init__(
         self,
@@ -54,6 +65,7 @@ class Cluster:
         self.fault: BaseException | None = None
         """A background task's unexpected exception: every later call says so."""
         self._max_ttl = 0.0  # the largest ttl of the locks made so far (0: none yet)
+        self._pauses: set[asyncio.Future[None]] = set()  # acquires sleeping between attempts
 
     def check_open(self) -> None:
         """Raise unless locks can be taken: an asyncio loop runs, the Redlock is open and no task of it failed."""
@@ -87,9 +99,28 @@ class Cluster:
         return ttl + drift(ttl, self.settings.drift_factor)
 
     def failed(self, exc: BaseException) -> None:
-        """A background task failed unexpectedly (logged there): every call from now on says so."""
+        """A background task failed unexpectedly (logged there): every call from now on says so, and
+        acquires waiting for their next try look now (they raise), not after their retry delay."""
         if self.fault is None:
             self.fault = exc
+            self.listener.interrupt()
+            for fut in self._pauses:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def pause(self, delay: float) -> None:
+        """Sleep *delay* seconds between two acquire attempts, or less if this Redlock fails meanwhile."""
+        if self.fault is not None:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pauses.add(fut)
+        try:
+            async with asyncio.timeout(delay):
+                await fut
+        except TimeoutError:
+            pass
+        finally:
+            self._pauses.discard(fut)
 
     def watchdog_failed(self, exc: BaseException) -> None:
         """The watchdog's task failed unexpectedly (logged there): no lock it kept can be trusted."""

@@ -77,6 +77,9 @@ class Listener:
         self._heard: dict[bytes, dict[bytes, int]] = {}
         self.wakeups = 0
         """Waiters woken by a notification (for tests and benchmarks)."""
+        # The futures this Redlock's waiters await now: interrupt() ends their waits at once.
+        self._waiting: set[asyncio.Future[None]] = set()
+        self._interrupted = False
 
     def _queue(self, channel: bytes) -> _Queue | None:
         return _queues.get((asyncio.get_running_loop(), self._scope, channel))
@@ -140,11 +143,17 @@ class Listener:
         if queue.turn == place:
             queue.turn = None  # woken while between two waits: it is our turn now
             return True
+        if self._interrupted:
+            return False
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue.waiters[place] = fut
+        self._waiting.add(fut)
         try:
             async with asyncio.timeout(timeout):
                 await fut
+            if self._interrupted and queue.waiters.get(place) is fut:
+                del queue.waiters[place]  # ended by interrupt(), not woken: no turn was given
+                return False
         except TimeoutError:
             if fut.done() and not fut.cancelled():
                 return True  # woken in the loop turn the timer fired: the wake-up counts (_wake took us off)
@@ -164,7 +173,17 @@ class Listener:
                 self._wake(queue)
             queue.waiters.pop(place, None)
             raise
+        finally:
+            self._waiting.discard(fut)
         return True  # woken: _wake took us off the line
+
+    def interrupt(self) -> None:
+        """End every wait of this Redlock's waiters now, as not woken (its Redlock stopped on a fault):
+        they look at their Redlock at once instead of after their fallback delay."""
+        self._interrupted = True
+        for fut in self._waiting:
+            if not fut.done():
+                fut.set_result(None)
 
     def quit(self, channel: bytes, place: int) -> None:
         """The waiter with ticket *place* stops waiting (acquired, gave up, cancelled): it leaves the line.

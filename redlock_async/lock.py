@@ -243,7 +243,7 @@ class Lock:
                     return False
                 delay = _algorithm.retry_delay(self._settings.retry_delay, _random.random(), max(remaining, 0.0))
                 if listener is None:
-                    await asyncio.sleep(delay)
+                    await self._cluster.pause(delay)
                 else:
                     if not listening:
                         listening = True

@@ -270,7 +270,12 @@ async def test_a_task_failing_while_an_acquire_waits_fails_the_acquire(
         with caplog.at_level(logging.ERROR), pytest.raises(RedlockError, match="internal error") as caught:
             async with asyncio.timeout(5):  # well before the acquire's own 30 s
                 await waiter
+        told = time.time()
         assert isinstance(caught.value.__cause__, Injected)
+        logged = [r for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info]
+        assert len(logged) == 1
+        # The waiter is told within about a node timeout of the fault, not at its next retry.
+        assert told - logged[0].created < 0.15, told - logged[0].created
         with pytest.raises(RedlockError):
             await redlock.lock("loud:later").acquire(blocking=False)
         monkeypatch.undo()
@@ -278,7 +283,7 @@ async def test_a_task_failing_while_an_acquire_waits_fails_the_acquire(
 
 
 async def test_a_failing_subscriber_task_fails_the_waiting_acquire(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     def broken(self: Listener, node: Node) -> None:
         raise Injected("injected into the subscriber")
@@ -287,10 +292,42 @@ async def test_a_failing_subscriber_task_fails_the_waiting_acquire(
     async with Redlock(cluster.urls) as redlock:
         holder = redlock.lock("loud:subscriber")
         assert await holder.acquire(blocking=False)
-        with pytest.raises(RedlockError, match="internal error") as caught:
+        with caplog.at_level(logging.ERROR), pytest.raises(RedlockError, match="internal error") as caught:
             async with asyncio.timeout(5):
                 await redlock.lock("loud:subscriber").acquire(timeout=30)
+        told = time.time()
         assert isinstance(caught.value.__cause__, Injected)
+        logged = [r for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info]
+        # Every subscriber connection met the bug: each task logged it once, with its traceback.
+        assert len(logged) == len(cluster)
+        assert len({r.getMessage() for r in logged}) == len(cluster)
+        assert all(r.exc_info is not None and r.exc_info[0] is Injected for r in logged)
+        assert told - logged[0].created < 0.15, told - logged[0].created
+        with pytest.raises(RedlockError, match="internal error"):  # later calls too
+            await redlock.lock("loud:subscriber-later").acquire(blocking=False)
+    assert_no_library_tasks()
+
+
+async def test_a_fault_ends_a_polling_acquire_s_pause_at_once(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without the pushed hand-off, a waiting acquire sleeps between tries: a fault ends the sleep."""
+    async with Redlock(cluster.urls, wait_for_release=False, retry_delay=2.0) as redlock:
+        holder = redlock.lock("loud:polling")
+        assert await holder.acquire(blocking=False)
+        waiter = asyncio.create_task(redlock.lock("loud:polling").acquire(timeout=30))
+        await asyncio.sleep(0.2)  # its first try failed; it sleeps 1-3 s before the next
+        assert not waiter.done()
+        break_node(monkeypatch, "_handshake", redlock.nodes[1])
+        cluster[1].command("CLIENT", "KILL", "TYPE", "normal")
+        with caplog.at_level(logging.ERROR), pytest.raises(RedlockError, match="internal error"):
+            async with asyncio.timeout(5):
+                await waiter
+        told = time.time()
+        logged = [r for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info]
+        assert len(logged) == 1
+        assert told - logged[0].created < 0.15, told - logged[0].created
+        monkeypatch.undo()
     assert_no_library_tasks()
 
 
