@@ -27,7 +27,7 @@ import pytest
 from redlock_async import Lock, Redlock
 from redlock_async._endpoint import endpoint_for
 from redlock_async._node import Node as LibraryNode
-from redlock_async.testing import LocalNodes
+from redlock_async.testing import LocalNode, LocalNodes
 from redlock_async.testing._docker import DockerNodes, docker_unavailable
 
 NODES = 5
@@ -179,6 +179,29 @@ def keys_on(node: Node, key: str) -> tuple[object, int]:
     return node.command("GET", key), int(node.command("PTTL", key))  # type: ignore[call-overload]
 
 
+def holders(nodes: Cluster | LocalNodes, resource: str, *, among: Sequence[int] | None = None) -> list[int]:
+    """The indexes of the nodes (of *among*, else all) that hold the key of *resource* (default prefix ``redlock:``).
+
+    Asked of each server directly (around any proxy) with EXISTS.
+    """
+    indexes = range(len(nodes)) if among is None else among
+    return [i for i in indexes if nodes[i].command("EXISTS", f"redlock:{resource}") == 1]
+
+
+async def assert_empty(cluster: Cluster, *keep: bytes) -> None:
+    """No key on any node of *cluster* but *keep* (restart-quarantine markers aside), within a moment.
+
+    release() returns once the nodes known to hold the key answered; a node
+    whose yes came after the grant was decided has its release queued, and
+    deletes its copy a moment later.
+    """
+
+    def held() -> list[list[bytes]]:
+        return [lock_keys(cluster[i]) for i in range(len(cluster))]
+
+    assert await eventually(lambda: held() == [sorted(keep)] * len(cluster), 1.0), f"keys per node: {held()}"
+
+
 async def eventually(predicate: Callable[[], bool], within: float, *, step: float = 0.01) -> bool:
     """Poll *predicate* until it holds, for at most *within* seconds."""
     deadline = time.monotonic() + within
@@ -210,3 +233,32 @@ async def one_node(url: str) -> AsyncIterator[LibraryNode]:
         yield node
     finally:
         await node.aclose(grace=0.1)
+
+
+# -- servers with a configuration of their own ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def own_server(*config: str, password: str | None = None) -> Iterator[LocalNode]:
+    """A server of this test's own, with configuration LocalNodes has no option for."""
+    with LocalNode(password=password, server_args=config) as server:
+        yield server
+
+
+REFUSING = {
+    "acl-without-scripting": ((), "User locker has no permissions to run the 'evalsha' command"),
+    "evalsha-renamed": (("--rename-command", "EVALSHA", ""), "unknown command 'EVALSHA'"),
+}
+"""Ways a server refuses the lock scripts: (server arguments, the error it answers EVALSHA with)."""
+
+
+@contextlib.contextmanager
+def refusing_server(how: str) -> Iterator[tuple[LocalNode, str]]:
+    """A server whose lock user cannot run EVALSHA (*how*: a key of REFUSING), and the URL of that user."""
+    config, _ = REFUSING[how]
+    with own_server(*config) as server:
+        if how == "acl-without-scripting":
+            server.command("ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all", "-@scripting")
+            yield server, f"redis://locker:pw@127.0.0.1:{server.port}"
+        else:
+            yield server, server.url

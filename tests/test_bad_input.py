@@ -1,4 +1,7 @@
-"""Bad input at every public entry point: a clear error, and nothing left behind.
+"""Bad input to Redlock and its locks, and nodes unfit to lock on: a clear error, and nothing left behind.
+
+(Bad settings values are in test_settings.py, fenced_set's arguments in test_fencing.py and
+the command line's in test_cli.py, beside the rest of each module's tests.)
 
 Each case expects an error whose type and message name the problem and what
 to change, no key left on any node, no task left running (``make_redlock``
@@ -17,35 +20,33 @@ import math
 import re
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import redis
-import redis.asyncio
-from redis.exceptions import DataError
 
 from redlock_async import LockLost, LockNotAcquired, Redlock, RedlockError
 from redlock_async._algorithm import Vote
 from redlock_async._node import Failure
 from redlock_async._scripts import RELEASE
-from redlock_async.cli import EXIT_NOT_ACQUIRED, main
-from redlock_async.fencing import fenced_set
 from redlock_async.testing import LocalNode
 
 from .conftest import (
+    REFUSING,
     Cluster,
     MakeRedlock,
     Node,
+    assert_empty,
     assert_no_library_tasks,
     client_connections,
-    eventually,
     lock_keys,
     one_node,
+    own_server,
+    refusing_server,
 )
 
 PY = sys.executable
-NOWHERE = "redis://127.0.0.1:1"  # never connected to: these cases fail before any I/O
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -57,27 +58,6 @@ async def assert_connections(nodes: list[Node], expected: list[int]) -> None:
     while (seen := [client_connections(node) for node in nodes]) != expected and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     assert seen == expected, f"connections left open: {seen}, expected {expected}"
-
-
-async def assert_empty(cluster: Cluster, *keep: bytes) -> None:
-    """No key on any node of *cluster* but *keep*, within a moment.
-
-    release() returns once the nodes known to hold the key answered; a node
-    whose yes came after the grant was decided has its release queued, and
-    deletes its copy a moment later.
-    """
-
-    def held() -> list[list[bytes]]:
-        return [lock_keys(cluster[i]) for i in range(len(cluster))]
-
-    assert await eventually(lambda: held() == [sorted(keep)] * len(cluster), 1.0), f"keys per node: {held()}"
-
-
-@contextlib.contextmanager
-def own_server(*config: str, password: str | None = None) -> Iterator[LocalNode]:
-    """A server of this test's own, with configuration LocalNodes has no option for."""
-    with LocalNode(password=password, server_args=config) as server:
-        yield server
 
 
 class FakeNode:
@@ -174,99 +154,6 @@ def test_a_synchronous_client_is_named_as_such() -> None:
             Redlock([client])  # type: ignore[list-item]
     finally:
         client.close()
-
-
-DURATIONS = {  # setting: (zero accepted, infinity accepted)
-    "ttl": (False, False),
-    "node_timeout": (False, False),
-    "retry_delay": (True, False),
-    "acquire_timeout": (True, True),
-    "connect_timeout": (False, False),
-    "reconnect_delay": (True, False),
-    "max_hold": (False, True),
-}
-
-
-def _bad_settings() -> list[tuple[str, Any, type[Exception]]]:
-    cases: list[tuple[str, Any, type[Exception]]] = []
-    for name, (zero_ok, inf_ok) in DURATIONS.items():
-        cases += [(name, bad, TypeError) for bad in ("1", b"1", None, True, False, [1], 1j)]
-        cases += [(name, bad, ValueError) for bad in (math.nan, -1, -0.5, -math.inf, 10**400)]
-        if not zero_ok:
-            cases += [(name, 0, ValueError), (name, 0.0, ValueError)]
-        if not inf_ok:
-            cases.append((name, math.inf, ValueError))
-    cases += [("ttl", 1e16, ValueError), ("ttl", 0.001, ValueError), ("node_timeout", 5.0, ValueError)]
-    for name in ("drift_factor", "extend_threshold"):
-        cases += [(name, bad, TypeError) for bad in ("0.1", None, True)]
-        cases += [(name, bad, ValueError) for bad in (math.nan, math.inf, -0.1, 0.95)]
-    cases += [("max_queued", bad, TypeError) for bad in (1.0, True, "10", None)]
-    cases += [("max_queued", bad, ValueError) for bad in (0, -1)]
-    cases += [("max_extensions", bad, TypeError) for bad in (1.5, True, "3")]
-    cases += [("max_extensions", -1, ValueError)]
-    for name in ("wait_for_release", "fencing", "auto_extend"):
-        cases += [(name, bad, TypeError) for bad in (1, 0, "yes", None)]
-    for name in ("key_prefix", "fence_prefix"):
-        cases += [(name, bad, TypeError) for bad in (b"x:", None, 1)]
-        cases.append((name, "\udcff:", ValueError))
-    return cases
-
-
-@pytest.mark.parametrize(
-    ("name", "value", "error"), [pytest.param(*case, id=f"{case[0]}={case[1]!r:.12}") for case in _bad_settings()]
-)
-def test_every_setting_refuses_bad_values_naming_the_setting(name: str, value: Any, error: type[Exception]) -> None:
-    with pytest.raises(error) as caught:
-        Redlock([NOWHERE], **{name: value})
-    assert type(caught.value) is error
-    assert re.search(rf"\b{name}\b", str(caught.value)), str(caught.value)
-
-
-def test_the_largest_ttl_is_the_servers_limit() -> None:
-    with pytest.raises(ValueError, match=r"^ttl must be at most 9007199254740 s \(2\*\*53 ms, for the servers\)"):
-        Redlock([NOWHERE], ttl=1e16)
-    assert Redlock([NOWHERE], ttl=9007199254740.0).settings.ttl == 9007199254740.0
-
-
-@pytest.mark.parametrize(
-    ("overrides", "error", "pattern"),
-    [
-        ({"ttl": 0}, ValueError, r"^ttl must be > 0 seconds"),
-        ({"ttl": True}, TypeError, r"^ttl must be a number of seconds"),
-        ({"ttl": math.inf}, ValueError, r"^ttl must be finite"),
-        ({"ttl": 1e16}, ValueError, r"^ttl must be at most"),
-        ({"acquire_timeout": math.nan}, ValueError, r"^acquire_timeout must be a number of seconds, got NaN"),
-        ({"acquire_timeout": "2"}, TypeError, r"^acquire_timeout must be a number of seconds"),
-        ({"fencing": 1}, TypeError, r"^fencing must be True or False, got int"),
-        ({"auto_extend": "no"}, TypeError, r"^auto_extend must be True or False, got str"),
-        ({"max_hold": -1}, ValueError, r"^max_hold must be > 0 seconds"),
-        ({"max_extensions": 2.0}, TypeError, r"^max_extensions must be an int or None, got float"),
-        ({"on_lost": 42}, TypeError, r"^on_lost must be a function taking the LockLost \(or None\), got int"),
-        ({"on_lost": "print"}, TypeError, r"^on_lost must be a function"),
-    ],
-)
-def test_lock_overrides_refuse_bad_values(overrides: dict[str, Any], error: type[Exception], pattern: str) -> None:
-    with pytest.raises(error, match=pattern):
-        Redlock([NOWHERE]).lock("resource", **overrides)
-
-
-@pytest.mark.parametrize(
-    ("name", "error", "pattern"),
-    [
-        ("", ValueError, r"^resource name is empty: name the thing the lock protects"),
-        (b"", ValueError, r"^resource name is empty"),
-        ("x" * (1 << 20), ValueError, r"^resource name is 1048576 bytes, more than 4096: hash long names"),
-        (b"\xff" * (1 << 20), ValueError, r"^resource name is 1048576 bytes, more than 4096: hash long names"),
-        ("\udcff\udcfe", ValueError, r"^resource name '\\udcff\\udcfe' is not valid UTF-8 .*: pass bytes"),
-        (bytearray(b"x"), TypeError, r"^resource name must be str or bytes, got bytearray"),
-        (memoryview(b"x"), TypeError, r"^resource name must be str or bytes, got memoryview"),
-        (42, TypeError, r"^resource name must be str or bytes, got int"),
-        (None, TypeError, r"^resource name must be str or bytes, got NoneType"),
-    ],
-)
-def test_bad_names_are_refused_by_lock(name: Any, error: type[Exception], pattern: str) -> None:
-    with pytest.raises(error, match=pattern):
-        Redlock([NOWHERE]).lock(name)
 
 
 # -- names on real nodes -----------------------------------------------------------------------------
@@ -482,24 +369,6 @@ async def test_a_node_that_refuses_auth(make_redlock: MakeRedlock) -> None:
 # -- a server that refuses scripts ---------------------------------------------------------------------------
 
 
-REFUSING = {
-    "acl-without-scripting": ((), "User locker has no permissions to run the 'evalsha' command"),
-    "evalsha-renamed": (("--rename-command", "EVALSHA", ""), "unknown command 'EVALSHA'"),
-}
-
-
-@contextlib.contextmanager
-def refusing_server(how: str) -> Iterator[tuple[LocalNode, str]]:
-    """A server whose lock user cannot run EVALSHA, and the URL of that user."""
-    config, _ = REFUSING[how]
-    with own_server(*config) as server:
-        if how == "acl-without-scripting":
-            server.command("ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all", "-@scripting")
-            yield server, f"redis://locker:pw@127.0.0.1:{server.port}"
-        else:
-            yield server, server.url
-
-
 @pytest.mark.parametrize("how", list(REFUSING))
 async def test_nodes_that_refuse_scripts_are_refused_at_connect(how: str) -> None:
     with refusing_server(how) as (server, url):
@@ -569,147 +438,3 @@ async def test_lazy_use_of_a_node_that_refuses_scripts_is_logged(
         assert 0 < int(server.command("PTTL", "redlock:lazy")) <= 1000  # type: ignore[call-overload]
         assert await _eventually_no_connections(server)
     assert_no_library_tasks()
-
-
-# -- fenced_set --------------------------------------------------------------------------------------------
-
-
-async def test_fenced_set_refuses_bad_arguments_and_writes_nothing(cluster: Cluster) -> None:
-    resource = redis.asyncio.Redis.from_url(cluster.urls[0])
-    sync = redis.Redis.from_url(cluster.urls[0])
-    try:
-        cases: list[tuple[tuple[Any, ...], dict[str, Any], type[Exception], str]] = [
-            (("redis://x", "k", "v", 1), {}, TypeError, r"^client must be a redis\.asyncio\.Redis .*builtins\.str"),
-            ((None, "k", "v", 1), {}, TypeError, r"^client must be a redis\.asyncio\.Redis"),
-            ((sync, "k", "v", 1), {}, TypeError, r"got redis\.client\.Redis"),
-            ((resource, 5, "v", 1), {}, TypeError, r"^key must be str or bytes, got int"),
-            ((resource, None, "v", 1), {}, TypeError, r"^key must be str or bytes, got NoneType"),
-            ((resource, "", "v", 1), {}, ValueError, r"^key is empty"),
-            ((resource, b"", "v", 1), {}, ValueError, r"^key is empty"),
-            ((resource, "k", "v", 1), {"fence_key": 5}, TypeError, r"^fence_key must be str or bytes, got int"),
-            ((resource, "k", "v", 1), {"fence_key": ""}, ValueError, r"^fence_key is empty"),
-            ((resource, "k", "v", 1), {"fence_key": "k"}, ValueError, r"^fence_key 'k' is the key written"),
-            ((resource, "k", "v", 1), {"fence_key": b"k"}, ValueError, r"^fence_key b'k' is the key written"),
-            ((resource, "k", "v", True), {}, TypeError, r"^token must be a fencing token"),
-            ((resource, "k", "v", -1), {}, TypeError, r"^token must be a fencing token"),
-            ((resource, "k", "v", 1.0), {}, TypeError, r"^token must be a fencing token"),
-            ((resource, "k", "v", "1"), {}, TypeError, r"^token must be a fencing token"),
-            ((resource, "k", "v", None), {}, TypeError, r"^token must be a fencing token"),
-            ((resource, "k", "v", 2**53 + 1), {}, ValueError, r"^token 9007199254740993 is larger than 2\*\*53"),
-            ((resource, "k", None, 1), {}, DataError, r"Invalid input of type: 'NoneType'"),
-            ((resource, "k", True, 1), {}, DataError, r"Invalid input of type: 'bool'"),
-            ((resource, "k", {"a": 1}, 1), {}, DataError, r"Invalid input of type: 'dict'"),
-        ]
-        for args, kwargs, error, pattern in cases:
-            with pytest.raises(error, match=pattern):
-                await fenced_set(*args, **kwargs)
-        await assert_empty(cluster)
-
-        await resource.set("taken:fence", "not a token")
-        with pytest.raises(ValueError, match=r"^fence_key 'taken:fence' holds something other than a fencing token"):
-            await fenced_set(resource, "taken", "v", 1)
-        await resource.hset("hashed:fence", "a", "1")
-        with pytest.raises(ValueError, match=r"^fence_key 'hashed:fence' holds something other than a fencing"):
-            await fenced_set(resource, "hashed", "v", 1)
-        assert await resource.exists("taken", "hashed") == 0
-
-        # Bytes that are not UTF-8 are fine, as keys and values; the largest exact token too.
-        await fenced_set(resource, b"\xff\xfe", b"\x00\xff", 2**53)
-        assert await resource.get(b"\xff\xfe") == b"\x00\xff"
-        assert await resource.get(b"\xff\xfe:fence") == str(2**53).encode()
-    finally:
-        await resource.aclose()
-        sync.close()
-
-
-# -- the CLI -------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("args", "pattern"),
-    [
-        (["--ttl", "abc"], r"argument --ttl: invalid float value: 'abc'"),
-        (["--ttl", "nan"], r"redlock run: error: --ttl must be a number of seconds, got NaN"),
-        (["--ttl", "inf"], r"redlock run: error: --ttl must be finite"),
-        (["--ttl", "1e400"], r"redlock run: error: --ttl must be finite"),
-        (["--ttl", "-1"], r"redlock run: error: --ttl must be > 0 seconds"),
-        (["--ttl", "0"], r"redlock run: error: --ttl must be > 0 seconds"),
-        (["--ttl", "0.1"], r"redlock run: error: --ttl must be at least 0\.5 seconds, got 0\.1"),
-        (["--ttl", "1e16"], r"redlock run: error: ttl must be at most"),
-        (["--wait", "-1"], r"redlock run: error: --wait must be >= 0 seconds, got -1\.0"),
-        (["--wait", "nan"], r"redlock run: error: --wait must be a number of seconds, got NaN"),
-        (["--grace", "nan"], r"redlock run: error: --grace must be a number of seconds, got NaN"),
-        (["--grace", "-1"], r"redlock run: error: --grace must be >= 0 seconds"),
-        (["--grace", "inf"], r"redlock run: error: --grace must be finite"),
-        (["--nodes", "garbage"], r"redlock run: error: nodes\[0\] is not a usable Redis URL"),
-        (["--nodes", "redis://h:port"], r"redlock run: error: nodes\[0\] is not a usable Redis URL"),
-        (["--nodes", " , ,"], r"redlock run: error: --nodes is empty: give URL,URL"),
-        (
-            ["--nodes", f"{NOWHERE},{NOWHERE}"],
-            r"redlock run: error: nodes\[1\] \(127\.0\.0\.1:1\) is the same server as nodes\[0\]",
-        ),
-    ],
-)
-def test_cli_run_options_say_what_to_change(args: list[str], pattern: str, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["run", "job", "--nodes", NOWHERE, *args, "--", "true"]
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    assert exited.value.code == 2
-    assert re.search(pattern, capsys.readouterr().err)
-
-
-@pytest.mark.parametrize("command", ["run", "status"])
-@pytest.mark.parametrize(
-    ("name", "pattern"),
-    [
-        ("", r"resource name is empty: name the thing the lock protects"),
-        ("x" * (1 << 20), r"resource name is 1048576 bytes, more than 4096: hash long names"),
-    ],
-    ids=["empty", "1MB"],
-)
-def test_cli_bad_names(
-    command: str, name: str, pattern: str, cluster: Cluster, capsys: pytest.CaptureFixture[str]
-) -> None:
-    argv = [command, name, "--nodes", ",".join(cluster.urls)] + (["--", "true"] if command == "run" else [])
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    assert exited.value.code == 2
-    assert re.search(rf"redlock {command}: error: {pattern}", capsys.readouterr().err)
-    assert [lock_keys(cluster[i]) for i in range(len(cluster))] == [[]] * len(cluster)  # nothing was sent
-
-
-async def _cli(*args: str | bytes) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        PY, "-m", "redlock_async", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    async with asyncio.timeout(30):
-        out, err = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(errors="replace"), err.decode(errors="replace")
-
-
-async def test_cli_locks_a_name_that_is_not_utf8_as_its_bytes(cluster: Cluster, make_redlock: MakeRedlock) -> None:
-    nodes = ",".join(cluster.urls)
-    redlock = await make_redlock()
-    async with redlock.lock(b"\xff\xfe", ttl=10.0) as lock:
-        code, _, err = await _cli("run", b"\xff\xfe", "--nodes", nodes, "--", PY, "-c", "print('ran')")
-        assert code == EXIT_NOT_ACQUIRED, err
-        assert "redlock: \\xff\\xfe is held elsewhere" in err
-        code, out, err = await _cli("status", b"\xff\xfe", "--nodes", nodes)
-        assert code == 1, err  # held
-        assert out.startswith("\\xff\\xfe on 5 nodes")
-        assert lock.token is not None
-        assert out.count("held by ") == 5 + 1  # each node, and the verdict
-    code, out, err = await _cli("run", b"\xff\xfe", "--nodes", nodes, "--", PY, "-c", "print('ran')")
-    assert (code, out.strip()) == (0, "ran"), err
-    await assert_empty(cluster)
-
-
-async def test_cli_with_a_node_that_refuses_scripts(cluster: Cluster) -> None:
-    with refusing_server("acl-without-scripting") as (server, url):
-        code, out, err = await _cli("run", "job", "--nodes", url, "--", PY, "-c", "print('ran')")
-        assert code == 1
-        assert "ran" not in out
-        assert "redlock: 1 of 1 nodes answer the Lua scripts with an error" in err
-        assert "Traceback" not in err
-        assert lock_keys(server) == []

@@ -12,11 +12,14 @@ import sys
 import tty
 from pathlib import Path
 
-from redlock_async.cli import EXIT_HELD, EXIT_LOST, EXIT_NOT_ACQUIRED, EXIT_UNAVAILABLE, EXIT_UNKNOWN
+import pytest
 
-from .conftest import Cluster, MakeRedlock
+from redlock_async.cli import EXIT_HELD, EXIT_LOST, EXIT_NOT_ACQUIRED, EXIT_UNAVAILABLE, EXIT_UNKNOWN, main
+
+from .conftest import Cluster, MakeRedlock, assert_empty, lock_keys, refusing_server
 
 PY = sys.executable
+NOWHERE = "redis://127.0.0.1:1"  # never connected to: these cases fail before any I/O
 
 
 async def redlock_run(urls: list[str], *args: str, stderr: int = asyncio.subprocess.PIPE) -> asyncio.subprocess.Process:
@@ -270,7 +273,7 @@ async def test_run_with_a_majority_down_says_too_few_nodes_answered(faulty: Clus
 # -- the command line as an operator meets it ------------------------------------------------------
 
 
-async def run_cli(*args: str) -> tuple[int, str, str]:
+async def run_cli(*args: str | bytes) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         PY, "-m", "redlock_async", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
@@ -340,3 +343,86 @@ async def test_every_subcommand_explains_itself() -> None:
         code, out, _ = await run_cli(command, "--help")
         assert code == 0
         assert "exit status" in " ".join(out.split()).lower(), command  # argparse wraps lines
+
+
+# -- bad input: usage errors say what to change, and nothing is sent --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "pattern"),
+    [
+        (["--ttl", "abc"], r"argument --ttl: invalid float value: 'abc'"),
+        (["--ttl", "nan"], r"redlock run: error: --ttl must be a number of seconds, got NaN"),
+        (["--ttl", "inf"], r"redlock run: error: --ttl must be finite"),
+        (["--ttl", "1e400"], r"redlock run: error: --ttl must be finite"),
+        (["--ttl", "-1"], r"redlock run: error: --ttl must be > 0 seconds"),
+        (["--ttl", "0"], r"redlock run: error: --ttl must be > 0 seconds"),
+        (["--ttl", "0.1"], r"redlock run: error: --ttl must be at least 0\.5 seconds, got 0\.1"),
+        (["--ttl", "1e16"], r"redlock run: error: ttl must be at most"),
+        (["--wait", "-1"], r"redlock run: error: --wait must be >= 0 seconds, got -1\.0"),
+        (["--wait", "nan"], r"redlock run: error: --wait must be a number of seconds, got NaN"),
+        (["--grace", "nan"], r"redlock run: error: --grace must be a number of seconds, got NaN"),
+        (["--grace", "-1"], r"redlock run: error: --grace must be >= 0 seconds"),
+        (["--grace", "inf"], r"redlock run: error: --grace must be finite"),
+        (["--nodes", "garbage"], r"redlock run: error: nodes\[0\] is not a usable Redis URL"),
+        (["--nodes", "redis://h:port"], r"redlock run: error: nodes\[0\] is not a usable Redis URL"),
+        (["--nodes", " , ,"], r"redlock run: error: --nodes is empty: give URL,URL"),
+        (
+            ["--nodes", f"{NOWHERE},{NOWHERE}"],
+            r"redlock run: error: nodes\[1\] \(127\.0\.0\.1:1\) is the same server as nodes\[0\]",
+        ),
+    ],
+)
+def test_cli_run_options_say_what_to_change(args: list[str], pattern: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "job", "--nodes", NOWHERE, *args, "--", "true"]
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert re.search(pattern, capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("command", ["run", "status"])
+@pytest.mark.parametrize(
+    ("name", "pattern"),
+    [
+        ("", r"resource name is empty: name the thing the lock protects"),
+        ("x" * (1 << 20), r"resource name is 1048576 bytes, more than 4096: hash long names"),
+    ],
+    ids=["empty", "1MB"],
+)
+def test_cli_bad_names(
+    command: str, name: str, pattern: str, cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [command, name, "--nodes", ",".join(cluster.urls)] + (["--", "true"] if command == "run" else [])
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert re.search(rf"redlock {command}: error: {pattern}", capsys.readouterr().err)
+    assert [lock_keys(cluster[i]) for i in range(len(cluster))] == [[]] * len(cluster)  # nothing was sent
+
+
+async def test_cli_locks_a_name_that_is_not_utf8_as_its_bytes(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    nodes = ",".join(cluster.urls)
+    redlock = await make_redlock()
+    async with redlock.lock(b"\xff\xfe", ttl=10.0) as lock:
+        code, _, err = await run_cli("run", b"\xff\xfe", "--nodes", nodes, "--", PY, "-c", "print('ran')")
+        assert code == EXIT_NOT_ACQUIRED, err
+        assert "redlock: \\xff\\xfe is held elsewhere" in err
+        code, out, err = await run_cli("status", b"\xff\xfe", "--nodes", nodes)
+        assert code == 1, err  # held
+        assert out.startswith("\\xff\\xfe on 5 nodes")
+        assert lock.token is not None
+        assert out.count("held by ") == 5 + 1  # each node, and the verdict
+    code, out, err = await run_cli("run", b"\xff\xfe", "--nodes", nodes, "--", PY, "-c", "print('ran')")
+    assert (code, out.strip()) == (0, "ran"), err
+    await assert_empty(cluster)
+
+
+async def test_cli_with_a_node_that_refuses_scripts(cluster: Cluster) -> None:
+    with refusing_server("acl-without-scripting") as (server, url):
+        code, out, err = await run_cli("run", "job", "--nodes", url, "--", PY, "-c", "print('ran')")
+        assert code == 1
+        assert "ran" not in out
+        assert "redlock: 1 of 1 nodes answer the Lua scripts with an error" in err
+        assert "Traceback" not in err
+        assert lock_keys(server) == []

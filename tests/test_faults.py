@@ -18,16 +18,10 @@ from redlock_async import LockLost, LockNotAcquired, Redlock
 from redlock_async._algorithm import Vote
 from redlock_async.testing import History, LocalNodes
 
-from .conftest import eventually
+from .conftest import eventually, holders
 
 SLACK = 0.5
 NODE_TIMEOUT = 0.05  # the library's default per-node timeout
-
-
-def holders(nodes: LocalNodes, resource: str, *, among: Sequence[int] | None = None) -> list[int]:
-    """The nodes that hold a key for *resource* (asked directly, around the proxies)."""
-    indexes = range(len(nodes)) if among is None else among
-    return [i for i in indexes if nodes[i].command("EXISTS", f"redlock:{resource}") == 1]
 
 
 async def test_a_set_whose_reply_was_lost_is_released(redlock_nodes: LocalNodes) -> None:

@@ -7,15 +7,18 @@ import itertools
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 import redis.asyncio
+from redis.exceptions import DataError
 
 from redlock_async import Redlock
 from redlock_async.fencing import StaleFencingToken, fenced_set
 from redlock_async.testing import LocalNodes
 
-from .conftest import Cluster, MakeRedlock
+from .conftest import Cluster, MakeRedlock, assert_empty
 
 COUNTER = "redlock-fence:{}"
 KEY = "redlock:{}"
@@ -133,6 +136,54 @@ async def test_fenced_set_checks_its_token(cluster: Cluster) -> None:
         assert await resource.get("k:fence") == b"5"
     finally:
         await resource.aclose()
+
+
+async def test_fenced_set_refuses_bad_arguments_and_writes_nothing(cluster: Cluster) -> None:
+    resource = redis.asyncio.Redis.from_url(cluster.urls[0])
+    sync = redis.Redis.from_url(cluster.urls[0])
+    try:
+        cases: list[tuple[tuple[Any, ...], dict[str, Any], type[Exception], str]] = [
+            (("redis://x", "k", "v", 1), {}, TypeError, r"^client must be a redis\.asyncio\.Redis .*builtins\.str"),
+            ((None, "k", "v", 1), {}, TypeError, r"^client must be a redis\.asyncio\.Redis"),
+            ((sync, "k", "v", 1), {}, TypeError, r"got redis\.client\.Redis"),
+            ((resource, 5, "v", 1), {}, TypeError, r"^key must be str or bytes, got int"),
+            ((resource, None, "v", 1), {}, TypeError, r"^key must be str or bytes, got NoneType"),
+            ((resource, "", "v", 1), {}, ValueError, r"^key is empty"),
+            ((resource, b"", "v", 1), {}, ValueError, r"^key is empty"),
+            ((resource, "k", "v", 1), {"fence_key": 5}, TypeError, r"^fence_key must be str or bytes, got int"),
+            ((resource, "k", "v", 1), {"fence_key": ""}, ValueError, r"^fence_key is empty"),
+            ((resource, "k", "v", 1), {"fence_key": "k"}, ValueError, r"^fence_key 'k' is the key written"),
+            ((resource, "k", "v", 1), {"fence_key": b"k"}, ValueError, r"^fence_key b'k' is the key written"),
+            ((resource, "k", "v", True), {}, TypeError, r"^token must be a fencing token"),
+            ((resource, "k", "v", -1), {}, TypeError, r"^token must be a fencing token"),
+            ((resource, "k", "v", 1.0), {}, TypeError, r"^token must be a fencing token"),
+            ((resource, "k", "v", "1"), {}, TypeError, r"^token must be a fencing token"),
+            ((resource, "k", "v", None), {}, TypeError, r"^token must be a fencing token"),
+            ((resource, "k", "v", 2**53 + 1), {}, ValueError, r"^token 9007199254740993 is larger than 2\*\*53"),
+            ((resource, "k", None, 1), {}, DataError, r"Invalid input of type: 'NoneType'"),
+            ((resource, "k", True, 1), {}, DataError, r"Invalid input of type: 'bool'"),
+            ((resource, "k", {"a": 1}, 1), {}, DataError, r"Invalid input of type: 'dict'"),
+        ]
+        for args, kwargs, error, pattern in cases:
+            with pytest.raises(error, match=pattern):
+                await fenced_set(*args, **kwargs)
+        await assert_empty(cluster)
+
+        await resource.set("taken:fence", "not a token")
+        with pytest.raises(ValueError, match=r"^fence_key 'taken:fence' holds something other than a fencing token"):
+            await fenced_set(resource, "taken", "v", 1)
+        await resource.hset("hashed:fence", "a", "1")
+        with pytest.raises(ValueError, match=r"^fence_key 'hashed:fence' holds something other than a fencing"):
+            await fenced_set(resource, "hashed", "v", 1)
+        assert await resource.exists("taken", "hashed") == 0
+
+        # Bytes that are not UTF-8 are fine, as keys and values; the largest exact token too.
+        await fenced_set(resource, b"\xff\xfe", b"\x00\xff", 2**53)
+        assert await resource.get(b"\xff\xfe") == b"\x00\xff"
+        assert await resource.get(b"\xff\xfe:fence") == str(2**53).encode()
+    finally:
+        await resource.aclose()
+        sync.close()
 
 
 def test_sqlite_example_refuses_the_late_write() -> None:

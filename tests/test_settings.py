@@ -258,6 +258,58 @@ def test_redlock_settings_are_validated_at_construction() -> None:
     assert Redlock([URL], acquire_timeout=math.inf).settings.acquire_timeout == math.inf
 
 
+DURATIONS = {  # setting: (zero accepted, infinity accepted)
+    "ttl": (False, False),
+    "node_timeout": (False, False),
+    "retry_delay": (True, False),
+    "acquire_timeout": (True, True),
+    "connect_timeout": (False, False),
+    "reconnect_delay": (True, False),
+    "max_hold": (False, True),
+}
+
+
+def _bad_settings() -> list[tuple[str, Any, type[Exception]]]:
+    cases: list[tuple[str, Any, type[Exception]]] = []
+    for name, (zero_ok, inf_ok) in DURATIONS.items():
+        cases += [(name, bad, TypeError) for bad in ("1", b"1", None, True, False, [1], 1j)]
+        cases += [(name, bad, ValueError) for bad in (math.nan, -1, -0.5, -math.inf, 10**400)]
+        if not zero_ok:
+            cases += [(name, 0, ValueError), (name, 0.0, ValueError)]
+        if not inf_ok:
+            cases.append((name, math.inf, ValueError))
+    cases += [("ttl", 1e16, ValueError), ("ttl", 0.001, ValueError), ("node_timeout", 5.0, ValueError)]
+    for name in ("drift_factor", "extend_threshold"):
+        cases += [(name, bad, TypeError) for bad in ("0.1", None, True)]
+        cases += [(name, bad, ValueError) for bad in (math.nan, math.inf, -0.1, 0.95)]
+    cases += [("max_queued", bad, TypeError) for bad in (1.0, True, "10", None)]
+    cases += [("max_queued", bad, ValueError) for bad in (0, -1)]
+    cases += [("max_extensions", bad, TypeError) for bad in (1.5, True, "3")]
+    cases += [("max_extensions", -1, ValueError)]
+    for name in ("wait_for_release", "fencing", "auto_extend"):
+        cases += [(name, bad, TypeError) for bad in (1, 0, "yes", None)]
+    for name in ("key_prefix", "fence_prefix"):
+        cases += [(name, bad, TypeError) for bad in (b"x:", None, 1)]
+        cases.append((name, "\udcff:", ValueError))
+    return cases
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "error"), [pytest.param(*case, id=f"{case[0]}={case[1]!r:.12}") for case in _bad_settings()]
+)
+def test_every_setting_refuses_bad_values_naming_the_setting(name: str, value: Any, error: type[Exception]) -> None:
+    with pytest.raises(error) as caught:
+        Redlock([URL], **{name: value})
+    assert type(caught.value) is error
+    assert re.search(rf"\b{name}\b", str(caught.value)), str(caught.value)
+
+
+def test_the_largest_ttl_is_the_servers_limit() -> None:
+    with pytest.raises(ValueError, match=r"^ttl must be at most 9007199254740 s \(2\*\*53 ms, for the servers\)"):
+        Redlock([URL], ttl=1e16)
+    assert Redlock([URL], ttl=9007199254740.0).settings.ttl == 9007199254740.0
+
+
 def test_redlock_settings_are_kept() -> None:
     redlock = Redlock([URL], ttl=30, node_timeout=0.2, drift_factor=0.02, key_prefix="x:")
     assert redlock.settings == Settings(ttl=30, node_timeout=0.2, drift_factor=0.02, key_prefix="x:")
@@ -413,3 +465,44 @@ def test_lock_overrides_apply(redlock: Redlock) -> None:
     assert redlock.lock("a", acquire_timeout=0).ttl == redlock.settings.ttl
     # The Redlock's own settings are untouched.
     assert redlock.settings == Settings()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "pattern"),
+    [
+        ({"ttl": 0}, ValueError, r"^ttl must be > 0 seconds"),
+        ({"ttl": True}, TypeError, r"^ttl must be a number of seconds"),
+        ({"ttl": math.inf}, ValueError, r"^ttl must be finite"),
+        ({"ttl": 1e16}, ValueError, r"^ttl must be at most"),
+        ({"acquire_timeout": math.nan}, ValueError, r"^acquire_timeout must be a number of seconds, got NaN"),
+        ({"acquire_timeout": "2"}, TypeError, r"^acquire_timeout must be a number of seconds"),
+        ({"fencing": 1}, TypeError, r"^fencing must be True or False, got int"),
+        ({"auto_extend": "no"}, TypeError, r"^auto_extend must be True or False, got str"),
+        ({"max_hold": -1}, ValueError, r"^max_hold must be > 0 seconds"),
+        ({"max_extensions": 2.0}, TypeError, r"^max_extensions must be an int or None, got float"),
+        ({"on_lost": 42}, TypeError, r"^on_lost must be a function taking the LockLost \(or None\), got int"),
+        ({"on_lost": "print"}, TypeError, r"^on_lost must be a function"),
+    ],
+)
+def test_lock_overrides_refuse_bad_values(overrides: dict[str, Any], error: type[Exception], pattern: str) -> None:
+    with pytest.raises(error, match=pattern):
+        Redlock([URL]).lock("resource", **overrides)
+
+
+@pytest.mark.parametrize(
+    ("name", "error", "pattern"),
+    [
+        ("", ValueError, r"^resource name is empty: name the thing the lock protects"),
+        (b"", ValueError, r"^resource name is empty"),
+        ("x" * (1 << 20), ValueError, r"^resource name is 1048576 bytes, more than 4096: hash long names"),
+        (b"\xff" * (1 << 20), ValueError, r"^resource name is 1048576 bytes, more than 4096: hash long names"),
+        ("\udcff\udcfe", ValueError, r"^resource name '\\udcff\\udcfe' is not valid UTF-8 .*: pass bytes"),
+        (bytearray(b"x"), TypeError, r"^resource name must be str or bytes, got bytearray"),
+        (memoryview(b"x"), TypeError, r"^resource name must be str or bytes, got memoryview"),
+        (42, TypeError, r"^resource name must be str or bytes, got int"),
+        (None, TypeError, r"^resource name must be str or bytes, got NoneType"),
+    ],
+)
+def test_bad_names_are_refused_by_lock(name: Any, error: type[Exception], pattern: str) -> None:
+    with pytest.raises(error, match=pattern):
+        Redlock([URL]).lock(name)
