@@ -34,13 +34,22 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from redlock_async import Lock, LockNotAcquired, Redlock
-from redlock_async._node import _pack  # hiredis's packer, typed
 
 LEASE_S = 10.0
 LEASE_MS = 10_000
 TOKEN_BYTES = 20
 RELEASE_LUA = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 INSTALL_HINT = "not installed: pip install '.[bench]'"
+
+
+def pack(args: tuple[bytes | str | int, ...]) -> bytes:
+    """RESP-encode a command (bytes, str and int arguments) with hiredis's packer.
+
+    The same encoding as redis-py's: ``*N`` then ``$len`` + bytes per argument, str as
+    UTF-8 and int in decimal; hiredis's stub types its argument as a 1-tuple, hence the ignore.
+    """
+    packed: bytes = hiredis.pack_command(args)  # type: ignore[arg-type]
+    return packed
 
 
 class Handle(Protocol):
@@ -442,7 +451,7 @@ class _WireHandle:
 
     async def try_acquire(self) -> bool:
         token = secrets.token_urlsafe(TOKEN_BYTES).encode()
-        replies = self._peer.round(_pack((b"SET", self._key, token, b"NX", b"PX", LEASE_MS)))
+        replies = self._peer.round(pack((b"SET", self._key, token, b"NX", b"PX", LEASE_MS)))
         if sum(1 for r in replies if r == b"OK") >= self._peer.quorum:
             self._token = token
             return True
@@ -489,11 +498,11 @@ class Wire(Peer):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.sockets.append(sock)
             self.readers.append(hiredis.Reader())
-        shas = self.round(_pack((b"SCRIPT", b"LOAD", RELEASE_LUA)))
+        shas = self.round(pack((b"SCRIPT", b"LOAD", RELEASE_LUA)))
         self.sha = bytes(shas[0])
 
     def release_command(self, key: bytes, token: bytes) -> bytes:
-        return _pack((b"EVALSHA", self.sha, 1, key, token))
+        return pack((b"EVALSHA", self.sha, 1, key, token))
 
     def round(self, command: bytes) -> list[Any]:  # hiredis replies: bytes, int, None, errors
         """*command* to every node, then every reply, in node order."""

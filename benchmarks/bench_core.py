@@ -313,13 +313,9 @@ async def measure_throughput(side: Side, cfg: Config) -> Throughput:
     return await run_throughput(side, cfg.throughput_seconds, cfg)
 
 
-def _stalled_queue(redlock: Redlock) -> int | None:
-    """Commands waiting on the stopped node (a private diagnostic: None if the internals moved)."""
-    nodes = getattr(redlock, "_nodes", None)
-    if not isinstance(nodes, tuple) or len(nodes) <= STOPPED:
-        return None
-    queued = getattr(nodes[STOPPED], "queued", None)
-    return queued if isinstance(queued, int) else None
+def _stalled_queue(redlock: Redlock) -> int:
+    """Commands sent to the stopped node or waiting to be sent, not yet answered (from ``statistics()``)."""
+    return redlock.statistics().nodes[STOPPED].queued
 
 
 @dataclass
@@ -399,10 +395,9 @@ async def _drain(redlock: Redlock) -> float:
     started = perf_ns()
     deadline = started + int(5e9)
     while perf_ns() < deadline:
-        queued = _stalled_queue(redlock)
-        if queued == 0:
+        if _stalled_queue(redlock) == 0:
             break
-        await asyncio.sleep(0.2 if queued is None else 0.01)
+        await asyncio.sleep(0.01)
     return (perf_ns() - started) / 1e9
 
 
@@ -415,8 +410,8 @@ class Stopped:
     fill_ops: list[int]  # per pause: concurrent ops until the stalled node's SETs were refused
     fill_seconds: list[float]
     capped: bool  # whether acquires skipped the stalled node before every stopped block
-    queued_before: list[int | None]  # the stalled node's queue when timing started / ended (private)
-    queued_after: list[int | None]
+    queued_before: list[int]  # the stalled node's queue when timing started / ended (statistics())
+    queued_after: list[int]
     drain_seconds: list[float]
     untimed_failures: int  # failed acquires in the warm-ups
     failed: list[dict[str, Any]]  # the first few failed acquires of this scenario
@@ -433,8 +428,8 @@ async def measure_stopped(cluster: LocalNodes, redlock: Redlock, cfg: Config) ->
     blocks = cfg.stopped_blocks
     healthy, precap, steady = Samples(), Samples(), Samples()
     fills: list[tuple[int, float, bool]] = []
-    queued_before: list[int | None] = []
-    queued_after: list[int | None] = []
+    queued_before: list[int] = []
+    queued_after: list[int] = []
     drains: list[float] = []
     async with asyncio.timeout(cfg.phase_seconds):
         await _timed_cycles(lock, cfg.warmup_ops, cfg.stopped_ops // (blocks + 1), healthy)
@@ -540,9 +535,8 @@ async def environment(floor: Floor, redlock: Redlock) -> dict[str, Any]:
     }
 
 
-def _most(values: Sequence[int | None]) -> str:
-    known = [v for v in values if v is not None]
-    return str(max(known)) if known else "?"
+def _most(values: Sequence[int]) -> str:
+    return str(max(values)) if values else "?"
 
 
 def _verdict(ok: bool) -> str:

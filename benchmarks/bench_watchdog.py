@@ -4,7 +4,9 @@ Usage::
 
     python benchmarks/bench_watchdog.py [--locks 10000] [--hold 10] [--repeats 1] [--quick] [--json PATH]
 
-Exit status 1 when the watchdog lost a lock or a pass did not finish within the budget.
+Exit status 1 when the watchdog lost a lock, a pass did not finish within the budget, or the
+window's EXTEND_MANY count does not fit one command per node per CHUNK locks of each round
+(:func:`chunking_check`, on averages).
 
 One run starts ``LocalNodes(5)`` (real valkey-server processes on 127.0.0.1) and
 holds ``--locks`` locks (ttl 1 s) for ``--hold`` seconds on one event loop, two ways:
@@ -25,7 +27,24 @@ or refused. Within the window the run measures: process CPU
 commandstats``: the real round trips, per node), the servers' own CPU (``INFO
 cpu``), extension latency, watchdog retries, GC pauses, event-loop lag and the
 lowest validity seen on a sample of the locks (a small probe task whose own CPU
-is measured and taken off). Then every holder exits and
+is measured and taken off).
+
+The client side is read through the library's public API only (no private
+attribute, nothing patched): commands sent are the delta of the nodes'
+``sent`` in ``Redlock.statistics()`` (only extensions run in the window, plus
+the releases of locks lost in it); watchdog rounds and retries come from
+``statistics()``; extension latency, lateness (``late_by``), margins and the
+nodes' failed votes come from the ``EXTENDED`` and ``LOST`` events that
+``Redlock(on_event=...)`` hands to :class:`EventRecorder`. Both modes run with
+that callback, so both pay for one ``LockEvent`` per extension. Watchdog
+latency is an ``EXTENDED`` event's ``duration``: from the round's start to
+this lock's majority decision (naive: one ``await lock.extend()``, timed
+around the call). Locks and EXTEND_MANY commands per round are averages over
+the window (decisions / rounds, commands / rounds / nodes): public data has
+no per-round or per-command record, so the former per-round maximum and the
+count of EXTEND_MANY replies slower than ``node_timeout`` are gone (a reply
+after the decision is not seen; votes that were errors, timeouts or skipped
+at the decision are counted instead). Then every holder exits and
 releases, in waves of ``EXIT_WAVE`` per loop turn (see there); a LockLost is
 counted wherever it happens (while acquiring, in the window, at exit). With
 ``--repeats N`` the passes alternate (naive, watchdog,
@@ -63,9 +82,11 @@ import hiredis
 import redis
 from _common import library_commit
 
-from redlock_async import Lock, LockLost, LockNotAcquired, Redlock
-from redlock_async._node import Failure, Node, Reply
-from redlock_async._scripts import EXTEND, EXTEND_MANY, RELEASE, Script
+from redlock_async import EventKind, Lock, LockEvent, LockLost, LockNotAcquired, Redlock, Vote
+
+# Public names of private modules, read only: the script sources to preload, and the
+# watchdog's batch size (for the environment line and the chunking check on averages).
+from redlock_async._scripts import EXTEND, EXTEND_MANY, RELEASE
 from redlock_async._watchdog import CHUNK
 from redlock_async.testing import LocalNodes
 
@@ -111,24 +132,27 @@ class PassResult:
     hold_cpu_s: float = 0.0  # process CPU in the window, probe CPU taken off
     probe_cpu_s: float = 0.0
     extensions: int = 0  # successful extensions in the window
-    extend_attempts: int = 0  # naive: extend() calls in the window (watchdog: locks sent in rounds)
+    extend_attempts: int = 0  # naive: extend() calls; watchdog: decisions (extended + retried + lost) in the window
     extensions_total: int = 0  # whole pass, including during the acquire phase
-    rounds: int = 0  # watchdog rounds in the window
-    client_commands: int = 0  # extension commands sent, all nodes (watchdog: counted at send)
-    client_failures: int = 0  # extension replies that were a Failure (timeout excluded)
-    late_replies: int = 0  # watchdog: EXTEND_MANY replies slower than the node timeout (votes already TIMEOUT)
+    rounds: int = 0  # watchdog rounds started in the window (statistics().watchdog_rounds)
+    client_commands: int = 0  # commands sent in the window, all nodes (statistics(): delta of the nodes' sent)
+    failed_votes: int = 0  # node votes error/timeout/skipped in the window's EXTENDED and LOST events (per lock)
     retries: int = 0  # watchdog: locks rescheduled without an extension (their round failed)
+    watchdog_lost_events: int = 0  # LOST events with watchdog=True in the window
     first_loss_s: float = math.nan  # seconds from the start of acquiring to the first LockLost
     gc_collections: dict[int, int] = field(default_factory=dict)  # in the window, per generation
     gc_pause_s: float = 0.0  # total GC pause in the window
     gc_max_pause_ms: float = 0.0
-    locks_per_round_mean: float = 0.0
-    locks_per_round_max: int = 0
-    chunks_per_round_max: int = 0
+    locks_per_round_mean: float = 0.0  # extend_attempts / rounds
+    chunks_per_round_mean: float = 0.0  # EXTEND_MANY commands per round per node: commands / rounds / nodes
+    chunk_check: str = ""  # empty, or why those averages do not fit ceil(locks / CHUNK) per round
     server_calls: list[int] = field(default_factory=list)  # EVALSHA+EVAL calls in the window, per node
     server_usec_per_call: float = 0.0
     server_cpu_s: float = 0.0  # the servers' CPU in the window, all nodes
-    latency_ms: dict[str, float] = field(default_factory=dict)  # naive: extend(); watchdog: one EXTEND_MANY
+    latency_ms: dict[str, float] = field(default_factory=dict)  # naive: extend(); watchdog: EXTENDED duration
+    event_duration_ms: dict[str, float] = field(default_factory=dict)  # EXTENDED events' duration, both modes
+    late_by_ms: dict[str, float] = field(default_factory=dict)  # watchdog: EXTENDED events' late_by
+    min_margin_s: float = math.nan  # lowest EXTENDED margin: validity the old lease had left at the decision
     loop_lag_ms: dict[str, float] = field(default_factory=dict)
     min_validity_s: float = math.nan
     drain_s: float = 0.0
@@ -294,60 +318,75 @@ class Probe:
             self.cpu += time.process_time() - c0
 
 
-class ExtendCounter:
-    """Counts the watchdog's EXTEND_MANY commands at send time and times their replies.
+class EventRecorder:
+    """The Redlock's ``on_event`` callback: what the hold window's extensions said, from public events.
 
-    Installed on the Node instances (the library is not changed): the watchdog
-    sends a few hundred commands per second, so the wrapper costs nothing
-    measurable. Rounds, retries and extensions come from the public
-    ``statistics()``; per-command latency has no public counter, hence this.
+    Given to the Redlock of both modes, so both pay for one LockEvent per
+    extension; outside the window it returns at once. Per EXTENDED event it
+    keeps the ``duration`` (watchdog: from the round's start to this lock's
+    majority decision; extend(): from its first send to the decision), the
+    watchdog's ``late_by`` and the lowest ``margin``; per EXTENDED or LOST event
+    the nodes' votes that were errors, timeouts or skipped when it was decided
+    (a reply after the decision is not in the event).
     """
 
-    def __init__(self, redlock: Redlock) -> None:
+    FAILED = frozenset({Vote.ERROR, Vote.TIMEOUT, Vote.SKIPPED})
+
+    def __init__(self) -> None:
         self.active = False
-        self.commands = 0
-        self.failures = 0
-        self.late = 0  # replies slower than the node timeout: their votes counted as TIMEOUT
-        self.node_timeout = redlock.settings.node_timeout
-        self.latencies: list[float] = []
-        self.locks_by_round: Counter[int] = Counter()
-        self.chunks_by_round: Counter[int] = Counter()
-        self._round = 0  # node 0's EXTEND_MANY sends of one loop turn are one round's chunks
-        self._in_round = False
-        for index, node in enumerate(redlock._nodes):
-            node.send_script = self._wrap(node, index)  # type: ignore[method-assign]
+        self.watchdog_extended = 0
+        self.explicit_extended = 0
+        self.watchdog_lost = 0
+        self.lost = 0
+        self.failed_votes = 0
+        self.durations: list[float] = []
+        self.late_by: list[float] = []
+        self.min_margin = math.inf
 
-    def _round_over(self) -> None:
-        self._in_round = False
+    def __call__(self, event: LockEvent) -> None:
+        if not self.active:
+            return
+        if event.kind is EventKind.EXTENDED:
+            if event.watchdog:
+                self.watchdog_extended += 1
+                if event.late_by is not None:
+                    self.late_by.append(event.late_by)
+            else:
+                self.explicit_extended += 1
+            if event.duration is not None:
+                self.durations.append(event.duration)
+            if event.margin is not None:
+                self.min_margin = min(self.min_margin, event.margin)
+        elif event.kind is EventKind.LOST:
+            self.lost += 1
+            self.watchdog_lost += event.watchdog
+        else:
+            return
+        self.failed_votes += sum(1 for outcome in event.outcomes if outcome.vote in self.FAILED)
 
-    def _wrap(self, node: Node, index: int) -> Callable[..., asyncio.Future[Reply]]:
-        original = node.send_script
 
-        def send_script(
-            script: Script, keys: tuple[bytes, ...], args: tuple[bytes | int, ...], *, limited: bool = False
-        ) -> asyncio.Future[Reply]:
-            fut = original(script, keys, args, limited=limited)
-            if script is EXTEND_MANY and self.active:
-                self.commands += 1
-                if index == 0:
-                    if not self._in_round:  # a round sends all its chunks in one go
-                        self._in_round = True
-                        self._round += 1
-                        asyncio.get_running_loop().call_soon(self._round_over)
-                    self.locks_by_round[self._round] += len(keys)
-                    self.chunks_by_round[self._round] += 1
-                sent = perf()
-                fut.add_done_callback(lambda f: self._on_reply(sent, f))
-            return fut
+def chunking_check(decisions: int, commands: int, rounds: int, held: int, lost: int) -> str:
+    """Empty when the window's averages fit one EXTEND_MANY per node per CHUNK locks of each round.
 
-        return send_script
-
-    def _on_reply(self, sent: float, fut: asyncio.Future[Reply]) -> None:
-        latency = perf() - sent
-        self.latencies.append(latency)
-        self.late += latency > self.node_timeout
-        if isinstance(fut.result(), Failure):
-            self.failures += 1
+    Per round ``chunks = ceil(locks / CHUNK)``, so over the window
+    ``locks / CHUNK <= chunks < locks / CHUNK + rounds``. Public data gives the
+    chunks (commands / nodes, less at most one release per node per lost lock)
+    and the decisions, not the locks sent: a round in flight at either edge of
+    the window, and a lock found lost at its round's start (not sent), can put
+    the two apart by up to the locks held plus the losses, hence the slack.
+    """
+    if not rounds:
+        return ""
+    chunks_hi = commands / NODES
+    chunks_lo = (commands - lost * NODES) / NODES
+    lo = (decisions - held - lost) / CHUNK
+    hi = (decisions + held) / CHUNK + rounds
+    if chunks_hi < lo or chunks_lo >= hi:
+        return (
+            f"{chunks_lo:,.0f}-{chunks_hi:,.0f} EXTEND_MANY per node for {decisions:,} decisions in {rounds:,} "
+            f"rounds: outside [{lo:,.1f}, {hi:,.1f}), what ceil(locks / {CHUNK}) per round allows"
+        )
+    return ""
 
 
 # -- one pass --------------------------------------------------------------------------
@@ -462,8 +501,8 @@ async def run_pass(cluster: LocalNodes, mode: Mode, order: int, cfg: Config) -> 
     gc.collect()
     result = PassResult(mode=mode, order=order, locks=cfg.locks)
     warnings0 = LIBRARY_LOG.levels["WARNING"]
-    async with Redlock(cluster.urls, ttl=TTL, auto_extend=mode == "watchdog") as rl:
-        counter = ExtendCounter(rl) if mode == "watchdog" else None
+    recorder = EventRecorder()
+    async with Redlock(cluster.urls, ttl=TTL, auto_extend=mode == "watchdog", on_event=recorder) as rl:
         locks = [rl.lock(f"bench:wd:{i}") for i in range(cfg.locks)]
         holders = Holders(mode, locks, cfg.concurrency)
         body = holders.watched if mode == "watchdog" else holders.naive
@@ -481,8 +520,7 @@ async def run_pass(cluster: LocalNodes, mode: Mode, order: int, cfg: Config) -> 
             ext0 = sum(lock.statistics().extensions for lock in locks)
             before = rl.statistics()
             lost0, extends0, attempts0 = holders.lost, holders.extends, holders.attempts
-            if counter is not None:
-                counter.active = True
+            recorder.active = True
             holders.recording = True
             GC_MONITOR.reset()
             GC_MONITOR.active = True
@@ -493,8 +531,7 @@ async def run_pass(cluster: LocalNodes, mode: Mode, order: int, cfg: Config) -> 
             probe.stopped = True
             holders.recording = False
             GC_MONITOR.active = False
-            if counter is not None:
-                counter.active = False
+            recorder.active = False
             ext1 = sum(lock.statistics().extensions for lock in locks)
             after = rl.statistics()
             lost1, extends1, attempts1 = holders.lost, holders.extends, holders.attempts
@@ -527,29 +564,30 @@ async def run_pass(cluster: LocalNodes, mode: Mode, order: int, cfg: Config) -> 
         sum(b[1] - a[1] for a, b in zip(server0, server1, strict=True)) / calls if calls else 0
     )
     result.server_cpu_s = sum(b[2] - a[2] for a, b in zip(server0, server1, strict=True))
+    result.client_commands = sum(n.sent for n in after.nodes) - sum(n.sent for n in before.nodes)
+    result.failed_votes = recorder.failed_votes
+    result.event_duration_ms = quantiles_ms(recorder.durations)
+    result.min_margin_s = recorder.min_margin if math.isfinite(recorder.min_margin) else math.nan
     if mode == "watchdog":
-        assert counter is not None
         result.extensions = ext1 - ext0
         result.extensions_total = ext1
         result.rounds = after.watchdog_rounds - before.watchdog_rounds
-        result.client_commands = counter.commands
-        result.extend_attempts = sum(counter.locks_by_round.values())
-        result.client_failures = counter.failures
-        result.late_replies = counter.late
         result.retries = after.watchdog_retries - before.watchdog_retries
-        result.latency_ms = quantiles_ms(counter.latencies)
-        sizes = list(counter.locks_by_round.values())
-        result.locks_per_round_mean = statistics.fmean(sizes) if sizes else 0.0
-        result.locks_per_round_max = max(sizes, default=0)
-        result.chunks_per_round_max = max(counter.chunks_by_round.values(), default=0)
-        assert all(counter.chunks_by_round[r] == math.ceil(n / CHUNK) for r, n in counter.locks_by_round.items()), (
-            "a round sent a different number of chunks than ceil(locks / CHUNK)"
+        result.watchdog_lost_events = recorder.watchdog_lost
+        # Each lock sent in a round is decided once: extended, tried again, or lost.
+        result.extend_attempts = recorder.watchdog_extended + result.retries + recorder.watchdog_lost
+        result.latency_ms = quantiles_ms(recorder.durations)
+        result.late_by_ms = quantiles_ms(recorder.late_by)
+        if result.rounds:
+            result.locks_per_round_mean = result.extend_attempts / result.rounds
+            result.chunks_per_round_mean = result.client_commands / result.rounds / NODES
+        result.chunk_check = chunking_check(
+            result.extend_attempts, result.client_commands, result.rounds, result.acquired, recorder.lost
         )
     else:
         result.extensions = extends1 - extends0
         result.extensions_total = holders.extends
         result.extend_attempts = attempts1 - attempts0
-        result.client_commands = result.extend_attempts * NODES  # each extend() sends one EXTEND per node
         result.latency_ms = quantiles_ms(holders.extend_latencies)
     result.first_loss_s = holders.first_loss if holders.first_loss is not None else math.nan
     result.gc_collections = dict(GC_MONITOR.count)
@@ -665,6 +703,8 @@ async def _run_passes(
             res = await run_pass(cluster, mode, order, cfg)
             order += 1
             passes.append(res)
+            if res.chunk_check:
+                notes.append(f"pass {res.order} ({mode}) failed the chunking check: {res.chunk_check}")
             print(
                 f"  pass {res.order} {mode:8}: held {res.acquired}/{res.locks} in {res.acquire_s:.2f} s, "
                 f"lost {res.lost}, cpu {res.cpu_per_wall:.2f} s/s, {res.extensions_per_s:,.0f} ext/s, "
@@ -774,10 +814,16 @@ def report(
         ("extensions per lock per s", lambda p: p.extensions_per_s / p.locks, ".2f", True, None),
         ("CPU us per extension", lambda p: p.cpu_us_per_extension, ".1f", True, None),
         ("watchdog rounds per s", lambda p: p.rounds / p.hold_wall_s, ",.1f", False, None),
-        ("locks per round (mean)", lambda p: p.locks_per_round_mean, ",.0f", False, None),
-        ("EXTEND_MANY chunks per round (max)", lambda p: p.chunks_per_round_max, ",.0f", False, None),
+        ("locks per round (mean: decisions / rounds)", lambda p: p.locks_per_round_mean, ",.0f", False, None),
         (
-            "extension commands sent per s (client, all nodes)",
+            "EXTEND_MANY per node per round (mean: commands / rounds / nodes)",
+            lambda p: p.chunks_per_round_mean,
+            ".2f",
+            False,
+            None,
+        ),
+        (
+            "commands sent per s (client, all nodes: statistics() sent)",
             lambda p: p.client_commands / p.hold_wall_s,
             ",.0f",
             True,
@@ -803,8 +849,30 @@ def report(
         ("extension latency p50 (ms)", lambda p: p.latency_ms.get("p50", math.nan), ".2f", False, None),
         ("extension latency p99 (ms)", lambda p: p.latency_ms.get("p99", math.nan), ".2f", False, None),
         ("extension latency max (ms), worst pass", lambda p: p.latency_ms.get("max", math.nan), ".2f", False, max),
-        ("extension replies that failed", lambda p: p.client_failures, ",.0f", False, max),
-        ("EXTEND_MANY replies slower than node_timeout, worst pass", lambda p: p.late_replies, ",.0f", False, max),
+        (
+            "EXTENDED event duration p50 (ms): send to decision",
+            lambda p: p.event_duration_ms.get("p50", math.nan),
+            ".2f",
+            False,
+            None,
+        ),
+        (
+            "EXTENDED event duration p99 (ms): send to decision",
+            lambda p: p.event_duration_ms.get("p99", math.nan),
+            ".2f",
+            False,
+            None,
+        ),
+        ("watchdog late_by p99 (ms)", lambda p: p.late_by_ms.get("p99", math.nan), ".2f", False, None),
+        ("watchdog late_by max (ms), worst pass", lambda p: p.late_by_ms.get("max", math.nan), ".2f", False, max),
+        ("lowest margin at an extension (s), worst pass", lambda p: p.min_margin_s, ".3f", False, min),
+        (
+            "node votes error/timeout/skipped at decisions, worst pass",
+            lambda p: p.failed_votes,
+            ",.0f",
+            False,
+            max,
+        ),
         ("watchdog retries (round missed a majority), worst pass", lambda p: p.retries, ",.0f", False, max),
         ("first LockLost, s after acquiring began", lambda p: p.first_loss_s, ".2f", False, min),
         ("GC pause in window (s), worst pass", lambda p: p.gc_pause_s, ".3f", False, max),
@@ -848,8 +916,14 @@ def report(
         'Figures are medians over passes ("worst pass": the max, or the min for validity); ratios are '
         "watchdog / naive within each back-to-back pair, then the median. Process CPU excludes the probe "
         "task (loop lag + validity sample). Server calls are `INFO commandstats` EVALSHA+EVAL deltas over "
-        "the window: only extensions run then. Naive latency is one `await lock.extend()`; watchdog "
-        "latency is one EXTEND_MANY command's send-to-reply time.",
+        "the window: only extensions run then (and the releases of locks lost in it); so are the client's "
+        "commands sent (`statistics()`: the nodes' `sent`). Naive latency is one `await lock.extend()`; "
+        "watchdog latency is an EXTENDED event's `duration`: the round's time to a majority decision for "
+        "that lock (from the round's start), not one command's send-to-reply time. The EXTENDED event "
+        "duration rows are the same measure for both modes (extend(): first send to decision). Both modes "
+        "run with an `on_event` callback, so CPU figures include one LockEvent per extension. Locks and "
+        "EXTEND_MANY per round are window averages; failed votes are per lock and node, as seen when the "
+        "decision was taken.",
     ]
     if memory:
         lines += [
@@ -929,7 +1003,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         args.json.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     lost = sum(p.lost for p in passes if p.mode == "watchdog")
-    return 1 if lost or len(passes) < 2 * cfg.repeats else 0
+    chunking = any(p.chunk_check for p in passes)
+    return 1 if lost or chunking or len(passes) < 2 * cfg.repeats else 0
 
 
 if __name__ == "__main__":
