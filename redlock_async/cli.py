@@ -42,7 +42,11 @@ EXIT_STATUSES = (
         "run: the command succeeded (otherwise run exits with the command's own status); status: free; "
         "demo: no two critical sections overlapped",
     ),
-    ("1", "status: held; demo: critical sections overlapped"),
+    (
+        "1",
+        "status: held; demo: critical sections overlapped; run: the nodes refused the lock scripts (an ACL "
+        "user needs +@scripting) or another redlock error, said in one line; the command did not run",
+    ),
     ("2", "usage error: the message says what to change"),
     ("3", "status: unknown, too few nodes answered to tell held from free"),
     (
@@ -296,14 +300,18 @@ async def _waiting(lock: Lock, name: str, wait: float) -> AsyncIterator[None]:
             say(f"redlock: still waiting for lock '{name}' after {_clock.now() - began:.0f} s\n")
 
     task = asyncio.create_task(show())
+    interrupted = False
     try:
         yield
+    except asyncio.CancelledError:
+        interrupted = True  # Ctrl-C: main() says "interrupted", in one line
+        raise
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         if shown and out.isatty():
             say("\r\x1b[K")  # erase the spinner's line
-        elif shown:
+        elif shown and not interrupted:
             outcome = "acquired lock" if lock.held else "gave up on lock"
             say(f"redlock: {outcome} '{name}' after {_clock.now() - began:.1f} s\n")
 
