@@ -254,3 +254,11 @@ class Listener:
         """A subscriber connection (re)connected: subscribe it to every channel still wanted."""
         for channel in self._subscribed:
             node.send(b"SUBSCRIBE", channel)
+
+    def remembered(self) -> int:
+        """How many channels have release words counted short of a majority (read-only, for tests).
+
+        Only channels a waiter of this Redlock listens on are remembered, and each is
+        forgotten when its last waiter leaves: the memory does not grow with every name.
+        """
+        return len(self._heard)

@@ -108,7 +108,9 @@ class FakeNode:
             self._tasks.discard(task)
 
     async def aclose(self) -> None:
-        assert self._server is not None
+        """Stop listening and hang up; nothing to do if it never started."""
+        if self._server is None:
+            return
         self._server.close()
         for writer in list(self._writers):
             writer.close()
@@ -127,8 +129,7 @@ async def fake_nodes(how: str, count: int) -> AsyncIterator[list[FakeNode]]:
         yield fakes
     finally:
         for fake in fakes:
-            if fake._server is not None:
-                await fake.aclose()
+            await fake.aclose()
 
 
 async def assert_hung_up(fakes: list[FakeNode]) -> None:

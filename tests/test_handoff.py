@@ -191,14 +191,18 @@ async def test_a_wait_that_times_out_is_not_a_wake_up_and_leaves_the_queue() -> 
     channel = b"redlock:timeout"
     await listener.enter(channel)  # no subscriber nodes: nothing to send
     assert await listener.wait(channel, 0.05, 0) is False  # the fallback timer, not a release
-    # Its turn was not taken (a woken waiter would block the next one until done()); it keeps
-    # its place in line until it quits.
-    queue = listener._queue(channel)
-    assert queue is not None
-    assert not queue.woken
+    assert listener.wakeups == 0
+    # It keeps its place in line until it quits, and its turn was not taken: a woken waiter
+    # would hold the line until done(), and the next release would wake no one.
     assert listener.waiting(channel)
+    listener.nodes = cast(Sequence[Node], [object()])  # one node: each word is a majority
+    listener.on_message([b"message", channel, b"release"])
+    assert listener.wakeups == 1
+    assert await listener.wait(channel, 5.0, 0) is True  # its turn, at once
+    listener.done(channel)
     listener.quit(channel, 0)
     assert not listener.waiting(channel)
+    listener.nodes = ()
     listener.leave(channel)
 
 
@@ -270,7 +274,7 @@ async def test_late_release_words_leave_no_memory_behind() -> None:
         listener.nodes = five
         listener.on_message([b"message", channel, b"b"])  # a word after the waiter left
         listener.nodes = ()
-    assert listener._heard == {}
+    assert listener.remembered() == 0
 
 
 async def test_impatient_acquirers_never_leave_the_queue_stuck(cluster: Cluster, make_redlock: MakeRedlock) -> None:

@@ -221,6 +221,8 @@ async def test_redlock_entered_inside_fail_after_times_out_cleanly(cluster: Clus
 
 
 # -- fail loud: a background task's unexpected exception ----------------------------------------
+# These tests patch private methods (Node._preload_scripts, Node._handshake, Watchdog._start_round) and
+# Listener.on_connect on purpose: fault injection into the background tasks, which no public call reaches.
 
 
 class Injected(Exception):
