@@ -237,6 +237,30 @@ async def test_tls_wrong_ca_is_a_clear_error_naming_the_node(
     assert_no_library_tasks()
 
 
+async def test_tls_checks_the_host_name_unless_told_not_to(
+    tls_binary: str, certs: Certs, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A certificate of our CA, but for another name than the one dialled, is refused; with
+    ssl_check_hostname=false (the URL's query, as redis-py spells it) it is accepted."""
+    other = trustme.CA()
+    elsewhere = other.issue_cert("redis.elsewhere.example")
+    files = {"cert.pem": elsewhere.cert_chain_pems[0], "key.pem": elsewhere.private_key_pem, "ca.pem": other.cert_pem}
+    for name, blob in files.items():
+        blob.write_to_path(str(tmp_path / name))
+    misnamed = ServerTLS(str(tmp_path / "cert.pem"), str(tmp_path / "key.pem"))
+    with LocalNodes(3, binary=tls_binary, tls=misnamed) as nodes:
+        checked = [f"{url}?ssl_ca_certs={tmp_path / 'ca.pem'}" for url in nodes.urls]
+        async with make(checked, acquire_timeout=0.2) as redlock:
+            assert not await redlock.lock("tls:misnamed").acquire(blocking=False)
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        for name in redlock.nodes:
+            assert any(name in text and "mismatch" in text.lower() for text in warnings), warnings
+        unchecked = [f"{url}&ssl_check_hostname=false" for url in checked]
+        async with make(unchecked) as redlock:
+            await exercise(redlock, nodes, "tls:misnamed")
+    assert_no_library_tasks()
+
+
 async def test_plain_client_on_a_tls_port_fails_naming_the_node(
     tls_nodes: LocalNodes, caplog: pytest.LogCaptureFixture
 ) -> None:
