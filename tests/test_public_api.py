@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
 import redlock_async
 
 
@@ -137,31 +143,146 @@ def test_redlock_takes_exactly_the_settings_with_their_defaults() -> None:
     assert all(lock[name].default is None for name in overrides)  # None: the Redlock's setting
 
 
-def test_no_module_of_the_library_imports_itself_back_at_run_time() -> None:
-    """No runtime import cycle among redlock_async's modules (imports under TYPE_CHECKING are types only)."""
-    import ast
-    from pathlib import Path
+# -- import cycles ---------------------------------------------------------------------------------
 
-    package = Path(redlock_async.__file__).parent
-    graph: dict[str, set[str]] = {}
-    for path in package.rglob("*.py"):
+
+def _is_type_checking(test: ast.expr) -> bool:
+    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:``."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_time_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements of *body* that run when the module is imported: not those in functions
+    (they run when called) nor those under ``if TYPE_CHECKING:`` (they never run)."""
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            yield from _import_time_imports(node.orelse)
+        else:  # if, try, with, for, class bodies...: they run at import
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.ExceptHandler | ast.match_case):
+                    yield from _import_time_imports(child.body)
+            for _, value in ast.iter_fields(node):
+                if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                    yield from _import_time_imports(value)
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """Each module of *package* (a directory) -> the modules of *package* it imports when imported.
+
+    ``from P.X import name`` and ``import P.X`` are edges to P.X; ``from P import X`` is an edge to
+    P.X when X is a module (a file P/X.py or a package P/X/), else to P (a name of P's __init__);
+    relative imports likewise. A submodule's import of its parent package, which Python does first
+    anyway, is not an edge of its own.
+    """
+    modules: dict[str, Path] = {}
+    for path in sorted(package.rglob("*.py")):
         parts = path.relative_to(package.parent).with_suffix("").parts
-        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        here = module if path.name == "__init__.py" else module.rpartition(".")[0]  # its package
         deps: set[str] = set()
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        for node in _import_time_imports(ast.parse(path.read_text(), str(path)).body):
+            if isinstance(node, ast.Import):
+                deps.update(alias.name for alias in node.names)
                 continue
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("redlock_async."):
-                deps.add(node.module)
-        graph[module] = deps - {module}
+            source = node.module or ""
+            if node.level:  # from . import x, from ..y import z
+                base = here.rsplit(".", node.level - 1)[0] if node.level > 1 else here
+                source = f"{base}.{node.module}" if node.module else base
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                deps.add(submodule if submodule in modules else source)
+        graph[module] = {dep for dep in deps if dep in modules} - {module}
+    return graph
 
-    def cycle_from(start: str, path: list[str]) -> list[str] | None:
-        for dep in sorted(graph.get(path[-1], ())):
-            if dep == start:
-                return [*path, dep]
-            if dep not in path and (found := cycle_from(start, [*path, dep])):
+
+def find_cycle(graph: Mapping[str, Iterable[str]]) -> list[str] | None:
+    """One cycle of *graph*, as the path from a module back to itself; None when there is none."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        path.append(module)
+        for dep in sorted(graph.get(module, ())):
+            if dep in path:
+                return [*path[path.index(dep) :], dep]
+            if dep not in done and (found := visit(dep)):
                 return found
+        path.pop()
+        done.add(module)
         return None
 
-    cycles = [found for module in sorted(graph) if (found := cycle_from(module, [module]))]
-    assert not cycles, f"import cycles: {cycles[0]}"
+    for module in sorted(graph):
+        if module not in done and (found := visit(module)):
+            return found
+    return None
+
+
+FAKE_PACKAGE = {
+    "__init__.py": "from pkg.a import A\n",
+    "a.py": "from pkg import b, c\n\nA = 1\n",
+    "b.py": "import pkg.d\n",
+    "c.py": (
+        "from typing import TYPE_CHECKING\n\n"
+        "if TYPE_CHECKING:\n    from pkg.a import A\n    import pkg.b\nelse:\n    from pkg import e\n\n\n"
+        "def later():\n    from pkg import a\n"
+    ),
+    "d.py": "try:\n    from . import e\nexcept ImportError:\n    e = None\n",
+    "e.py": "",
+    "sub/__init__.py": "from .x import X\n",
+    "sub/x.py": "from .. import A\n\nX = A\n",
+}
+
+
+def fake_package(root: Path, e_py: str = "") -> Path:
+    """FAKE_PACKAGE written under *root* as ``pkg``, its e.py made of *e_py*."""
+    for name, text in (FAKE_PACKAGE | {"e.py": e_py}).items():
+        path = root / "pkg" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "pkg"
+
+
+def test_the_import_graph_maps_every_run_time_import_form(tmp_path: Path) -> None:
+    assert import_graph(fake_package(tmp_path)) == {
+        "pkg": {"pkg.a"},  # from pkg.a import A
+        "pkg.a": {"pkg.b", "pkg.c"},  # from pkg import b, c: modules
+        "pkg.b": {"pkg.d"},  # import pkg.d
+        "pkg.c": {"pkg.e"},  # not what TYPE_CHECKING guards, nor a function's import; its else branch
+        "pkg.d": {"pkg.e"},  # from . import e, inside try
+        "pkg.e": set(),
+        "pkg.sub": {"pkg.sub.x"},  # from .x import X
+        "pkg.sub.x": {"pkg"},  # from .. import A: a name of pkg's __init__
+    }
+    assert find_cycle(import_graph(fake_package(tmp_path))) is None
+
+
+@pytest.mark.parametrize(
+    ("e_py", "cycle"),
+    [
+        ("from pkg import a\n", ["pkg.a", "pkg.b", "pkg.d", "pkg.e", "pkg.a"]),
+        ("import pkg.a\n", ["pkg.a", "pkg.b", "pkg.d", "pkg.e", "pkg.a"]),
+        ("from pkg.a import A\n", ["pkg.a", "pkg.b", "pkg.d", "pkg.e", "pkg.a"]),
+        ("from . import a\n", ["pkg.a", "pkg.b", "pkg.d", "pkg.e", "pkg.a"]),
+        ("from pkg import A\n", ["pkg", "pkg.a", "pkg.b", "pkg.d", "pkg.e", "pkg"]),
+        ("import typing\n\nif typing.TYPE_CHECKING:\n    from pkg import a\n", None),
+        ("def later():\n    import pkg.a\n", None),
+    ],
+    ids=["from-package-import-module", "import-dotted", "from-module-import-name", "relative", "init-name",
+         "type-checking", "in-a-function"],
+)  # fmt: skip
+def test_a_cycle_is_found_whatever_the_import_form(tmp_path: Path, e_py: str, cycle: list[str] | None) -> None:
+    assert find_cycle(import_graph(fake_package(tmp_path, e_py=e_py))) == cycle
+
+
+def test_no_module_of_the_library_imports_itself_back_at_run_time() -> None:
+    """No run-time import cycle among redlock_async's modules (imports under TYPE_CHECKING are types only)."""
+    cycle = find_cycle(import_graph(Path(redlock_async.__file__).parent))
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
