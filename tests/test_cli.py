@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import signal
+import socket
 import sys
 import tty
 from pathlib import Path
@@ -106,9 +107,11 @@ async def test_usage_errors_say_what_to_change(cluster: Cluster) -> None:
     code, _, err = await finish(await redlock_run(cluster.urls, "job"))
     assert code == 2
     assert "give the command after --" in err
+    assert err.startswith("usage: redlock run ")  # run's own usage line, not the top-level one
     code, _, err = await finish(await redlock_run(cluster.urls, "job", "--ttl", "-1", "--", "true"))
     assert code == 2
     assert "ttl" in err
+    assert err.startswith("usage: redlock run ")
 
 
 async def test_waiting_is_shown_on_stderr_in_plain_lines(cluster: Cluster, make_redlock: MakeRedlock) -> None:
@@ -187,6 +190,13 @@ async def test_a_terminal_gets_a_spinner(cluster: Cluster, make_redlock: MakeRed
     assert b"redlock: waiting" not in shown  # no plain lines on a terminal
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then closed at once)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 async def redlock_status(urls: list[str], name: str) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         PY, "-m", "redlock_async", "status", name, "--nodes", ",".join(urls),
@@ -256,6 +266,17 @@ async def test_status_is_unknown_when_the_silent_nodes_could_make_a_majority(fau
     assert "verdict: free (4 of 5 nodes answered" in out
 
 
+async def test_status_keeps_logs_out_of_its_table_and_says_each_error_once(cluster: Cluster) -> None:
+    dead = f"redis://127.0.0.1:{free_port()}"
+    code, out, err = await redlock_status([*cluster.urls[:2], dead], "table")
+    assert code == 0, out  # 2 of 3 answered, free: no one can hold a majority
+    assert err == ""  # no log line mixed in: the table says which node could not be reached, and why
+    line = next(line for line in out.splitlines() if dead.removeprefix("redis://") in line)
+    assert line.split(None, 1)[1] == "unreachable (Connection refused)", line
+    assert out.count("Connection refused") == 1
+    assert "Errno" not in out
+
+
 async def test_run_with_a_majority_down_says_too_few_nodes_answered(faulty: Cluster) -> None:
     for i in (0, 1, 2):
         faulty[i].kill()
@@ -280,12 +301,15 @@ async def run_cli(*args: str | bytes) -> tuple[int, str, str]:
     return await finish(process)
 
 
-async def test_ctrl_c_while_waiting_is_one_line_and_130(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+@pytest.mark.parametrize("quiet", [True, False], ids=["quiet", "waiting-lines"])
+async def test_ctrl_c_while_waiting_is_one_line_and_130(
+    cluster: Cluster, make_redlock: MakeRedlock, quiet: bool
+) -> None:
     redlock = await make_redlock()
     async with redlock.lock("interrupted", ttl=30.0) as holder:
         process = await asyncio.create_subprocess_exec(
             PY, "-m", "redlock_async", "run", "interrupted", "--nodes", ",".join(cluster.urls), "--wait", "30",
-            "--quiet", "--", PY, "-c", "print('ran')",
+            *(["--quiet"] if quiet else []), "--", PY, "-c", "print('ran')",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         await asyncio.sleep(1.5)  # it waits for the lock
@@ -293,7 +317,9 @@ async def test_ctrl_c_while_waiting_is_one_line_and_130(cluster: Cluster, make_r
         code, out, err = await finish(process)
         assert code == 130, err
         assert out == ""
-        assert err.strip().splitlines() == ["redlock: interrupted"]
+        # Without --quiet the wait was announced; the interruption is still one line, and no "gave up".
+        waiting = [] if quiet else ["redlock: waiting for lock 'interrupted' (up to 30 s)"]
+        assert err.strip().splitlines() == [*waiting, "redlock: interrupted"]
         token = holder.token
         assert token is not None
         # Nothing of the interrupted acquire is left: each node holds the holder's key, or nothing.
