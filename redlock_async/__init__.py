@@ -7,6 +7,7 @@ from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome, Redlock
 from redlock_async.events import EventKind, LockEvent
 from redlock_async.fencing import StaleFencingToken, fenced_set
 from redlock_async.lock import Lock
+from redlock_async.semaphore import Semaphore
 from redlock_async.statistics import LockStatistics, NodeStatistics, RedlockStatistics
 
 __version__ = "0.2.0"
@@ -24,6 +25,7 @@ __all__ = [
     "Redlock",
     "RedlockError",
     "RedlockStatistics",
+    "Semaphore",
     "Settings",
     "StaleFencingToken",
     "Vote",
@@ -43,6 +45,7 @@ for _cls in (
     Redlock,
     RedlockError,
     RedlockStatistics,
+    Semaphore,
     Settings,
     StaleFencingToken,
     Vote,

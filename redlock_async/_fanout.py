@@ -99,6 +99,13 @@ def vote_of_fenced(reply: Reply) -> Vote:
     return Vote.YES if isinstance(reply, int) and reply >= 0 else Vote.NO
 
 
+def vote_of_counters(reply: Reply) -> Vote:
+    """The fenced acquire of several keys answers their counters (a list) when it set them all, -i when not."""
+    if isinstance(reply, Failure):
+        return reply.vote
+    return Vote.YES if isinstance(reply, list) else Vote.NO
+
+
 def vote_of_script(reply: Reply) -> Vote:
     """Our scripts answer 1 for done, 0 for a key that is gone or not ours."""
     if isinstance(reply, Failure):

@@ -59,7 +59,7 @@ class Lease:
     """One acquisition's lease: its token on the nodes, how long it can be trusted, who holds it.
 
     A Lock gets a new Lease at each grant (and an empty one, without a token, when made).
-    The watchdog keeps Leases, not Locks: it reads ``key``, ``token``, ``ttl_ms`` and
+    The watchdog keeps Leases, not Locks: it reads ``keys``, ``token``, ``ttl_ms`` and
     ``expires``, and calls the two hooks the lock set when it began to watch (``due`` at a
     round's start, ``result`` with the round's votes). A round that answers for a lease the
     lock has since replaced finds it superseded, and changes nothing.
@@ -71,8 +71,9 @@ class Lease:
         "expires",
         "extensions",
         "fencing_token",
+        "fencing_tokens",
         "holders",
-        "key",
+        "keys",
         "result",
         "skip",
         "token",
@@ -81,7 +82,7 @@ class Lease:
 
     def __init__(
         self,
-        key: bytes,
+        keys: tuple[bytes, ...],
         token: bytes | None = None,
         *,
         ttl_ms: int = 0,
@@ -90,8 +91,11 @@ class Lease:
         holders: list[int] | None = None,
         skip: list[int] | None = None,
         fencing_token: int | None = None,
+        fencing_tokens: tuple[int, ...] | None = None,
     ) -> None:
-        self.key = key
+        self.keys = keys
+        """The keys this acquisition holds on the nodes, all with its token: one for a lock, several for
+        ``lock_many`` (all or none), the permit's slot for a semaphore."""
         self.token = token
         """The acquisition's random value on the nodes; None once released (or before any grant)."""
         self.ttl_ms = ttl_ms
@@ -105,6 +109,8 @@ class Lease:
         """Nodes the SET never went to: nothing there to release."""
         self.extensions = 0
         self.fencing_token = fencing_token
+        self.fencing_tokens = fencing_tokens
+        """Per key, in the order of ``keys`` (fenced locks); ``fencing_token`` is the first."""
         self.due: Callable[[Lease, float], bool] = _never_due
         """The watchdog asks at a round's start: True to extend now (the lock handles every other case)."""
         self.result: Callable[[Lease, float, float, Sequence[Vote], Sequence[str] | None], None] = _ignore

@@ -10,14 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from redlock_async import _algorithm, _clock
 from redlock_async._algorithm import Verdict, Vote
-from redlock_async._fanout import Ballot, vote_of_fenced, vote_of_script, vote_of_set
+from redlock_async._fanout import Ballot, vote_of_counters, vote_of_fenced, vote_of_script, vote_of_set
 from redlock_async._node import Failure, Node, Reply
-from redlock_async._scripts import ACQUIRE_FENCED, EXTEND, FENCE, RELEASE
+from redlock_async._scripts import (
+    ACQUIRE_ALL,
+    ACQUIRE_ALL_FENCED,
+    ACQUIRE_FENCED,
+    ACQUIRE_PERMIT,
+    EXTEND,
+    EXTEND_ALL,
+    FENCE,
+    FENCE_ALL,
+    RELEASE,
+    RELEASE_ALL,
+)
 from redlock_async._settings import Settings
 
 TOKEN_BYTES = 20
@@ -29,6 +40,8 @@ class Attempt:
     """One acquire round: its votes, and the lease when a majority granted a valid one."""
 
     token: bytes
+    keys: tuple[bytes, ...]
+    """The keys this round asked for (a permit's: the slot it tried)."""
     started: float
     """When the first SET went out: validity counts from here."""
     decided_at: float
@@ -40,45 +53,112 @@ class Attempt:
     """Nodes that said yes (of the fence round, for a fenced lock)."""
     skip: list[int]
     """Nodes the SET never went to: nothing there to release."""
-    fencing_token: int | None
+    fencing_tokens: tuple[int, ...] | None
+    """Per key, for a fenced grant."""
+    codes: list[int]
+    """The negative answers of nodes that said no: lock_many's -i (key i, from 1, is held), a
+    permit's -L (a slot is held under limit L)."""
 
 
-async def attempt(nodes: Sequence[Node], key: bytes, fence_key: bytes, settings: Settings) -> Attempt:
-    """One round of SET NX PX (or the fenced acquire) on every node; a failed round is given back."""
-    token = secrets.token_urlsafe(TOKEN_BYTES).encode()
+def new_token() -> bytes:
+    return secrets.token_urlsafe(TOKEN_BYTES).encode()
+
+
+async def attempt(
+    nodes: Sequence[Node], keys: tuple[bytes, ...], fence_keys: tuple[bytes, ...], settings: Settings
+) -> Attempt:
+    """One round of SET NX PX (or a script taking every key, fenced or not) on every node; a failed
+    round is given back."""
+    token = new_token()
     ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
     started = _clock.now()
-    if settings.fencing:
-        keys = (key, fence_key)
-        futures = [node.send_script(ACQUIRE_FENCED, keys, (token, ttl_ms), limited=True) for node in nodes]
-        ballot = Ballot(nodes, futures, vote_of_fenced, settings.node_timeout)
+    vote: Callable[[Reply], Vote]
+    if len(keys) == 1:
+        if settings.fencing:
+            futures = [
+                node.send_script(ACQUIRE_FENCED, (keys[0], fence_keys[0]), (token, ttl_ms), limited=True)
+                for node in nodes
+            ]
+            vote = vote_of_fenced
+        else:
+            futures = [node.send(b"SET", keys[0], token, b"NX", b"PX", ttl_ms, limited=True) for node in nodes]
+            vote = vote_of_set
+    elif settings.fencing:
+        both = keys + fence_keys
+        futures = [node.send_script(ACQUIRE_ALL_FENCED, both, (token, ttl_ms), limited=True) for node in nodes]
+        vote = vote_of_counters
     else:
-        futures = [node.send(b"SET", key, token, b"NX", b"PX", ttl_ms, limited=True) for node in nodes]
-        ballot = Ballot(nodes, futures, vote_of_set, settings.node_timeout)
-    fencing_token: int | None = None
+        futures = [node.send_script(ACQUIRE_ALL, keys, (token, ttl_ms), limited=True) for node in nodes]
+        vote = vote_of_script
+    return await _decide(
+        nodes, keys, fence_keys if settings.fencing else None, token, started, futures, vote, settings, None
+    )
+
+
+async def attempt_permit(
+    nodes: Sequence[Node],
+    slot: bytes,
+    widest: bytes,
+    slot_prefix: bytes,
+    limit: int,
+    channel: bytes,
+    settings: Settings,
+) -> Attempt:
+    """One round for one permit slot of a semaphore (ACQUIRE_PERMIT), given back when not granted."""
+    token = b"%d:" % limit + new_token()
+    ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
+    started = _clock.now()
+    args = (token, ttl_ms, limit, slot_prefix)
+    futures = [node.send_script(ACQUIRE_PERMIT, (slot, widest), args, limited=True) for node in nodes]
+    return await _decide(nodes, (slot,), None, token, started, futures, vote_of_script, settings, channel)
+
+
+async def _decide(
+    nodes: Sequence[Node],
+    keys: tuple[bytes, ...],
+    fence_keys: tuple[bytes, ...] | None,
+    token: bytes,
+    started: float,
+    futures: list[asyncio.Future[Reply]],
+    vote: Callable[[Reply], Vote],
+    settings: Settings,
+    channel: bytes | None,
+) -> Attempt:
+    """Count the round's votes (and fence a won one); give a failed or cancelled round back."""
+    ballot = Ballot(nodes, futures, vote, settings.node_timeout)
+    fencing_tokens: tuple[int, ...] | None = None
     try:
         await ballot.wait()
-        if settings.fencing and ballot.verdict is Verdict.WON:
-            fencing_token, ballot = await _fence(nodes, key, fence_key, token, futures, ballot, settings.node_timeout)
+        if fence_keys is not None and ballot.verdict is Verdict.WON:
+            fencing_tokens, ballot = await _fence(
+                nodes, keys, fence_keys, token, futures, ballot, settings.node_timeout
+            )
     except BaseException:
         # Cancelled mid-vote: the SETs are out and may succeed; hand back
         # every one of them before the cancellation goes on (queued, no await).
-        send_release(nodes, key, token, skip=never_sent(futures))
+        send_release(nodes, keys, token, skip=never_sent(futures), channel=channel)
         raise
     validity = _algorithm.granted(
-        len(nodes), ballot.votes, ttl_ms / 1000, started, ballot.decided_at, settings.drift_factor
-    )
+        len(nodes), ballot.votes, _algorithm.ttl_to_ms(settings.ttl) / 1000, started, ballot.decided_at,
+        settings.drift_factor,
+    )  # fmt: skip
     if validity is None:
         # Failed: release everywhere the SET may have run (a lost reply
         # still set the key), and wait for the nodes known or likely to hold it.
-        releases = send_release(nodes, key, token, skip=never_sent(futures))
+        releases = send_release(nodes, keys, token, skip=never_sent(futures), channel=channel)
         holders = ballot.voted(Vote.YES, Vote.PENDING)
         if holders:
             await Ballot(
                 nodes, releases, vote_of_script, settings.node_timeout, majority=False, wait_for=holders
             ).wait()
+    codes = [
+        reply
+        for fut in futures
+        if fut.done() and isinstance(reply := fut.result(), int) and not isinstance(reply, bool) and reply < 0
+    ]
     return Attempt(
         token=token,
+        keys=keys,
         started=started,
         decided_at=ballot.decided_at,
         validity=validity,
@@ -86,50 +166,74 @@ async def attempt(nodes: Sequence[Node], key: bytes, fence_key: bytes, settings:
         details=ballot.details,
         holders=ballot.voted(Vote.YES),
         skip=never_sent(futures),
-        fencing_token=fencing_token if validity is not None else None,
+        fencing_tokens=fencing_tokens if validity is not None else None,
+        codes=codes,
     )
 
 
 async def _fence(
     nodes: Sequence[Node],
-    key: bytes,
-    fence_key: bytes,
+    keys: tuple[bytes, ...],
+    fence_keys: tuple[bytes, ...],
     token: bytes,
     granted: Sequence[asyncio.Future[Reply]],
     ballot: Ballot,
     node_timeout: float,
-) -> tuple[int, Ballot]:
-    """Choose the fencing token and make a majority hold it; the returned ballot decides the grant.
+) -> tuple[tuple[int, ...], Ballot]:
+    """Choose each key's fencing token and make a majority hold them; the returned ballot decides the grant.
 
-    The token is one more than the largest counter among the nodes that
+    A key's token is one more than the largest counter among the nodes that
     granted. It counts only once a majority raised their counter to it
     while still holding our key: every later grant needs a majority too,
     so it meets one of those nodes, after our key there is gone, and reads
     a counter at least this high. (Taking the largest counter alone is not
     enough: see docs/fencing.md for the sequence that breaks it.)
     """
-    counters = [fut.result() for fut, vote in zip(granted, ballot.votes, strict=True) if vote is Vote.YES]
-    fencing_token = max(counters) + 1
-    futures = [node.send_script(FENCE, (key, fence_key), (token, fencing_token), limited=True) for node in nodes]
+    answers = [fut.result() for fut, vote in zip(granted, ballot.votes, strict=True) if vote is Vote.YES]
+    if len(keys) == 1:
+        chosen: tuple[int, ...] = (max(answers) + 1,)
+        futures = [
+            node.send_script(FENCE, (keys[0], fence_keys[0]), (token, chosen[0]), limited=True) for node in nodes
+        ]
+    else:
+        chosen = tuple(max(counters[i] for counters in answers) + 1 for i in range(len(keys)))
+        both = keys + fence_keys
+        futures = [node.send_script(FENCE_ALL, both, (token, *chosen), limited=True) for node in nodes]
     fenced = Ballot(nodes, futures, vote_of_script, node_timeout)
     await fenced.wait()
-    return fencing_token, fenced
+    return chosen, fenced
 
 
-def send_extend(nodes: Sequence[Node], key: bytes, token: bytes, ttl_ms: int, timeout: float) -> Ballot:
-    """Compare-and-PEXPIRE on every node; ``await ballot.wait()`` for the votes."""
-    futures = [node.send_script(EXTEND, (key,), (token, ttl_ms), limited=True) for node in nodes]
+def send_extend(nodes: Sequence[Node], keys: tuple[bytes, ...], token: bytes, ttl_ms: int, timeout: float) -> Ballot:
+    """Compare-and-PEXPIRE (of every key, all or none) on every node; ``await ballot.wait()`` for the votes."""
+    script = EXTEND if len(keys) == 1 else EXTEND_ALL
+    futures = [node.send_script(script, keys, (token, ttl_ms), limited=True) for node in nodes]
     return Ballot(nodes, futures, vote_of_script, timeout)
 
 
-def send_release(nodes: Sequence[Node], key: bytes, token: bytes, skip: Sequence[int]) -> list[asyncio.Future[Reply]]:
-    """Queue compare-and-delete on every node but *skip* (synchronous: survives cancellation)."""
+def send_release(
+    nodes: Sequence[Node],
+    keys: tuple[bytes, ...],
+    token: bytes,
+    skip: Sequence[int],
+    *,
+    channel: bytes | None = None,
+) -> list[asyncio.Future[Reply]]:
+    """Queue compare-and-delete on every node but *skip* (synchronous: survives cancellation).
+
+    The waiters are told on each key's channel, or on *channel* (a semaphore's permits share one).
+    """
+    names: tuple[bytes, ...]
+    if len(keys) == 1:
+        script, names = RELEASE, (keys if channel is None else (keys[0], channel))
+    else:
+        script, names = RELEASE_ALL, keys
     futures: list[asyncio.Future[Reply]] = []
     for i, node in enumerate(nodes):
         if i in skip:
             futures.append(_resolved(Failure(Vote.SKIPPED, "never sent")))
         else:
-            futures.append(node.send_script(RELEASE, (key,), (token,)))
+            futures.append(node.send_script(script, names, (token,)))
     return futures
 
 

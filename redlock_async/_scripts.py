@@ -29,13 +29,14 @@ RELEASE = Script(
 -- Compare-and-delete, then tell the waiters (pushed hand-off): a digest of
 -- the released token (listeners only match words from several nodes; the
 -- token itself would let a listener extend or release a lease), on the
--- channel named like the key, only when a key was deleted.
+-- channel named like the key (or KEYS[2]), only when a key was deleted.
 -- KEYS[1]  the lock key (and the channel)
+-- KEYS[2]  optional: the channel instead (a semaphore's permits share one)
 -- ARGV[1]  the token of the acquisition being released
 -- returns  1 deleted; 0 the key is gone or holds another token (left alone)
 if redis.call('GET', KEYS[1]) == ARGV[1] then
     redis.call('DEL', KEYS[1])
-    redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
+    redis.call('PUBLISH', KEYS[2] or KEYS[1], redis.sha1hex(ARGV[1]))
     return 1
 end
 return 0
@@ -132,5 +133,161 @@ return {1, seen}
 """
 )
 
-SCRIPTS = (RELEASE, EXTEND, EXTEND_MANY, ACQUIRE_FENCED, FENCE)
+ACQUIRE_ALL = Script(
+    b"""
+-- SET NX PX of several keys at once, all or none (lock_many): a node says
+-- yes only when it set every key.
+-- KEYS[1..n]  the lock keys, in canonical order
+-- ARGV[1]     the token of this acquisition (the same on every key)
+-- ARGV[2]     the ttl in integer milliseconds
+-- returns     1 every key set; -i when key i exists (then nothing was set)
+for i, key in ipairs(KEYS) do
+    if redis.call('EXISTS', key) == 1 then
+        return -i
+    end
+end
+for _, key in ipairs(KEYS) do
+    redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+end
+return 1
+""",
+    creates=True,
+)
+
+ACQUIRE_ALL_FENCED = Script(
+    b"""
+-- ACQUIRE_ALL, and read each resource's fencing counter in the same step.
+-- KEYS[1..n]     the lock keys, in canonical order
+-- KEYS[n+1..2n]  their fencing counters, in the same order (never expire)
+-- ARGV[1]        the token of this acquisition
+-- ARGV[2]        the ttl in integer milliseconds
+-- returns        the n counters (>= 0) when every key was set; -i when key i exists
+local n = #KEYS / 2
+for i = 1, n do
+    if redis.call('EXISTS', KEYS[i]) == 1 then
+        return -i
+    end
+end
+local counters = {}
+for i = 1, n do
+    redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+    counters[i] = tonumber(redis.call('GET', KEYS[n + i]) or '0')
+end
+return counters
+""",
+    creates=True,
+)
+
+FENCE_ALL = Script(
+    b"""
+-- FENCE for several keys of one acquisition: only while it holds every one.
+-- KEYS[1..n]     the lock keys
+-- KEYS[n+1..2n]  their fencing counters
+-- ARGV[1]        the token of this acquisition
+-- ARGV[1+i]      the fencing token chosen for key i
+-- returns        1 written (or already higher); 0 a key is gone or not ours
+local n = #KEYS / 2
+for i = 1, n do
+    if redis.call('GET', KEYS[i]) ~= ARGV[1] then
+        return 0
+    end
+end
+for i = 1, n do
+    if tonumber(redis.call('GET', KEYS[n + i]) or '0') < tonumber(ARGV[1 + i]) then
+        redis.call('SET', KEYS[n + i], ARGV[1 + i])
+    end
+end
+return 1
+"""
+)
+
+EXTEND_ALL = Script(
+    b"""
+-- Compare-and-PEXPIRE of several keys of one acquisition: all or none.
+-- KEYS[1..n]  the lock keys
+-- ARGV[1]     the token of the acquisition
+-- ARGV[2]     the new ttl in integer milliseconds, counted from now
+-- returns     1 every key extended; 0 a key is gone or not ours (none extended)
+for _, key in ipairs(KEYS) do
+    if redis.call('GET', key) ~= ARGV[1] then
+        return 0
+    end
+end
+for _, key in ipairs(KEYS) do
+    redis.call('PEXPIRE', key, ARGV[2])
+end
+return 1
+"""
+)
+
+RELEASE_ALL = Script(
+    b"""
+-- RELEASE for several keys of one acquisition: each key that still holds
+-- the token is deleted, and its waiters told on its own channel.
+-- KEYS[1..n]  the lock keys
+-- ARGV[1]     the token of the acquisition
+-- returns     1 every key held the token (all deleted); 0 some did not
+local all = 1
+for _, key in ipairs(KEYS) do
+    if redis.call('GET', key) == ARGV[1] then
+        redis.call('DEL', key)
+        redis.call('PUBLISH', key, redis.sha1hex(ARGV[1]))
+    else
+        all = 0
+    end
+end
+return all
+"""
+)
+
+ACQUIRE_PERMIT = Script(
+    b"""
+-- Take permit slot i of a semaphore: a SET NX PX of that slot's key, after
+-- checking that no slot is held under another limit. Every token starts
+-- with its semaphore's limit ("3:..."), so holders of one limit see those
+-- of another; the widest limit ever used is kept (it never expires, a few
+-- bytes) so that every slot that may be held is looked at.
+-- KEYS[1]  the slot's key
+-- KEYS[2]  the semaphore's widest-limit key
+-- ARGV[1]  the token of this acquisition ("<limit>:<random>")
+-- ARGV[2]  the ttl in integer milliseconds
+-- ARGV[3]  the limit this client uses
+-- ARGV[4]  the slots' key prefix (slot j is this followed by j)
+-- returns  1 set; 0 the slot is held; -L a slot is held under limit L (not ours)
+local limit = tonumber(ARGV[3])
+local widest = tonumber(redis.call('GET', KEYS[2]) or '0')
+if limit > widest then
+    redis.call('SET', KEYS[2], ARGV[3])
+    widest = limit
+end
+for j = 0, widest - 1 do
+    local held = redis.call('GET', ARGV[4] .. j)
+    if held then
+        local other = tonumber(string.match(held, '^(%d+):'))
+        if other ~= limit then
+            return -other
+        end
+    end
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return 1
+end
+return 0
+""",
+    creates=True,
+)
+
+SCRIPTS = (
+    RELEASE,
+    EXTEND,
+    EXTEND_MANY,
+    ACQUIRE_FENCED,
+    FENCE,
+    ACQUIRE_ALL,
+    ACQUIRE_ALL_FENCED,
+    FENCE_ALL,
+    EXTEND_ALL,
+    RELEASE_ALL,
+    ACQUIRE_PERMIT,
+)
 """The scripts a node loads on every new connection (FENCED_SET runs on the protected resource)."""

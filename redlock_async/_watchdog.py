@@ -208,15 +208,22 @@ class _Round:
         self._timer: Deadline | None = None
         for start in range(0, len(locks), CHUNK):
             chunk = locks[start : start + CHUNK]
-            keys = tuple(lock.key for lock in chunk)
+            keys: list[bytes] = []
             args: list[bytes | int] = []
-            for lock in chunk:
+            spans: list[int] | None = None  # keys per lease, when some lease has several (lock_many)
+            for at, lock in enumerate(chunk):
                 token, ttl_ms = lock.token, lock.ttl_ms
                 assert token is not None
-                args += (token, ttl_ms)
+                keys += lock.keys
+                for _ in lock.keys:
+                    args += (token, ttl_ms)
+                if len(lock.keys) > 1 and spans is None:
+                    spans = [1] * at  # the leases before it had one key each
+                if spans is not None:
+                    spans.append(len(lock.keys))
             for i, node in enumerate(nodes):
-                fut = node.send_script(EXTEND_MANY, keys, tuple(args), limited=True)
-                fut.add_done_callback(partial(self._on_reply, i, start, len(chunk)))
+                fut = node.send_script(EXTEND_MANY, tuple(keys), tuple(args), limited=True)
+                fut.add_done_callback(partial(self._on_reply, i, start, len(chunk), spans))
         self._loop = loop
         self._node_timeout = watchdog._node_timeout
         self._arm(first=True)
@@ -237,8 +244,15 @@ class _Round:
             wait = max(wait, self._node_timeout)
         self._timer = Deadline(self._loop, max(wait, 0.0), self._on_timeout, rearm=0.0)
 
-    def _on_reply(self, node: int, start: int, count: int, fut: asyncio.Future[Reply]) -> None:
+    def _on_reply(self, node: int, start: int, count: int, spans: list[int] | None, fut: asyncio.Future[Reply]) -> None:
         reply = fut.result()
+        if spans is not None and not isinstance(reply, Failure):
+            # A lease of several keys is extended on this node only if every one of its keys was.
+            folded, at = [], 0
+            for span in spans:
+                folded.append(1 if all(r == 1 for r in reply[at : at + span]) else 0)
+                at += span
+            reply = folded
         now = _clock.now()
         failure = reply if isinstance(reply, Failure) else None
         decided, votes, yes, failed, need = self._decided, self._votes, self._yes, self._failed, self._need

@@ -22,7 +22,8 @@ from redlock_async._scripts import RELEASE, SCRIPTS
 from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings
 from redlock_async.errors import LockLost, NodeOutcome, RedlockError
 from redlock_async.events import OnEvent
-from redlock_async.lock import Lock
+from redlock_async.lock import Lock, canonical_names
+from redlock_async.semaphore import Semaphore, check_limit
 from redlock_async.statistics import NodeStatistics, RedlockStatistics
 
 log = logging.getLogger(__name__)
@@ -188,8 +189,83 @@ class Redlock:
             )
             if value is not None
         }
+        if not isinstance(name, (str, bytes)):
+            raise TypeError(
+                f"resource name must be str or bytes, got {type(name).__name__}: for several names, use lock_many()"
+            )
         settings = self._cluster.lease_settings(self.settings, **overrides)
         return Lock(self._cluster, name, settings, on_lost=on_lost)
+
+    def lock_many(
+        self,
+        names: Iterable[str | bytes],
+        *,
+        ttl: float | None = None,
+        acquire_timeout: float | None = None,
+        fencing: bool | None = None,
+        auto_extend: bool | None = None,
+        max_hold: float | None = None,
+        max_extensions: int | None = None,
+        on_lost: Callable[[LockLost], object] | None = None,
+    ) -> Lock:
+        """A Lock on every one of *names* at once: each node sets all of them or none, and the
+        lock is held when a majority did. Settings left as None are the Redlock's.
+
+        Its keys are the ones single locks use, so ``lock("a")`` and ``lock_many(["a", "b"])``
+        exclude each other. The names are deduplicated and taken in one order on every client
+        (sorted by their bytes: :attr:`Lock.names`), so opposite orders cannot deadlock. The
+        watchdog extends them together; losing any is losing the lock, and every name is released.
+        """
+        canonical = canonical_names(names)
+        overrides: dict[str, Any] = {
+            key: value
+            for key, value in (
+                ("ttl", ttl),
+                ("acquire_timeout", acquire_timeout),
+                ("fencing", fencing),
+                ("auto_extend", auto_extend),
+                ("max_hold", max_hold),
+                ("max_extensions", max_extensions),
+            )
+            if value is not None
+        }
+        settings = self._cluster.lease_settings(self.settings, **overrides)
+        return Lock(self._cluster, canonical if len(canonical) > 1 else canonical[0], settings, on_lost=on_lost)
+
+    def semaphore(
+        self,
+        name: str | bytes,
+        *,
+        limit: int,
+        ttl: float | None = None,
+        acquire_timeout: float | None = None,
+        auto_extend: bool | None = None,
+        max_hold: float | None = None,
+        max_extensions: int | None = None,
+        on_lost: Callable[[LockLost], object] | None = None,
+    ) -> Semaphore:
+        """A semaphore: at most *limit* holders of *name* at once, each holding one permit.
+
+        Each permit is a lock of its own (one of *limit* slots), so the bound holds whenever
+        single locks are safe. Every client of one semaphore must use the same *limit*: a
+        different one, while a permit is held, is a ValueError at acquire. Not fenced.
+        """
+        if not isinstance(name, (str, bytes)):
+            raise TypeError(f"semaphore name must be str or bytes, got {type(name).__name__}")
+        check_limit(limit)
+        overrides: dict[str, Any] = {
+            key: value
+            for key, value in (
+                ("ttl", ttl),
+                ("acquire_timeout", acquire_timeout),
+                ("auto_extend", auto_extend),
+                ("max_hold", max_hold),
+                ("max_extensions", max_extensions),
+            )
+            if value is not None
+        }
+        settings = self._cluster.lease_settings(self.settings, fencing=False, **overrides)
+        return Semaphore(self._cluster, name, limit, settings, on_lost=on_lost)
 
     def statistics(self) -> RedlockStatistics:
         """A snapshot of the nodes' connections, the locks held and watched, the watchdog and the waiters.

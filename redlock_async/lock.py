@@ -12,7 +12,7 @@ import logging
 import random
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, final
+from typing import TYPE_CHECKING, Any, Self
 
 from redlock_async import _algorithm, _clock, _handoff, _requests
 from redlock_async._cleanup import complete
@@ -55,9 +55,33 @@ def resource_key(prefix: str, resource: str | bytes) -> bytes:
     return prefix.encode() + raw
 
 
-@final
+Name = str | bytes
+
+
+def canonical_names(names: object) -> tuple[Name, ...]:
+    """*names* deduplicated and sorted by their encoded bytes: the order every client takes them in."""
+    if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
+        raise TypeError(
+            f"lock_many takes a list of names (str or bytes), got {type(names).__name__}: for one name, use lock()"
+        )
+    listed = list(names)
+    if not listed:
+        raise ValueError("lock_many needs at least one name")
+    by_key: dict[bytes, Name] = {}
+    for name in listed:
+        by_key.setdefault(resource_key("", name), name)
+    if len(by_key) > MAX_NAMES:
+        raise ValueError(f"lock_many of {len(by_key)} names, more than {MAX_NAMES}: lock fewer, or lock a parent name")
+    return tuple(by_key[key] for key in sorted(by_key))
+
+
+MAX_NAMES = 1000
+"""Most names one lock_many takes (every node checks and sets them all in one script call)."""
+
+
 class Lock:
-    """A distributed lock on one resource, held on a majority of the Redlock's nodes.
+    """A distributed lock on one resource (or, made by ``lock_many``, several taken all at once),
+    held on a majority of the Redlock's nodes.
 
     ``async with lock:`` acquires (blocking up to the acquire timeout) and
     releases on exit. ``acquire()``, ``extend()`` and ``release()`` give
@@ -68,16 +92,18 @@ class Lock:
     __slots__ = (
         "__weakref__",
         "_attempts",
+        "_blocked",
         "_cancelled_host",
         "_cluster",
-        "_fence_key",
+        "_fence_keys",
         "_host",
         "_host_cancelling",
-        "_key",
+        "_keys",
         "_last_details",
         "_last_votes",
         "_lease",
         "_lost",
+        "_names",
         "_settings",
         "_state",
         "_watched",
@@ -88,18 +114,22 @@ class Lock:
     def __init__(
         self,
         cluster: Cluster,
-        resource: str | bytes,
+        resource: Name | tuple[Name, ...],
         settings: Settings,
         *,
         on_lost: Callable[[LockLost], object] | None = None,
     ) -> None:
-        self._key = resource_key(settings.key_prefix, resource)
-        self._fence_key = resource_key(settings.fence_prefix, resource)
-        self.resource = resource
+        # One name, or lock_many's canonical tuple of names: every key is taken, all or none.
+        self._names: tuple[Name, ...] = resource if isinstance(resource, tuple) else (resource,)
+        self._keys = tuple(resource_key(settings.key_prefix, name) for name in self._names)
+        self._fence_keys = tuple(resource_key(settings.fence_prefix, name) for name in self._names)
+        self._blocked = self._keys[0]  # the key a failed attempt found held: the one its waiter listens on
+        self.resource: Name | tuple[Name, ...] = resource
+        """The name given to ``lock()``; for ``lock_many``, the tuple of names (as :attr:`names`)."""
         self._cluster = cluster
         self._settings = settings
         self._state = Phase.IDLE
-        self._lease = Lease(self._key)  # the current (or last) acquisition's; a new one at each grant
+        self._lease = Lease(self._keys)  # the current (or last) acquisition's; a new one at each grant
         # Per-node votes of the last attempt; NodeOutcomes are built only when asked for.
         self._last_votes: Sequence[_algorithm.Vote] = ()
         self._last_details: Sequence[str] | None = None
@@ -144,14 +174,29 @@ class Lock:
         return self._lease.token.decode() if self._lease.token is not None and self._state is Phase.HELD else None
 
     @property
+    def names(self) -> tuple[Name, ...]:
+        """The names this lock takes, deduplicated and in the order they are taken (sorted by their bytes)."""
+        return self._names
+
+    @property
     def fencing_token(self) -> int | None:
         """The fencing token of the current acquisition (``fencing=True`` locks), None when not held.
 
         Strictly greater than the token of every earlier grant of this
         resource, through any client, as long as the nodes keep their data.
         Pass it to the protected resource, which refuses smaller ones.
+        For ``lock_many``, the first name's; :attr:`fencing_tokens` has each name's.
         """
         return self._lease.fencing_token if self._state is Phase.HELD else None
+
+    @property
+    def fencing_tokens(self) -> dict[Name, int] | None:
+        """Each name's fencing token ({name: int}; the same per-name counters single locks use),
+        None when not held or not fenced."""
+        tokens = self._lease.fencing_tokens
+        if self._state is not Phase.HELD or tokens is None:
+            return None
+        return dict(zip(self._names, tokens, strict=True))
 
     @property
     def outcomes(self) -> tuple[NodeOutcome, ...]:
@@ -231,7 +276,8 @@ class Lock:
         place = _handoff.ticket()
         try:
             # Waiters of this process already queue for the key: join them rather than jump ahead.
-            queued = listener is not None and listener.waiting(self._key)
+            channel = self._channel()
+            queued = listener is not None and listener.waiting(channel)
             while True:
                 if not queued:
                     attempted = True
@@ -250,11 +296,12 @@ class Lock:
                         # Listen first, then look again: a release between the failed attempt
                         # and a new subscription would otherwise go unheard. An existing
                         # subscription already heard it, and woke the oldest waiter.
-                        if await listener.enter(self._key) and not queued and await self._attempt():
+                        channel = self._channel()  # lock_many: the key its last attempt found held
+                        if await listener.enter(channel) and not queued and await self._attempt():
                             return True
                     # Woken by a release (our turn among this process's waiters), or after
                     # the jittered delay if no word came: notifications can be lost.
-                    woken = await listener.wait(self._key, delay, place, again=woken)
+                    woken = await listener.wait(channel, delay, place, again=woken)
                     queued = False
                 # Closed meanwhile, or a background task failed: say so now, not at the timeout.
                 self._cluster.check_open()
@@ -265,37 +312,51 @@ class Lock:
                 self._state = move(self._state, Phase.IDLE)
             if listening and listener is not None:
                 if woken:
-                    listener.done(self._key)  # the next release wakes the next waiter
-                listener.quit(self._key, place)
-                listener.leave(self._key)
+                    listener.done(channel)  # the next release wakes the next waiter
+                listener.quit(channel, place)
+                listener.leave(channel)
 
     async def _attempt(self) -> bool:
         """One round of SET NX PX on all nodes; True when a majority granted a valid lease."""
         self._attempts += 1
-        result = await _requests.attempt(self._cluster.nodes, self._key, self._fence_key, self._settings)
+        result = await self._take()
         self._last_votes, self._last_details = result.votes, result.details
         if result.validity is None:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("redlock %r not acquired: %s", self.resource, ", ".join(map(str, self.outcomes)))
             return False
+        tokens = result.fencing_tokens
         self._lease = Lease(
-            self._key,
+            result.keys,
             result.token,
             ttl_ms=_algorithm.ttl_to_ms(self._settings.ttl),
             acquired_at=result.started,
             expires=result.decided_at + result.validity,
             holders=result.holders,
             skip=result.skip,
-            fencing_token=result.fencing_token,
+            fencing_token=tokens[0] if tokens else None,
+            fencing_tokens=tokens,
         )
         self._lost = None
         self._state = move(self._state, Phase.HELD)
         self._cluster.held.add(self)
         return True
 
+    async def _take(self) -> _requests.Attempt:
+        """One round for every key of this lock (all or none)."""
+        result = await _requests.attempt(self._cluster.nodes, self._keys, self._fence_keys, self._settings)
+        if result.codes and len(self._keys) > 1:
+            # The key most of the refusing nodes found held: a waiter listens for its release.
+            self._blocked = self._keys[max(set(result.codes), key=result.codes.count) * -1 - 1]
+        return result
+
+    def _channel(self) -> bytes:
+        """Where a waiter listens for the release that may let it in."""
+        return self._blocked
+
     def _send_release(self, token: bytes, skip: Sequence[int]) -> list[asyncio.Future[Reply]]:
         """Queue compare-and-delete on every node but *skip* (synchronous: survives cancellation)."""
-        return _requests.send_release(self._cluster.nodes, self._key, token, skip)
+        return _requests.send_release(self._cluster.nodes, self._lease.keys, token, skip)
 
     # -- extend -------------------------------------------------------------------
 
@@ -325,7 +386,7 @@ class Lock:
                     )
                 # Votes after the old validity ends prove nothing: stop waiting then.
                 timeout = min(settings.node_timeout, self._lease.expires - started)
-                ballot = _requests.send_extend(nodes, self._key, token, ttl_ms, timeout)
+                ballot = _requests.send_extend(nodes, self._lease.keys, token, ttl_ms, timeout)
                 await ballot.wait()
                 self._last_votes, self._last_details = ballot.votes, ballot.details
                 verdict, validity = _algorithm.judge_extension(
@@ -723,4 +784,6 @@ class Lock:
 
     @property
     def _name(self) -> str:
+        if isinstance(self.resource, tuple):
+            return "+".join(name if isinstance(name, str) else repr(name) for name in self.resource)
         return self.resource if isinstance(self.resource, str) else repr(self.resource)

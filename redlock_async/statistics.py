@@ -56,7 +56,8 @@ class RedlockStatistics:
 class LockStatistics:
     """A Lock now, and its current (or last) acquisition."""
 
-    resource: str | bytes
+    resource: str | bytes | tuple[str | bytes, ...]
+    """The lock's name (lock_many: its names)."""
     phase: str
     """``idle``, ``acquiring``, ``held`` or ``lost`` (see docs/algorithm.md)."""
     held: bool

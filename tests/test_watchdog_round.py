@@ -55,7 +55,7 @@ def run_on_virtual_time(test: Callable[[asyncio.AbstractEventLoop], Awaitable[No
 
 
 def watched(key: bytes, expires: float, decisions: list[Decision]) -> Lease:
-    lease = Lease(key, b"token-" + key, ttl_ms=1000, acquired_at=_clock.now(), expires=expires)
+    lease = Lease((key,), b"token-" + key, ttl_ms=1000, acquired_at=_clock.now(), expires=expires)
 
     def result(
         lease: Lease, started: float, decided_at: float, votes: Sequence[Vote], details: Sequence[str] | None

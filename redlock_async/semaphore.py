@@ -1,0 +1,121 @@
+"""``Semaphore``: at most *limit* holders of one name, each permit a Redlock mutex.
+
+A semaphore of limit L is L permit slots, and a permit is slot i held as a
+lock is held: ``SET NX PX`` of the slot's key on a majority of the nodes,
+with the same validity, watchdog, give-back, restart quarantine and pushed
+hand-off. So no more than L holders can exist whenever single locks are
+safe: two holders of one slot would be two holders of one lock. Counting
+holders on each node and taking a majority (the known Redlock semaphores)
+can admit more, because different majorities can count different holders;
+see docs/algorithm.md for the argument.
+
+An acquire tries the slots in an order of its own (random), each with one
+fan-out, and stops at the first granted, so L acquirers of L free permits
+all get one at once instead of all trying slot 0 first. Every token starts
+with the limit it was taken under, and the permit script refuses a slot
+while any slot of the name is held under another limit: a client with a
+different limit gets a ValueError, never a larger bound.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from redlock_async import _algorithm, _requests
+from redlock_async._algorithm import Vote
+from redlock_async._settings import Settings
+from redlock_async.errors import LockLost
+from redlock_async.lock import Lock, resource_key
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from redlock_async._cluster import Cluster
+    from redlock_async._node import Reply
+
+MAX_LIMIT = 1024
+"""Most permits one semaphore has (each acquire's script looks at every slot once)."""
+
+SEMAPHORE_INFIX = b"\x00semaphore\x00"
+"""Between the key prefix and the name: a semaphore's keys never meet a lock's of the same name."""
+
+_random = random.SystemRandom()
+
+
+def check_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be an int (how many may hold the semaphore at once), got {type(limit).__name__}")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+    return limit
+
+
+class Semaphore(Lock):
+    """At most *limit* holders of one name at a time, across every client of the same nodes.
+
+    The same API as :class:`Lock` (``async with``, ``acquire``, ``extend``,
+    ``release``, ``held``, ``validity``, the watchdog and ``LockLost``): each
+    acquisition holds one permit. Made by :meth:`Redlock.semaphore`.
+    """
+
+    __slots__ = ("_limit", "_slot_prefix", "_widest")
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        name: str | bytes,
+        limit: int,
+        settings: Settings,
+        *,
+        on_lost: Callable[[LockLost], object] | None = None,
+    ) -> None:
+        super().__init__(cluster, name, settings, on_lost=on_lost)
+        self._limit = check_limit(limit)
+        base = settings.key_prefix.encode() + SEMAPHORE_INFIX + resource_key("", name)
+        # The permits' channel (their releases wake this semaphore's waiters), the slots, the widest limit.
+        self._keys = (base,)
+        self._blocked = base
+        self._slot_prefix = base + b"\x00"
+        self._widest = base + b"\x00limit"
+
+    def __repr__(self) -> str:
+        return f"<redlock_async.Semaphore {self.resource!r} limit={self._limit} {self.statistics().phase}>"
+
+    @property
+    def limit(self) -> int:
+        """How many may hold a permit at once."""
+        return self._limit
+
+    async def _take(self) -> _requests.Attempt:
+        """One pass over the slots, in an order of our own: the first one granted is ours."""
+        nodes = self._cluster.nodes
+        result: _requests.Attempt | None = None
+        for slot in _random.sample(range(self._limit), self._limit):
+            result = await _requests.attempt_permit(
+                nodes,
+                self._slot_prefix + b"%d" % slot,
+                self._widest,
+                self._slot_prefix,
+                self._limit,
+                self._keys[0],
+                self._settings,
+            )
+            if result.validity is not None:
+                return result
+            other = [-code for code in result.codes]
+            if len(other) > len(nodes) - _algorithm.quorum(len(nodes)):
+                # Enough nodes hold a permit under another limit that no majority could grant one.
+                raise ValueError(
+                    f"semaphore {self.resource!r} is held under limit {max(set(other), key=other.count)}, not "
+                    f"{self._limit}: every client of one semaphore must use the same limit (a new limit may be "
+                    "used once no permit is held)"
+                )
+            if not any(vote is Vote.NO for vote in result.votes):
+                break  # nodes silent or in quarantine, not slots held: the next slot would fare no better
+        assert result is not None
+        return result
+
+    def _send_release(self, token: bytes, skip: Sequence[int]) -> list[asyncio.Future[Reply]]:
+        return _requests.send_release(self._cluster.nodes, self._lease.keys, token, skip, channel=self._keys[0])
