@@ -151,11 +151,15 @@ async def _decide(
             await Ballot(
                 nodes, releases, vote_of_script, settings.node_timeout, majority=False, wait_for=holders
             ).wait()
-    codes = [
-        reply
-        for fut in futures
-        if fut.done() and isinstance(reply := fut.result(), int) and not isinstance(reply, bool) and reply < 0
-    ]
+    codes = (
+        [
+            reply
+            for fut in futures
+            if fut.done() and isinstance(reply := fut.result(), int) and not isinstance(reply, bool) and reply < 0
+        ]
+        if validity is None
+        else []
+    )
     return Attempt(
         token=token,
         keys=keys,
