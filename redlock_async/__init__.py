@@ -3,9 +3,11 @@
 from redlock_async._algorithm import Vote
 from redlock_async._settings import Settings
 from redlock_async.client import Redlock
+from redlock_async.election import Election
 from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome, RedlockError
 from redlock_async.events import EventKind, LockEvent
 from redlock_async.fencing import StaleFencingToken, fenced_set
+from redlock_async.inspection import LockInfo, NodeInfo
 from redlock_async.lock import Lock
 from redlock_async.semaphore import Semaphore
 from redlock_async.statistics import LockStatistics, NodeStatistics, RedlockStatistics
@@ -14,12 +16,15 @@ __version__ = "0.2.0"
 """This release (see CHANGELOG.md); before 1.0, a minor version may change behaviour."""
 
 __all__ = [
+    "Election",
     "EventKind",
     "Lock",
     "LockEvent",
+    "LockInfo",
     "LockLost",
     "LockNotAcquired",
     "LockStatistics",
+    "NodeInfo",
     "NodeOutcome",
     "NodeStatistics",
     "Redlock",
@@ -34,12 +39,15 @@ __all__ = [
 
 # Public classes show as redlock_async.X in tracebacks and reprs.
 for _cls in (
+    Election,
     EventKind,
     Lock,
     LockEvent,
+    LockInfo,
     LockLost,
     LockNotAcquired,
     LockStatistics,
+    NodeInfo,
     NodeOutcome,
     NodeStatistics,
     Redlock,

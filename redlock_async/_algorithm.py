@@ -225,7 +225,7 @@ def extend_retry_delay(ttl: float, node_timeout: float, remaining: float) -> flo
     return max(node_timeout, min(ttl / 10, remaining / 3))
 
 
-class Held(enum.Enum):
+class Held(enum.StrEnum):
     """What reading the nodes (writing nothing) can say of a lock."""
 
     HELD = "held"

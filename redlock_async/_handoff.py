@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from redlock_async._algorithm import Vote, quorum
@@ -80,6 +80,8 @@ class Listener:
         # The futures this Redlock's waiters await now: interrupt() ends their waits at once.
         self._waiting: set[asyncio.Future[None]] = set()
         self._interrupted = False
+        # channel -> callbacks told of every message on it (election observers); no waiter queue.
+        self._watchers: dict[bytes, list[Callable[[], None]]] = {}
 
     def _queue(self, channel: bytes) -> _Queue | None:
         return _queues.get((asyncio.get_running_loop(), self._scope, channel))
@@ -205,6 +207,37 @@ class Listener:
         if queue is not None:
             queue.woken = False
 
+    # -- observers' side -----------------------------------------------------------------
+
+    def watch(self, channel: bytes, callback: Callable[[], None]) -> None:
+        """Call *callback* (synchronous, cheap) on every message on *channel*, from any node."""
+        callbacks = self._watchers.setdefault(channel, [])
+        callbacks.append(callback)
+        if len(callbacks) == 1:
+            count = self._subscribed.get(channel, 0)
+            self._subscribed[channel] = count + 1
+            if not count:
+                for node in self.nodes:
+                    node.send(b"SUBSCRIBE", channel)
+
+    def unwatch(self, channel: bytes, callback: Callable[[], None]) -> None:
+        """Stop calling *callback* (synchronous, safe in cleanup)."""
+        callbacks = self._watchers.get(channel)
+        if not callbacks or callback not in callbacks:
+            return
+        callbacks.remove(callback)
+        if callbacks:
+            return
+        del self._watchers[channel]
+        count = self._subscribed.get(channel, 0) - 1
+        if count > 0:
+            self._subscribed[channel] = count
+            return
+        self._subscribed.pop(channel, None)
+        self._heard.pop(channel, None)
+        for node in self.nodes:
+            node.send(b"UNSUBSCRIBE", channel)
+
     # -- the nodes' side ---------------------------------------------------------------
 
     def on_message(self, message: list[bytes]) -> None:
@@ -218,6 +251,12 @@ class Listener:
         if channel not in self._subscribed:
             return  # a late word for a channel no waiter of ours wants any more: remember nothing
         queue = self._queue(channel)
+        watchers = self._watchers.get(channel)
+        if watchers:
+            for callback in list(watchers):
+                callback()
+            if queue is None:
+                return  # only observed: no waiter to wake, nothing to count
         if queue is not None and token in queue.heard:
             # A late word of a release that another Redlock's listener of this process
             # already counted to a majority: it woke a waiter then, not again now.

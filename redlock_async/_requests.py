@@ -60,16 +60,27 @@ class Attempt:
     permit's -L (a slot is held under limit L)."""
 
 
-def new_token() -> bytes:
-    return secrets.token_urlsafe(TOKEN_BYTES).encode()
+OWNER_SEPARATOR = b"~"
+"""Between a token's random part (URL-safe base64: never this byte) and the holder's owner label."""
+
+
+def new_token(owner: bytes) -> bytes:
+    """A new acquisition's value on the nodes: random, then the owner label that inspection shows."""
+    return secrets.token_urlsafe(TOKEN_BYTES).encode() + OWNER_SEPARATOR + owner
+
+
+def owner_of(value: bytes) -> str | None:
+    """The owner label in a lock key's value, None when it has none (written by an older client)."""
+    _, separator, owner = value.partition(OWNER_SEPARATOR)
+    return owner.decode(errors="replace") if separator else None
 
 
 async def attempt(
-    nodes: Sequence[Node], keys: tuple[bytes, ...], fence_keys: tuple[bytes, ...], settings: Settings
+    nodes: Sequence[Node], keys: tuple[bytes, ...], fence_keys: tuple[bytes, ...], settings: Settings, owner: bytes
 ) -> Attempt:
     """One round of SET NX PX (or a script taking every key, fenced or not) on every node; a failed
     round is given back."""
-    token = new_token()
+    token = new_token(owner)
     ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
     started = _clock.now()
     vote: Callable[[Reply], Vote]
@@ -103,9 +114,10 @@ async def attempt_permit(
     limit: int,
     channel: bytes,
     settings: Settings,
+    owner: bytes,
 ) -> Attempt:
     """One round for one permit slot of a semaphore (ACQUIRE_PERMIT), given back when not granted."""
-    token = b"%d:" % limit + new_token()
+    token = b"%d:" % limit + new_token(owner)
     ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
     started = _clock.now()
     args = (token, ttl_ms, limit, slot_prefix)

@@ -16,13 +16,16 @@ from redlock_async._cluster import Cluster, describe, require_asyncio
 from redlock_async._endpoint import endpoints_for
 from redlock_async._fanout import sitting_out
 from redlock_async._handoff import Listener
+from redlock_async._inspect import Inspector
 from redlock_async._node import Failure, Node
 from redlock_async._quarantine import Quarantine
 from redlock_async._scripts import RELEASE, SCRIPTS
 from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings
+from redlock_async.election import Election
 from redlock_async.errors import LockLost, NodeOutcome, RedlockError
 from redlock_async.events import OnEvent
-from redlock_async.lock import Lock, canonical_names
+from redlock_async.inspection import LockInfo
+from redlock_async.lock import Lock, canonical_names, resource_key
 from redlock_async.semaphore import Semaphore, check_limit
 from redlock_async.statistics import NodeStatistics, RedlockStatistics
 
@@ -146,6 +149,7 @@ class Redlock:
         if on_ready is not None:
             quarantine = Quarantine(self.settings.key_prefix.encode(), cluster.quarantine_period, self._nodes)
         self._quarantine = quarantine
+        self._inspector = Inspector(endpoints, self.settings)  # read-only connections, opened on first inspect()
 
     def __repr__(self) -> str:
         return f"<redlock_async.Redlock nodes={list(self.nodes)} ttl={self.settings.ttl}>"
@@ -171,11 +175,14 @@ class Redlock:
         max_hold: float | None = None,
         max_extensions: int | None = None,
         on_lost: Callable[[LockLost], object] | None = None,
+        owner: str | None = None,
     ) -> Lock:
         """A Lock on resource *name*; settings left as None are the Redlock's.
 
         *on_lost* is called with the :class:`LockLost` when the watchdog loses
         the lock inside ``async with``; the body is then told instead of cancelled.
+        *owner* is a label stored with the lease, which :meth:`inspect` and ``redlock status``
+        show (default: ``<hostname>:<pid>``).
         """
         overrides: dict[str, Any] = {
             key: value
@@ -194,7 +201,7 @@ class Redlock:
                 f"resource name must be str or bytes, got {type(name).__name__}: for several names, use lock_many()"
             )
         settings = self._cluster.lease_settings(self.settings, **overrides)
-        return Lock(self._cluster, name, settings, on_lost=on_lost)
+        return Lock(self._cluster, name, settings, on_lost=on_lost, owner=owner)
 
     def lock_many(
         self,
@@ -207,6 +214,7 @@ class Redlock:
         max_hold: float | None = None,
         max_extensions: int | None = None,
         on_lost: Callable[[LockLost], object] | None = None,
+        owner: str | None = None,
     ) -> Lock:
         """A Lock on every one of *names* at once: each node sets all of them or none, and the
         lock is held when a majority did. Settings left as None are the Redlock's.
@@ -230,7 +238,9 @@ class Redlock:
             if value is not None
         }
         settings = self._cluster.lease_settings(self.settings, **overrides)
-        return Lock(self._cluster, canonical if len(canonical) > 1 else canonical[0], settings, on_lost=on_lost)
+        return Lock(
+            self._cluster, canonical if len(canonical) > 1 else canonical[0], settings, on_lost=on_lost, owner=owner
+        )
 
     def semaphore(
         self,
@@ -243,6 +253,7 @@ class Redlock:
         max_hold: float | None = None,
         max_extensions: int | None = None,
         on_lost: Callable[[LockLost], object] | None = None,
+        owner: str | None = None,
     ) -> Semaphore:
         """A semaphore: at most *limit* holders of *name* at once, each holding one permit.
 
@@ -265,7 +276,45 @@ class Redlock:
             if value is not None
         }
         settings = self._cluster.lease_settings(self.settings, fencing=False, **overrides)
-        return Semaphore(self._cluster, name, limit, settings, on_lost=on_lost)
+        return Semaphore(self._cluster, name, limit, settings, on_lost=on_lost, owner=owner)
+
+    def election(
+        self,
+        name: str | bytes,
+        *,
+        owner: str | None = None,
+        ttl: float | None = None,
+        max_hold: float | None = None,
+    ) -> Election:
+        """Leader election on *name*: ``async with election.campaign() as term:`` leads.
+
+        Leadership is a fenced lock on *name* kept by the watchdog; the term is its fencing
+        token. *owner* labels this candidate (``election.leader()`` shows it). *max_hold*
+        (default: the Redlock's) bounds how long one leader may lead.
+        """
+        if not isinstance(name, (str, bytes)):
+            raise TypeError(f"election name must be str or bytes, got {type(name).__name__}")
+        overrides: dict[str, Any] = {
+            key: value for key, value in (("ttl", ttl), ("max_hold", max_hold)) if value is not None
+        }
+        settings = self._cluster.lease_settings(self.settings, fencing=True, auto_extend=True, **overrides)
+        return Election(self._cluster, name, settings, owner, self.inspect)
+
+    async def inspect(self, name: str | bytes) -> LockInfo:
+        """Who holds lock *name* (its owner label), for how long, and whether that is certain.
+
+        Reads only, through connections of its own that write nothing (no script, no
+        restart-quarantine marker, no PUBLISH), opened on the first call and kept until the
+        Redlock closes. The verdict follows the majority rule: ``"held"`` when one holder has
+        a majority, ``"free"`` when a majority answered and no one could have one, otherwise
+        ``"unknown"``. Never shows a token.
+        """
+        if not isinstance(name, (str, bytes)):
+            raise TypeError(f"lock name must be str or bytes, got {type(name).__name__}")
+        self._cluster.check_open()
+        settings = self.settings
+        key, fence_key = resource_key(settings.key_prefix, name), resource_key(settings.fence_prefix, name)
+        return await self._inspector.inspect(key, fence_key)
 
     def statistics(self) -> RedlockStatistics:
         """A snapshot of the nodes' connections, the locks held and watched, the watchdog and the waiters.
@@ -374,6 +423,7 @@ class Redlock:
             # No asyncio loop (trio refused in __aenter__): nothing was started, close without awaiting.
             for node in (*self._nodes, *self._subscribers):
                 node.close_now()
+            self._inspector.close_now()
             return
         await complete(self._close())
 
@@ -387,6 +437,7 @@ class Redlock:
         finally:
             for node in (*self._nodes, *self._subscribers):
                 node.close_now()
+            await self._inspector.aclose()
 
     async def __aenter__(self) -> Self:
         require_asyncio()

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
+import socket
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -75,6 +77,39 @@ def canonical_names(names: object) -> tuple[Name, ...]:
     return tuple(by_key[key] for key in sorted(by_key))
 
 
+MAX_OWNER_BYTES = 256
+"""Longest owner label, in bytes once encoded (it is stored with every key of the lease)."""
+
+_default_owner: tuple[int, bytes] | None = None
+
+
+def default_owner() -> bytes:
+    """``<hostname>:<pid>``, made again in a forked child (its pid differs)."""
+    global _default_owner
+    pid = os.getpid()
+    if _default_owner is None or _default_owner[0] != pid:
+        label = f"{socket.gethostname()}:{pid}".encode(errors="replace")[:MAX_OWNER_BYTES]
+        _default_owner = (pid, label)
+    return _default_owner[1]
+
+
+def check_owner(owner: object) -> bytes | None:
+    """The owner label as stored (None: the default, ``<hostname>:<pid>``), after checking it."""
+    if owner is None:
+        return None
+    if not isinstance(owner, str):
+        raise TypeError(f"owner must be a str (a label inspection shows, e.g. 'worker-7'), got {type(owner).__name__}")
+    if not owner or not owner.isprintable():
+        raise ValueError(f"owner must be a non-empty label of printable characters, got {owner!r}")
+    try:
+        raw = owner.encode()
+    except UnicodeEncodeError:
+        raise ValueError(f"owner {owner!r} is not valid UTF-8 text: use a plain label") from None
+    if len(raw) > MAX_OWNER_BYTES:
+        raise ValueError(f"owner is {len(raw)} bytes, more than {MAX_OWNER_BYTES}: use a shorter label")
+    return raw
+
+
 MAX_NAMES = 1000
 """Most names one lock_many takes (every node checks and sets them all in one script call)."""
 
@@ -104,6 +139,7 @@ class Lock:
         "_lease",
         "_lost",
         "_names",
+        "_owner",
         "_settings",
         "_state",
         "_watched",
@@ -118,7 +154,9 @@ class Lock:
         settings: Settings,
         *,
         on_lost: Callable[[LockLost], object] | None = None,
+        owner: str | None = None,
     ) -> None:
+        self._owner = check_owner(owner)
         # One name, or lock_many's canonical tuple of names: every key is taken, all or none.
         self._names: tuple[Name, ...] = resource if isinstance(resource, tuple) else (resource,)
         self._keys = tuple(resource_key(settings.key_prefix, name) for name in self._names)
@@ -172,6 +210,11 @@ class Lock:
     def token(self) -> str | None:
         """The random value of the current acquisition, None when not held."""
         return self._lease.token.decode() if self._lease.token is not None and self._state is Phase.HELD else None
+
+    @property
+    def owner(self) -> str:
+        """The label stored with this lock's keys, which inspection shows (default: ``<hostname>:<pid>``)."""
+        return (self._owner or default_owner()).decode(errors="replace")
 
     @property
     def names(self) -> tuple[Name, ...]:
@@ -344,7 +387,9 @@ class Lock:
 
     async def _take(self) -> _requests.Attempt:
         """One round for every key of this lock (all or none)."""
-        result = await _requests.attempt(self._cluster.nodes, self._keys, self._fence_keys, self._settings)
+        result = await _requests.attempt(
+            self._cluster.nodes, self._keys, self._fence_keys, self._settings, self._owner or default_owner()
+        )
         if result.codes and len(self._keys) > 1:
             # The key most of the refusing nodes found held: a waiter listens for its release.
             self._blocked = self._keys[max(set(result.codes), key=result.codes.count) * -1 - 1]

@@ -27,7 +27,7 @@ from redlock_async import _algorithm, _requests
 from redlock_async._algorithm import Vote
 from redlock_async._settings import Settings
 from redlock_async.errors import LockLost
-from redlock_async.lock import Lock, resource_key
+from redlock_async.lock import Lock, default_owner, resource_key
 
 if TYPE_CHECKING:
     import asyncio
@@ -70,8 +70,9 @@ class Semaphore(Lock):
         settings: Settings,
         *,
         on_lost: Callable[[LockLost], object] | None = None,
+        owner: str | None = None,
     ) -> None:
-        super().__init__(cluster, name, settings, on_lost=on_lost)
+        super().__init__(cluster, name, settings, on_lost=on_lost, owner=owner)
         self._limit = check_limit(limit)
         base = settings.key_prefix.encode() + SEMAPHORE_INFIX + resource_key("", name)
         # The permits' channel (their releases wake this semaphore's waiters), the slots, the widest limit.
@@ -101,6 +102,7 @@ class Semaphore(Lock):
                 self._limit,
                 self._keys[0],
                 self._settings,
+                self._owner or default_owner(),
             )
             if result.validity is not None:
                 return result

@@ -137,10 +137,19 @@ def test_redlock_takes_exactly_the_settings_with_their_defaults() -> None:
     init = inspect.signature(redlock_async.Redlock.__init__).parameters
     keywords = {name: p.default for name, p in init.items() if p.kind is p.KEYWORD_ONLY and name != "on_event"}
     assert keywords == fields
-    lock = inspect.signature(redlock_async.Redlock.lock).parameters
-    overrides = {name for name, p in lock.items() if p.kind is p.KEYWORD_ONLY and name != "on_lost"}
-    assert overrides <= set(fields), overrides - set(fields)
-    assert all(lock[name].default is None for name in overrides)  # None: the Redlock's setting
+    # The makers' keywords are settings (None: the Redlock's), besides what is not a setting:
+    # the loss callback, the owner label and the semaphore's limit.
+    not_settings = {"on_lost", "owner", "limit"}
+    for maker in (
+        redlock_async.Redlock.lock,
+        redlock_async.Redlock.lock_many,
+        redlock_async.Redlock.semaphore,
+        redlock_async.Redlock.election,
+    ):
+        params = inspect.signature(maker).parameters
+        overrides = {name for name, p in params.items() if p.kind is p.KEYWORD_ONLY and name not in not_settings}
+        assert overrides <= set(fields), (maker.__name__, overrides - set(fields))
+        assert all(params[name].default is None for name in overrides), maker.__name__
 
 
 # -- import cycles ---------------------------------------------------------------------------------

@@ -1,0 +1,118 @@
+"""``Election``: one leader at a time among the processes that campaign for a name, with terms.
+
+Leadership is a fenced lock on the election's name, held with the watchdog for as long as the
+leader's block runs. Its term is the lock's fencing token: larger than every earlier leader's,
+so work tagged with it can be fenced (``redlock_async.fenced_set``). A leader that resigns
+(leaves the block) releases the lock and the oldest candidate of this process is woken by the
+pushed hand-off; one that dies is succeeded once its lease runs out. A leader that cannot keep
+its lease (a pause, a partition) has its block cancelled with ``LockLost``, as any lock's body.
+
+Observers need no lease: :meth:`Election.observe` reads the nodes as :meth:`Redlock.inspect`
+does (writing nothing), when a new leader announces itself or a release is heard, and at a
+bounded pace otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from redlock_async._settings import check_duration
+from redlock_async.inspection import LockInfo
+from redlock_async.lock import Lock, resource_key
+
+if TYPE_CHECKING:
+    from redlock_async._cluster import Cluster
+    from redlock_async._settings import Settings
+
+LEADER_CHANNEL = b"\x00leader"
+"""After the election's key: the channel a new leader announces its term on."""
+
+
+class Election:
+    """Campaign for, resign from and observe the leadership of one name.
+
+    Made by :meth:`Redlock.election`. ``campaign()`` may be entered by one task at a time per
+    Election; make one Election per candidate.
+    """
+
+    __slots__ = ("_cluster", "_inspect", "_key", "_settings", "name", "owner")
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        name: str | bytes,
+        settings: Settings,
+        owner: str | None,
+        inspect: Callable[[str | bytes], Awaitable[LockInfo]],
+    ) -> None:
+        self._cluster = cluster
+        self._settings = settings
+        self._key = resource_key(settings.key_prefix, name)
+        self._inspect = inspect
+        self.name = name
+        """The election's name: its lock's name (``redlock status NAME`` shows the leader)."""
+        Lock(cluster, name, settings, owner=owner)  # checks the owner label now, not at the first campaign
+        self.owner = owner
+        """This candidate's label, shown as the leader's owner (default: ``<hostname>:<pid>``)."""
+
+    def __repr__(self) -> str:
+        return f"<redlock_async.Election {self.name!r}>"
+
+    @contextlib.asynccontextmanager
+    async def campaign(self, timeout: float | None = None) -> AsyncIterator[int]:
+        """Wait until this candidate leads (no time limit by default), then yield its term.
+
+        The term is larger than every earlier leader's. Leaving the block resigns, and the
+        next candidate takes over at once. If leadership is lost meanwhile, the block is
+        cancelled and raises ``LockLost``. With *timeout* (seconds), ``LockNotAcquired`` when
+        another candidate led the whole time.
+        """
+        limit = math.inf if timeout is None else check_duration("timeout", timeout, zero_ok=True, inf_ok=True)
+        settings = self._cluster.lease_settings(self._settings, acquire_timeout=limit)
+        lock = Lock(self._cluster, self.name, settings, owner=self.owner)
+        async with lock:
+            term = lock.fencing_token
+            assert term is not None  # elections are fenced
+            # Observers of this process and others learn of the new leader now, not at their next look.
+            for node in self._cluster.nodes:
+                node.send(b"PUBLISH", self._key + LEADER_CHANNEL, term)
+            yield term
+
+    async def leader(self) -> LockInfo:
+        """The current leader as the nodes say (``Redlock.inspect`` of the election's name): ``state``
+        ``"held"`` with its ``owner`` and, as ``fencing_counter``, its term; or ``"free"`` / ``"unknown"``."""
+        return await self._inspect(self.name)
+
+    async def observe(self) -> AsyncIterator[LockInfo]:
+        """The current leader first (if any), then each new leader, in order; never the same term twice.
+
+        Free and unknown states are not yielded. A new leader is seen when it announces
+        itself (within about one hand-off of a resignation) or, if that word is lost, at the
+        next look: every ``max(retry_delay, ttl / 10)`` seconds, never faster.
+        """
+        listener = self._cluster.listener
+        changed = asyncio.Event()
+        pace = max(self._settings.retry_delay, self._settings.ttl / 10)
+        channels = (self._key + LEADER_CHANNEL, self._key)  # announcements, and release words
+        for channel in channels:
+            listener.watch(channel, changed.set)
+        last_holder: str | None = None
+        last_term = -1
+        try:
+            while True:
+                changed.clear()
+                info = await self.leader()
+                term = info.fencing_counter if info.fencing_counter is not None else -1
+                if info.state == "held" and info.holder != last_holder and term > last_term:
+                    last_holder, last_term = info.holder, term
+                    yield info
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(pace):
+                        await changed.wait()
+        finally:
+            for channel in channels:
+                listener.unwatch(channel, changed.set)
