@@ -24,9 +24,12 @@ from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_dur
 from redlock_async.client import Redlock
 from redlock_async.errors import LockNotAcquired, RedlockError
 from redlock_async.lock import Lock, resource_key
+from redlock_async.semaphore import MAX_LIMIT
 
 EXIT_HELD = 1
 """``redlock status``: the lock is held (one holder's key is on a majority)."""
+EXIT_USAGE = 2
+"""A usage error (argparse's own status); also ``redlock run --limit N`` on a semaphore held under another limit."""
 EXIT_UNKNOWN = 3
 """``redlock status``: too few nodes answered to tell held from free."""
 EXIT_UNAVAILABLE = 69
@@ -47,7 +50,11 @@ EXIT_STATUSES = (
         "status: held; demo: critical sections overlapped; run: the nodes refused the lock scripts (an ACL "
         "user needs +@scripting) or another redlock error, said in one line; the command did not run",
     ),
-    ("2", "usage error: the message says what to change"),
+    (
+        "2",
+        "usage error: the message says what to change; also run --limit N while the semaphore's permits are "
+        "held under another limit (every holder must use the same N), said in one line; the command did not run",
+    ),
     ("3", "status: unknown, too few nodes answered to tell held from free"),
     (
         "69",
@@ -85,21 +92,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = commands.add_parser(
         "run",
         help="run a command while holding a lock (a distributed flock for cron jobs and deploy scripts)",
-        usage="redlock run NAME [--nodes URLS] [--ttl S] [--wait S] [--quiet] [--grace S] [--fencing] -- CMD [ARGS...]",
+        usage=(
+            "redlock run NAME [NAME ...] [--limit N] [--nodes URLS] [--ttl S] [--wait S] [--quiet] [--grace S] "
+            "[--fencing] -- CMD [ARGS...]"
+        ),
         description=(
-            f"Run CMD while holding lock NAME, extended until CMD exits. Exit status: CMD's own; "
+            "Run CMD while holding lock NAME, extended until CMD exits. With several NAMEs, hold every one of "
+            "them: they are taken at once, all or none (the same keys as single locks, so 'run a b' and "
+            "'run a' exclude each other). With --limit N, NAME is a semaphore of N permits: hold one, so that "
+            "at most N commands run at once (a semaphore's keys are not a lock's: 'run --limit 2 x' and "
+            "'run x' do not exclude each other). Exit status: CMD's own; "
             f"{EXIT_NOT_ACQUIRED} when the lock is held elsewhere and was not had within --wait (CMD did not run); "
             f"{EXIT_UNAVAILABLE} when too few nodes answered (CMD did not run); "
-            f"{EXIT_LOST} when the lock was lost while CMD ran (CMD got SIGTERM, then SIGKILL after --grace)."
+            f"{EXIT_LOST} when the lock was lost while CMD ran (CMD got SIGTERM, then SIGKILL after --grace); "
+            f"{EXIT_USAGE} on a usage error, or when --limit differs from the limit the semaphore's permits are "
+            "held under (CMD did not run)."
         ),
     )
-    run.add_argument("name", metavar="NAME", help="the resource to lock")
+    run.add_argument(
+        "name", metavar="NAME", nargs="+", help="the resource to lock; several: hold them all (taken all or none)"
+    )
+    run.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help=f"NAME is a semaphore: hold one of its N permits (1..{MAX_LIMIT}); one NAME only, no --fencing. "
+        "Every holder must use the same N",
+    )
     run.add_argument("--nodes", help="comma-separated node URLs (default: $REDLOCK_NODES)")
     run.add_argument("--ttl", type=float, default=10.0, help="lease in seconds, extended while CMD runs (10)")
     run.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the lock (0: one try)")
     run.add_argument("-q", "--quiet", action="store_true", help="show no progress on stderr while waiting")
     run.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL on loss (10)")
-    run.add_argument("--fencing", action="store_true", help="export the fencing token as $REDLOCK_FENCING_TOKEN")
+    run.add_argument(
+        "--fencing",
+        action="store_true",
+        help="export the fencing token as $REDLOCK_FENCING_TOKEN; with several NAMEs, that is the first NAME's, "
+        "and $REDLOCK_FENCING_TOKENS has every NAME's as NAME=TOKEN,NAME=TOKEN (in the order given, "
+        "duplicates dropped; a NAME may then not contain ','; split each item at its last '=')",
+    )
     status = commands.add_parser(
         "status",
         help="who holds a lock on each node, without acquiring anything",
@@ -127,7 +158,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv[: argv.index("--")] if "--" in argv else argv)
     sub = {"run": run, "status": status, "demo": demo}[args.command]
     if extra:
-        hint = " (put the command after --: redlock run NAME -- CMD [ARGS...])" if args.command == "run" else ""
+        hint = ""
+        if args.command == "run" and not cmd:
+            hint = " (put the command after --: redlock run NAME -- CMD [ARGS...])"
+        elif args.command == "run" and not any(word.startswith("-") for word in extra):
+            hint = " (give the NAMEs together, before or after the options: redlock run NAME [NAME ...] ... -- CMD)"
         sub.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
     if cmd and args.command != "run":
         sub.error(f"nothing comes after -- in redlock {args.command}: got {' '.join(cmd)}")
@@ -154,13 +189,24 @@ def _command(args: argparse.Namespace, sub: argparse.ArgumentParser, cmd: list[s
             sub.error(str(exc))
     if args.command == "run":
         _check_durations(sub, args)
+        _check_names(sub, args)
         if not cmd:
             sub.error("give the command after --, e.g. redlock run backup -- ./backup.sh")
         if not nodes:
             sub.error("name the nodes with --nodes URL,URL,... or $REDLOCK_NODES")
         try:
             return asyncio.run(
-                _run(args.name, cmd, nodes, args.ttl, args.wait, args.grace, args.fencing, quiet=args.quiet)
+                _run(
+                    args.name,
+                    cmd,
+                    nodes,
+                    args.ttl,
+                    args.wait,
+                    args.grace,
+                    args.fencing,
+                    quiet=args.quiet,
+                    limit=args.limit,
+                )
             )
         except (ValueError, TypeError) as exc:
             sub.error(str(exc))
@@ -190,6 +236,28 @@ def _check_durations(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         parser.error(f"--ttl must be at least {shortest:g} seconds, got {args.ttl:g}")
 
 
+def _check_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--limit takes one NAME and no --fencing; --fencing with several NAMEs needs names without commas."""
+    if args.limit is not None:
+        if len(args.name) > 1:
+            parser.error(
+                f"--limit takes one NAME (the semaphore), got {len(args.name)}: {' '.join(args.name)} "
+                "(to hold several locks at once, leave --limit out)"
+            )
+        if args.fencing:
+            parser.error("--fencing cannot be used with --limit: semaphores are not fenced")
+        if not 1 <= args.limit <= MAX_LIMIT:
+            parser.error(f"--limit must be between 1 and {MAX_LIMIT}, got {args.limit}")
+    if args.fencing and len(set(args.name)) > 1:
+        for name in args.name:
+            if "," in name:
+                shown = _resource(name)[1]
+                parser.error(
+                    f"with --fencing and several NAMEs, a NAME cannot contain ',' ($REDLOCK_FENCING_TOKENS "
+                    f"separates the names with commas): got {shown!r}"
+                )
+
+
 def _resource(name: str) -> tuple[str | bytes, str]:
     """The lock's name from the command line, and how to show it.
 
@@ -204,33 +272,73 @@ def _resource(name: str) -> tuple[str | bytes, str]:
 
 
 async def _run(
-    name: str, cmd: list[str], nodes: list[str], ttl: float, wait: float, grace: float, fencing: bool, *, quiet: bool
+    names: list[str],
+    cmd: list[str],
+    nodes: list[str],
+    ttl: float,
+    wait: float,
+    grace: float,
+    fencing: bool,
+    *,
+    quiet: bool,
+    limit: int | None = None,
 ) -> int:
-    """Hold the lock while *cmd* runs; its exit status, or EXIT_NOT_ACQUIRED / EXIT_LOST."""
+    """Hold the lock (every name; or a permit of a semaphore) while *cmd* runs; its exit status,
+    or EXIT_NOT_ACQUIRED / EXIT_UNAVAILABLE / EXIT_LOST / EXIT_USAGE."""
     loop = asyncio.get_running_loop()
     lost = asyncio.Event()
+    # Each name once, in the order given: (as typed, as locked, as shown). The lock takes them in its own order.
+    given: dict[bytes, tuple[str, str | bytes, str]] = {}
+    for typed in names:
+        resource, shown = _resource(typed)
+        given.setdefault(resource_key("", resource), (typed, resource, shown))
+    held = list(given.values())
     async with Redlock(nodes, ttl=ttl, acquire_timeout=wait, max_hold=float("inf")) as redlock:
         # on_lost: be told, not cancelled: the command must be stopped, not this process.
-        resource, name = _resource(name)
-        lock = redlock.lock(resource, fencing=fencing, on_lost=lambda _: lost.set())
+        def on_lost(_: object) -> None:
+            lost.set()
+
+        name = held[0][2]
+        if limit is not None:
+            lock: Lock = redlock.semaphore(held[0][1], limit=limit, on_lost=on_lost)
+            what = f"a permit of semaphore '{name}' (limit {limit})"
+            short, busy = what, f"every permit of semaphore '{name}' (limit {limit}) is held elsewhere"
+        elif len(held) == 1:
+            lock = redlock.lock(held[0][1], fencing=fencing, on_lost=on_lost)
+            what, short, busy = f"lock '{name}'", name, f"{name} is held elsewhere"
+        else:
+            lock = redlock.lock_many([resource for _, resource, _ in held], fencing=fencing, on_lost=on_lost)
+            what = "locks " + "+".join(f"'{shown}'" for _, _, shown in held)
+            short, busy = what, f"at least one of {what} is held elsewhere"
         try:
-            async with contextlib.nullcontext() if quiet or wait <= 0 else _waiting(lock, name, wait):
+            async with contextlib.nullcontext() if quiet or wait <= 0 else _waiting(lock, what, wait):
                 await lock.__aenter__()
         except LockNotAcquired as exc:
             down = sum(o.vote in (Vote.ERROR, Vote.TIMEOUT, Vote.SKIPPED) for o in exc.outcomes)
             if len(nodes) - down < redlock.quorum:
                 print(
-                    f"redlock: too few nodes answered for {name} ({len(nodes) - down} of {len(nodes)} could; "
+                    f"redlock: too few nodes answered for {short} ({len(nodes) - down} of {len(nodes)} could; "
                     f"a majority is {redlock.quorum}): not running {cmd[0]} ({exc})",
                     file=sys.stderr,
                 )
                 return EXIT_UNAVAILABLE
             waited = f"waited {wait:g} s" if wait > 0 else "one try (--wait 0); --wait S waits for it"
-            print(f"redlock: {name} is held elsewhere: not running {cmd[0]} ({waited})", file=sys.stderr)
+            print(f"redlock: {busy}: not running {cmd[0]} ({waited})", file=sys.stderr)
             return EXIT_NOT_ACQUIRED
+        except ValueError as exc:
+            if limit is None:
+                raise
+            # The semaphore's permits are held under another limit: a mistake in the command lines, not a wait.
+            print(f"redlock: {exc}: not running {cmd[0]}", file=sys.stderr)
+            return EXIT_USAGE
         try:
             env = dict(os.environ)
-            if lock.fencing_token is not None:
+            tokens = lock.fencing_tokens
+            if len(held) > 1 and tokens is not None:
+                # The first NAME's as $REDLOCK_FENCING_TOKEN; every NAME's (as typed: raw bytes stay raw).
+                env["REDLOCK_FENCING_TOKEN"] = str(tokens[held[0][1]])
+                env["REDLOCK_FENCING_TOKENS"] = ",".join(f"{typed}={tokens[resource]}" for typed, resource, _ in held)
+            elif lock.fencing_token is not None:
                 env["REDLOCK_FENCING_TOKEN"] = str(lock.fencing_token)
             try:
                 process = await asyncio.create_subprocess_exec(
@@ -250,7 +358,7 @@ async def _run(
                 gone = asyncio.ensure_future(lost.wait())
                 await asyncio.wait([exited, gone], return_when=asyncio.FIRST_COMPLETED)
                 if not exited.done():
-                    print(f"redlock: lost {name} while {cmd[0]} ran: stopping it", file=sys.stderr)
+                    print(f"redlock: lost {short} while {cmd[0]} ran: stopping it", file=sys.stderr)
                     _forward(process, signal.SIGTERM)
                     try:
                         await asyncio.wait_for(asyncio.shield(exited), grace)
@@ -272,8 +380,9 @@ async def _run(
 
 
 @contextlib.asynccontextmanager
-async def _waiting(lock: Lock, name: str, wait: float) -> AsyncIterator[None]:
-    """Show on stderr that the body waits for *lock*: a spinner on a terminal, else a line every NOTE_EVERY s.
+async def _waiting(lock: Lock, what: str, wait: float) -> AsyncIterator[None]:
+    """Show on stderr that the body waits for *lock* (*what*: "lock 'x'", "locks 'a'+'b'", ...): a spinner
+    on a terminal, else a line every NOTE_EVERY s.
 
     Silent while the first attempt is out: a lock had at once shows nothing.
     """
@@ -292,12 +401,12 @@ async def _waiting(lock: Lock, name: str, wait: float) -> AsyncIterator[None]:
         shown = True
         if out.isatty():
             for frame in itertools.cycle(frames):  # until cancelled
-                say(f"\r{frame} waiting for lock '{name}' {_clock.now() - began:.1f} s ({limit})")
+                say(f"\r{frame} waiting for {what} {_clock.now() - began:.1f} s ({limit})")
                 await asyncio.sleep(0.1)
-        say(f"redlock: waiting for lock '{name}' ({limit})\n")
+        say(f"redlock: waiting for {what} ({limit})\n")
         while True:
             await asyncio.sleep(NOTE_EVERY)
-            say(f"redlock: still waiting for lock '{name}' after {_clock.now() - began:.0f} s\n")
+            say(f"redlock: still waiting for {what} after {_clock.now() - began:.0f} s\n")
 
     task = asyncio.create_task(show())
     interrupted = False
@@ -306,14 +415,17 @@ async def _waiting(lock: Lock, name: str, wait: float) -> AsyncIterator[None]:
     except asyncio.CancelledError:
         interrupted = True  # Ctrl-C: main() says "interrupted", in one line
         raise
+    except ValueError:
+        interrupted = True  # a semaphore held under another limit: _run says so, in one line
+        raise
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         if shown and out.isatty():
             say("\r\x1b[K")  # erase the spinner's line
         elif shown and not interrupted:
-            outcome = "acquired lock" if lock.held else "gave up on lock"
-            say(f"redlock: {outcome} '{name}' after {_clock.now() - began:.1f} s\n")
+            outcome = "acquired" if lock.held else "gave up on"
+            say(f"redlock: {outcome} {what} after {_clock.now() - began:.1f} s\n")
 
 
 async def _status(name: str, nodes: list[str]) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import hashlib
 import os
@@ -15,9 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from redlock_async.cli import EXIT_HELD, EXIT_LOST, EXIT_NOT_ACQUIRED, EXIT_UNAVAILABLE, EXIT_UNKNOWN, main
+from redlock_async.cli import (
+    EXIT_HELD,
+    EXIT_LOST,
+    EXIT_NOT_ACQUIRED,
+    EXIT_UNAVAILABLE,
+    EXIT_UNKNOWN,
+    EXIT_USAGE,
+    _check_names,
+    _waiting,
+    main,
+)
 
-from .conftest import Cluster, MakeRedlock, assert_empty, lock_keys, refusing_server
+from .conftest import Cluster, MakeRedlock, assert_empty, holders, lock_keys, refusing_server
 
 PY = sys.executable
 NOWHERE = "redis://127.0.0.1:1"  # never connected to: these cases fail before any I/O
@@ -452,3 +463,198 @@ async def test_cli_with_a_node_that_refuses_scripts(cluster: Cluster) -> None:
         assert "redlock: 1 of 1 nodes answer the Lua scripts with an error" in err
         assert "Traceback" not in err
         assert lock_keys(server) == []
+
+
+# -- several names, and semaphores (--limit) --------------------------------------------------------------
+
+HOLD = (
+    "import os, sys, time\n"
+    "print('ready', flush=True)\n"
+    "deadline = time.monotonic() + 60\n"
+    "while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:\n"
+    "    time.sleep(0.02)\n"
+)
+"""A command that says it runs, then runs until the file named by its argument exists."""
+
+
+async def ready(process: asyncio.subprocess.Process) -> None:
+    assert process.stdout is not None
+    async with asyncio.timeout(20):
+        assert (await process.stdout.readline()).strip() == b"ready"
+
+
+async def test_several_names_are_all_held_while_the_command_runs(
+    cluster: Cluster, make_redlock: MakeRedlock, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    process = await redlock_run(cluster.urls, "a", "b", "--", PY, "-c", HOLD, str(go))
+    await ready(process)
+    assert len(holders(cluster, "a")) >= 3
+    assert len(holders(cluster, "b")) >= 3
+    redlock = await make_redlock()
+    for name in ("a", "b"):
+        assert not await redlock.lock(name).acquire(blocking=False), name
+    assert not await redlock.lock_many(["b", "c"]).acquire(blocking=False)
+    go.touch()
+    code, out, err = await finish(process)
+    assert (code, out, err) == (0, "", "")  # "ready" was read above
+    await assert_empty(cluster)
+
+
+async def test_one_of_several_names_held_elsewhere_keeps_the_command_from_running(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    nodes = ",".join(cluster.urls)
+    redlock = await make_redlock()
+    async with redlock.lock("b", ttl=30.0):
+        code, out, err = await run_cli("run", "a", "b", "--nodes", nodes, "--", "true")
+        assert (code, out) == (EXIT_NOT_ACQUIRED, "")
+        assert err == (
+            "redlock: at least one of locks 'a'+'b' is held elsewhere: not running true "
+            "(one try (--wait 0); --wait S waits for it)\n"
+        )
+        assert holders(cluster, "a") == []  # all or none: 'a' is not left taken
+        code, out, err = await finish(await redlock_run(cluster.urls, "b", "a", "--wait", "0.5", "--", "true"))
+        assert (code, out) == (EXIT_NOT_ACQUIRED, "")
+        lines = err.splitlines()  # the names in the order given
+        assert lines[0] == "redlock: waiting for locks 'b'+'a' (up to 0.5 s)"
+        assert re.fullmatch(r"redlock: gave up on locks 'b'\+'a' after 0\.\d s", lines[1])
+        assert lines[2:] == [
+            "redlock: at least one of locks 'b'+'a' is held elsewhere: not running true (waited 0.5 s)"
+        ]
+        process = await redlock_run(cluster.urls, "a", "b", "--wait", "20", "--", PY, "-c", "print('ran')")
+        assert process.stderr is not None
+        async with asyncio.timeout(10):
+            assert await process.stderr.readline() == b"redlock: waiting for locks 'a'+'b' (up to 20 s)\n"
+    code, out, err = await finish(process)  # 'b' released: both are had
+    assert (code, out) == (0, "ran\n")
+    assert re.fullmatch(r"redlock: acquired locks 'a'\+'b' after \d+\.\d s\n", err)
+    await assert_empty(cluster)
+
+
+async def test_several_names_export_every_fencing_token(cluster: Cluster) -> None:
+    show = "import os; print(os.environ['REDLOCK_FENCING_TOKEN'], os.environ.get('REDLOCK_FENCING_TOKENS'))"
+    for expected in ("1 None", "2 None"):  # one name: $REDLOCK_FENCING_TOKEN only, as before
+        code, out, err = await finish(await redlock_run(cluster.urls, "--fencing", "a", "--", PY, "-c", show))
+        assert (code, out.strip()) == (0, expected), err
+    # The first NAME's token; every NAME's, in the order given, a repeated NAME once.
+    code, out, err = await finish(await redlock_run(cluster.urls, "--fencing", "b", "a", "b", "--", PY, "-c", show))
+    assert (code, out.strip()) == (0, "1 b=1,a=3"), err
+    unfenced = "import os; print(os.environ.get('REDLOCK_FENCING_TOKEN'), os.environ.get('REDLOCK_FENCING_TOKENS'))"
+    code, out, err = await finish(await redlock_run(cluster.urls, "b", "a", "--", PY, "-c", unfenced))
+    assert (code, out.strip()) == (0, "None None"), err  # no --fencing: nothing exported
+    await assert_empty(cluster, b"redlock-fence:a", b"redlock-fence:b")  # the counters stay
+
+
+SEMAPHORE_LIMIT_KEY = b"redlock:\x00semaphore\x00pool\x00limit"
+"""The semaphore's widest limit ever used: kept on the nodes (a few bytes, no ttl)."""
+
+
+async def test_limit_lets_that_many_commands_run_at_once(cluster: Cluster, tmp_path: Path) -> None:
+    gos = [tmp_path / f"go{i}" for i in range(2)]
+    running = [await redlock_run(cluster.urls, "--limit", "2", "pool", "--", PY, "-c", HOLD, str(go)) for go in gos]
+    for process in running:
+        await ready(process)
+    code, out, err = await finish(
+        await redlock_run(cluster.urls, "--limit", "2", "pool", "--wait", "0.5", "--", "true")
+    )
+    assert (code, out) == (EXIT_NOT_ACQUIRED, "")
+    lines = err.splitlines()
+    assert lines[0] == "redlock: waiting for a permit of semaphore 'pool' (limit 2) (up to 0.5 s)"
+    assert re.fullmatch(r"redlock: gave up on a permit of semaphore 'pool' \(limit 2\) after 0\.\d s", lines[1])
+    assert lines[2:] == [
+        "redlock: every permit of semaphore 'pool' (limit 2) is held elsewhere: not running true (waited 0.5 s)"
+    ]
+    code, _, err = await finish(await redlock_run(cluster.urls, "pool", "--", "true"))
+    assert code == 0, err  # a lock of the same name is another thing than the semaphore
+    waiting = await redlock_run(cluster.urls, "--limit", "2", "pool", "--wait", "20", "--", PY, "-c", "print('ran')")
+    assert waiting.stderr is not None
+    async with asyncio.timeout(10):
+        line = await waiting.stderr.readline()
+    assert line == b"redlock: waiting for a permit of semaphore 'pool' (limit 2) (up to 20 s)\n"
+    gos[0].touch()  # one holder ends: its permit goes to the waiter
+    assert (await finish(running[0]))[0] == 0
+    code, out, err = await finish(waiting)
+    assert (code, out) == (0, "ran\n")
+    assert re.fullmatch(r"redlock: acquired a permit of semaphore 'pool' \(limit 2\) after \d+\.\d s\n", err)
+    gos[1].touch()
+    assert (await finish(running[1]))[0] == 0
+    await assert_empty(cluster, SEMAPHORE_LIMIT_KEY)
+
+
+async def test_a_limit_other_than_the_holders_is_one_line_and_exit_2(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    nodes = ",".join(cluster.urls)
+    redlock = await make_redlock()
+    async with redlock.semaphore("pool", limit=3, ttl=30.0):
+        code, out, err = await run_cli("run", "--limit", "2", "pool", "--nodes", nodes, "--wait", "20", "--", "true")
+        assert (code, out) == (EXIT_USAGE, "")
+        assert len(err.splitlines()) == 1, err  # no usage line, no waiting line: at once
+        assert err.startswith("redlock: semaphore 'pool' is held under limit 3, not 2: ")
+        assert err.endswith(": not running true\n")
+        code, _, err = await run_cli("run", "--limit", "3", "pool", "--nodes", nodes, "--", "true")
+        assert code == 0, err  # the holders' limit
+    code, _, err = await run_cli("run", "--limit", "2", "pool", "--nodes", nodes, "--", "true")
+    assert code == 0, err  # no permit held: a new limit may be used
+    await assert_empty(cluster, SEMAPHORE_LIMIT_KEY)
+
+
+@pytest.mark.parametrize(
+    ("args", "pattern"),
+    [
+        (
+            ["--limit", "2", "a", "b"],
+            r"redlock run: error: --limit takes one NAME \(the semaphore\), got 2: a b \(to hold several locks",
+        ),
+        (["--limit", "2", "--fencing", "a"], r"redlock run: error: --fencing cannot be used with --limit: semaphores"),
+        (["--limit", "0", "a"], r"redlock run: error: --limit must be between 1 and 1024, got 0"),
+        (["--limit", "1025", "a"], r"redlock run: error: --limit must be between 1 and 1024, got 1025"),
+        (["--limit", "two", "a"], r"argument --limit: invalid int value: 'two'"),
+        (["--fencing", "a,b", "c"], r"redlock run: error: with --fencing and several NAMEs, a NAME cannot contain ','"),
+        (["a", "", "b"], r"redlock run: error: resource name is empty"),
+        (["a", "--ttl", "5", "b"], r"unrecognized arguments: b \(give the NAMEs together, before or after the options"),
+    ],
+)
+def test_cli_names_and_limit_say_what_to_change(
+    args: list[str], pattern: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--nodes", NOWHERE, *args, "--", "true"])  # fails before any I/O
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: redlock run NAME [NAME ...] [--limit N]")
+    assert re.search(pattern, err), err
+
+
+def test_a_comma_in_a_name_is_fine_without_fencing_or_with_one_name() -> None:
+    parser = argparse.ArgumentParser()
+    for name, fencing in ((["a,b", "c"], False), (["a,b"], True), (["a,b", "a,b"], True)):
+        _check_names(parser, argparse.Namespace(name=name, fencing=fencing, limit=None))  # no SystemExit
+
+
+async def test_run_help_tells_of_several_names_limit_and_the_tokens() -> None:
+    code, out, _ = await run_cli("run", "--help")
+    text = " ".join(out.split())  # argparse wraps lines
+    assert code == 0
+    assert "NAME [NAME ...] [--limit N]" in text
+    assert "--limit N NAME is a semaphore: hold one of its N permits" in text
+    assert "$REDLOCK_FENCING_TOKENS has every NAME's as NAME=TOKEN,NAME=TOKEN" in text
+    assert f"{EXIT_USAGE} on a usage error, or when --limit differs" in text
+
+
+async def test_a_limit_conflict_met_while_waiting_is_not_called_giving_up(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The conflict can first show after a wait (the permits changed hands): the wait was said, then _run's line."""
+    monkeypatch.setattr("redlock_async.cli.NOTE_EVERY", 60.0)
+
+    class Waited:
+        outcomes = ("an attempt was answered",)
+        held = False
+
+    with pytest.raises(ValueError, match="held under limit 3"):
+        async with _waiting(Waited(), "a permit of semaphore 'pool' (limit 2)", 5.0):  # type: ignore[arg-type]
+            await asyncio.sleep(0.2)
+            raise ValueError("semaphore 'pool' is held under limit 3, not 2")
+    assert capsys.readouterr().err == "redlock: waiting for a permit of semaphore 'pool' (limit 2) (up to 5 s)\n"
