@@ -111,7 +111,7 @@ def judge(views: tuple[NodeInfo, ...]) -> LockInfo:
     ttls = [view.ttl for view in holding if view.ttl is not None]
     counters = [view.fencing_counter for view in (holding or views) if view.fencing_counter is not None]
     return LockInfo(
-        state=state,
+        state=state.value,
         owner=holding[0].owner if holding else None,
         ttl=min(ttls) if ttls else None,
         fencing_counter=max(counters) if counters else None,

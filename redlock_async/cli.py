@@ -17,13 +17,13 @@ import textwrap
 from collections.abc import AsyncIterator, Sequence
 
 from redlock_async import __version__, _clock, _reaper
-from redlock_async._algorithm import Held, Vote
+from redlock_async._algorithm import Vote
 from redlock_async._endpoint import endpoints_for
 from redlock_async._inspect import inspect
 from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
 from redlock_async.client import Redlock
 from redlock_async.errors import LockNotAcquired, RedlockError
-from redlock_async.lock import Lock, resource_key
+from redlock_async.lock import Lock, check_owner, resource_key
 from redlock_async.semaphore import MAX_LIMIT
 
 EXIT_HELD = 1
@@ -93,8 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run",
         help="run a command while holding a lock (a distributed flock for cron jobs and deploy scripts)",
         usage=(
-            "redlock run NAME [NAME ...] [--limit N] [--nodes URLS] [--ttl S] [--wait S] [--quiet] [--grace S] "
-            "[--fencing] -- CMD [ARGS...]"
+            "redlock run NAME [NAME ...] [--limit N | --standby] [--nodes URLS] [--ttl S] [--wait S] [--quiet] "
+            "[--grace S] [--fencing] [--owner LABEL] -- CMD [ARGS...]"
         ),
         description=(
             "Run CMD while holding lock NAME, extended until CMD exits. With several NAMEs, hold every one of "
@@ -130,6 +130,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="export the fencing token as $REDLOCK_FENCING_TOKEN; with several NAMEs, that is the first NAME's, "
         "and $REDLOCK_FENCING_TOKENS has every NAME's as NAME=TOKEN,NAME=TOKEN (in the order given, "
         "duplicates dropped; a NAME may then not contain ','; split each item at its last '=')",
+    )
+    run.add_argument(
+        "--standby",
+        action="store_true",
+        help="a hot standby for leadership of NAME (an election): wait with no time limit, run CMD once this "
+        "leads, with the term exported as $REDLOCK_FENCING_TOKEN; one NAME, no --wait or --limit",
+    )
+    run.add_argument(
+        "--owner", help="the label stored with the lease, which redlock status shows (default: HOSTNAME:PID)"
     )
     status = commands.add_parser(
         "status",
@@ -206,6 +215,7 @@ def _command(args: argparse.Namespace, sub: argparse.ArgumentParser, cmd: list[s
                     args.fencing,
                     quiet=args.quiet,
                     limit=args.limit,
+                    owner=args.owner,
                 )
             )
         except (ValueError, TypeError) as exc:
@@ -237,7 +247,19 @@ def _check_durations(parser: argparse.ArgumentParser, args: argparse.Namespace) 
 
 
 def _check_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """--limit takes one NAME and no --fencing; --fencing with several NAMEs needs names without commas."""
+    """--limit takes one NAME and no --fencing; --fencing with several NAMEs needs names without commas;
+    --standby takes one NAME, no --limit and no --wait (it waits with no time limit)."""
+    if args.standby:
+        if args.limit is not None or len(args.name) > 1:
+            parser.error("--standby takes one NAME, without --limit (leadership is held by one process at a time)")
+        if args.wait != 0:
+            parser.error("--standby waits with no time limit: leave --wait out")
+        args.wait, args.fencing = math.inf, True  # the term is the fencing token
+    if args.owner is not None:
+        try:
+            check_owner(args.owner)
+        except (TypeError, ValueError) as exc:
+            parser.error(f"--owner: {exc}")
     if args.limit is not None:
         if len(args.name) > 1:
             parser.error(
@@ -282,6 +304,7 @@ async def _run(
     *,
     quiet: bool,
     limit: int | None = None,
+    owner: str | None = None,
 ) -> int:
     """Hold the lock (every name; or a permit of a semaphore) while *cmd* runs; its exit status,
     or EXIT_NOT_ACQUIRED / EXIT_UNAVAILABLE / EXIT_LOST / EXIT_USAGE."""
@@ -300,14 +323,16 @@ async def _run(
 
         name = held[0][2]
         if limit is not None:
-            lock: Lock = redlock.semaphore(held[0][1], limit=limit, on_lost=on_lost)
+            lock: Lock = redlock.semaphore(held[0][1], limit=limit, on_lost=on_lost, owner=owner)
             what = f"a permit of semaphore '{name}' (limit {limit})"
             short, busy = what, f"every permit of semaphore '{name}' (limit {limit}) is held elsewhere"
         elif len(held) == 1:
-            lock = redlock.lock(held[0][1], fencing=fencing, on_lost=on_lost)
+            lock = redlock.lock(held[0][1], fencing=fencing, on_lost=on_lost, owner=owner)
             what, short, busy = f"lock '{name}'", name, f"{name} is held elsewhere"
         else:
-            lock = redlock.lock_many([resource for _, resource, _ in held], fencing=fencing, on_lost=on_lost)
+            lock = redlock.lock_many(
+                [resource for _, resource, _ in held], fencing=fencing, on_lost=on_lost, owner=owner
+            )
             what = "locks " + "+".join(f"'{shown}'" for _, _, shown in held)
             short, busy = what, f"at least one of {what} is held elsewhere"
         try:
@@ -450,13 +475,13 @@ async def _status(name: str, nodes: list[str]) -> int:
             print(f"  {view.address:<24} free{counter}")
         else:
             ttl = f"ttl {view.ttl:.1f} s" if view.ttl is not None else "no ttl"
-            print(f"  {view.address:<24} held by {view.holder}  {ttl}{counter}")
+            print(f"  {view.address:<24} held by {_holder(view.holder, view.owner)}  {ttl}{counter}")
     answered = sum(view.state != "unreachable" for view in found.nodes)
-    if found.state is Held.HELD:
+    if found.state == "held":
         count = sum(view.holder == found.holder for view in found.nodes)
-        print(f"verdict: held by {found.holder} on {count} of {len(nodes)} nodes (a majority)")
+        print(f"verdict: held by {_holder(found.holder, found.owner)} on {count} of {len(nodes)} nodes (a majority)")
         return EXIT_HELD
-    if found.state is Held.FREE:
+    if found.state == "free":
         print(f"verdict: free ({answered} of {len(nodes)} nodes answered; no one can hold a majority)")
         return 0
     print(
@@ -464,6 +489,11 @@ async def _status(name: str, nodes: list[str]) -> int:
         f"a majority for a holder (or none)"
     )
     return EXIT_UNKNOWN
+
+
+def _holder(digest: str | None, owner: str | None) -> str:
+    """A holder as status shows it: the digest of its token (never the token) and its owner label."""
+    return f"{digest} ({owner})" if owner is not None else f"{digest}"
 
 
 def _die_with_parent(parent: int) -> None:

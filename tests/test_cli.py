@@ -11,6 +11,7 @@ import re
 import signal
 import socket
 import sys
+import time
 import tty
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from redlock_async.cli import (
     main,
 )
 
-from .conftest import Cluster, MakeRedlock, assert_empty, holders, lock_keys, refusing_server
+from .conftest import Cluster, MakeRedlock, assert_empty, eventually, holders, lock_keys, refusing_server
 
 PY = sys.executable
 NOWHERE = "redis://127.0.0.1:1"  # never connected to: these cases fail before any I/O
@@ -228,9 +229,100 @@ async def test_status_shows_holder_digest_and_verdict(cluster: Cluster, make_red
     digest = hashlib.sha1(token.encode()).hexdigest()[:8]
     assert code == EXIT_HELD
     assert token not in out  # never the value itself
-    assert out.count(f"held by {digest}") == 5 + 1
-    assert f"verdict: held by {digest} on 5 of 5 nodes (a majority)" in out
+    assert out.count(f"held by {digest} ({lock.owner})") == 5 + 1  # the digest and the owner label
+    assert f"verdict: held by {digest} ({lock.owner}) on 5 of 5 nodes (a majority)" in out
+    assert lock.owner == f"{socket.gethostname()}:{os.getpid()}"
     assert "fencing counter 1" in out
+
+
+async def test_status_shows_the_owner_label_given_to_run(cluster: Cluster) -> None:
+    process = await redlock_run(
+        cluster.urls, "labelled", "--owner", "nightly-backup", "--", PY, "-c", "import time; time.sleep(30)"
+    )
+    try:
+        assert await eventually(lambda: all(lock_keys(cluster[i]) for i in range(len(cluster))), 10)
+        code, out, _ = await redlock_status(cluster.urls, "labelled")
+        assert code == EXIT_HELD, out
+        assert out.count("(nightly-backup)") == 5 + 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await finish(process)
+    code, _, err = await run_cli("run", "x", "--nodes", NOWHERE, "--owner", "two\nlines", "--", "true")
+    assert code == 2
+    assert "--owner: owner must be a non-empty label of printable characters" in err
+
+
+STANDBY_COMMAND = (
+    "import os, sys, time; print(os.environ['REDLOCK_FENCING_TOKEN'], flush=True); time.sleep(float(sys.argv[1]))"
+)
+
+
+async def standby(urls: list[str], owner: str, hold: float) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        PY, "-m", "redlock_async", "run", "scheduler", "--standby", "--ttl", "1", "--owner", owner, "-q",
+        "--nodes", ",".join(urls), "--", PY, "-c", STANDBY_COMMAND, str(hold),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def test_standby_takes_over_from_a_killed_leader_with_a_larger_term(cluster: Cluster) -> None:
+    """Two hot standbys; the leader's redlock run is SIGKILLed (its command dies with it): the other
+    runs its command once the lease is over, with a larger term, and never beside the first."""
+    first = await standby(cluster.urls, "first", 60)
+    assert first.stdout is not None
+    async with asyncio.timeout(10):
+        first_term = int(await first.stdout.readline())
+    second = await standby(cluster.urls, "second", 0.1)
+    assert second.stdout is not None
+    try:
+        await asyncio.sleep(1.5)  # the second waits as long as the first leads (no time limit)
+        assert second.returncode is None
+        code, out, _ = await redlock_status(cluster.urls, "scheduler")
+        assert code == EXIT_HELD
+        assert "(first)" in out
+        killed_at = time.monotonic()
+        first.kill()  # SIGKILL: its command dies with it (PR_SET_PDEATHSIG), the lease runs out
+        await first.wait()
+        async with asyncio.timeout(10):
+            second_term = int(await second.stdout.readline())
+        took = time.monotonic() - killed_at
+        assert second_term > first_term
+        assert 0.5 < took < 5, took  # after the lease (ttl 1 s), not before it
+        code, _, err = await finish(second)
+        assert code == 0, err
+    finally:
+        for process in (first, second):
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+async def test_a_resigning_leader_hands_over_to_the_standby_at_once(cluster: Cluster) -> None:
+    first = await standby(cluster.urls, "first", 1.0)
+    assert first.stdout is not None
+    async with asyncio.timeout(10):
+        first_term = int(await first.stdout.readline())
+    second = await standby(cluster.urls, "second", 0.1)
+    assert second.stdout is not None
+    code, _, err = await finish(first)  # its command ends: it resigns (releases)
+    resigned_at = time.monotonic()
+    assert code == 0, err
+    async with asyncio.timeout(10):
+        second_term = int(await second.stdout.readline())
+    assert time.monotonic() - resigned_at < 0.8  # the pushed hand-off, not the lease running out
+    assert second_term > first_term
+    assert (await finish(second))[0] == 0
+
+
+async def test_standby_says_what_to_change() -> None:
+    for args, says in (
+        (["a", "b", "--standby"], "--standby takes one NAME"),
+        (["a", "--standby", "--limit", "2"], "--standby takes one NAME"),
+        (["a", "--standby", "--wait", "5"], "--standby waits with no time limit"),
+    ):
+        code, _, err = await run_cli("run", *args, "--nodes", NOWHERE, "--", "true")
+        assert code == 2, (args, err)
+        assert says in err, (args, err)
 
 
 WRITES = ("set", "del", "eval", "evalsha", "script|load", "script", "publish", "pexpire", "incr")
