@@ -116,14 +116,7 @@ class Listener:
             queue.users -= 1
             if queue.users <= 0:
                 del _queues[key]
-        count = self._subscribed.get(channel, 0) - 1
-        if count > 0:
-            self._subscribed[channel] = count
-            return
-        self._subscribed.pop(channel, None)
-        self._heard.pop(channel, None)
-        for node in self.nodes:
-            node.send(b"UNSUBSCRIBE", channel)
+        self._release(channel)
 
     async def wait(self, channel: bytes, timeout: float, place: int, *, again: bool = False) -> bool:
         """Wait for this waiter's turn after a release, at most *timeout* seconds; True when woken.
@@ -207,6 +200,17 @@ class Listener:
         if queue is not None:
             queue.woken = False
 
+    def _release(self, channel: bytes) -> None:
+        """One user of *channel* less (a waiter, or the watchers): the last one unsubscribes."""
+        count = self._subscribed.get(channel, 0) - 1
+        if count > 0:
+            self._subscribed[channel] = count
+            return
+        self._subscribed.pop(channel, None)
+        self._heard.pop(channel, None)
+        for node in self.nodes:
+            node.send(b"UNSUBSCRIBE", channel)
+
     # -- observers' side -----------------------------------------------------------------
 
     def watch(self, channel: bytes, callback: Callable[[], None]) -> None:
@@ -229,14 +233,7 @@ class Listener:
         if callbacks:
             return
         del self._watchers[channel]
-        count = self._subscribed.get(channel, 0) - 1
-        if count > 0:
-            self._subscribed[channel] = count
-            return
-        self._subscribed.pop(channel, None)
-        self._heard.pop(channel, None)
-        for node in self.nodes:
-            node.send(b"UNSUBSCRIBE", channel)
+        self._release(channel)
 
     # -- the nodes' side ---------------------------------------------------------------
 

@@ -184,18 +184,14 @@ class Redlock:
         *owner* is a label stored with the lease, which :meth:`inspect` and ``redlock status``
         show (default: ``<hostname>:<pid>``).
         """
-        overrides: dict[str, Any] = {
-            key: value
-            for key, value in (
-                ("ttl", ttl),
-                ("acquire_timeout", acquire_timeout),
-                ("fencing", fencing),
-                ("auto_extend", auto_extend),
-                ("max_hold", max_hold),
-                ("max_extensions", max_extensions),
-            )
-            if value is not None
-        }
+        overrides = _given(
+            ttl=ttl,
+            acquire_timeout=acquire_timeout,
+            fencing=fencing,
+            auto_extend=auto_extend,
+            max_hold=max_hold,
+            max_extensions=max_extensions,
+        )
         if not isinstance(name, (str, bytes)):
             raise TypeError(
                 f"resource name must be str or bytes, got {type(name).__name__}: for several names, use lock_many()"
@@ -225,18 +221,14 @@ class Redlock:
         watchdog extends them together; losing any is losing the lock, and every name is released.
         """
         canonical = canonical_names(names)
-        overrides: dict[str, Any] = {
-            key: value
-            for key, value in (
-                ("ttl", ttl),
-                ("acquire_timeout", acquire_timeout),
-                ("fencing", fencing),
-                ("auto_extend", auto_extend),
-                ("max_hold", max_hold),
-                ("max_extensions", max_extensions),
-            )
-            if value is not None
-        }
+        overrides = _given(
+            ttl=ttl,
+            acquire_timeout=acquire_timeout,
+            fencing=fencing,
+            auto_extend=auto_extend,
+            max_hold=max_hold,
+            max_extensions=max_extensions,
+        )
         settings = self._cluster.lease_settings(self.settings, **overrides)
         return Lock(
             self._cluster, canonical if len(canonical) > 1 else canonical[0], settings, on_lost=on_lost, owner=owner
@@ -264,17 +256,13 @@ class Redlock:
         if not isinstance(name, (str, bytes)):
             raise TypeError(f"semaphore name must be str or bytes, got {type(name).__name__}")
         check_limit(limit)
-        overrides: dict[str, Any] = {
-            key: value
-            for key, value in (
-                ("ttl", ttl),
-                ("acquire_timeout", acquire_timeout),
-                ("auto_extend", auto_extend),
-                ("max_hold", max_hold),
-                ("max_extensions", max_extensions),
-            )
-            if value is not None
-        }
+        overrides = _given(
+            ttl=ttl,
+            acquire_timeout=acquire_timeout,
+            auto_extend=auto_extend,
+            max_hold=max_hold,
+            max_extensions=max_extensions,
+        )
         settings = self._cluster.lease_settings(self.settings, fencing=False, **overrides)
         return Semaphore(self._cluster, name, limit, settings, on_lost=on_lost, owner=owner)
 
@@ -294,9 +282,7 @@ class Redlock:
         """
         if not isinstance(name, (str, bytes)):
             raise TypeError(f"election name must be str or bytes, got {type(name).__name__}")
-        overrides: dict[str, Any] = {
-            key: value for key, value in (("ttl", ttl), ("max_hold", max_hold)) if value is not None
-        }
+        overrides = _given(ttl=ttl, max_hold=max_hold)
         settings = self._cluster.lease_settings(self.settings, fencing=True, auto_extend=True, **overrides)
         return Election(self._cluster, name, settings, owner, self.inspect)
 
@@ -467,3 +453,8 @@ class Redlock:
 
 
 SAME_SERVER = "the same server as"
+
+
+def _given(**overrides: Any) -> dict[str, Any]:
+    """The settings a maker was given (None: the Redlock's)."""
+    return {key: value for key, value in overrides.items() if value is not None}
