@@ -1,10 +1,13 @@
-"""A record of critical sections, and a checker for the guarantees a lock gives.
+"""A record of critical sections, and a checker for the guarantees a lock (or a semaphore) gives.
 
 Wrap each critical section in ``history.section(client, lock)``; afterwards
 ``history.check()`` raises ``AssertionError`` naming any two holders whose
-sections overlapped in time, and any fencing token that went backwards. Times
-come from ``time.monotonic()``, which is system-wide on Linux, so sections
-recorded by several processes on one machine can be merged and checked.
+sections overlapped in time, and any fencing token that went backwards. For a
+semaphore, ``history.check(limit=3)`` raises when more than 3 acquisitions were
+inside at once, and ``history.most_inside()`` says how many were at the
+busiest moment. Times come from ``time.monotonic()``, which is system-wide on
+Linux, so sections recorded by several processes on one machine can be merged
+and checked.
 """
 
 from __future__ import annotations
@@ -37,7 +40,10 @@ class History:
 
     @contextlib.contextmanager
     def section(self, client: str, lock: Lock) -> Iterator[None]:
-        """Record the block as a critical section of *client* holding *lock* (enter it once acquired)."""
+        """Record the block as a critical section of *client* holding *lock* (enter it once acquired).
+
+        *lock* may be a Lock, a ``lock_many`` Lock or a Semaphore (its permit's token).
+        """
         token, fencing_token = lock.token or "?", lock.fencing_token
         start = time.monotonic()
         try:
@@ -67,15 +73,77 @@ class History:
             and after.fencing_token <= before.fencing_token
         ]
 
-    def check(self) -> None:
-        """Raise AssertionError describing every overlap and fencing regression, if any."""
-        problems = [
-            f"overlap: {a.client} held it {a.start:.6f}-{a.end:.6f} while {b.client} entered at {b.start:.6f}"
-            for a, b in self.overlaps()
-        ] + [
-            f"fencing token went backwards: {a.client} had {a.fencing_token}, then {b.client} got {b.fencing_token}"
-            for a, b in self.fencing_regressions()
-        ]
+    def crowds(self) -> Iterator[tuple[float, tuple[Section, ...]]]:
+        """Each moment an acquisition entered: (when, one section of every acquisition open then).
+
+        A sweep over the sections' starts and ends, in time order. Sections of
+        one acquisition (the same token) count once, as the span from their
+        first start to their last end when they overlap or touch. A section
+        that ends when another starts is not open with it (touching is fine,
+        as for :meth:`overlaps`).
+        """
+        spans: list[tuple[float, float, Section]] = []
+        by_token: dict[str, list[Section]] = {}
+        for section in self.sections:
+            by_token.setdefault(section.token, []).append(section)
+        for sections in by_token.values():
+            sections.sort(key=lambda s: s.start)
+            first, end = sections[0], sections[0].end
+            for section in sections[1:]:
+                if section.start > end:
+                    spans.append((first.start, end, first))
+                    first, end = section, section.end
+                else:
+                    end = max(end, section.end)
+            spans.append((first.start, end, first))
+        # At one instant, ends come before starts (0 < 1): touching sections are not open together.
+        events = sorted(
+            itertools.chain(
+                ((start, 1, n) for n, (start, _, _) in enumerate(spans)),
+                ((end, 0, n) for n, (_, end, _) in enumerate(spans)),
+            )
+        )
+        open_now: dict[int, Section] = {}
+        for when, kind, n in events:
+            if kind == 0:
+                del open_now[n]
+            else:
+                open_now[n] = spans[n][2]
+                yield when, tuple(open_now.values())
+
+    def most_inside(self) -> int:
+        """The largest number of acquisitions open at once (0 for an empty history)."""
+        return max((len(inside) for _, inside in self.crowds()), default=0)
+
+    def check(self, limit: int = 1) -> None:
+        """Raise AssertionError describing every safety violation, if any.
+
+        With *limit* 1 (a lock, the default): every overlap of two
+        acquisitions, and every fencing token that went backwards. With
+        *limit* > 1 (a semaphore of that limit): every moment more than
+        *limit* acquisitions were inside at once (sections of one token count
+        once); fencing tokens are not checked then, since holders at once
+        need not enter in token order.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"limit must be an int (how many may be inside at once), got {type(limit).__name__}")
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        if limit == 1:
+            problems = [
+                f"overlap: {a.client} held it {a.start:.6f}-{a.end:.6f} while {b.client} entered at {b.start:.6f}"
+                for a, b in self.overlaps()
+            ] + [
+                f"fencing token went backwards: {a.client} had {a.fencing_token}, then {b.client} got {b.fencing_token}"
+                for a, b in self.fencing_regressions()
+            ]
+        else:
+            problems = [
+                f"{len(inside)} inside at once (limit {limit}) at {when:.6f}: "
+                + ", ".join(f"{s.client} from {s.start:.6f}" for s in inside)
+                for when, inside in self.crowds()
+                if len(inside) > limit
+            ]
         if problems:
             raise AssertionError(
                 f"{len(problems)} safety violations in {len(self.sections)} sections:\n" + "\n".join(problems[:20])
