@@ -39,6 +39,9 @@ class _Queue:
     woken: bool = False  # a waiter was woken and is trying; the others wait their turn
     turn: int | None = None  # the ticket woken between two of its waits: its next wait returns at once
     released: bool = False  # a release came while no one was queued: the next waiter goes at once
+    # Releases heard (from a majority) while a woken waiter was still trying: each wakes the next
+    # waiter when that one is done. A semaphore's permits can be released several at once.
+    missed: int = 0
     users: int = 0  # waiters between enter() and leave(), across Redlocks
     # Releases already heard from a majority (by any Redlock's listener): the late
     # words of those are stale, and must not wake anyone again.
@@ -130,6 +133,7 @@ class Listener:
         assert queue is not None, "wait() between enter() and leave()"
         if again:
             queue.woken = False
+            self._missed(queue)
         if queue.released and not queue.woken:
             # A release came between our last attempt and now (nobody was queued to hear it).
             queue.released = False
@@ -199,6 +203,13 @@ class Listener:
         queue = self._queue(channel)
         if queue is not None:
             queue.woken = False
+            self._missed(queue)
+
+    def _missed(self, queue: _Queue) -> None:
+        """The woken waiter is done trying: a release heard meanwhile wakes the next one now."""
+        if queue.missed and not queue.woken:
+            queue.missed -= 1
+            self._wake(queue)
 
     def _release(self, channel: bytes) -> None:
         """One user of *channel* less (a waiter, or the watchers): the last one unsubscribes."""
@@ -265,12 +276,16 @@ class Listener:
             if len(heard) > 64:  # words of partial give-backs that never reach a majority
                 heard.clear()
             return
-        del self._heard[channel]  # older partial counts are moot after a majority release
+        heard.pop(token, None)  # counted; other releases on the channel (a semaphore's) still count on
+        if not heard:
+            del self._heard[channel]
         if queue is None:
             return
         queue.heard.append(token)
         if not queue.woken:
             self._wake(queue)
+        else:
+            queue.missed += 1
 
     def _wake(self, queue: _Queue) -> None:
         """Wake the oldest waiter; with none queued, let the next one go at once."""

@@ -334,6 +334,14 @@ class Lock:
                 if listener is None:
                     await self._cluster.pause(delay)
                 else:
+                    if listening and self._channel() != channel:
+                        # lock_many: its last attempt found another name held. Listen for that
+                        # one's release instead, keeping our ticket (our place in its line).
+                        if woken:
+                            listener.done(channel)
+                        listener.quit(channel, place)
+                        listener.leave(channel)
+                        listening = woken = False
                     if not listening:
                         listening = True
                         # Listen first, then look again: a release between the failed attempt

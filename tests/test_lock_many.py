@@ -457,12 +457,6 @@ async def test_a_release_of_the_second_name_wakes_a_lock_many_waiter(make_redloc
     await many.release()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: Lock._acquire picks the channel to wait on once, at its first wait (the key its "
-    "first failed attempt found held); a later attempt that finds another name held still waits on the "
-    "first one's channel, so that name's release wakes no one and the waiter sleeps out its retry delay",
-)
 async def test_a_lock_many_waiter_blocked_on_one_name_then_another_is_woken_by_each_release(
     make_redlock: MakeRedlock,
 ) -> None:

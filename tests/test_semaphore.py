@@ -239,13 +239,6 @@ async def test_a_release_wakes_a_waiter(make_redlock: MakeRedlock) -> None:
         await sem.release()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: _handoff.Listener.on_message ignores a release heard while a woken waiter is still "
-    "trying (queue.woken; done() wakes no one), and a release counted to a majority drops the partial counts "
-    "of the channel's other releases (del self._heard[channel]): permits released at once wake one waiter; "
-    "the others sleep out their retry delay while permits are free",
-)
 async def test_permits_released_at_once_wake_as_many_waiters(make_redlock: MakeRedlock) -> None:
     """3 permits released at once, 3 waiters: all three are granted at once, not after their retry delay.
 
