@@ -58,6 +58,8 @@ class Attempt:
     codes: list[int]
     """The negative answers of nodes that said no: lock_many's -i (key i, from 1, is held), a
     permit's -L (a slot is held under limit L)."""
+    free: dict[int, int] | None = None
+    """A permit's round that was not granted: slot -> how many nodes said it is free there."""
 
 
 OWNER_SEPARATOR = b"~"
@@ -122,7 +124,15 @@ async def attempt_permit(
     started = _clock.now()
     args = (token, ttl_ms, limit, slot_prefix)
     futures = [node.send_script(ACQUIRE_PERMIT, (slot, widest), args, limited=True) for node in nodes]
-    return await _decide(nodes, (slot,), None, token, started, futures, vote_of_script, settings, channel)
+    result = await _decide(nodes, (slot,), None, token, started, futures, vote_of_script, settings, channel)
+    if result.validity is None:
+        free: dict[int, int] = {}
+        for fut in futures:
+            if fut.done() and isinstance(reply := fut.result(), list):
+                for other in reply:
+                    free[other] = free.get(other, 0) + 1
+        result.free = free
+    return result
 
 
 async def _decide(

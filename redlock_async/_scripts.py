@@ -253,13 +253,15 @@ ACQUIRE_PERMIT = Script(
 -- ARGV[2]  the ttl in integer milliseconds
 -- ARGV[3]  the limit this client uses
 -- ARGV[4]  the slots' key prefix (slot j is this followed by j)
--- returns  1 set; 0 the slot is held; -L a slot is held under limit L (not ours)
+-- returns  1 set; -L a slot is held under limit L (not ours); the slot is held:
+--          the list of this node's free slots (so the next try goes where it can win)
 local limit = tonumber(ARGV[3])
 local widest = tonumber(redis.call('GET', KEYS[2]) or '0')
 if limit > widest then
     redis.call('SET', KEYS[2], ARGV[3])
     widest = limit
 end
+local free = {}
 for j = 0, widest - 1 do
     local held = redis.call('GET', ARGV[4] .. j)
     if held then
@@ -267,12 +269,14 @@ for j = 0, widest - 1 do
         if other ~= limit then
             return -other
         end
+    elseif j < limit then
+        free[#free + 1] = j
     end
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return 1
 end
-return 0
+return free
 """,
     creates=True,
 )

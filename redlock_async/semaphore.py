@@ -9,9 +9,11 @@ holders on each node and taking a majority (the known Redlock semaphores)
 can admit more, because different majorities can count different holders;
 see docs/algorithm.md for the argument.
 
-An acquire tries the slots in an order of its own (random), each with one
-fan-out, and stops at the first granted, so L acquirers of L free permits
-all get one at once instead of all trying slot 0 first. Every token starts
+An acquire tries a slot of its own choosing (random), and when that one is
+held, a slot that a majority of the nodes said is free (each node answers
+with its free slots), so L acquirers of L free permits all get one at once
+instead of all trying slot 0 first, and a full semaphore is known after one
+fan-out, whatever its limit. Every token starts
 with the limit it was taken under, and the permit script refuses a slot
 while any slot of the name is held under another limit: a client with a
 different limit gets a ValueError, never a larger bound.
@@ -90,10 +92,14 @@ class Semaphore(Lock):
         return self._limit
 
     async def _take(self) -> _requests.Attempt:
-        """One pass over the slots, in an order of our own: the first one granted is ours."""
+        """One pass: a slot of our own choosing (random), then, while it was held, a slot that a majority
+        of the nodes said is free (random among the most agreed on), until one is granted or none is left."""
         nodes = self._cluster.nodes
-        result: _requests.Attempt | None = None
-        for slot in _random.sample(range(self._limit), self._limit):
+        need = _algorithm.quorum(len(nodes))
+        tried: set[int] = set()
+        slot = _random.randrange(self._limit)
+        while True:
+            tried.add(slot)
             result = await _requests.attempt_permit(
                 nodes,
                 self._slot_prefix + b"%d" % slot,
@@ -115,9 +121,12 @@ class Semaphore(Lock):
                     "used once no permit is held)"
                 )
             if not any(vote is Vote.NO for vote in result.votes):
-                break  # nodes silent or in quarantine, not slots held: the next slot would fare no better
-        assert result is not None
-        return result
+                return result  # nodes silent or in quarantine, not slots held: another slot would fare no better
+            free = {other: count for other, count in (result.free or {}).items() if other not in tried}
+            best = max(free.values(), default=0)
+            if best < need:
+                return result  # no slot is free on a majority: every permit is held
+            slot = _random.choice([other for other, count in free.items() if count == best])
 
     def _send_release(self, token: bytes, skip: Sequence[int]) -> list[asyncio.Future[Reply]]:
         return _requests.send_release(self._cluster.nodes, self._lease.keys, token, skip, channel=self._keys[0])
