@@ -715,21 +715,22 @@ def test_cli_names_and_limit_say_what_to_change(
         main(["run", "--nodes", NOWHERE, *args, "--", "true"])  # fails before any I/O
     assert exited.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: redlock run NAME [NAME ...] [--limit N]")
+    assert err.startswith("usage: redlock run NAME [NAME ...] [--limit N | --standby]")
     assert re.search(pattern, err), err
 
 
 def test_a_comma_in_a_name_is_fine_without_fencing_or_with_one_name() -> None:
     parser = argparse.ArgumentParser()
     for name, fencing in ((["a,b", "c"], False), (["a,b"], True), (["a,b", "a,b"], True)):
-        _check_names(parser, argparse.Namespace(name=name, fencing=fencing, limit=None))  # no SystemExit
+        args = argparse.Namespace(name=name, fencing=fencing, limit=None, standby=False, owner=None, wait=0.0)
+        _check_names(parser, args)  # no SystemExit
 
 
 async def test_run_help_tells_of_several_names_limit_and_the_tokens() -> None:
     code, out, _ = await run_cli("run", "--help")
     text = " ".join(out.split())  # argparse wraps lines
     assert code == 0
-    assert "NAME [NAME ...] [--limit N]" in text
+    assert "NAME [NAME ...] [--limit N | --standby]" in text
     assert "--limit N NAME is a semaphore: hold one of its N permits" in text
     assert "$REDLOCK_FENCING_TOKENS has every NAME's as NAME=TOKEN,NAME=TOKEN" in text
     assert f"{EXIT_USAGE} on a usage error, or when --limit differs" in text
