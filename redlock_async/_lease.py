@@ -48,9 +48,16 @@ class IllegalMove(RuntimeError):
     """A phase change not in MOVES: a bug in redlock_async."""
 
 
+# Each phase carries its legal targets as a tuple: a move is then checked without hashing an Enum
+# (Enum.__hash__ is Python code, and a lock makes three moves per acquire and release).
+for _phase, _targets in MOVES.items():
+    _phase.targets = tuple(_targets)  # type: ignore[attr-defined]
+del _phase, _targets
+
+
 def move(current: Phase, to: Phase) -> Phase:
     """*to*, when the move from *current* is legal; else IllegalMove."""
-    if to not in MOVES[current]:
+    if to not in current.targets:  # type: ignore[attr-defined]
         raise IllegalMove(f"a lock cannot go from {current.value} to {to.value} (a bug in redlock_async)")
     return to
 
