@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from redlock_async._algorithm import Held, Vote, held_by_majority
+from redlock_async._algorithm import Held, Vote, held_by_majority, quorum
 from redlock_async._endpoint import Endpoint
 from redlock_async._node import Failure, Node
 from redlock_async._requests import owner_of
@@ -109,12 +109,20 @@ def judge(views: tuple[NodeInfo, ...]) -> LockInfo:
     holder = max(counts, key=counts.__getitem__) if state is Held.HELD else None
     holding = [view for view in views if holder is not None and view.holder == holder]
     ttls = [view.ttl for view in holding if view.ttl is not None]
-    counters = [view.fencing_counter for view in (holding or views) if view.fencing_counter is not None]
+    counters = sorted((view.fencing_counter for view in views if view.fencing_counter is not None), reverse=True)
+    need = quorum(len(views))
+    if holder is not None and len(counters) >= need:
+        # The holder's token: its fence raised a majority's counters to it while it held the key,
+        # and only nodes that did not grant it can be ahead (a late SET of an earlier, failed
+        # acquisition fenced there): fewer than a majority. So the majority-th largest is the token.
+        counter: int | None = counters[need - 1]
+    else:
+        counter = counters[0] if counters else None  # free or unknown: the largest that answered
     return LockInfo(
         state=state.value,
         owner=holding[0].owner if holding else None,
         ttl=min(ttls) if ttls else None,
-        fencing_counter=max(counters) if counters else None,
+        fencing_counter=counter,
         nodes=views,
         holder=holder,
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from redlock_async._settings import check_duration
@@ -87,7 +87,7 @@ class Election:
         ``"held"`` with its ``owner`` and, as ``fencing_counter``, its term; or ``"free"`` / ``"unknown"``."""
         return await self._inspect(self.name)
 
-    async def observe(self) -> AsyncIterator[LockInfo]:
+    async def observe(self) -> AsyncGenerator[LockInfo, None]:
         """The current leader first (if any), then each new leader, in order; never the same term twice.
 
         Free and unknown states are not yielded. A new leader is seen when it announces

@@ -44,9 +44,9 @@ class LockInfo:
     ttl: float | None
     """Seconds the majority holder's keys have left (the shortest of them) when held, else None."""
     fencing_counter: int | None
-    """When held: the largest fencing counter among the nodes holding the holder's key (for a fenced
-    lock, the holder's fencing token; for an election, the leader's term). Otherwise the largest
-    that answered. None when none exists."""
+    """When held: the fencing counter a majority of the nodes reach (for a fenced lock, the holder's
+    fencing token; for an election, the leader's term: a node can be ahead of it, never a majority).
+    Otherwise the largest that answered. None when none exists."""
     nodes: tuple[NodeInfo, ...]
     holder: str | None = None
     """The digest of the majority holder's token when held, else None."""

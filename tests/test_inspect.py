@@ -478,11 +478,6 @@ async def test_inspect_refuses_a_bad_name(redlock: Redlock) -> None:
         await redlock.inspect(["a", "b"])  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: LockInfo.fencing_counter is the largest counter of the nodes holding the key, so one node "
-    "whose counter is ahead (fences that reached only it) shows a number that is not the holder's token",
-)
 async def test_fencing_counter_is_the_holders_token_even_with_one_node_ahead(faulty: Cluster) -> None:
     """A fence raises the counter only where it lands: an acquisition granted by a majority whose
     fence then reached node 4 alone (the others' connections dropped) failed, yet left node 4's
