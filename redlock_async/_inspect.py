@@ -62,7 +62,7 @@ class Inspector:
                 views.append(NodeInfo(node.name, "unreachable", error=failed.detail or failed.vote.value))
                 continue
             value, pttl, fence = replies
-            counter = int(fence) if fence is not None else None
+            counter = int(fence) if fence is not None and fence.isdigit() else None  # not ours if not a number
             if value is None:
                 views.append(NodeInfo(node.name, "free", fencing_counter=counter))
             else:
