@@ -481,3 +481,33 @@ async def test_a_lock_many_waiter_blocked_on_one_name_then_another_is_woken_by_e
     waited = time.monotonic() - released
     assert waited < 0.5, f"woken {waited:.2f} s after b's release (its retry timer, not the release?)"
     await many.release()
+
+
+async def test_anyio_scopes_around_lock_many_leave_nothing_behind(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    """A scope that times out while lock_many waits (one name held), and one cancelled while it holds
+    both: no key of it is left, and the names can be had at once afterwards."""
+    import anyio
+
+    holder, other = await make_redlock(), await make_redlock()
+    single = holder.lock("scoped:b")
+    assert await single.acquire(blocking=False)
+    with anyio.move_on_after(0.3) as waiting:
+        async with other.lock_many(["scoped:a", "scoped:b"]):
+            pytest.fail("lock_many while one of its names is held")
+    assert waiting.cancelled_caught
+    await single.release()
+    both = other.lock_many(["scoped:a", "scoped:b"])
+    with anyio.move_on_after(0.2) as holding:
+        async with both:
+            await anyio.sleep(5)
+    assert holding.cancelled_caught
+    assert not both.held
+    assert await eventually(
+        lambda: (
+            not any(key.startswith(b"redlock:scoped:") for i in range(len(cluster)) for key in lock_keys(cluster[i]))
+        ),
+        2.0,
+    )
+    again = holder.lock_many(["scoped:b", "scoped:a"])
+    assert await again.acquire(blocking=False)
+    await again.release()

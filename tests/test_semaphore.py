@@ -466,3 +466,49 @@ async def test_never_more_than_limit_holders_while_a_minority_is_slow_or_silent(
         # Every permit was given back (blackholed bytes flowed once healed): only the widest limit is left.
         expected = [[widest("slow-pool")]] * 5
         assert await eventually(lambda: keys_everywhere(nodes) == expected, 2.0), keys_everywhere(nodes)
+
+
+# -- several OS processes, and anyio's cancel scopes ---------------------------------------------------------
+
+
+async def test_several_processes_never_exceed_the_limit_under_minority_faults() -> None:
+    """OS processes, each its own Redlock and event loop, contend for permits of one semaphore while
+    nodes are paused, wiped and slowed one at a time: one history, never more than the limit inside."""
+    from redlock_async.testing._soak import soak
+
+    result = await soak(processes=3, seconds=5.0, limit=2)
+    assert result.sections > 30, result.faults
+    assert len({s.client.split(".")[0] for s in result.history.sections}) == 3  # every process got a permit
+    assert {fault.split()[0] for fault in result.faults} == {"pause", "wipe", "slow"}
+    assert result.overlaps == 0
+    result.history.check(limit=2)
+    assert result.history.most_inside() == 2  # the bound is reached, not only kept
+    assert result.leftover == 0
+
+
+async def test_anyio_scopes_around_a_permit_leave_nothing_behind(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    """A scope that times out while waiting for a permit, and one cancelled while holding it (anyio
+    cancels again at every await): no permit is left taken, and the next acquirer gets it at once."""
+    import anyio
+
+    holder, other = await make_redlock(), await make_redlock()
+    full = holder.semaphore("scoped", limit=1)
+    assert await full.acquire(blocking=False)
+    with anyio.move_on_after(0.3) as waiting:
+        async with other.semaphore("scoped", limit=1):
+            pytest.fail("a permit of a full semaphore")
+    assert waiting.cancelled_caught
+    await full.release()
+    sem = other.semaphore("scoped", limit=1)
+    with anyio.move_on_after(0.2) as holding:
+        async with sem:
+            await anyio.sleep(5)
+    assert holding.cancelled_caught
+    assert not sem.held
+    assert await eventually(
+        lambda: not any(b"redlock:\x00semaphore\x00scoped\x000" in lock_keys(cluster[i]) for i in range(len(cluster))),
+        2.0,
+    )
+    again = holder.semaphore("scoped", limit=1)
+    assert await again.acquire(blocking=False)
+    await again.release()

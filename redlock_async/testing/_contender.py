@@ -1,6 +1,9 @@
-"""One OS process contending for a lock: ``python -m redlock_async.testing._contender URLS SECONDS NAME``.
+"""One OS process contending for a lock.
 
-Runs a few tasks that take the fenced lock *NAME* in a loop for *SECONDS*, and prints each critical
+``python -m redlock_async.testing._contender URLS SECONDS NAME QUARANTINE [LIMIT]``
+
+Runs a few tasks that take the fenced lock *NAME* (with *LIMIT*: a permit of the semaphore *NAME*)
+in a loop for *SECONDS*, and prints each critical
 section as a JSON line (client, token, fencing token, start, end): monotonic times are system-wide on
 Linux, so the sections of several processes merge into one :class:`History` for the checker.
 """
@@ -21,13 +24,13 @@ TASKS = 3
 TTL = 1.0
 
 
-async def contend(urls: list[str], seconds: float, name: str, quarantine: float) -> History:
+async def contend(urls: list[str], seconds: float, name: str, quarantine: float, limit: int = 0) -> History:
     history = History()
     stop = time.monotonic() + seconds
     async with Redlock(urls, fencing=True, retry_delay=0.02, acquire_timeout=0.5, restart_quarantine=quarantine) as r:
 
         async def task(n: int) -> None:
-            lock = r.lock(name, ttl=TTL)
+            lock = r.semaphore(name, limit=limit, ttl=TTL) if limit else r.lock(name, ttl=TTL)
             while time.monotonic() < stop:
                 if not await lock.acquire():
                     continue
@@ -43,7 +46,8 @@ async def contend(urls: list[str], seconds: float, name: str, quarantine: float)
 
 def main() -> int:
     urls, seconds, name, quarantine = sys.argv[1].split(","), float(sys.argv[2]), sys.argv[3], float(sys.argv[4])
-    history = asyncio.run(contend(urls, seconds, name, quarantine))
+    limit = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+    history = asyncio.run(contend(urls, seconds, name, quarantine, limit))
     for s in history.sections:
         print(json.dumps([s.client, s.token, s.fencing_token, s.start, s.end]))
     return 0

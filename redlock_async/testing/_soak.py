@@ -21,6 +21,7 @@ class SoakResult:
     processes: int
     sections: int
     overlaps: int
+    """Overlapping sections of a lock; for a semaphore, moments with more than its limit inside."""
     regressions: int
     leftover: int = 0
     """Nodes still holding the lock's key a ttl after the faults healed (must be 0)."""
@@ -49,7 +50,9 @@ async def _faults(nodes: LocalNodes, until: float, rng: random.Random) -> list[s
     return done
 
 
-async def soak(processes: int, seconds: float, *, seed: int = 0) -> SoakResult:
+async def soak(processes: int, seconds: float, *, seed: int = 0, limit: int = 0) -> SoakResult:
+    """*processes* OS processes contend for the lock ``soak`` (with *limit*: for permits of the semaphore
+    ``soak``) for *seconds* under minority faults; their sections are checked as one history."""
     rng = random.Random(seed)
     with LocalNodes(NODES, proxied=True) as nodes:
         children = [
@@ -61,6 +64,7 @@ async def soak(processes: int, seconds: float, *, seed: int = 0) -> SoakResult:
                 str(seconds),
                 "soak",
                 str(QUARANTINE),
+                str(limit),
                 stdout=asyncio.subprocess.PIPE,
             )
             for _ in range(processes)
@@ -71,7 +75,12 @@ async def soak(processes: int, seconds: float, *, seed: int = 0) -> SoakResult:
             results = await outputs
         nodes.heal()
         await asyncio.sleep(1.2)  # a ttl and a little: whatever a crash left has expired
-        leftover = sum(int(nodes[i].command("EXISTS", "redlock:soak")) for i in range(NODES))  # type: ignore[call-overload]
+        pattern = "redlock:\x00semaphore\x00soak\x00[0-9]*" if limit else "redlock:soak"
+        leftover = 0
+        for i in range(NODES):
+            found = nodes[i].command("KEYS", pattern)
+            assert isinstance(found, list)
+            leftover += len(found)
     history = History()
     for (out, _), child in zip(results, children, strict=True):
         if child.returncode != 0:
@@ -82,7 +91,7 @@ async def soak(processes: int, seconds: float, *, seed: int = 0) -> SoakResult:
     return SoakResult(
         processes=processes,
         sections=len(history.sections),
-        overlaps=len(history.overlaps()),
+        overlaps=len(history.overlaps()) if not limit else sum(len(c) > limit for _, c in history.crowds()),
         regressions=len(history.fencing_regressions()),
         leftover=leftover,
         faults=faults,
