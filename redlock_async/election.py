@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from redlock_async._settings import check_duration
 from redlock_async.inspection import LockInfo
-from redlock_async.lock import Lock, resource_key
+from redlock_async.lock import Lock, check_owner, resource_key
 
 if TYPE_CHECKING:
     from redlock_async._cluster import Cluster
@@ -55,7 +55,7 @@ class Election:
         self._inspect = inspect
         self.name = name
         """The election's name: its lock's name (``redlock status NAME`` shows the leader)."""
-        Lock(cluster, name, settings, owner=owner)  # checks the owner label now, not at the first campaign
+        check_owner(owner)  # now, not at the first campaign
         self.owner = owner
         """This candidate's label, shown as the leader's owner (default: ``<hostname>:<pid>``)."""
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import sys
 import time
@@ -262,3 +263,15 @@ def refusing_server(how: str) -> Iterator[tuple[LocalNode, str]]:
             yield server, f"redis://locker:pw@127.0.0.1:{server.port}"
         else:
             yield server, server.url
+
+
+async def next_event(process: asyncio.subprocess.Process, timeout: float) -> dict[str, Any]:
+    """The next JSON line a child process prints, within *timeout* seconds (its stderr if it exits first)."""
+    assert process.stdout is not None
+    assert process.stderr is not None
+    async with asyncio.timeout(timeout):
+        line = await process.stdout.readline()
+        if not line:
+            raise AssertionError(f"the child process exited without a word: {(await process.stderr.read()).decode()}")
+    event: dict[str, Any] = json.loads(line)
+    return event

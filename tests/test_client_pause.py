@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis.asyncio
@@ -29,7 +27,7 @@ from redlock_async.fencing import StaleFencingToken, fenced_set
 from redlock_async.testing import History
 from redlock_async.testing._history import Section
 
-from .conftest import Cluster, MakeRedlock
+from .conftest import Cluster, MakeRedlock, next_event
 
 CHILD = str(Path(__file__).with_name("_paused_client.py"))
 RESOURCE = "pause-victim"
@@ -47,17 +45,6 @@ async def wait_state(pid: int, stopped: bool) -> None:
     async with asyncio.timeout(2):
         while (process_state(pid) in (b"T", b"t")) != stopped:
             await asyncio.sleep(0.001)
-
-
-async def next_event(process: asyncio.subprocess.Process, timeout: float) -> dict[str, Any]:
-    assert process.stdout is not None
-    assert process.stderr is not None
-    async with asyncio.timeout(timeout):
-        line = await process.stdout.readline()
-        if not line:
-            raise AssertionError(f"the paused client exited without a word: {(await process.stderr.read()).decode()}")
-    event: dict[str, Any] = json.loads(line)
-    return event
 
 
 async def test_client_paused_longer_than_its_validity_overlaps_and_then_reports_lock_lost(

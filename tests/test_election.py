@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -26,7 +25,7 @@ from redlock_async import LockLost, LockNotAcquired, Redlock
 from redlock_async.election import Election
 from redlock_async.inspection import LockInfo
 
-from .conftest import Cluster, MakeRedlock
+from .conftest import Cluster, MakeRedlock, next_event
 
 CHILD = str(Path(__file__).with_name("_election_candidate.py"))
 NAME = "scheduler"  # the child's election
@@ -388,17 +387,6 @@ async def candidate_process(owner: str, urls: list[str], ttl: float = 1.0) -> As
             with contextlib.suppress(ProcessLookupError):
                 child.kill()  # SIGKILL ends a stopped process too
             await child.wait()
-
-
-async def next_event(process: asyncio.subprocess.Process, timeout: float) -> dict[str, Any]:
-    assert process.stdout is not None
-    assert process.stderr is not None
-    async with asyncio.timeout(timeout):
-        line = await process.stdout.readline()
-        if not line:
-            raise AssertionError(f"the candidate exited without a word: {(await process.stderr.read()).decode()}")
-    event: dict[str, Any] = json.loads(line)
-    return event
 
 
 def process_state(pid: int) -> bytes:
