@@ -112,6 +112,19 @@ QUICK = Config(
 )
 
 
+class PhaseConfig(Protocol):
+    """What the shared phases (measure_latency, run_throughput) read from a benchmark's Config."""
+
+    @property
+    def latency_ops(self) -> int: ...
+    @property
+    def warmup_ops(self) -> int: ...
+    @property
+    def max_ops_per_task(self) -> int: ...
+    @property
+    def phase_seconds(self) -> float: ...
+
+
 # -- the two sides ---------------------------------------------------------------
 
 
@@ -251,7 +264,7 @@ def latency_of(acquire_ns: Sequence[int], cycle_ns: Sequence[int], failures: int
     )
 
 
-async def measure_latency(side: Side, cfg: Config, slot: int = 0) -> Latency:
+async def measure_latency(side: Side, cfg: PhaseConfig, slot: int = 0) -> Latency:
     """Sequential acquire+release on one resource: warm up, then time each op."""
     acquire_ns: list[int] = []
     cycle_ns: list[int] = []
@@ -280,7 +293,8 @@ class Throughput:
     max_loop_lag_ms: float  # worst lateness of a 5 ms timer during the run (a stalled or starved loop)
 
 
-async def run_throughput(side: Side, seconds: float, cfg: Config) -> Throughput:
+async def run_throughput(side: Side, seconds: float, cfg: PhaseConfig, tasks: int = TASKS) -> Throughput:
+    """*tasks* workers, each on its own resource (slot), acquire+release in a loop for *seconds*."""
     stop_at = perf_ns() + int(seconds * 1e9)
 
     async def worker(slot: int) -> tuple[int, int]:
@@ -294,7 +308,7 @@ async def run_throughput(side: Side, seconds: float, cfg: Config) -> Throughput:
     started = perf_ns()
     async with asyncio.timeout(seconds + cfg.phase_seconds):
         lag = asyncio.ensure_future(loop_lag(stop_at))
-        results = await asyncio.gather(*(worker(slot) for slot in range(TASKS)))
+        results = await asyncio.gather(*(worker(slot) for slot in range(tasks)))
         elapsed = (perf_ns() - started) / 1e9
         max_lag = await lag
     ops = sum(done for done, _ in results)
