@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from redlock_async import _clock
 from redlock_async._algorithm import Verdict, Vote, patience, quorum, verdict
@@ -132,8 +133,34 @@ def outcomes(nodes: Sequence[Node], votes: Sequence[Vote], details: Sequence[str
     return tuple(NodeOutcome(node.name, vote, detail) for node, vote, detail in zip(nodes, votes, words, strict=True))
 
 
+UNANSWERED = Failure(Vote.PENDING, "no reply yet")
+"""A ballot's reply from a node that has not answered (yet)."""
+
+
+class _Seat:
+    """One node's place in a ballot: the node's reader hands the reply straight in (``Node.send_into``)."""
+
+    __slots__ = ("_ballot", "_index")
+
+    def __init__(self, ballot: Ballot, index: int) -> None:
+        self._ballot = ballot
+        self._index = index
+
+    def done(self) -> bool:
+        return False  # each seat is queued on one node once, and answered once
+
+    def set_result(self, result: Reply, /) -> None:
+        self._ballot.deliver(self._index, result)
+
+
 class Ballot:
     """The votes of N nodes on one request; ``await ballot.wait()`` for the verdict.
+
+    Made before the request is sent: each node's command is queued with
+    ``node.send_into(ballot.seats[i], ...)``, then :meth:`start` arms the
+    timer. A reply is counted the moment the node's reader parses it (no
+    future, no callback scheduled per reply); every reply is kept in
+    ``replies``, late ones too. :meth:`of` counts the futures of ``send()``.
 
     *wait_for* names the nodes whose answers matter: for acquire and extend,
     all of them, decided by majority (``majority=True``); for a release, the
@@ -141,17 +168,21 @@ class Ballot:
     """
 
     __slots__ = (
+        "_counted",
         "_done",
         "_failed",
-        "_futures",
         "_majority",
         "_open",
+        "_rearm",
+        "_timeout",
         "_timer",
         "_yes",
         "classify",
         "decided_at",
         "details",
         "nodes",
+        "replies",
+        "seats",
         "verdict",
         "votes",
     )
@@ -159,7 +190,6 @@ class Ballot:
     def __init__(
         self,
         nodes: Sequence[Node],
-        futures: Sequence[asyncio.Future[Reply]],
         classify: Classify,
         timeout: float,
         *,
@@ -167,39 +197,66 @@ class Ballot:
         wait_for: Sequence[int] | None = None,
         rearm: float | None = None,
     ) -> None:
-        loop = asyncio.get_running_loop()
+        n = len(nodes)
         # On a slow network, wait as long as the nodes are measured to take (never less than *timeout*).
-        indices = range(len(nodes)) if wait_for is None else wait_for
+        indices = range(n) if wait_for is None else wait_for
         if any(nodes[i].rto > timeout for i in indices):
-            needed = quorum(len(nodes)) if majority else len(indices)
+            needed = quorum(n) if majority else len(indices)
             timeout = patience(timeout, [nodes[i].rto for i in indices], needed, math.inf)
         self.nodes = nodes
         self.classify = classify
-        self.votes: list[Vote] = [Vote.PENDING] * len(nodes)
+        self.votes: list[Vote] = [Vote.PENDING] * n
+        self.replies: list[Reply] = [UNANSWERED] * n
+        self.seats = [_Seat(self, i) for i in range(n)]
         self.details: list[str] | None = None  # made on the first failure with words
         self.verdict = Verdict.UNDECIDED
         self.decided_at = 0.0
-        self._futures = futures
+        self._counted: frozenset[int] | None = None if wait_for is None else frozenset(wait_for)
         self._majority = majority
         self._yes = 0
         self._failed = 0
-        self._done: asyncio.Future[None] = loop.create_future()
+        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._timer: Deadline | None = None
+        self._timeout = timeout
+        self._rearm = rearm
         self._open = len(indices)
-        for i in indices:
-            fut = futures[i]
+        if not self._open and not majority:
+            self._decide(Verdict.WON)  # nothing to wait for
+
+    @classmethod
+    def of(
+        cls,
+        nodes: Sequence[Node],
+        futures: Sequence[asyncio.Future[Reply]],
+        classify: Classify,
+        timeout: float,
+        **options: Any,
+    ) -> Ballot:
+        """A started ballot counting the futures of ``node.send()`` (one per node)."""
+        ballot = cls(nodes, classify, timeout, **options)
+        for fut, seat in zip(futures, ballot.seats, strict=True):
             if fut.done():
-                self._count(i, fut.result())
+                seat.set_result(fut.result())
             else:
-                fut.add_done_callback(self._on_reply_factory(i))
-        if not self._done.done():
-            self._timer = Deadline(loop, timeout, self._on_timeout, rearm=rearm)
+                fut.add_done_callback(_deliver_to(seat))
+        return ballot.start()
 
-    def _on_reply_factory(self, i: int) -> Callable[[asyncio.Future[Reply]], None]:
-        def on_reply(fut: asyncio.Future[Reply]) -> None:
-            self._count(i, fut.result())
+    def start(self) -> Ballot:
+        """Every request is queued: arm the timer, unless the verdict is in already."""
+        if self.verdict is Verdict.UNDECIDED and self._timer is None:
+            self._timer = Deadline(asyncio.get_running_loop(), self._timeout, self._on_timeout, rearm=self._rearm)
+        return self
 
-        return on_reply
+    def deliver(self, i: int, reply: Reply) -> None:
+        """Node *i* answered (or its request failed): keep the reply, count it if it still matters."""
+        self.replies[i] = reply
+        counted = self._counted
+        if counted is None or i in counted:
+            self._count(i, reply)
+
+    def never_sent(self) -> list[int]:
+        """Nodes whose request was refused before it was sent: nothing there to release."""
+        return [i for i, reply in enumerate(self.replies) if type(reply) is Failure and reply.vote is Vote.SKIPPED]
 
     def _count(self, i: int, reply: Reply) -> None:
         if self.verdict is not Verdict.UNDECIDED:
@@ -230,7 +287,7 @@ class Ballot:
         if self.verdict is not Verdict.UNDECIDED:
             return
         for i, vote in enumerate(self.votes):
-            if vote is Vote.PENDING and not self._futures[i].done():
+            if vote is Vote.PENDING and self.replies[i] is UNANSWERED:
                 self.votes[i] = Vote.TIMEOUT
                 self._failed += 1
         # Every vote is in now (or timed out): the verdict is final.
@@ -275,3 +332,10 @@ class Ballot:
     def voted(self, *votes: Vote) -> list[int]:
         """Indices of the nodes whose vote is one of *votes*."""
         return [i for i, v in enumerate(self.votes) if v in votes]
+
+
+def _deliver_to(seat: _Seat) -> Callable[[asyncio.Future[Reply]], None]:
+    def deliver(fut: asyncio.Future[Reply]) -> None:
+        seat.set_result(fut.result())
+
+    return deliver

@@ -108,7 +108,7 @@ class Listener:
         if count:
             return False  # already subscribed (or being subscribed) for another waiter
         futures = [node.send(b"SUBSCRIBE", channel) for node in self.nodes]
-        await Ballot(self.nodes, futures, vote_of_subscribe, self._node_timeout, majority=False).wait()
+        await Ballot.of(self.nodes, futures, vote_of_subscribe, self._node_timeout, majority=False).wait()
         return True
 
     def leave(self, channel: bytes) -> None:

@@ -43,7 +43,7 @@ import ssl
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import hiredis
 
@@ -57,6 +57,45 @@ log = logging.getLogger(__name__)
 Reply: TypeAlias = Any  # bytes | int | None | list, as hiredis parses RESP2
 Fallback: TypeAlias = "tuple[Script, tuple[bytes, ...], tuple[bytes | int, ...]] | None"
 """What an EVALSHA needs to be sent again as EVAL: script, keys, arguments."""
+
+
+class Target(Protocol):
+    """Where a reply goes: a future (``send()``), or a ballot's seat (``send_into()``), told at once."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: Reply, /) -> None: ...
+
+
+class _Ignored:
+    """The target of a command whose reply no one awaits (a give-back nobody waits for)."""
+
+    __slots__ = ()
+
+    def done(self) -> bool:
+        return True
+
+    def set_result(self, result: Reply, /) -> None:
+        pass
+
+
+IGNORED: Target = _Ignored()
+
+
+class Reaction:
+    """A target that hands the reply to a function at once, in reply order (a future's callback would
+    run a loop turn later, after the ballots counted the replies that followed it)."""
+
+    __slots__ = ("_react",)
+
+    def __init__(self, react: Callable[[Reply], None]) -> None:
+        self._react = react
+
+    def done(self) -> bool:
+        return False
+
+    def set_result(self, result: Reply, /) -> None:
+        self._react(result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +182,10 @@ class Node:
         self._rtt_since = 0.0  # monotonic time of a write to an idle connection whose reply is awaited
         # (packed command, future, EVAL fallback of an EVALSHA or None): not yet
         # written; then written, awaiting replies in order.
-        self._outbox: list[tuple[bytes, asyncio.Future[Reply], Fallback]] = []
+        self._outbox: list[tuple[bytes, Target, Fallback]] = []
         self._front = 0  # entries at the outbox's head that go before what callers queued (resent EVALs)
-        self._inflight: deque[tuple[asyncio.Future[Reply], Fallback]] = deque()
+        self._inflight: deque[tuple[Target, Fallback]] = deque()
+        self._idle: asyncio.Future[None] | None = None  # aclose() waits for the last reply on it
         self._wakeup = asyncio.Event()
         self._flush_pending = False
         self._task: asyncio.Task[None] | None = None  # connects, reconnects, drains full buffers
@@ -182,18 +222,26 @@ class Node:
 
     def send(self, *args: bytes | str | int, limited: bool = False, fallback: Fallback = None) -> asyncio.Future[Reply]:
         """Queue one command; the future resolves to its reply or a :class:`Failure`."""
+        fut: asyncio.Future[Reply] = self._ensure_running().create_future()
+        self.send_into(fut, *args, limited=limited, fallback=fallback)
+        return fut
+
+    def send_into(
+        self, target: Target, *args: bytes | str | int, limited: bool = False, fallback: Fallback = None
+    ) -> None:
+        """Queue one command whose reply (or :class:`Failure`) is handed to *target*: at once when
+        the command cannot be sent, else from ``data_received`` (no future, no callback to schedule)."""
         loop = self._ensure_running()
-        fut: asyncio.Future[Reply] = loop.create_future()
         if self._closed:
-            fut.set_result(CLOSED if self.fault is None else self._fault_failure())
-            return fut
+            target.set_result(CLOSED if self.fault is None else self._fault_failure())
+            return
         if self._down_until and _clock.now() < self._down_until:
-            fut.set_result(Failure(Vote.SKIPPED, f"node down ({self._down_reason})"))
-            return fut
+            target.set_result(Failure(Vote.SKIPPED, f"node down ({self._down_reason})"))
+            return
         if limited and len(self._outbox) + len(self._inflight) >= self._max_queued and self._stalled():
-            fut.set_result(Failure(Vote.SKIPPED, f"stalled: {self.queued} commands unanswered"))
-            return fut
-        self._outbox.append((_pack(args), fut, fallback))
+            target.set_result(Failure(Vote.SKIPPED, f"stalled: {self.queued} commands unanswered"))
+            return
+        self._outbox.append((_pack(args), target, fallback))
         self.sent += 1
         if not self._flush_pending:
             if not self._inflight and len(self._outbox) == 1:
@@ -204,7 +252,6 @@ class Node:
                 # Busy: whatever else is sent during this loop turn goes in the same write.
                 self._flush_pending = True
                 loop.call_soon(self._flush)
-        return fut
 
     def send_script(
         self, script: Script, keys: tuple[bytes, ...], args: tuple[bytes | int, ...], *, limited: bool = False
@@ -218,15 +265,27 @@ class Node:
             b"EVALSHA", script.sha, len(keys), *keys, *args, limited=limited, fallback=(script, keys, args)
         )
 
-    def send_first(self, *commands: tuple[bytes | str | int, ...]) -> list[asyncio.Future[Reply]]:
-        """Queue *commands* ahead of everything waiting (for on_ready: the first thing a new connection says)."""
-        assert self._loop is not None
-        futures = [self._loop.create_future() for _ in commands]
-        self._outbox[:0] = [(_pack(args), fut, None) for args, fut in zip(commands, futures, strict=True)]
-        self._front += len(commands)
+    def script_into(
+        self,
+        target: Target,
+        script: Script,
+        keys: tuple[bytes, ...],
+        args: tuple[bytes | int, ...],
+        *,
+        limited: bool = False,
+    ) -> None:
+        """:meth:`send_script`, its reply handed to *target* (see :meth:`send_into`)."""
+        self.send_into(
+            target, b"EVALSHA", script.sha, len(keys), *keys, *args, limited=limited, fallback=(script, keys, args)
+        )
+
+    def send_first(self, *requests: tuple[Target, tuple[bytes | str | int, ...]]) -> None:
+        """Queue (target, command) pairs ahead of everything waiting (for on_ready: the first thing a
+        new connection says)."""
+        self._outbox[:0] = [(_pack(command), target, None) for target, command in requests]
+        self._front += len(requests)
         if not self._wakeup.is_set():
             self._wakeup.set()
-        return futures
 
     def _stalled(self) -> bool:
         return _clock.now() - self._progress > self._stall_after
@@ -263,10 +322,10 @@ class Node:
         """Let queued commands go out and be answered (up to *grace* seconds), then close."""
         if self._closed:
             return
-        waiting = [fut for _, fut, _ in self._outbox] + [fut for fut, _ in self._inflight]
         try:
-            if waiting and grace > 0:
-                await asyncio.wait(waiting, timeout=grace)
+            if (self._outbox or self._inflight) and grace > 0 and self._loop is not None:
+                self._idle = idle = self._loop.create_future()
+                await asyncio.wait([idle], timeout=grace)
         finally:
             # Whatever happened to the wait (cancelled again, as anyio does): close all the same.
             self.close_now()
@@ -320,7 +379,7 @@ class Node:
         except (OSError, RuntimeError) as exc:
             self._broken(exc)
 
-    def _take_outbox(self) -> list[tuple[bytes, asyncio.Future[Reply], Fallback]]:
+    def _take_outbox(self) -> list[tuple[bytes, Target, Fallback]]:
         """Move the outbox in line for replies (before the write: no reply can come for a future not waiting)."""
         batch, self._outbox, self._front = self._outbox, [], 0
         if not self._inflight:
@@ -514,6 +573,14 @@ class Node:
         now = self._progress = _clock.now()
         if self._rtt_since:
             self._sample_rtt(now - self._rtt_since)
+        if self._idle is not None and not inflight and not self._outbox:
+            self._answered()
+
+    def _answered(self) -> None:
+        """Every command queued was answered (or failed): aclose() may close now."""
+        idle, self._idle = self._idle, None
+        if idle is not None and not idle.done():
+            idle.set_result(None)
 
     def _sample_rtt(self, sample: float) -> None:
         self._rtt_since = 0.0
@@ -536,9 +603,7 @@ class Node:
         if self._outbox or self._on_connect is not None:
             self._wakeup.set()
 
-    def _script_missing(
-        self, fallback: tuple[Script, tuple[bytes, ...], tuple[bytes | int, ...]], fut: asyncio.Future[Reply]
-    ) -> None:
+    def _script_missing(self, fallback: tuple[Script, tuple[bytes, ...], tuple[bytes | int, ...]], fut: Target) -> None:
         """The server lost a script (SCRIPT FLUSH, a restart): send it again as EVAL, in order where order matters.
 
         The EVAL goes ahead of every command not yet written, but after those
@@ -574,12 +639,9 @@ class Node:
         """
         if not self._scripts:
             return
-        loop = self._loop
-        assert loop is not None
-        preload = []
-        for script in self._scripts:
-            fut: asyncio.Future[Reply] = loop.create_future()
-            preload.append((_pack((b"SCRIPT", b"LOAD", script.source)), fut, None))
+        preload: list[tuple[bytes, Target, Fallback]] = [
+            (_pack((b"SCRIPT", b"LOAD", script.source)), IGNORED, None) for script in self._scripts
+        ]
         self._outbox[:0] = preload
         self._front += len(preload)
 
@@ -588,6 +650,8 @@ class Node:
             fut, _ = self._inflight.popleft()
             if not fut.done():
                 fut.set_result(failure)
+        if self._idle is not None and not self._outbox:
+            self._answered()
 
     def _fail_all(self, failure: Failure) -> None:
         outbox, self._outbox, self._front = self._outbox, [], 0

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 from redlock_async import _clock
 from redlock_async._algorithm import Marker, quorum, sit_out
-from redlock_async._node import Failure, Node, Reply
+from redlock_async._node import Failure, Node, Reaction, Reply
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +72,13 @@ class Quarantine:
     def on_ready(self, node: Node) -> None:
         """A new connection to *node*: count nothing from it until the probe is answered."""
         node.quarantined_until = math.inf
-        info, marker = node.send_first((b"INFO", b"server"), (b"GET", self._marker))
-        # Replies come in order: when the marker's is in, so is INFO's.
-        marker.add_done_callback(lambda fut: self._probed(node, info.result(), fut.result()))
+        # Replies come in order: when the marker's is in, so is INFO's. Both are read the moment
+        # they are parsed, before any vote that follows them on this connection is counted.
+        info: list[Reply] = []
+        node.send_first(
+            (Reaction(info.append), (b"INFO", b"server")),
+            (Reaction(lambda marker: self._probed(node, info[0], marker)), (b"GET", self._marker)),
+        )
 
     def _probed(self, node: Node, info: Reply, marker: Reply) -> None:
         if self._closed or _lost(info) or _lost(marker):
@@ -182,10 +186,10 @@ class Quarantine:
             self._served(i)
             return
 
-        def answered(fut: asyncio.Future[Reply]) -> None:
+        def answered(reply: Reply) -> None:
             if self._closed or i not in self._suspects or math.isinf(node.quarantined_until):
                 return  # decided otherwise meanwhile (a new probe, the fresh-cluster check)
-            if _marker_state(fut.result(), self._run_ids[i], self._period()) is Marker.CURRENT:
+            if _marker_state(reply, self._run_ids[i], self._period()) is Marker.CURRENT:
                 self._suspects.discard(i)
                 self._marked[i] = True
                 self._sit_out(i, 0.0, "")
@@ -195,7 +199,7 @@ class Quarantine:
             later = min(delay * 2, max(left, 0.0), self._period() / 4)
             self._timers[i] = asyncio.get_running_loop().call_later(later, self._recheck, i, delay * 2)
 
-        node.send(b"GET", self._marker).add_done_callback(answered)
+        node.send_into(Reaction(answered), b"GET", self._marker)
 
     def _mark(self, i: int) -> None:
         self._marked[i] = True

@@ -8,15 +8,14 @@ cancelled, so a release or a give-back queued here always reaches the nodes.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from redlock_async import _algorithm, _clock
 from redlock_async._algorithm import Verdict, Vote
 from redlock_async._fanout import Ballot, vote_of_counters, vote_of_fenced, vote_of_script, vote_of_set
-from redlock_async._node import Failure, Node, Reply
+from redlock_async._node import IGNORED, Failure, Node
 from redlock_async._scripts import (
     ACQUIRE_ALL,
     ACQUIRE_ALL_FENCED,
@@ -84,28 +83,31 @@ async def attempt(
     round is given back."""
     token = new_token(owner)
     ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
-    started = _clock.now()
-    vote: Callable[[Reply], Vote]
     if len(keys) == 1:
         if settings.fencing:
-            futures = [
-                node.send_script(ACQUIRE_FENCED, (keys[0], fence_keys[0]), (token, ttl_ms), limited=True)
-                for node in nodes
-            ]
-            vote = vote_of_fenced
+            ballot = Ballot(nodes, vote_of_fenced, settings.node_timeout)
+            started = _clock.now()
+            pair = (keys[0], fence_keys[0])
+            for node, seat in zip(nodes, ballot.seats, strict=True):
+                node.script_into(seat, ACQUIRE_FENCED, pair, (token, ttl_ms), limited=True)
         else:
-            futures = [node.send(b"SET", keys[0], token, b"NX", b"PX", ttl_ms, limited=True) for node in nodes]
-            vote = vote_of_set
+            ballot = Ballot(nodes, vote_of_set, settings.node_timeout)
+            started = _clock.now()
+            key = keys[0]
+            for node, seat in zip(nodes, ballot.seats, strict=True):
+                node.send_into(seat, b"SET", key, token, b"NX", b"PX", ttl_ms, limited=True)
     elif settings.fencing:
+        ballot = Ballot(nodes, vote_of_counters, settings.node_timeout)
+        started = _clock.now()
         both = keys + fence_keys
-        futures = [node.send_script(ACQUIRE_ALL_FENCED, both, (token, ttl_ms), limited=True) for node in nodes]
-        vote = vote_of_counters
+        for node, seat in zip(nodes, ballot.seats, strict=True):
+            node.script_into(seat, ACQUIRE_ALL_FENCED, both, (token, ttl_ms), limited=True)
     else:
-        futures = [node.send_script(ACQUIRE_ALL, keys, (token, ttl_ms), limited=True) for node in nodes]
-        vote = vote_of_script
-    return await _decide(
-        nodes, keys, fence_keys if settings.fencing else None, token, started, futures, vote, settings, None
-    )
+        ballot = Ballot(nodes, vote_of_script, settings.node_timeout)
+        started = _clock.now()
+        for node, seat in zip(nodes, ballot.seats, strict=True):
+            node.script_into(seat, ACQUIRE_ALL, keys, (token, ttl_ms), limited=True)
+    return await _decide(nodes, keys, fence_keys if settings.fencing else None, token, started, ballot, settings, None)
 
 
 async def attempt_permit(
@@ -121,14 +123,16 @@ async def attempt_permit(
     """One round for one permit slot of a semaphore (ACQUIRE_PERMIT), given back when not granted."""
     token = b"%d:" % limit + new_token(owner)
     ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
+    ballot = Ballot(nodes, vote_of_script, settings.node_timeout)
     started = _clock.now()
     args = (token, ttl_ms, limit, slot_prefix)
-    futures = [node.send_script(ACQUIRE_PERMIT, (slot, widest), args, limited=True) for node in nodes]
-    result = await _decide(nodes, (slot,), None, token, started, futures, vote_of_script, settings, channel)
+    for node, seat in zip(nodes, ballot.seats, strict=True):
+        node.script_into(seat, ACQUIRE_PERMIT, (slot, widest), args, limited=True)
+    result = await _decide(nodes, (slot,), None, token, started, ballot, settings, channel)
     if result.validity is None:
         free: dict[int, int] = {}
-        for fut in futures:
-            if fut.done() and isinstance(reply := fut.result(), list):
+        for reply in ballot.replies:
+            if isinstance(reply, list):
                 for other in reply:
                     free[other] = free.get(other, 0) + 1
         result.free = free
@@ -141,47 +145,42 @@ async def _decide(
     fence_keys: tuple[bytes, ...] | None,
     token: bytes,
     started: float,
-    futures: list[asyncio.Future[Reply]],
-    vote: Callable[[Reply], Vote],
+    sent: Ballot,
     settings: Settings,
     channel: bytes | None,
 ) -> Attempt:
     """Count the round's votes (and fence a won one); give a failed or cancelled round back."""
-    ballot = Ballot(nodes, futures, vote, settings.node_timeout)
+    ballot = sent.start()
     fencing_tokens: tuple[int, ...] | None = None
     try:
         await ballot.wait()
         if fence_keys is not None and ballot.verdict is Verdict.WON:
-            fencing_tokens, ballot = await _fence(
-                nodes, keys, fence_keys, token, futures, ballot, settings.node_timeout
-            )
+            fencing_tokens, ballot = await _fence(nodes, keys, fence_keys, token, sent, settings.node_timeout)
     except BaseException:
         # Cancelled mid-vote: the SETs are out and may succeed; hand back
         # every one of them before the cancellation goes on (queued, no await).
-        send_release(nodes, keys, token, skip=never_sent(futures), channel=channel)
+        send_release(nodes, keys, token, skip=sent.never_sent(), channel=channel)
         raise
     validity = _algorithm.granted(
         len(nodes), ballot.votes, _algorithm.ttl_to_ms(settings.ttl) / 1000, started, ballot.decided_at,
         settings.drift_factor,
     )  # fmt: skip
+    skip = sent.never_sent()
     if validity is None:
         # Failed: release everywhere the SET may have run (a lost reply
         # still set the key), and wait for the nodes known or likely to hold it.
-        releases = send_release(nodes, keys, token, skip=never_sent(futures), channel=channel)
         holders = ballot.voted(Vote.YES, Vote.PENDING)
-        if holders:
-            await Ballot(
-                nodes, releases, vote_of_script, settings.node_timeout, majority=False, wait_for=holders
-            ).wait()
-    codes = (
-        [
-            reply
-            for fut in futures
-            if fut.done() and isinstance(reply := fut.result(), int) and not isinstance(reply, bool) and reply < 0
+        releases = (
+            Ballot(nodes, vote_of_script, settings.node_timeout, majority=False, wait_for=holders) if holders else None
+        )
+        send_release(nodes, keys, token, skip=skip, channel=channel, into=releases)
+        if releases is not None:
+            await releases.start().wait()
+        codes = [
+            reply for reply in sent.replies if isinstance(reply, int) and not isinstance(reply, bool) and reply < 0
         ]
-        if validity is None
-        else []
-    )
+    else:
+        codes = []
     return Attempt(
         token=token,
         keys=keys,
@@ -191,7 +190,7 @@ async def _decide(
         votes=ballot.votes,
         details=ballot.details,
         holders=ballot.voted(Vote.YES),
-        skip=never_sent(futures),
+        skip=skip,
         fencing_tokens=fencing_tokens if validity is not None else None,
         codes=codes,
     )
@@ -202,8 +201,7 @@ async def _fence(
     keys: tuple[bytes, ...],
     fence_keys: tuple[bytes, ...],
     token: bytes,
-    granted: Sequence[asyncio.Future[Reply]],
-    ballot: Ballot,
+    granted: Ballot,
     node_timeout: float,
 ) -> tuple[tuple[int, ...], Ballot]:
     """Choose each key's fencing token and make a majority hold them; the returned ballot decides the grant.
@@ -215,26 +213,29 @@ async def _fence(
     a counter at least this high. (Taking the largest counter alone is not
     enough: see docs/fencing.md for the sequence that breaks it.)
     """
-    answers = [fut.result() for fut, vote in zip(granted, ballot.votes, strict=True) if vote is Vote.YES]
+    answers = [reply for reply, vote in zip(granted.replies, granted.votes, strict=True) if vote is Vote.YES]
+    fenced = Ballot(nodes, vote_of_script, node_timeout)
     if len(keys) == 1:
         chosen: tuple[int, ...] = (max(answers) + 1,)
-        futures = [
-            node.send_script(FENCE, (keys[0], fence_keys[0]), (token, chosen[0]), limited=True) for node in nodes
-        ]
+        names = (keys[0], fence_keys[0])
+        for node, seat in zip(nodes, fenced.seats, strict=True):
+            node.script_into(seat, FENCE, names, (token, chosen[0]), limited=True)
     else:
         chosen = tuple(max(counters[i] for counters in answers) + 1 for i in range(len(keys)))
         both = keys + fence_keys
-        futures = [node.send_script(FENCE_ALL, both, (token, *chosen), limited=True) for node in nodes]
-    fenced = Ballot(nodes, futures, vote_of_script, node_timeout)
-    await fenced.wait()
+        for node, seat in zip(nodes, fenced.seats, strict=True):
+            node.script_into(seat, FENCE_ALL, both, (token, *chosen), limited=True)
+    await fenced.start().wait()
     return chosen, fenced
 
 
 def send_extend(nodes: Sequence[Node], keys: tuple[bytes, ...], token: bytes, ttl_ms: int, timeout: float) -> Ballot:
     """Compare-and-PEXPIRE (of every key, all or none) on every node; ``await ballot.wait()`` for the votes."""
     script = EXTEND if len(keys) == 1 else EXTEND_ALL
-    futures = [node.send_script(script, keys, (token, ttl_ms), limited=True) for node in nodes]
-    return Ballot(nodes, futures, vote_of_script, timeout)
+    ballot = Ballot(nodes, vote_of_script, timeout)
+    for node, seat in zip(nodes, ballot.seats, strict=True):
+        node.script_into(seat, script, keys, (token, ttl_ms), limited=True)
+    return ballot.start()
 
 
 def send_release(
@@ -244,35 +245,22 @@ def send_release(
     skip: Sequence[int],
     *,
     channel: bytes | None = None,
-) -> list[asyncio.Future[Reply]]:
+    into: Ballot | None = None,
+) -> None:
     """Queue compare-and-delete on every node but *skip* (synchronous: survives cancellation).
 
-    The waiters are told on each key's channel, or on *channel* (a semaphore's permits share one).
+    The replies go to *into* (a ballot not started yet), or nowhere. The waiters are
+    told on each key's channel, or on *channel* (a semaphore's permits share one).
     """
     names: tuple[bytes, ...]
     if len(keys) == 1:
         script, names = RELEASE, (keys if channel is None else (keys[0], channel))
     else:
         script, names = RELEASE_ALL, keys
-    futures: list[asyncio.Future[Reply]] = []
+    args = (token,)
     for i, node in enumerate(nodes):
+        target = IGNORED if into is None else into.seats[i]
         if i in skip:
-            futures.append(_resolved(Failure(Vote.SKIPPED, "never sent")))
+            target.set_result(Failure(Vote.SKIPPED, "never sent"))
         else:
-            futures.append(node.send_script(script, names, (token,)))
-    return futures
-
-
-def never_sent(futures: Sequence[asyncio.Future[Reply]]) -> list[int]:
-    """Nodes whose request was refused before it was sent: nothing there to release."""
-    return [
-        i
-        for i, fut in enumerate(futures)
-        if fut.done() and isinstance(fut.result(), Failure) and fut.result().vote is Vote.SKIPPED
-    ]
-
-
-def _resolved(value: Reply) -> asyncio.Future[Reply]:
-    fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-    fut.set_result(value)
-    return fut
+            node.script_into(target, script, names, args)

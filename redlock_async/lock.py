@@ -20,7 +20,6 @@ from redlock_async import _algorithm, _clock, _handoff, _requests
 from redlock_async._cleanup import complete
 from redlock_async._fanout import Ballot, outcomes, vote_of_script
 from redlock_async._lease import Lease, Phase, move
-from redlock_async._node import Reply
 from redlock_async._settings import Settings, check_duration
 from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome
 from redlock_async.events import EventKind, LockEvent
@@ -407,9 +406,9 @@ class Lock:
         """Where a waiter listens for the release that may let it in."""
         return self._blocked
 
-    def _send_release(self, token: bytes, skip: Sequence[int]) -> list[asyncio.Future[Reply]]:
+    def _send_release(self, token: bytes, skip: Sequence[int], into: Ballot | None = None) -> None:
         """Queue compare-and-delete on every node but *skip* (synchronous: survives cancellation)."""
-        return _requests.send_release(self._cluster.nodes, self._lease.keys, token, skip)
+        _requests.send_release(self._cluster.nodes, self._lease.keys, token, skip, into=into)
 
     # -- extend -------------------------------------------------------------------
 
@@ -489,28 +488,31 @@ class Lock:
 
     async def _lose(self, why: str, holders: Sequence[int]) -> LockLost:
         """The lease is gone (explicit extend): free what is left of it, and wait for the holders."""
-        releases, wait_for = self._mark_lost(why, holders)
-        if wait_for:
-            nodes = self._cluster.nodes
-            await Ballot(
-                nodes, releases, vote_of_script, self._settings.node_timeout, majority=False, wait_for=wait_for
-            ).wait()
+        releases = self._mark_lost(why, holders, wait=True)
+        if releases is not None:
+            await releases.start().wait()
         assert self._lost is not None
         return self._lost
 
     def _mark_lost(
-        self, why: str, holders: Sequence[int], *, watchdog: bool = False
-    ) -> tuple[list[asyncio.Future[Reply]], list[int]]:
-        """Lost for good: no extension can bring it back. Queue the releases (no await)."""
+        self, why: str, holders: Sequence[int], *, watchdog: bool = False, wait: bool = False
+    ) -> Ballot | None:
+        """Lost for good: no extension can bring it back. Queue the releases (no await); with *wait*,
+        return the ballot (not started) of the nodes that held it, None when none did."""
         assert self._lease.token is not None
         self._state = move(self._state, Phase.LOST)
         self._cluster.held.discard(self)
         self._lost = LockLost(why, resource=self._name, outcomes=self.outcomes)
-        releases = self._send_release(self._lease.token, skip=self._lease.skip)
-        wait_for = sorted(set(holders) | set(self._lease.holders))
+        wait_for = sorted(set(holders) | set(self._lease.holders)) if wait else []
+        releases = (
+            Ballot(self._cluster.nodes, vote_of_script, self._settings.node_timeout, majority=False, wait_for=wait_for)
+            if wait_for
+            else None
+        )
+        self._send_release(self._lease.token, skip=self._lease.skip, into=releases)
         self._lease.holders = []
         self._emit_lost(why, watchdog=watchdog)
-        return releases, wait_for
+        return releases
 
     # -- the watchdog's side ------------------------------------------------------
     #
@@ -642,16 +644,11 @@ class Lock:
         self._state, self._lease.token, self._lease.holders = move(self._state, Phase.IDLE), None, []
         self._cluster.held.discard(self)
         self._watched = False  # the watchdog drops it at its next look
-        futures = self._send_release(token, skip=self._lease.skip)
         ballot = Ballot(
-            self._cluster.nodes,
-            futures,
-            vote_of_script,
-            self._settings.node_timeout,
-            majority=False,
-            wait_for=holders,
+            self._cluster.nodes, vote_of_script, self._settings.node_timeout, majority=False, wait_for=holders
         )
-        await ballot.wait()
+        self._send_release(token, skip=self._lease.skip, into=ballot)
+        await ballot.start().wait()
         self._last_votes, self._last_details = ballot.votes, ballot.details
         # Silent otherwise: a node that refuses the script (ACL, renamed EVALSHA) keeps every key until it expires.
         error = _algorithm.Vote.ERROR
@@ -777,16 +774,14 @@ class Lock:
         assert self._lease.token is not None
         token, holders = self._lease.token, self._lease.holders
         self._lease.token, self._lease.holders = None, []
-        futures = self._send_release(token, skip=self._lease.skip)
         # The question is only whether those nodes still held our key when the release
         # ran; a busy loop may read the answers late, so wait for them up to a connect timeout.
         settings = self._settings
         nodes = self._cluster.nodes
         wait = max(settings.node_timeout, settings.connect_timeout)
-        ballot = Ballot(
-            nodes, futures, vote_of_script, wait, majority=False, wait_for=holders, rearm=settings.node_timeout
-        )
-        await ballot.wait()
+        ballot = Ballot(nodes, vote_of_script, wait, majority=False, wait_for=holders, rearm=settings.node_timeout)
+        self._send_release(token, skip=self._lease.skip, into=ballot)
+        await ballot.start().wait()
         self._last_votes, self._last_details = ballot.votes, ballot.details
         kept = sum(1 for i in holders if ballot.votes[i] is _algorithm.Vote.YES)
         confirmed = kept >= _algorithm.quorum(len(nodes))

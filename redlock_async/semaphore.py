@@ -32,10 +32,8 @@ from redlock_async.errors import LockLost
 from redlock_async.lock import Lock, default_owner, resource_key
 
 if TYPE_CHECKING:
-    import asyncio
-
     from redlock_async._cluster import Cluster
-    from redlock_async._node import Reply
+    from redlock_async._fanout import Ballot
 
 MAX_LIMIT = 1024
 """Most permits one semaphore has (each acquire's script looks at every slot once)."""
@@ -128,5 +126,5 @@ class Semaphore(Lock):
                 return result  # no slot is free on a majority: every permit is held
             slot = _random.choice([other for other, count in free.items() if count == best])
 
-    def _send_release(self, token: bytes, skip: Sequence[int]) -> list[asyncio.Future[Reply]]:
-        return _requests.send_release(self._cluster.nodes, self._lease.keys, token, skip, channel=self._keys[0])
+    def _send_release(self, token: bytes, skip: Sequence[int], into: Ballot | None = None) -> None:
+        _requests.send_release(self._cluster.nodes, self._lease.keys, token, skip, channel=self._keys[0], into=into)

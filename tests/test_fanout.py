@@ -34,7 +34,7 @@ def replies(n: int = 5) -> list[asyncio.Future[Reply]]:
 
 async def test_a_majority_of_yes_decides_before_the_others_answer() -> None:
     nodes, futures = fake_nodes(), replies()
-    ballot = Ballot(nodes, futures, vote_of_set, timeout=5.0)
+    ballot = Ballot.of(nodes, futures, vote_of_set, timeout=5.0)
     for i in (0, 1):
         futures[i].set_result(b"OK")
     await asyncio.sleep(0)
@@ -46,7 +46,7 @@ async def test_a_majority_of_yes_decides_before_the_others_answer() -> None:
 
 async def test_a_late_reply_does_not_change_a_decided_ballot() -> None:
     nodes, futures = fake_nodes(), replies()
-    ballot = Ballot(nodes, futures, vote_of_set, timeout=5.0)
+    ballot = Ballot.of(nodes, futures, vote_of_set, timeout=5.0)
     for i in (0, 1, 2):
         futures[i].set_result(None)  # SET NX: the key exists
     assert await ballot.wait() is Verdict.LOST
@@ -62,7 +62,7 @@ async def test_a_late_reply_does_not_change_a_decided_ballot() -> None:
 async def test_a_quarantined_yes_counts_against_the_quorum_and_says_why() -> None:
     nodes, futures = fake_nodes(), replies()
     cast(Any, nodes[0]).quarantined_until = time.monotonic() + 30
-    ballot = Ballot(nodes, futures, vote_of_set, timeout=5.0)
+    ballot = Ballot.of(nodes, futures, vote_of_set, timeout=5.0)
     for i in range(3):
         futures[i].set_result(b"OK")
     await asyncio.sleep(0)
@@ -76,7 +76,7 @@ async def test_a_quarantined_yes_counts_against_the_quorum_and_says_why() -> Non
 
 async def test_silent_nodes_time_out_and_errors_keep_their_words() -> None:
     nodes, futures = fake_nodes(), replies()
-    ballot = Ballot(nodes, futures, vote_of_script, timeout=0.02)
+    ballot = Ballot.of(nodes, futures, vote_of_script, timeout=0.02)
     futures[0].set_result(1)
     futures[1].set_result(Failure(Vote.ERROR, "connection lost"))
     assert await asyncio.wait_for(ballot.wait(), 1.0) is Verdict.LOST
@@ -87,7 +87,7 @@ async def test_silent_nodes_time_out_and_errors_keep_their_words() -> None:
 
 async def test_a_release_ballot_waits_for_every_holder_only() -> None:
     nodes, futures = fake_nodes(), replies()
-    ballot = Ballot(nodes, futures, vote_of_script, timeout=5.0, majority=False, wait_for=[1, 3])
+    ballot = Ballot.of(nodes, futures, vote_of_script, timeout=5.0, majority=False, wait_for=[1, 3])
     futures[1].set_result(1)
     await asyncio.sleep(0)
     assert ballot.verdict is Verdict.UNDECIDED
@@ -101,7 +101,7 @@ async def test_a_slow_node_measured_as_slow_gets_its_time() -> None:
     nodes, futures = fake_nodes(3), replies(3)
     for node in nodes:
         cast(Any, node).rto = 0.15
-    ballot = Ballot(nodes, futures, vote_of_set, timeout=0.01)
+    ballot = Ballot.of(nodes, futures, vote_of_set, timeout=0.01)
     await asyncio.sleep(0.05)  # past the 10 ms node_timeout, within the measured 150 ms
     assert ballot.verdict is Verdict.UNDECIDED
     for future in futures:
