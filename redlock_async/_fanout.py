@@ -12,7 +12,10 @@ keeping each connection in step.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,6 +30,70 @@ LATE = 0.001
 """A timer firing this many seconds late means the loop was blocked, not that the nodes were slow."""
 
 
+class _Timers:
+    """The deadlines of one event loop: one heap of ``(when, seq, deadline)`` and one loop timer.
+
+    Each ballot has a deadline, and nearly every ballot is decided long before it:
+    a loop timer per ballot (a ``TimerHandle``, pushed on the loop's heap and
+    compared there by a Python ``__lt__``) cost more than the rest of the
+    ballot's bookkeeping. Here arming is one ``heappush`` of a tuple (compared
+    in C) and cancelling sets a flag; the one loop timer is armed for the
+    earliest deadline still live, and on firing drops the cancelled ones. So it
+    fires about once per node timeout while ballots come and go, not once per
+    ballot.
+    """
+
+    __slots__ = ("__weakref__", "_armed_at", "_handle", "_heap", "_loop", "_seq")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._heap: list[tuple[float, int, Deadline]] = []
+        self._handle: asyncio.TimerHandle | None = None
+        self._armed_at = math.inf
+        self._seq = itertools.count()
+
+    def add(self, when: float, deadline: Deadline) -> None:
+        heapq.heappush(self._heap, (when, next(self._seq), deadline))
+        if when < self._armed_at:
+            self._arm(when)
+
+    def _arm(self, when: float) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._armed_at = when
+        self._handle = self._loop.call_later(max(when - _clock.now(), 0.0), self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        now = _clock.now()
+        # Due: everything up to now, and up to the time this timer was for (a loop's timer
+        # may fire a hair early by our clock, or the clock may be a test's, standing still).
+        due = max(now, self._armed_at)
+        self._armed_at = math.inf
+        heap = self._heap
+        while heap and heap[0][0] <= due:
+            when, _, deadline = heapq.heappop(heap)
+            if deadline.live:
+                deadline.expire(now - when)
+        while heap and not heap[0][2].live:
+            heapq.heappop(heap)
+        if heap:
+            if heap[0][0] < self._armed_at:
+                self._arm(heap[0][0])
+        else:
+            _timers.pop(self._loop, None)
+
+
+_timers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Timers] = weakref.WeakKeyDictionary()
+
+
+def _timers_of(loop: asyncio.AbstractEventLoop) -> _Timers:
+    timers = _timers.get(loop)
+    if timers is None:
+        timers = _timers[loop] = _Timers(loop)
+    return timers
+
+
 class Deadline:
     """Calls back once the nodes had *timeout* seconds of a running event loop to answer.
 
@@ -39,12 +106,13 @@ class Deadline:
     fires late gives the nodes one fresh window, and any timer, late or not,
     waits three loop turns before it calls back: a reply already in a socket
     needs one turn for the socket event (``data_received`` parses it and
-    resolves its future) and one for the vote callback; the third is spare.
-    Waiting longer never makes a lock unsafe: validity is counted from the
-    start of the attempt.
+    counts it) and the others are spare. Waiting longer never makes a lock
+    unsafe: validity is counted from the start of the attempt.
+
+    Armed on the loop's shared :class:`_Timers`; ``cancel()`` only marks it.
     """
 
-    __slots__ = ("_callback", "_handle", "_loop", "_rearm", "_rearmed", "_turns", "_when")
+    __slots__ = ("_callback", "_handle", "_loop", "_rearm", "_rearmed", "_turns", "live")
 
     TURNS = 3
 
@@ -63,27 +131,32 @@ class Deadline:
         self._callback = callback
         self._rearmed = False
         self._turns = self.TURNS
-        self._when = _clock.now() + timeout
-        self._handle: asyncio.Handle = loop.call_later(timeout, self._fire)
+        self._handle: asyncio.Handle | None = None
+        self.live = True
+        _timers_of(loop).add(_clock.now() + timeout, self)
 
-    def _fire(self) -> None:
-        now = _clock.now()
-        if not self._rearmed and self._rearm and now - self._when > LATE:
+    def expire(self, late: float) -> None:
+        """Its time came, *late* seconds after it was due."""
+        if not self._rearmed and self._rearm and late > LATE:
             self._rearmed = True
-            self._when = now + self._rearm
-            self._handle = self._loop.call_later(self._rearm, self._fire)
+            _timers_of(self._loop).add(_clock.now() + self._rearm, self)
             return
         self._turn()
 
     def _turn(self) -> None:
+        if not self.live:
+            return
         if self._turns:
             self._turns -= 1
             self._handle = self._loop.call_soon(self._turn)
             return
+        self.live = False
         self._callback()
 
     def cancel(self) -> None:
-        self._handle.cancel()
+        self.live = False
+        if self._handle is not None:
+            self._handle.cancel()
 
 
 def vote_of_set(reply: Reply) -> Vote:

@@ -16,7 +16,7 @@ from typing import Any, cast
 import looptime
 
 from redlock_async import _clock
-from redlock_async._node import Node, Reply
+from redlock_async._node import Node, Target
 from redlock_async._quarantine import Quarantine, marker_value
 
 PERIOD = 10.0
@@ -35,21 +35,24 @@ class FakeNode:
     connect_started: float = 0.0
     written: list[tuple[bytes, ...]] = field(default_factory=list)
 
-    def _now(self, reply: Reply) -> asyncio.Future[Reply]:
-        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        fut.set_result(reply)
-        return fut
-
-    def send_first(self, *commands: tuple[bytes, ...]) -> list[asyncio.Future[Reply]]:
+    def send_first(self, *requests: tuple[Target, tuple[bytes, ...]]) -> None:
+        """A real node hands the replies over as it parses them, in order: here, at once."""
         info = b"# Server\r\nrun_id:%s\r\nuptime_in_seconds:%d\r\n" % (self.run_id, self.uptime)
-        return [self._now(info), self._now(self.marker)]
+        for (target, _), reply in zip(requests, (info, self.marker), strict=True):
+            target.set_result(reply)
 
-    def send(self, *args: bytes) -> asyncio.Future[Reply]:
+    def send_into(self, target: Target, *args: bytes) -> None:
         self.written.append(args)
         if args[0] == b"SET":
             self.marker = args[2]
-            return self._now(b"OK")
-        return self._now(self.marker)  # GET
+            target.set_result(b"OK")
+        else:
+            target.set_result(self.marker)  # GET
+
+    def send(self, *args: bytes) -> None:
+        self.written.append(args)
+        if args[0] == b"SET":
+            self.marker = args[2]
 
 
 def virtual(test: Callable[[], Awaitable[None]]) -> None:
@@ -143,18 +146,16 @@ def test_a_spare_without_our_marker_sits_out_the_period_whatever_its_uptime() ->
 def test_a_probe_in_flight_counts_nothing_from_the_node() -> None:
     quarantine, nodes = cluster(marked=True)
     node = nodes[0]
-    futures: list[asyncio.Future[Reply]] = []
+    held: list[tuple[Target, tuple[bytes, ...]]] = []
 
     async def test() -> None:
-        loop = asyncio.get_running_loop()
-
-        def pending(*commands: tuple[bytes, ...]) -> list[asyncio.Future[Reply]]:
-            futures.extend(loop.create_future() for _ in commands)
-            return futures
+        def pending(*requests: tuple[Target, tuple[bytes, ...]]) -> None:
+            held.extend(requests)  # sent, not answered yet
 
         node.send_first = pending  # type: ignore[method-assign]
         connect(quarantine, node)
         assert math.isinf(node.quarantined_until)  # until the probe is answered
+        assert [command for _, command in held] == [(b"INFO", b"server"), (b"GET", MARKER)]
         quarantine.close()
 
     virtual(test)
