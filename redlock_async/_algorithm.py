@@ -64,6 +64,12 @@ def quorum(n_nodes: int) -> int:
     return n_nodes // 2 + 1
 
 
+def thresholds(n_nodes: int) -> tuple[int, int]:
+    """(yes votes that win, failed votes that lose) among *n_nodes*: :func:`verdict` as two counts."""
+    need = quorum(n_nodes)
+    return need, n_nodes - need + 1
+
+
 def verdict(n_nodes: int, yes: int, failed: int) -> Verdict:
     """Decide as soon as the outcome is certain.
 
@@ -73,10 +79,10 @@ def verdict(n_nodes: int, yes: int, failed: int) -> Verdict:
     """
     if yes < 0 or failed < 0 or yes + failed > n_nodes:
         raise ValueError(f"impossible tally: {yes} yes + {failed} failed of {n_nodes} nodes")
-    need = quorum(n_nodes)
-    if yes >= need:
+    win, lose = thresholds(n_nodes)
+    if yes >= win:
         return Verdict.WON
-    if n_nodes - failed < need:
+    if failed >= lose:
         return Verdict.LOST
     return Verdict.UNDECIDED
 

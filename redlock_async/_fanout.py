@@ -17,11 +17,13 @@ import itertools
 import math
 import weakref
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from redlock_async import _clock
-from redlock_async._algorithm import Verdict, Vote, patience, quorum, verdict
-from redlock_async._node import Failure, Node, Reply
+from redlock_async._algorithm import Verdict, Vote, patience, quorum, thresholds, verdict
+from redlock_async._node import Failure, Fallback, Node, Reply, pack_script
+from redlock_async._scripts import Script
 from redlock_async.errors import NodeOutcome
 
 Classify = Callable[[Reply], Vote]
@@ -210,30 +212,15 @@ UNANSWERED = Failure(Vote.PENDING, "no reply yet")
 """A ballot's reply from a node that has not answered (yet)."""
 
 
-class _Seat:
-    """One node's place in a ballot: the node's reader hands the reply straight in (``Node.send_into``)."""
-
-    __slots__ = ("_ballot", "_index")
-
-    def __init__(self, ballot: Ballot, index: int) -> None:
-        self._ballot = ballot
-        self._index = index
-
-    def done(self) -> bool:
-        return False  # each seat is queued on one node once, and answered once
-
-    def set_result(self, result: Reply, /) -> None:
-        self._ballot.deliver(self._index, result)
-
-
 class Ballot:
     """The votes of N nodes on one request; ``await ballot.wait()`` for the verdict.
 
-    Made before the request is sent: each node's command is queued with
-    ``node.send_into(ballot.seats[i], ...)``, then :meth:`start` arms the
-    timer. A reply is counted the moment the node's reader parses it (no
-    future, no callback scheduled per reply); every reply is kept in
-    ``replies``, late ones too. :meth:`of` counts the futures of ``send()``.
+    Made before the request is sent: :meth:`send` (or ``node.send_packed(ballot,
+    i, ...)`` per node) queues each node's command with the ballot as its
+    receiver, then :meth:`start` arms the timer. A reply is counted the moment
+    the node's reader parses it (no future, no callback scheduled per reply);
+    every reply is kept in ``replies``, late ones too. :meth:`of` counts the
+    futures of ``send()``.
 
     *wait_for* names the nodes whose answers matter: for acquire and extend,
     all of them, decided by majority (``majority=True``); for a release, the
@@ -244,7 +231,9 @@ class Ballot:
         "_counted",
         "_done",
         "_failed",
+        "_lose_at",
         "_majority",
+        "_need",
         "_open",
         "_rearm",
         "_timeout",
@@ -255,7 +244,6 @@ class Ballot:
         "details",
         "nodes",
         "replies",
-        "seats",
         "verdict",
         "votes",
     )
@@ -273,19 +261,22 @@ class Ballot:
         n = len(nodes)
         # On a slow network, wait as long as the nodes are measured to take (never less than *timeout*).
         indices = range(n) if wait_for is None else wait_for
-        if any(nodes[i].rto > timeout for i in indices):
-            needed = quorum(n) if majority else len(indices)
-            timeout = patience(timeout, [nodes[i].rto for i in indices], needed, math.inf)
+        for i in indices:
+            if nodes[i].rto > timeout:
+                needed = quorum(n) if majority else len(indices)
+                timeout = patience(timeout, [nodes[i].rto for i in indices], needed, math.inf)
+                break
         self.nodes = nodes
         self.classify = classify
         self.votes: list[Vote] = [Vote.PENDING] * n
         self.replies: list[Reply] = [UNANSWERED] * n
-        self.seats = [_Seat(self, i) for i in range(n)]
         self.details: list[str] | None = None  # made on the first failure with words
         self.verdict = Verdict.UNDECIDED
         self.decided_at = 0.0
         self._counted: frozenset[int] | None = None if wait_for is None else frozenset(wait_for)
         self._majority = majority
+        # The verdict rule (_algorithm.verdict) as two counts: won at _need yes, lost at _lose_at failed.
+        self._need, self._lose_at = thresholds(n) if majority else (0, 0)
         self._yes = 0
         self._failed = 0
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -307,12 +298,24 @@ class Ballot:
     ) -> Ballot:
         """A started ballot counting the futures of ``node.send()`` (one per node)."""
         ballot = cls(nodes, classify, timeout, **options)
-        for fut, seat in zip(futures, ballot.seats, strict=True):
+        for i, fut in enumerate(futures):
             if fut.done():
-                seat.set_result(fut.result())
+                ballot.deliver(i, fut.result())
             else:
-                fut.add_done_callback(_deliver_to(seat))
+                fut.add_done_callback(partial(_deliver_to, ballot, i))
         return ballot.start()
+
+    def send(self, packed: bytes, *, limited: bool = False, fallback: Fallback = None) -> Ballot:
+        """Queue one command (packed once) on every node, the replies to this ballot."""
+        for i, node in enumerate(self.nodes):
+            node.send_packed(self, i, packed, limited=limited, fallback=fallback)
+        return self
+
+    def script(
+        self, script: Script, keys: tuple[bytes, ...], args: tuple[bytes | int, ...], *, limited: bool = False
+    ) -> Ballot:
+        """Queue EVALSHA of *script* on every node (see ``Node.send_script``), the replies to this ballot."""
+        return self.send(pack_script(script, keys, args), limited=limited, fallback=(script, keys, args))
 
     def start(self) -> Ballot:
         """Every request is queued: arm the timer, unless the verdict is in already."""
@@ -320,40 +323,48 @@ class Ballot:
             self._timer = Deadline(asyncio.get_running_loop(), self._timeout, self._on_timeout, rearm=self._rearm)
         return self
 
-    def deliver(self, i: int, reply: Reply) -> None:
+    def deliver(self, i: int, reply: Reply, /) -> None:
         """Node *i* answered (or its request failed): keep the reply, count it if it still matters."""
         self.replies[i] = reply
+        if self.verdict is not Verdict.UNDECIDED:
+            return  # a late reply: the request was answered, the decision stands
         counted = self._counted
-        if counted is None or i in counted:
-            self._count(i, reply)
+        if counted is not None and i not in counted:
+            return
+        vote = self.classify(reply)
+        if vote is Vote.YES:
+            if self.nodes[i].quarantined_until and (detail := sitting_out(self.nodes[i])):
+                vote = Vote.QUARANTINED
+                self._say(i, detail)
+        elif type(reply) is Failure:
+            self._say(i, reply.detail)
+        self.votes[i] = vote
+        self._open -= 1
+        if self._majority:
+            if vote is Vote.YES:
+                self._yes += 1
+                if self._yes >= self._need:
+                    self._decide(Verdict.WON)
+            else:
+                self._failed += 1
+                if self._failed >= self._lose_at:
+                    self._decide(Verdict.LOST)
+        else:
+            if vote is Vote.YES:
+                self._yes += 1
+            else:
+                self._failed += 1
+            if not self._open:
+                self._decide(Verdict.WON)
+
+    def _say(self, i: int, detail: str) -> None:
+        if self.details is None:
+            self.details = [""] * len(self.nodes)
+        self.details[i] = detail
 
     def never_sent(self) -> list[int]:
         """Nodes whose request was refused before it was sent: nothing there to release."""
         return [i for i, reply in enumerate(self.replies) if type(reply) is Failure and reply.vote is Vote.SKIPPED]
-
-    def _count(self, i: int, reply: Reply) -> None:
-        if self.verdict is not Verdict.UNDECIDED:
-            return  # a late reply: the request was answered, the decision stands
-        vote = self.classify(reply)
-        detail = reply.detail if isinstance(reply, Failure) else None
-        if vote is Vote.YES and self.nodes[i].quarantined_until and (detail := sitting_out(self.nodes[i])):
-            vote = Vote.QUARANTINED
-        self.votes[i] = vote
-        if detail is not None:
-            if self.details is None:
-                self.details = [""] * len(self.nodes)
-            self.details[i] = detail
-        if vote is Vote.YES:
-            self._yes += 1
-        else:
-            self._failed += 1
-        self._open -= 1
-        if self._majority:
-            result = verdict(len(self.nodes), self._yes, self._failed)
-        else:
-            result = Verdict.WON if self._open == 0 else Verdict.UNDECIDED
-        if result is not Verdict.UNDECIDED:
-            self._decide(result)
 
     def _on_timeout(self) -> None:
         self._timer = None
@@ -407,8 +418,5 @@ class Ballot:
         return [i for i, v in enumerate(self.votes) if v in votes]
 
 
-def _deliver_to(seat: _Seat) -> Callable[[asyncio.Future[Reply]], None]:
-    def deliver(fut: asyncio.Future[Reply]) -> None:
-        seat.set_result(fut.result())
-
-    return deliver
+def _deliver_to(ballot: Ballot, i: int, fut: asyncio.Future[Reply]) -> None:
+    ballot.deliver(i, fut.result())

@@ -59,31 +59,30 @@ Fallback: TypeAlias = "tuple[Script, tuple[bytes, ...], tuple[bytes | int, ...]]
 """What an EVALSHA needs to be sent again as EVAL: script, keys, arguments."""
 
 
-class Target(Protocol):
-    """Where a reply goes: a future (``send()``), or a ballot's seat (``send_into()``), told at once."""
+class Receiver(Protocol):
+    """Where replies go: ``deliver(index, reply)`` is called the moment the reply is parsed, in reply order.
 
-    def done(self) -> bool: ...
+    A ballot is one (its index: the node's place), so a reply is counted with no
+    future and no callback scheduled; a future of ``send()`` is wrapped in one.
+    """
 
-    def set_result(self, result: Reply, /) -> None: ...
+    def deliver(self, index: int, reply: Reply, /) -> None: ...
 
 
 class _Ignored:
-    """The target of a command whose reply no one awaits (a give-back nobody waits for)."""
+    """The receiver of a command whose reply no one awaits (a give-back nobody waits for)."""
 
     __slots__ = ()
 
-    def done(self) -> bool:
-        return True
-
-    def set_result(self, result: Reply, /) -> None:
+    def deliver(self, index: int, reply: Reply, /) -> None:
         pass
 
 
-IGNORED: Target = _Ignored()
+IGNORED: Receiver = _Ignored()
 
 
 class Reaction:
-    """A target that hands the reply to a function at once, in reply order (a future's callback would
+    """A receiver that hands the reply to a function at once, in reply order (a future's callback would
     run a loop turn later, after the ballots counted the replies that followed it)."""
 
     __slots__ = ("_react",)
@@ -91,11 +90,21 @@ class Reaction:
     def __init__(self, react: Callable[[Reply], None]) -> None:
         self._react = react
 
-    def done(self) -> bool:
-        return False
+    def deliver(self, index: int, reply: Reply, /) -> None:
+        self._react(reply)
 
-    def set_result(self, result: Reply, /) -> None:
-        self._react(result)
+
+class _Resolve:
+    """The receiver of ``send()``: resolves its future (unless the caller cancelled it)."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: asyncio.Future[Reply]) -> None:
+        self._future = future
+
+    def deliver(self, index: int, reply: Reply, /) -> None:
+        if not self._future.done():
+            self._future.set_result(reply)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,9 +191,9 @@ class Node:
         self._rtt_since = 0.0  # monotonic time of a write to an idle connection whose reply is awaited
         # (packed command, future, EVAL fallback of an EVALSHA or None): not yet
         # written; then written, awaiting replies in order.
-        self._outbox: list[tuple[bytes, Target, Fallback]] = []
+        self._outbox: list[tuple[bytes, Receiver, int, Fallback]] = []
         self._front = 0  # entries at the outbox's head that go before what callers queued (resent EVALs)
-        self._inflight: deque[tuple[Target, Fallback]] = deque()
+        self._inflight: deque[tuple[Receiver, int, Fallback]] = deque()
         self._idle: asyncio.Future[None] | None = None  # aclose() waits for the last reply on it
         self._wakeup = asyncio.Event()
         self._flush_pending = False
@@ -223,28 +232,30 @@ class Node:
     def send(self, *args: bytes | str | int, limited: bool = False, fallback: Fallback = None) -> asyncio.Future[Reply]:
         """Queue one command; the future resolves to its reply or a :class:`Failure`."""
         fut: asyncio.Future[Reply] = self._ensure_running().create_future()
-        self.send_into(fut, *args, limited=limited, fallback=fallback)
+        self.send_packed(_Resolve(fut), 0, pack(args), limited=limited, fallback=fallback)
         return fut
 
-    def send_into(
-        self, target: Target, *args: bytes | str | int, limited: bool = False, fallback: Fallback = None
+    def send_packed(
+        self, receiver: Receiver, index: int, packed: bytes, *, limited: bool = False, fallback: Fallback = None
     ) -> None:
-        """Queue one command whose reply (or :class:`Failure`) is handed to *target*: at once when
-        the command cannot be sent, else from ``data_received`` (no future, no callback to schedule)."""
+        """Queue one command, packed already (one packing serves every node); its reply or
+        :class:`Failure` goes to ``receiver.deliver(index, ...)``: at once when the command cannot be
+        sent, else from ``data_received`` (no future, no callback to schedule)."""
         loop = self._ensure_running()
         if self._closed:
-            target.set_result(CLOSED if self.fault is None else self._fault_failure())
+            receiver.deliver(index, CLOSED if self.fault is None else self._fault_failure())
             return
         if self._down_until and _clock.now() < self._down_until:
-            target.set_result(Failure(Vote.SKIPPED, f"node down ({self._down_reason})"))
+            receiver.deliver(index, Failure(Vote.SKIPPED, f"node down ({self._down_reason})"))
             return
-        if limited and len(self._outbox) + len(self._inflight) >= self._max_queued and self._stalled():
-            target.set_result(Failure(Vote.SKIPPED, f"stalled: {self.queued} commands unanswered"))
+        outbox = self._outbox
+        if limited and len(outbox) + len(self._inflight) >= self._max_queued and self._stalled():
+            receiver.deliver(index, Failure(Vote.SKIPPED, f"stalled: {self.queued} commands unanswered"))
             return
-        self._outbox.append((_pack(args), target, fallback))
+        outbox.append((packed, receiver, index, fallback))
         self.sent += 1
         if not self._flush_pending:
-            if not self._inflight and len(self._outbox) == 1:
+            if not self._inflight and len(outbox) == 1:
                 # An idle connection: nothing to gather this command with that is known
                 # yet, so it goes out now, one loop turn sooner and with no callback.
                 self._flush()
@@ -261,28 +272,16 @@ class Node:
         Scripts are loaded on every new connection, so the fallback only runs
         after a SCRIPT FLUSH; it is packed then, not now.
         """
-        return self.send(
-            b"EVALSHA", script.sha, len(keys), *keys, *args, limited=limited, fallback=(script, keys, args)
+        fut: asyncio.Future[Reply] = self._ensure_running().create_future()
+        self.send_packed(
+            _Resolve(fut), 0, pack_script(script, keys, args), limited=limited, fallback=(script, keys, args)
         )
+        return fut
 
-    def script_into(
-        self,
-        target: Target,
-        script: Script,
-        keys: tuple[bytes, ...],
-        args: tuple[bytes | int, ...],
-        *,
-        limited: bool = False,
-    ) -> None:
-        """:meth:`send_script`, its reply handed to *target* (see :meth:`send_into`)."""
-        self.send_into(
-            target, b"EVALSHA", script.sha, len(keys), *keys, *args, limited=limited, fallback=(script, keys, args)
-        )
-
-    def send_first(self, *requests: tuple[Target, tuple[bytes | str | int, ...]]) -> None:
-        """Queue (target, command) pairs ahead of everything waiting (for on_ready: the first thing a
+    def send_first(self, *requests: tuple[Receiver, tuple[bytes | str | int, ...]]) -> None:
+        """Queue (receiver, command) pairs ahead of everything waiting (for on_ready: the first thing a
         new connection says)."""
-        self._outbox[:0] = [(_pack(command), target, None) for target, command in requests]
+        self._outbox[:0] = [(pack(command), receiver, 0, None) for receiver, command in requests]
         self._front += len(requests)
         if not self._wakeup.is_set():
             self._wakeup.set()
@@ -373,21 +372,24 @@ class Node:
             if not self._wakeup.is_set():
                 self._wakeup.set()
             return
-        batch = self._take_outbox()
+        data = self._take_outbox()
         try:
-            transport.write(batch[0][0] if len(batch) == 1 else b"".join(packed for packed, _, _ in batch))
+            transport.write(data)
         except (OSError, RuntimeError) as exc:
             self._broken(exc)
 
-    def _take_outbox(self) -> list[tuple[bytes, Target, Fallback]]:
-        """Move the outbox in line for replies (before the write: no reply can come for a future not waiting)."""
+    def _take_outbox(self) -> bytes:
+        """Move the outbox in line for replies (before the write: no reply can come for a command
+        not waiting); the bytes to write."""
         batch, self._outbox, self._front = self._outbox, [], 0
         if not self._inflight:
             self._progress = self._rtt_since = _clock.now()  # waiting starts now, not at the last reply
-        inflight = self._inflight
-        for _, fut, fallback in batch:
-            inflight.append((fut, fallback))
-        return batch
+        if len(batch) == 1:
+            packed, receiver, index, fallback = batch[0]
+            self._inflight.append((receiver, index, fallback))
+            return packed
+        self._inflight.extend([(receiver, index, fallback) for _, receiver, index, fallback in batch])
+        return b"".join([entry[0] for entry in batch])
 
     # -- the task and the wire --------------------------------------------
     #
@@ -439,9 +441,9 @@ class Node:
             wire, transport = self._wire, self._transport
             if wire is None or transport is None:
                 continue  # broke while this task was waking up: reconnect
-            batch = self._take_outbox()
+            data = self._take_outbox()
             try:
-                transport.write(b"".join(packed for packed, _, _ in batch))
+                transport.write(data)
                 await wire.drained()
             except (OSError, RuntimeError) as exc:
                 self._broken(exc)
@@ -519,9 +521,9 @@ class Node:
         assert loop is not None
         assert transport is not None
         futures: list[asyncio.Future[Reply]] = [loop.create_future() for _ in commands]
-        self._inflight.extend((fut, None) for fut in futures)
+        self._inflight.extend((_Resolve(fut), 0, None) for fut in futures)
         self._rtt_since = _clock.now()
-        transport.write(b"".join(_pack(command) for command in commands))
+        transport.write(b"".join(pack(command) for command in commands))
         replies = [await fut for fut in futures]
         for command, reply in zip(commands, replies, strict=True):
             if not isinstance(reply, Failure):
@@ -564,12 +566,11 @@ class Node:
             if not inflight:
                 self._broken(ConnectionError("a reply came with no command waiting for it"))
                 return
-            fut, fallback = inflight.popleft()
+            receiver, index, fallback = inflight.popleft()
             if fallback is not None and type(reply) is Failure and reply.noscript:
-                self._script_missing(fallback, fut)
+                self._script_missing(fallback, receiver, index)
                 continue
-            if not fut.done():
-                fut.set_result(reply)
+            receiver.deliver(index, reply)
         now = self._progress = _clock.now()
         if self._rtt_since:
             self._sample_rtt(now - self._rtt_since)
@@ -603,7 +604,9 @@ class Node:
         if self._outbox or self._on_connect is not None:
             self._wakeup.set()
 
-    def _script_missing(self, fallback: tuple[Script, tuple[bytes, ...], tuple[bytes | int, ...]], fut: Target) -> None:
+    def _script_missing(
+        self, fallback: tuple[Script, tuple[bytes, ...], tuple[bytes | int, ...]], receiver: Receiver, index: int
+    ) -> None:
         """The server lost a script (SCRIPT FLUSH, a restart): send it again as EVAL, in order where order matters.
 
         The EVAL goes ahead of every command not yet written, but after those
@@ -615,18 +618,20 @@ class Node:
         script, keys, args = fallback
         if script.creates:
             touched = set(keys)
-            if any(later is not None and touched.intersection(later[1]) for _, later in self._inflight):
-                if not fut.done():
-                    fut.set_result(
-                        Failure(
-                            Vote.ERROR,
-                            "the server had lost the script; not sent again, as a later command on its key already ran",
-                            answered=True,
-                        )
-                    )
+            if any(later is not None and touched.intersection(later[1]) for _, _, later in self._inflight):
+                receiver.deliver(
+                    index,
+                    Failure(
+                        Vote.ERROR,
+                        "the server had lost the script; not sent again, as a later command on its key already ran",
+                        answered=True,
+                    ),
+                )
                 return
         # Not limited: a release must go out even to a busy node.
-        self._outbox.insert(self._front, (_pack((b"EVAL", script.source, len(keys), *keys, *args)), fut, None))
+        self._outbox.insert(
+            self._front, (pack((b"EVAL", script.source, len(keys), *keys, *args)), receiver, index, None)
+        )
         self._front += 1
         if not self._wakeup.is_set():
             self._wakeup.set()
@@ -639,25 +644,23 @@ class Node:
         """
         if not self._scripts:
             return
-        preload: list[tuple[bytes, Target, Fallback]] = [
-            (_pack((b"SCRIPT", b"LOAD", script.source)), IGNORED, None) for script in self._scripts
+        preload: list[tuple[bytes, Receiver, int, Fallback]] = [
+            (pack((b"SCRIPT", b"LOAD", script.source)), IGNORED, 0, None) for script in self._scripts
         ]
         self._outbox[:0] = preload
         self._front += len(preload)
 
     def _fail_inflight(self, failure: Failure) -> None:
         while self._inflight:
-            fut, _ = self._inflight.popleft()
-            if not fut.done():
-                fut.set_result(failure)
+            receiver, index, _ = self._inflight.popleft()
+            receiver.deliver(index, failure)
         if self._idle is not None and not self._outbox:
             self._answered()
 
     def _fail_all(self, failure: Failure) -> None:
         outbox, self._outbox, self._front = self._outbox, [], 0
-        for _, fut, _ in outbox:
-            if not fut.done():
-                fut.set_result(failure)
+        for _, receiver, index, _ in outbox:
+            receiver.deliver(index, failure)
         self._fail_inflight(failure)
 
 
@@ -734,7 +737,12 @@ def _run_id(info: bytes) -> bytes | None:
     return None
 
 
-def _pack(args: tuple[bytes | str | int, ...]) -> bytes:
+def pack_script(script: Script, keys: tuple[bytes, ...], args: tuple[bytes | int, ...]) -> bytes:
+    """EVALSHA of *script*, packed once for every node (with the fallback ``(script, keys, args)``)."""
+    return pack((b"EVALSHA", script.sha, len(keys), *keys, *args))
+
+
+def pack(args: tuple[bytes | str | int, ...]) -> bytes:
     """RESP-encode a command with hiredis's packer: ~10x faster than redis-py's Python one
     (hiredis comes with redis[hiredis]); our arguments are only bytes, str and int."""
     packed: bytes = hiredis.pack_command(args)  # type: ignore[arg-type]  # its stub types a 1-tuple

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 from redlock_async import _clock
 from redlock_async._algorithm import Marker, quorum, sit_out
-from redlock_async._node import Failure, Node, Reaction, Reply
+from redlock_async._node import Failure, Node, Reaction, Reply, pack
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ class Quarantine:
             later = min(delay * 2, max(left, 0.0), self._period() / 4)
             self._timers[i] = asyncio.get_running_loop().call_later(later, self._recheck, i, delay * 2)
 
-        node.send_into(Reaction(answered), b"GET", self._marker)
+        node.send_packed(Reaction(answered), 0, pack((b"GET", self._marker)))
 
     def _mark(self, i: int) -> None:
         self._marked[i] = True

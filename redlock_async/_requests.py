@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from redlock_async import _algorithm, _clock
 from redlock_async._algorithm import Verdict, Vote
 from redlock_async._fanout import Ballot, vote_of_counters, vote_of_fenced, vote_of_script, vote_of_set
-from redlock_async._node import IGNORED, Failure, Node
+from redlock_async._node import IGNORED, Failure, Node, Receiver, pack, pack_script
 from redlock_async._scripts import (
     ACQUIRE_ALL,
     ACQUIRE_ALL_FENCED,
@@ -87,26 +87,19 @@ async def attempt(
         if settings.fencing:
             ballot = Ballot(nodes, vote_of_fenced, settings.node_timeout)
             started = _clock.now()
-            pair = (keys[0], fence_keys[0])
-            for node, seat in zip(nodes, ballot.seats, strict=True):
-                node.script_into(seat, ACQUIRE_FENCED, pair, (token, ttl_ms), limited=True)
+            ballot.script(ACQUIRE_FENCED, (keys[0], fence_keys[0]), (token, ttl_ms), limited=True)
         else:
             ballot = Ballot(nodes, vote_of_set, settings.node_timeout)
             started = _clock.now()
-            key = keys[0]
-            for node, seat in zip(nodes, ballot.seats, strict=True):
-                node.send_into(seat, b"SET", key, token, b"NX", b"PX", ttl_ms, limited=True)
+            ballot.send(pack((b"SET", keys[0], token, b"NX", b"PX", ttl_ms)), limited=True)
     elif settings.fencing:
         ballot = Ballot(nodes, vote_of_counters, settings.node_timeout)
         started = _clock.now()
-        both = keys + fence_keys
-        for node, seat in zip(nodes, ballot.seats, strict=True):
-            node.script_into(seat, ACQUIRE_ALL_FENCED, both, (token, ttl_ms), limited=True)
+        ballot.script(ACQUIRE_ALL_FENCED, keys + fence_keys, (token, ttl_ms), limited=True)
     else:
         ballot = Ballot(nodes, vote_of_script, settings.node_timeout)
         started = _clock.now()
-        for node, seat in zip(nodes, ballot.seats, strict=True):
-            node.script_into(seat, ACQUIRE_ALL, keys, (token, ttl_ms), limited=True)
+        ballot.script(ACQUIRE_ALL, keys, (token, ttl_ms), limited=True)
     return await _decide(nodes, keys, fence_keys if settings.fencing else None, token, started, ballot, settings, None)
 
 
@@ -125,9 +118,7 @@ async def attempt_permit(
     ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
     ballot = Ballot(nodes, vote_of_script, settings.node_timeout)
     started = _clock.now()
-    args = (token, ttl_ms, limit, slot_prefix)
-    for node, seat in zip(nodes, ballot.seats, strict=True):
-        node.script_into(seat, ACQUIRE_PERMIT, (slot, widest), args, limited=True)
+    ballot.script(ACQUIRE_PERMIT, (slot, widest), (token, ttl_ms, limit, slot_prefix), limited=True)
     result = await _decide(nodes, (slot,), None, token, started, ballot, settings, channel)
     if result.validity is None:
         free: dict[int, int] = {}
@@ -217,14 +208,10 @@ async def _fence(
     fenced = Ballot(nodes, vote_of_script, node_timeout)
     if len(keys) == 1:
         chosen: tuple[int, ...] = (max(answers) + 1,)
-        names = (keys[0], fence_keys[0])
-        for node, seat in zip(nodes, fenced.seats, strict=True):
-            node.script_into(seat, FENCE, names, (token, chosen[0]), limited=True)
+        fenced.script(FENCE, (keys[0], fence_keys[0]), (token, chosen[0]), limited=True)
     else:
         chosen = tuple(max(counters[i] for counters in answers) + 1 for i in range(len(keys)))
-        both = keys + fence_keys
-        for node, seat in zip(nodes, fenced.seats, strict=True):
-            node.script_into(seat, FENCE_ALL, both, (token, *chosen), limited=True)
+        fenced.script(FENCE_ALL, keys + fence_keys, (token, *chosen), limited=True)
     await fenced.start().wait()
     return chosen, fenced
 
@@ -232,10 +219,7 @@ async def _fence(
 def send_extend(nodes: Sequence[Node], keys: tuple[bytes, ...], token: bytes, ttl_ms: int, timeout: float) -> Ballot:
     """Compare-and-PEXPIRE (of every key, all or none) on every node; ``await ballot.wait()`` for the votes."""
     script = EXTEND if len(keys) == 1 else EXTEND_ALL
-    ballot = Ballot(nodes, vote_of_script, timeout)
-    for node, seat in zip(nodes, ballot.seats, strict=True):
-        node.script_into(seat, script, keys, (token, ttl_ms), limited=True)
-    return ballot.start()
+    return Ballot(nodes, vote_of_script, timeout).script(script, keys, (token, ttl_ms), limited=True).start()
 
 
 def send_release(
@@ -258,9 +242,10 @@ def send_release(
     else:
         script, names = RELEASE_ALL, keys
     args = (token,)
+    packed, fallback = pack_script(script, names, args), (script, names, args)
+    receiver: Receiver = IGNORED if into is None else into
     for i, node in enumerate(nodes):
-        target = IGNORED if into is None else into.seats[i]
         if i in skip:
-            target.set_result(Failure(Vote.SKIPPED, "never sent"))
+            receiver.deliver(i, Failure(Vote.SKIPPED, "never sent"))
         else:
-            node.script_into(target, script, names, args)
+            node.send_packed(receiver, i, packed, fallback=fallback)

@@ -16,7 +16,7 @@ from typing import Any, cast
 import looptime
 
 from redlock_async import _clock
-from redlock_async._node import Node, Target
+from redlock_async._node import Node, Receiver, pack
 from redlock_async._quarantine import Quarantine, marker_value
 
 PERIOD = 10.0
@@ -35,19 +35,16 @@ class FakeNode:
     connect_started: float = 0.0
     written: list[tuple[bytes, ...]] = field(default_factory=list)
 
-    def send_first(self, *requests: tuple[Target, tuple[bytes, ...]]) -> None:
+    def send_first(self, *requests: tuple[Receiver, tuple[bytes, ...]]) -> None:
         """A real node hands the replies over as it parses them, in order: here, at once."""
         info = b"# Server\r\nrun_id:%s\r\nuptime_in_seconds:%d\r\n" % (self.run_id, self.uptime)
-        for (target, _), reply in zip(requests, (info, self.marker), strict=True):
-            target.set_result(reply)
+        for (receiver, _), reply in zip(requests, (info, self.marker), strict=True):
+            receiver.deliver(0, reply)
 
-    def send_into(self, target: Target, *args: bytes) -> None:
-        self.written.append(args)
-        if args[0] == b"SET":
-            self.marker = args[2]
-            target.set_result(b"OK")
-        else:
-            target.set_result(self.marker)  # GET
+    def send_packed(self, receiver: Receiver, index: int, packed: bytes) -> None:
+        assert packed == pack((b"GET", MARKER))  # the only command the quarantine waits on
+        self.written.append((b"GET", MARKER))
+        receiver.deliver(index, self.marker)
 
     def send(self, *args: bytes) -> None:
         self.written.append(args)
@@ -146,10 +143,10 @@ def test_a_spare_without_our_marker_sits_out_the_period_whatever_its_uptime() ->
 def test_a_probe_in_flight_counts_nothing_from_the_node() -> None:
     quarantine, nodes = cluster(marked=True)
     node = nodes[0]
-    held: list[tuple[Target, tuple[bytes, ...]]] = []
+    held: list[tuple[Receiver, tuple[bytes, ...]]] = []
 
     async def test() -> None:
-        def pending(*requests: tuple[Target, tuple[bytes, ...]]) -> None:
+        def pending(*requests: tuple[Receiver, tuple[bytes, ...]]) -> None:
             held.extend(requests)  # sent, not answered yet
 
         node.send_first = pending  # type: ignore[method-assign]
