@@ -35,6 +35,7 @@ class Cluster:
     """The nodes of one Redlock and what its locks share: watchdog, listener, held locks, events hook."""
 
     __slots__ = (
+        "_loop",
         "_max_ttl",
         "_pauses",
         "closed",
@@ -66,10 +67,18 @@ class Cluster:
         """A background task's unexpected exception: every later call says so."""
         self._max_ttl = 0.0  # the largest ttl of the locks made so far (0: none yet)
         self._pauses: set[asyncio.Future[None]] = set()  # acquires sleeping between attempts
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop of its first call: its nodes' loop
 
     def check_open(self) -> None:
-        """Raise unless locks can be taken: an asyncio loop runs, the Redlock is open and no task of it failed."""
-        require_asyncio()
+        """Raise unless locks can be taken: an asyncio loop runs (the Redlock's), the Redlock is open and no
+        task of it failed."""
+        loop = require_asyncio()
+        if self._loop is not loop:
+            if self._loop is not None:
+                raise RuntimeError(
+                    "this Redlock is bound to another event loop: make the Redlock inside the loop that uses it"
+                )
+            self._loop = loop
         if self.fault is not None:
             raise RedlockError(
                 f"redlock_async stopped on an internal error ({describe(self.fault)}; its traceback is in the "
@@ -129,10 +138,11 @@ class Cluster:
             lock._watchdog_failed(exc)
 
 
-def require_asyncio() -> None:
-    """Raise a one-line RuntimeError unless an asyncio event loop runs (trio is named when it is the one running)."""
+def require_asyncio() -> asyncio.AbstractEventLoop:
+    """The running asyncio event loop; a one-line RuntimeError when none runs (trio is named when it is the
+    one running)."""
     try:
-        asyncio.get_running_loop()
+        return asyncio.get_running_loop()
     except RuntimeError:
         trio = sys.modules.get("trio")
         if trio is not None:

@@ -241,7 +241,9 @@ class Node:
         """Queue one command, packed already (one packing serves every node); its reply or
         :class:`Failure` goes to ``receiver.deliver(index, ...)``: at once when the command cannot be
         sent, else from ``data_received`` (no future, no callback to schedule)."""
-        loop = self._ensure_running()
+        loop = self._loop
+        if loop is None or self._task is None:
+            loop = self._ensure_running()  # (the Redlock checked the caller's loop is this one)
         if self._closed:
             receiver.deliver(index, CLOSED if self.fault is None else self._fault_failure())
             return

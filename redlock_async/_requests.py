@@ -82,7 +82,7 @@ async def attempt(
     """One round of SET NX PX (or a script taking every key, fenced or not) on every node; a failed
     round is given back."""
     token = new_token(owner)
-    ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
+    ttl_ms = settings.ttl_ms
     if len(keys) == 1:
         if settings.fencing:
             ballot = Ballot(nodes, vote_of_fenced, settings.node_timeout)
@@ -115,7 +115,7 @@ async def attempt_permit(
 ) -> Attempt:
     """One round for one permit slot of a semaphore (ACQUIRE_PERMIT), given back when not granted."""
     token = b"%d:" % limit + new_token(owner)
-    ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
+    ttl_ms = settings.ttl_ms
     ballot = Ballot(nodes, vote_of_script, settings.node_timeout)
     started = _clock.now()
     ballot.script(ACQUIRE_PERMIT, (slot, widest), (token, ttl_ms, limit, slot_prefix), limited=True)
@@ -153,7 +153,7 @@ async def _decide(
         send_release(nodes, keys, token, skip=sent.never_sent(), channel=channel)
         raise
     validity = _algorithm.granted(
-        len(nodes), ballot.votes, _algorithm.ttl_to_ms(settings.ttl) / 1000, started, ballot.decided_at,
+        len(nodes), ballot.votes, settings.ttl_ms / 1000, started, ballot.decided_at,
         settings.drift_factor,
     )  # fmt: skip
     skip = sent.never_sent()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redlock_async._algorithm import best_validity, ttl_to_ms
 
@@ -102,6 +102,8 @@ class Settings:
     ttl this Redlock uses, plus drift, which is enough when every client of
     the nodes uses this Redlock's ttls or shorter ones; give the largest ttl of
     any client otherwise. 0 turns it off (only for nodes that never lose data)."""
+    ttl_ms: int = field(init=False, repr=False, compare=False)
+    """The ttl as the servers get it (:func:`ttl_to_ms`), worked out once."""
 
     def __post_init__(self) -> None:
         for name in ("ttl", "node_timeout", "connect_timeout"):
@@ -124,9 +126,10 @@ class Settings:
                 f"({self.ttl / MIN_TTL_TO_NODE_TIMEOUT} s for ttl={self.ttl} s): "
                 "raise the ttl or lower node_timeout"
             )
-        if ttl_to_ms(self.ttl) > MAX_TTL_MS:
+        object.__setattr__(self, "ttl_ms", ttl_to_ms(self.ttl))
+        if self.ttl_ms > MAX_TTL_MS:
             raise ValueError(f"ttl must be at most {MAX_TTL_MS // 1000} s (2**53 ms, for the servers), got {self.ttl}")
-        if ttl_to_ms(self.ttl) < 1 or best_validity(ttl_to_ms(self.ttl) / 1000, factor) <= 0:
+        if self.ttl_ms < 1 or best_validity(self.ttl_ms / 1000, factor) <= 0:
             raise ValueError(
                 f"ttl={self.ttl} s leaves no validity after drift ({factor} x ttl + 2 ms): use a ttl of at least 0.01 s"
             )

@@ -295,7 +295,9 @@ class Lock:
         began = _clock.now()
         self._attempts = 0
         acquired = await self._acquire(blocking, began + limit)
-        if acquired:
+        if not self._heard(EventKind.ACQUIRED):
+            pass  # no one listens: the event's fields are not worked out
+        elif acquired:
             self._emit(
                 EventKind.ACQUIRED,
                 duration=_clock.now() - began,
@@ -379,7 +381,7 @@ class Lock:
         self._lease = Lease(
             result.keys,
             result.token,
-            ttl_ms=_algorithm.ttl_to_ms(self._settings.ttl),
+            ttl_ms=self._settings.ttl_ms,
             acquired_at=result.started,
             expires=result.decided_at + result.validity,
             holders=result.holders,
@@ -426,7 +428,7 @@ class Lock:
         settings = self._settings if ttl is None else self._cluster.lease_settings(self._settings, ttl=ttl)
         nodes = self._cluster.nodes
         token = self._lease.token
-        ttl_ms = _algorithm.ttl_to_ms(settings.ttl)
+        ttl_ms = settings.ttl_ms
         first_sent = _clock.now()
         try:
             while True:
@@ -652,11 +654,12 @@ class Lock:
         self._last_votes, self._last_details = ballot.votes, ballot.details
         # Silent otherwise: a node that refuses the script (ACL, renamed EVALSHA) keeps every key until it expires.
         error = _algorithm.Vote.ERROR
-        if any(ballot.votes[i] is error for i in holders):
+        if error in ballot.votes and any(ballot.votes[i] is error for i in holders):
             failed = [str(o) for i, o in enumerate(self.outcomes) if i in holders and o.vote is error]
             log.warning("redlock %r not released on %s: the key stays until it expires", self.resource, failed)
-        now = _clock.now()
-        self._emit(EventKind.RELEASED, duration=now - began, held_for=now - self._lease.acquired_at)
+        if self._heard(EventKind.RELEASED):
+            now = _clock.now()
+            self._emit(EventKind.RELEASED, duration=now - began, held_for=now - self._lease.acquired_at)
 
     # -- async with -------------------------------------------------------------
     #
@@ -805,6 +808,12 @@ class Lock:
         )
 
     # -- events -------------------------------------------------------------------
+
+    def _heard(self, kind: EventKind) -> bool:
+        """True when an event of *kind* is logged or handed to on_event (else it need not be made)."""
+        return self._cluster.on_event is not None or log.isEnabledFor(
+            logging.WARNING if kind is EventKind.LOST else logging.DEBUG
+        )
 
     def _emit(self, kind: EventKind, **fields: Any) -> None:
         """Log the event (DEBUG; WARNING for a loss) and hand it to the Redlock's on_event."""

@@ -423,3 +423,21 @@ async def test_an_anyio_cancel_right_after_the_lease_ran_out_still_reports_the_l
         assert len(lost) == 1, events
         assert "did not answer the release" in (lost[0].reason or ""), lost[0].reason
     assert_no_library_tasks()
+
+
+def test_a_redlock_used_from_a_second_event_loop_says_so(cluster: Cluster) -> None:
+    """Its connections belong to the loop of its first call: another loop gets a clear error, not a hang."""
+    redlock = Redlock(cluster.urls)
+    lock = redlock.lock("two-loops")
+
+    async def take_and_close() -> None:
+        assert await lock.acquire(blocking=False)
+        await lock.release()
+        await redlock.aclose()
+
+    async def take_again() -> None:
+        await lock.acquire(blocking=False)
+
+    asyncio.run(take_and_close())
+    with pytest.raises(RuntimeError, match="bound to another event loop: make the Redlock inside the loop"):
+        asyncio.run(take_again())
