@@ -89,10 +89,18 @@ class _Timers:
 _timers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Timers] = weakref.WeakKeyDictionary()
 
 
+_last: _Timers | None = None  # the last one asked for: nearly always the one asked for next
+
+
 def _timers_of(loop: asyncio.AbstractEventLoop) -> _Timers:
+    global _last
+    timers = _last
+    if timers is not None and timers._loop is loop and timers._armed_at != math.inf:
+        return timers
     timers = _timers.get(loop)
     if timers is None:
         timers = _timers[loop] = _Timers(loop)
+    _last = timers
     return timers
 
 
