@@ -25,6 +25,10 @@ within each repeat, then the median over repeats. Scenarios:
 Every library runs with its documented defaults, and a 10 s lease. A peer that
 is not installed, errs, hangs or gives a wrong result says so in its cells.
 The full run also profiles redlock_async's uncontended loop (cProfile).
+
+The same page's table of redlock_async against a raw-Protocol reference client (bench_machine.py)
+is not this script's: benchmarks/report.py renders it from docs/performance.json, between its own
+markers, which this script's rewrite leaves alone.
 """
 
 from __future__ import annotations

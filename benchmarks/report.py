@@ -1,14 +1,25 @@
 """Run the benchmarks the README quotes; write docs/performance.md and the README's figures from them.
 
-    python benchmarks/report.py            # ~6 min on 2 cores; rewrites docs/performance.{md,json} and README.md
-    python benchmarks/report.py --quick    # a smoke run: prints, writes nothing
-    python benchmarks/report.py --render   # only re-render both from docs/performance.json
+    python benchmarks/report.py                 # ~8 min on 2 cores; rewrites docs/performance.{md,json},
+                                                # README.md and docs/benchmarks.md's reference section
+    python benchmarks/report.py --quick         # a smoke run: prints, writes nothing
+    python benchmarks/report.py --render        # only re-render the pages from docs/performance.json
+    python benchmarks/report.py --only machine  # run one benchmark (repeatable), merge its figures into
+                                                # docs/performance.json (the others kept), re-render
 
 Each benchmark runs as its own process with ``--json`` (bench_core on both loops, bench_watchdog,
-bench_fencing, bench_handoff). Their raw figures, with the commit and the date, are kept in
-docs/performance.json; docs/performance.md and the README's block between ``<!-- bench:start -->``
-and ``<!-- bench:end -->`` are rendered from that file alone, so no figure is typed by hand
-(tests/test_docs.py checks that both are what this script renders from the JSON).
+bench_fencing, bench_handoff, bench_machine on both loops). Their raw figures, with the commit and the
+date, are kept in docs/performance.json; docs/performance.md, the README's block between
+``<!-- bench:start -->`` and ``<!-- bench:end -->`` and the section of docs/benchmarks.md between
+``<!-- report.py: machine start -->`` and ``<!-- report.py: machine end -->`` (redlock_async against
+the raw-Protocol reference client, "the machine") are rendered from that file alone, so no figure is
+typed by hand (tests/test_docs.py checks that all three are what this script renders from the JSON).
+
+``--only NAME`` is for refreshing one benchmark's figures between full runs: the JSON's top-level
+commit and date stay those of the last full run, and the merged benchmark's own commit, date and
+command go under ``"measured"``; the pages say which figures were measured apart. A full run measures
+everything at one commit and leaves no ``"measured"`` entry. With ``--quick``, ``--only`` prints and
+writes nothing, as a quick run does.
 """
 
 from __future__ import annotations
@@ -29,41 +40,79 @@ HERE = Path(__file__).resolve().parent
 PAGE = ROOT / "docs" / "performance.md"
 DATA = ROOT / "docs" / "performance.json"
 README = ROOT / "README.md"
+COMPARISON = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench:start -->", "<!-- bench:end -->"
+MACHINE_BEGIN, MACHINE_END = "<!-- report.py: machine start -->", "<!-- report.py: machine end -->"
+LOOPS = ("asyncio", "uvloop")
 
 RUNS = {  # name: (script, extra arguments of a full run, of a quick run, time bound in seconds)
     "core": ("bench_core.py", ["--loop", "both"], ["--quick", "--loop", "both"], 600),
     "watchdog": ("bench_watchdog.py", ["--no-memory"], ["--quick", "--no-memory"], 300),
     "fencing": ("bench_fencing.py", [], ["--quick"], 300),
     "handoff": ("bench_handoff.py", [], ["--quick"], 300),
+    # ~2 min on both loops (6 rounds of 1.7 s windows); quick: 2 short rounds, < 30 s
+    "machine": ("bench_machine.py", ["--loop", "both"], ["--quick", "--loop", "both"], 420),
 }
 
 
-def commit() -> str:
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True, timeout=5
+    ).stdout.strip()
+
+
+def commit(*, dirty: bool = False) -> str:
+    """HEAD's short hash; with *dirty*, "+dirty" added when redlock_async/ has uncommitted changes."""
     try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=5
-        ).stdout.strip()
+        head = _git("rev-parse", "--short", "HEAD")
+        return head + ("+dirty" if dirty and _git("status", "--porcelain", "--", "redlock_async") else "")
     except (OSError, subprocess.SubprocessError):
         return "?"
 
 
-def measure(quick: bool) -> dict[str, Any]:
-    figures: dict[str, Any] = {
-        "commit": commit(),
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python benchmarks/report.py" + (" --quick" if quick else ""),
-    }
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _command(quick: bool, only: Sequence[str]) -> str:
+    return "python benchmarks/report.py" + (" --quick" if quick else "") + "".join(f" --only {n}" for n in only)
+
+
+def measure(quick: bool, only: Sequence[str] = ()) -> dict[str, Any]:
+    """Run the benchmarks of RUNS (or only those named), each as its own process; their figures by name."""
+    # A run of only some benchmarks refreshes them between full runs, maybe on uncommitted code: say so.
+    figures: dict[str, Any] = {"commit": commit(dirty=bool(only)), "date": _now(), "command": _command(quick, only)}
     with tempfile.TemporaryDirectory() as tmp:
         for name, (script, full, smoke, bound) in RUNS.items():
+            if only and name not in only:
+                continue
             out = Path(tmp) / f"{name}.json"
             args = [sys.executable, str(HERE / script), *(smoke if quick else full), "--json", str(out)]
             print(f"== {' '.join(args[1:])}", flush=True)
             ran = subprocess.run(args, cwd=ROOT, timeout=bound, check=False)
             if not out.exists():
                 raise SystemExit(f"{script} wrote no figures (exit {ran.returncode})")
+            if ran.returncode != 0:
+                print(f"!! {script} exited {ran.returncode}: its checks failed (see above); figures kept", flush=True)
             figures[name] = json.loads(out.read_text())
     return figures
+
+
+def merge(stored: dict[str, Any], measured: dict[str, Any], only: Sequence[str]) -> dict[str, Any]:
+    """*stored* with the benchmarks in *only* replaced by *measured*'s, each with its own commit, date, command."""
+    merged = dict(stored)
+    apart = dict(merged.get("measured", {}))
+    for name in only:
+        merged[name] = measured[name]
+        apart[name] = {key: measured[key] for key in ("commit", "date", "command")}
+    merged["measured"] = apart
+    return merged
+
+
+def provenance(figures: dict[str, Any], name: str) -> dict[str, str]:
+    """The commit, date and command *name*'s figures were measured with: its own when merged apart."""
+    apart: dict[str, str] | None = figures.get("measured", {}).get(name)
+    return apart or {key: figures[key] for key in ("commit", "date", "command")}
 
 
 def _x(value: float) -> str:
@@ -96,6 +145,7 @@ def summary(figures: dict[str, Any]) -> list[tuple[str, str, str]]:
                 f"**{_x(ratio['stopped_acquire_p50_vs_healthy'])}** healthy (the floor hangs)",
             ),
         ]
+    rows += machine_rows(figures)
     passes = figures["watchdog"]["passes"]
     watchdog = [p for p in passes if p["mode"] == "watchdog"]
     naive = [p for p in passes if p["mode"] == "naive"]
@@ -141,6 +191,151 @@ def summary(figures: dict[str, Any]) -> list[tuple[str, str, str]]:
     return rows
 
 
+# -- against the machine (bench_machine.py): redlock_async beside a raw-Protocol reference client --------
+
+MACHINE_COMMAND = "`python benchmarks/bench_machine.py --loop both`"
+
+
+def _apart(figures: dict[str, Any], name: str) -> str:
+    """'' when *name* was measured with the rest, else where and when it was measured."""
+    if name not in figures.get("measured", {}):
+        return ""
+    where = provenance(figures, name)
+    return f"measured apart, at commit {where['commit']}, {where['date']}"
+
+
+def _target(run: dict[str, Any], name: str) -> str:
+    met = "met" if run["met"][name] else "**not met**"
+    if name.startswith("throughput"):
+        return f">= {run['targets']['throughput_ratio_min']}x: {met}"
+    return f"<= {run['targets']['cpu_per_pair_ratio_max']}x: {met}"
+
+
+def machine_rows(figures: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The summary's rows (page and README): per loop, the throughput and CPU-per-pair ratios to the machine."""
+    rows: list[tuple[str, str, str]] = []
+    apart = _apart(figures, "machine")
+    for loop in LOOPS:
+        run = figures["machine"][loop]
+        med, ratio, targets = run["medians"], run["ratios"], run["targets"]
+        ours, theirs = med["redlock_async"], med["machine"]
+        figure = f"vs the machine, a raw-Protocol reference client ({loop})"
+        if apart and not rows:
+            figure += f"; {apart}"
+        rows.append(
+            (
+                MACHINE_COMMAND if not rows else "",
+                figure,
+                f"throughput **{_x(ratio['throughput_64_pairs_per_s'])}** the machine's at 64 tasks, "
+                f"**{_x(ratio['throughput_512_pairs_per_s'])}** at 512 (target >= {targets['throughput_ratio_min']}x); "
+                f"client CPU per pair **{_x(ratio['cpu_us_per_pair_64'])}** ({ours['cpu_us_per_pair_64']:.0f} vs "
+                f"{theirs['cpu_us_per_pair_64']:.0f} µs; target <= {targets['cpu_per_pair_ratio_max']}x)",
+            )
+        )
+    return rows
+
+
+MACHINE_FIGURES = (  # name in bench_machine's JSON, label, format of the absolute figures
+    ("throughput_64_pairs_per_s", "throughput, 64 tasks (pairs/s)", "{:,.0f}"),
+    ("throughput_512_pairs_per_s", "throughput, 512 tasks (pairs/s)", "{:,.0f}"),
+    ("cpu_us_per_pair_64", "client CPU per acquire+release, 64 tasks (µs)", "{:.1f}"),
+    ("cycle_p50_us", "uncontended acquire+release p50 (µs)", "{:,.0f}"),
+    ("cycle_p99_us", "uncontended acquire+release p99 (µs)", "{:,.0f}"),
+)
+
+
+def _machine_table(figures: dict[str, Any], *, targets: bool) -> str:
+    head = "| loop | figure | machine | redlock_async | redlock_async / machine |"
+    lines = [head + (" target |" if targets else ""), "|---|---|---:|---:|---:|" + ("---|" if targets else "")]
+    for loop in LOOPS:
+        run = figures["machine"][loop]
+        med, ratio = run["medians"], run["ratios"]
+        for name, label, fmt in MACHINE_FIGURES:
+            cells = [
+                loop,
+                label,
+                fmt.format(med["machine"][name]),
+                fmt.format(med["redlock_async"][name]),
+                f"**{_x(ratio[name])}**",
+            ]
+            if targets:
+                cells.append(_target(run, name) if name in run["met"] else "")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _machine_checks(figures: dict[str, Any]) -> str:
+    parts = []
+    for loop in LOOPS:
+        run = figures["machine"][loop]
+        ours = run["failures"]["redlock_async"]
+        theirs = run["failures"]["machine"]
+        overlaps = sum(e["overlaps"] for e in run["exclusion"].values())
+        parts.append(
+            f"{loop}: {'passed' if run['ok'] else '**FAILED**'} (failed acquires: machine {theirs['acquire']}, "
+            f"redlock_async {ours['acquire']}, of which {ours['refused']} refused by a node and "
+            f"{ours['timed_out']} on its node timeout; {overlaps} overlaps in the exclusion check)"
+        )
+    return "; ".join(parts)
+
+
+def _machine_rounds(figures: dict[str, Any]) -> int:
+    return int(figures["machine"][LOOPS[0]]["config"]["rounds"])
+
+
+def render_machine_section(figures: dict[str, Any]) -> str:
+    """docs/performance.md's section on the machine: every figure, per loop, with issue 20's targets."""
+    where = provenance(figures, "machine")
+    targets = figures["machine"][LOOPS[0]]["targets"]
+    measured = (
+        f" Measured apart from the rest of this page, by `{where['command']}` at commit {where['commit']}, "
+        f"{where['date']}."
+        if "machine" in figures.get("measured", {})
+        else ""
+    )
+    return (
+        "## Against the machine (issue 20)\n\n"
+        f"{MACHINE_COMMAND} measures redlock_async against *the machine*: a Redlock client written for the "
+        "benchmark on a raw `asyncio.Protocol` per node (hiredis parsing the replies, a FIFO of plain futures, "
+        "the writes of one loop turn batched into one), doing the same acquire (quorum 3 of 5, undo on "
+        "failure) and release, with no per-node deadline, ballot, watchdog or retries: what is left is the wire, "
+        "the parser and the event loop. The two alternate in one process over "
+        f"{_machine_rounds(figures)} rounds on each loop, each task on a resource of its own; every figure is "
+        "the median over the rounds, and each ratio (redlock_async / machine) is taken within a round, then "
+        "the median. Client CPU per pair is `time.process_time()` over a throughput window divided by the "
+        "acquire+release pairs done in it. The targets are issue 20's: throughput >= "
+        f"{targets['throughput_ratio_min']}x the machine's, CPU per pair <= {targets['cpu_per_pair_ratio_max']}x."
+        f"{measured}\n\n"
+        f"{_machine_table(figures, targets=True)}\n\n"
+        f"Checks of the run: {_machine_checks(figures)}.\n"
+    )
+
+
+def render_comparison_section(figures: dict[str, Any]) -> str:
+    """docs/benchmarks.md's section between MACHINE_BEGIN and MACHINE_END: the reference beside redlock_async."""
+    where = provenance(figures, "machine")
+    env = figures["machine"][LOOPS[0]]["environment"]
+    return (
+        f"{MACHINE_BEGIN}\n\n"
+        "## redlock_async against a raw-Protocol reference client\n\n"
+        "The reference is not a library: `benchmarks/bench_machine.py` writes the least a correct Redlock client "
+        "on asyncio has to do, one raw `asyncio.Protocol` per node with hiredis, the same quorum acquire (undo "
+        "on failure) and release, and nothing else (no per-node deadline, no retries, no watchdog). It shows "
+        "how close redlock_async comes to what the event loop and the wire allow. Both run in one process, "
+        f"alternating, over {_machine_rounds(figures)} rounds per loop; medians over the rounds, each ratio taken "
+        f"within a round. Measured by `{where['command']}` (which runs "
+        f"{MACHINE_COMMAND}) at commit {where['commit']}, {where['date']}, Python {env['python']}, "
+        f"{env['server']}, {env['nodes']} nodes on 127.0.0.1, {env['cpu_count']} shared cores.\n\n"
+        f"{_machine_table(figures, targets=False)}\n\n"
+        "A ratio above 1x is better for throughput, below 1x for CPU and latency. What redlock_async does "
+        "beyond the reference (a deadline per node, so that a stopped node costs nothing: scenario 4 above; "
+        "cancellation safety; the watchdog; the pushed hand-off) is what these ratios pay for. The same figures, "
+        "with the targets the library works toward, are in "
+        "[performance.md](performance.md#against-the-machine-issue-20).\n\n"
+        f"{MACHINE_END}"
+    )
+
+
 def _table(rows: list[tuple[str, str, str]]) -> str:
     lines = ["| benchmark (command) | figure | result |", "| --- | --- | --- |"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
@@ -173,28 +368,54 @@ def render_page(figures: dict[str, Any]) -> str:
         "every node, then of the release script, with no timeouts, retries or undo. A ratio below 1x "
         "the floor's latency, or above 1x its throughput, is better than the floor. *Jain's fairness index* "
         "is 1.00 when every task got the same share of grants and 1/n when one task got them all.\n\n"
-        f"{_table(summary(figures))}\n"
+        f"{_table(summary(figures))}\n\n"
+        f"{render_machine_section(figures)}"
     )
+
+
+def _replace(path: Path, begin: str, end: str, block: str) -> None:
+    text = path.read_text()
+    if begin not in text or end not in text:
+        raise SystemExit(f"{path.relative_to(ROOT)} has lost its markers {begin} and {end}: put them back")
+    start, stop = text.index(begin), text.index(end) + len(end)
+    path.write_text(text[:start] + block + text[stop:])
 
 
 def write(figures: dict[str, Any]) -> None:
     PAGE.write_text(render_page(figures))
-    text = README.read_text()
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    README.write_text(text[:start] + render_readme_block(figures) + text[end:])
-    print(f"wrote {PAGE.relative_to(ROOT)} and the README's figures")
+    _replace(README, BEGIN, END, render_readme_block(figures))
+    _replace(COMPARISON, MACHINE_BEGIN, MACHINE_END, render_comparison_section(figures))
+    print(
+        f"wrote {PAGE.relative_to(ROOT)}, the README's figures and {COMPARISON.relative_to(ROOT)}'s reference section"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smoke run: print the table, write nothing")
     parser.add_argument("--render", action="store_true", help="re-render from docs/performance.json only")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=list(RUNS),
+        default=[],
+        metavar="NAME",
+        help=f"run only this benchmark ({', '.join(RUNS)}; repeatable) and merge its figures into "
+        f"{DATA.relative_to(ROOT)}, keeping the others",
+    )
     args = parser.parse_args(argv)
     if args.render:
+        if args.quick or args.only:
+            parser.error("--render measures nothing: no --quick or --only with it")
         write(json.loads(DATA.read_text()))
         return 0
-    figures = measure(args.quick)
+    only = list(dict.fromkeys(args.only))
+    figures = measure(args.quick, only)
+    if only:
+        figures = merge(json.loads(DATA.read_text()), figures, only)
     print(_table(summary(figures)))
+    print()
+    print(_machine_table(figures, targets=True) if "machine" in (only or RUNS) else "")
     if not args.quick:
         DATA.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
         write(figures)

@@ -219,15 +219,55 @@ def test_links_between_the_pages_resolve(page: Path) -> None:
     assert not broken, f"{page.name}: links to nothing: {broken}"
 
 
-def test_the_readme_figures_and_the_performance_page_are_rendered_from_the_measured_json() -> None:
-    """No figure typed by hand: both are exactly what benchmarks/report.py renders from docs/performance.json."""
+def _report() -> Any:
     spec = importlib.util.spec_from_file_location("bench_report", ROOT / "benchmarks" / "report.py")
     assert spec is not None
     assert spec.loader is not None
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
+    return report
+
+
+def test_the_readme_figures_and_the_performance_page_are_rendered_from_the_measured_json() -> None:
+    """No figure typed by hand: all are exactly what benchmarks/report.py renders from docs/performance.json.
+
+    That is the README's block, docs/performance.md, and docs/benchmarks.md's table of redlock_async
+    against the raw-Protocol reference client (benchmarks/bench_machine.py).
+    """
+    report = _report()
     figures = json.loads((ROOT / "docs" / "performance.json").read_text())
     readme = (ROOT / "README.md").read_text()
     assert report.render_readme_block(figures) in readme
     assert (ROOT / "docs" / "performance.md").read_text() == report.render_page(figures)
+    assert report.render_comparison_section(figures) in (ROOT / "docs" / "benchmarks.md").read_text()
     assert re.fullmatch(r"[0-9a-f]{7,}", figures["commit"])
+    assert set(report.RUNS) <= set(figures), "a benchmark of report.py's RUNS has no figures in the JSON"
+    for name, where in figures.get("measured", {}).items():
+        assert name in report.RUNS, name
+        assert re.fullmatch(r"[0-9a-f]{7,}(\+dirty)?", where["commit"]), where
+
+
+def test_report_only_merges_one_benchmark_and_says_when_it_was_measured() -> None:
+    """``report.py --only NAME``: that benchmark's figures replaced, the others kept, its own commit and date shown."""
+    report = _report()
+    stored = json.loads((ROOT / "docs" / "performance.json").read_text())
+    stored.pop("measured", None)
+    fresh: dict[str, Any] = {
+        "commit": "abcdef0+dirty",
+        "date": "2030-01-01 00:00 UTC",
+        "command": "python benchmarks/report.py --only machine",
+    }
+    fresh["machine"] = json.loads(json.dumps(stored["machine"]))
+    fresh["machine"]["asyncio"]["ratios"]["cpu_us_per_pair_64"] = 1.234
+    merged = report.merge(stored, fresh, ["machine"])
+    assert merged["commit"] == stored["commit"]
+    assert merged["core"] == stored["core"]
+    assert merged["machine"]["asyncio"]["ratios"]["cpu_us_per_pair_64"] == 1.234
+    assert merged["measured"] == {"machine": {k: fresh[k] for k in ("commit", "date", "command")}}
+    page, section = report.render_page(merged), report.render_comparison_section(merged)
+    assert "**1.23x**" in page
+    assert "**1.23x**" in section
+    assert "at commit abcdef0+dirty, 2030-01-01 00:00 UTC" in page
+    assert "at commit abcdef0+dirty, 2030-01-01 00:00 UTC" in section
+    assert "measured apart, at commit abcdef0+dirty" in report.render_readme_block(merged)
+    assert "measured apart" not in report.render_readme_block(stored)
