@@ -134,11 +134,14 @@ class Deadline:
         *,
         rearm: float | None = None,
     ) -> None:
+        self._callback = callback
+        self._arm(loop, timeout, rearm)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, timeout: float, rearm: float | None) -> None:
         self._loop = loop
         # The fresh window (one node timeout); 0 when waiting longer cannot help,
         # as at a lease's end: votes after it are rejected anyway.
         self._rearm = timeout if rearm is None else rearm
-        self._callback = callback
         self._rearmed = False
         self._turns = self.TURNS
         self._handle: asyncio.Handle | None = None
@@ -161,6 +164,9 @@ class Deadline:
             self._handle = self._loop.call_soon(self._turn)
             return
         self.live = False
+        self._timed_out()
+
+    def _timed_out(self) -> None:
         self._callback()
 
     def cancel(self) -> None:
@@ -220,7 +226,7 @@ UNANSWERED = Failure(Vote.PENDING, "no reply yet")
 """A ballot's reply from a node that has not answered (yet)."""
 
 
-class Ballot:
+class Ballot(Deadline):
     """The votes of N nodes on one request; ``await ballot.wait()`` for the verdict.
 
     Made before the request is sent: :meth:`send` (or ``node.send_packed(ballot,
@@ -233,6 +239,8 @@ class Ballot:
     *wait_for* names the nodes whose answers matter: for acquire and extend,
     all of them, decided by majority (``majority=True``); for a release, the
     nodes known to hold the key, all of which are awaited (``majority=False``).
+
+    It is its own :class:`Deadline` (armed by :meth:`start`): one object per request.
     """
 
     __slots__ = (
@@ -243,9 +251,9 @@ class Ballot:
         "_majority",
         "_need",
         "_open",
-        "_rearm",
+        "_started",
         "_timeout",
-        "_timer",
+        "_window",
         "_yes",
         "classify",
         "decided_at",
@@ -281,16 +289,17 @@ class Ballot:
         self.details: list[str] | None = None  # made on the first failure with words
         self.verdict = Verdict.UNDECIDED
         self.decided_at = 0.0
-        self._counted: frozenset[int] | None = None if wait_for is None else frozenset(wait_for)
+        self._counted: Sequence[int] | None = wait_for
         self._majority = majority
         # The verdict rule (_algorithm.verdict) as two counts: won at _need yes, lost at _lose_at failed.
         self._need, self._lose_at = thresholds(n) if majority else (0, 0)
         self._yes = 0
         self._failed = 0
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._timer: Deadline | None = None
+        self.live = self._started = False
+        self._handle = None
         self._timeout = timeout
-        self._rearm = rearm
+        self._window = rearm
         self._open = len(indices)
         if not self._open and not majority:
             self._decide(Verdict.WON)  # nothing to wait for
@@ -327,8 +336,9 @@ class Ballot:
 
     def start(self) -> Ballot:
         """Every request is queued: arm the timer, unless the verdict is in already."""
-        if self.verdict is Verdict.UNDECIDED and self._timer is None:
-            self._timer = Deadline(asyncio.get_running_loop(), self._timeout, self._on_timeout, rearm=self._rearm)
+        if self.verdict is Verdict.UNDECIDED and not self._started:
+            self._started = True
+            self._arm(self._done.get_loop(), self._timeout, self._window)
         return self
 
     def deliver(self, i: int, reply: Reply, /) -> None:
@@ -374,8 +384,7 @@ class Ballot:
         """Nodes whose request was refused before it was sent: nothing there to release."""
         return [i for i, reply in enumerate(self.replies) if type(reply) is Failure and reply.vote is Vote.SKIPPED]
 
-    def _on_timeout(self) -> None:
-        self._timer = None
+    def _timed_out(self) -> None:
         if self.verdict is not Verdict.UNDECIDED:
             return
         for i, vote in enumerate(self.votes):
@@ -391,9 +400,8 @@ class Ballot:
     def _decide(self, result: Verdict) -> None:
         self.verdict = result
         self.decided_at = _clock.now()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self.live:
+            self.cancel()
         if not self._done.done():
             self._done.set_result(None)
 
@@ -409,9 +417,7 @@ class Ballot:
 
     def cancel(self) -> None:
         """Stop the timer; the requests themselves are already sent and stay sent."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        super().cancel()
 
     def outcomes(self) -> tuple[NodeOutcome, ...]:
         """Per-node outcomes for errors and logs."""

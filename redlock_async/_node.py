@@ -197,6 +197,7 @@ class Node:
         self._idle: asyncio.Future[None] | None = None  # aclose() waits for the last reply on it
         self._wakeup = asyncio.Event()
         self._flush_pending = False
+        self._gathering = False  # the last write carried several commands: gather the next ones too
         self._task: asyncio.Task[None] | None = None  # connects, reconnects, drains full buffers
         self._wire: _Wire | None = None  # the protocol of the live connection
         self._transport: asyncio.Transport | None = None
@@ -257,12 +258,15 @@ class Node:
         outbox.append((packed, receiver, index, fallback))
         self.sent += 1
         if not self._flush_pending:
-            if not self._inflight and len(outbox) == 1:
-                # An idle connection: nothing to gather this command with that is known
-                # yet, so it goes out now, one loop turn sooner and with no callback.
+            if not self._inflight and len(outbox) == 1 and not self._gathering:
+                # An idle connection, and the last write carried one command: nothing to gather
+                # this one with that is known yet, so it goes out now, one loop turn sooner.
                 self._flush()
             else:
-                # Busy: whatever else is sent during this loop turn goes in the same write.
+                # Busy (or the last write gathered several: callers send together): whatever
+                # else is sent during this loop turn goes in the same write. A write is a
+                # system call that runs the loopback's TCP path: under load it is most of the
+                # client's CPU, so one per node per loop turn, not two.
                 self._flush_pending = True
                 loop.call_soon(self._flush)
 
@@ -386,6 +390,7 @@ class Node:
         batch, self._outbox, self._front = self._outbox, [], 0
         if not self._inflight:
             self._progress = self._rtt_since = _clock.now()  # waiting starts now, not at the last reply
+        self._gathering = len(batch) > 1
         if len(batch) == 1:
             packed, receiver, index, fallback = batch[0]
             self._inflight.append((receiver, index, fallback))

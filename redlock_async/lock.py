@@ -79,17 +79,23 @@ def canonical_names(names: object) -> tuple[Name, ...]:
 MAX_OWNER_BYTES = 256
 """Longest owner label, in bytes once encoded (it is stored with every key of the lease)."""
 
-_default_owner: tuple[int, bytes] | None = None
+_default_owner: bytes | None = None
 
 
 def default_owner() -> bytes:
     """``<hostname>:<pid>``, made again in a forked child (its pid differs)."""
     global _default_owner
-    pid = os.getpid()
-    if _default_owner is None or _default_owner[0] != pid:
-        label = f"{socket.gethostname()}:{pid}".encode(errors="replace")[:MAX_OWNER_BYTES]
-        _default_owner = (pid, label)
-    return _default_owner[1]
+    if _default_owner is None:
+        _default_owner = f"{socket.gethostname()}:{os.getpid()}".encode(errors="replace")[:MAX_OWNER_BYTES]
+    return _default_owner
+
+
+def _forget_owner() -> None:
+    global _default_owner
+    _default_owner = None
+
+
+os.register_at_fork(after_in_child=_forget_owner)  # a child is another owner (no getpid() per acquire)
 
 
 def check_owner(owner: object) -> bytes | None:

@@ -13,6 +13,7 @@ import contextlib
 import os
 import socket
 import time
+import warnings
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -502,3 +503,23 @@ async def test_fencing_counter_is_the_holders_token_even_with_one_node_ahead(fau
         assert [node.fencing_counter for node in info.nodes] == [1, 1, 1, 1, 100]
         assert info.fencing_counter == lock.fencing_token  # fails: 100
         await lock.release()
+
+
+def test_a_forked_child_is_another_default_owner() -> None:
+    """The label is worked out once per process: a forked child (a pre-fork server's worker) gets its own pid."""
+    from redlock_async.lock import default_owner
+
+    parent = default_owner()
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() of a process with threads
+        pid = os.fork()
+    if pid == 0:  # the child: say its label, and leave at once
+        os.write(write, default_owner())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        child = pipe.read()
+    os.waitpid(pid, 0)
+    assert parent.endswith(b":%d" % os.getpid())
+    assert child.endswith(b":%d" % pid), child
