@@ -93,7 +93,7 @@ def tally(n_nodes: int, votes: Iterable[Vote]) -> Verdict:
     for vote in votes:
         if vote is Vote.YES:
             yes += 1
-        elif vote.failed:
+        elif vote is not Vote.PENDING:  # Vote.failed, without the property's call
             failed += 1
     return verdict(n_nodes, yes, failed)
 

@@ -251,6 +251,8 @@ class Ballot(Deadline):
         "_majority",
         "_need",
         "_open",
+        "_said_yes",
+        "_skipped",
         "_started",
         "_timeout",
         "_window",
@@ -295,6 +297,8 @@ class Ballot(Deadline):
         self._need, self._lose_at = thresholds(n) if majority else (0, 0)
         self._yes = 0
         self._failed = 0
+        self._said_yes: list[int] = []
+        self._skipped = False  # a reply said the request was never sent (counted or not)
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.live = self._started = False
         self._handle = None
@@ -344,6 +348,8 @@ class Ballot(Deadline):
     def deliver(self, i: int, reply: Reply, /) -> None:
         """Node *i* answered (or its request failed): keep the reply, count it if it still matters."""
         self.replies[i] = reply
+        if type(reply) is Failure and reply.vote is Vote.SKIPPED:
+            self._skipped = True
         if self.verdict is not Verdict.UNDECIDED:
             return  # a late reply: the request was answered, the decision stands
         counted = self._counted
@@ -358,6 +364,8 @@ class Ballot(Deadline):
             self._say(i, reply.detail)
         self.votes[i] = vote
         self._open -= 1
+        if vote is Vote.YES:
+            self._said_yes.append(i)
         if self._majority:
             if vote is Vote.YES:
                 self._yes += 1
@@ -382,6 +390,8 @@ class Ballot(Deadline):
 
     def never_sent(self) -> list[int]:
         """Nodes whose request was refused before it was sent: nothing there to release."""
+        if not self._skipped:
+            return []
         return [i for i, reply in enumerate(self.replies) if type(reply) is Failure and reply.vote is Vote.SKIPPED]
 
     def _timed_out(self) -> None:
@@ -429,6 +439,8 @@ class Ballot(Deadline):
 
     def voted(self, *votes: Vote) -> list[int]:
         """Indices of the nodes whose vote is one of *votes*."""
+        if votes == (Vote.YES,):
+            return sorted(self._said_yes)  # (kept as they were counted)
         return [i for i, v in enumerate(self.votes) if v in votes]
 
 
