@@ -193,7 +193,7 @@ class Node:
         # written; then written, awaiting replies in order.
         self._outbox: list[tuple[bytes, Receiver, int, Fallback]] = []
         self._front = 0  # entries at the outbox's head that go before what callers queued (resent EVALs)
-        self._inflight: deque[tuple[Receiver, int, Fallback]] = deque()
+        self._inflight: deque[tuple[bytes, Receiver, int, Fallback]] = deque()  # the outbox's entries, as they were
         self._idle: asyncio.Future[None] | None = None  # aclose() waits for the last reply on it
         self._wakeup = asyncio.Event()
         self._flush_pending = False
@@ -391,11 +391,9 @@ class Node:
         if not self._inflight:
             self._progress = self._rtt_since = _clock.now()  # waiting starts now, not at the last reply
         self._gathering = len(batch) > 1
+        self._inflight.extend(batch)
         if len(batch) == 1:
-            packed, receiver, index, fallback = batch[0]
-            self._inflight.append((receiver, index, fallback))
-            return packed
-        self._inflight.extend([(receiver, index, fallback) for _, receiver, index, fallback in batch])
+            return batch[0][0]
         return b"".join([entry[0] for entry in batch])
 
     # -- the task and the wire --------------------------------------------
@@ -528,7 +526,7 @@ class Node:
         assert loop is not None
         assert transport is not None
         futures: list[asyncio.Future[Reply]] = [loop.create_future() for _ in commands]
-        self._inflight.extend((_Resolve(fut), 0, None) for fut in futures)
+        self._inflight.extend((b"", _Resolve(fut), 0, None) for fut in futures)
         self._rtt_since = _clock.now()
         transport.write(b"".join(pack(command) for command in commands))
         replies = [await fut for fut in futures]
@@ -573,7 +571,7 @@ class Node:
             if not inflight:
                 self._broken(ConnectionError("a reply came with no command waiting for it"))
                 return
-            receiver, index, fallback = inflight.popleft()
+            _, receiver, index, fallback = inflight.popleft()
             if fallback is not None and type(reply) is Failure and reply.noscript:
                 self._script_missing(fallback, receiver, index)
                 continue
@@ -625,7 +623,7 @@ class Node:
         script, keys, args = fallback
         if script.creates:
             touched = set(keys)
-            if any(later is not None and touched.intersection(later[1]) for _, _, later in self._inflight):
+            if any(later is not None and touched.intersection(later[1]) for _, _, _, later in self._inflight):
                 receiver.deliver(
                     index,
                     Failure(
@@ -659,7 +657,7 @@ class Node:
 
     def _fail_inflight(self, failure: Failure) -> None:
         while self._inflight:
-            receiver, index, _ = self._inflight.popleft()
+            _, receiver, index, _ = self._inflight.popleft()
             receiver.deliver(index, failure)
         if self._idle is not None and not self._outbox:
             self._answered()
