@@ -23,10 +23,26 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from redlock_async._algorithm import Vote, quorum
 from redlock_async._fanout import Ballot
 from redlock_async._node import Failure, Node, Reply
+from redlock_async._requests import Sent
+
+
+class Taker(Protocol):
+    """A waiting lock that a release of its own Redlock can hand the lock over to."""
+
+    def _presend(self) -> Sent | None: ...
+
+    def _give_back(self, sent: Sent) -> None: ...
+
+
+MAX_CHAIN = 8
+"""Hand-overs in a row on one key before a release goes to the waiters of every process again: the
+round a release sends for the next waiter of its own Redlock reaches each node right behind the
+release, ahead of any other client's, so without this bound a busy process would keep the lock."""
 
 
 @dataclass
@@ -46,6 +62,11 @@ class _Queue:
     # Releases already heard from a majority (by any Redlock's listener): the late
     # words of those are stale, and must not wake anyone again.
     heard: deque[bytes] = field(default_factory=lambda: deque(maxlen=8))
+    # ticket -> (its waiter's Listener, the waiter's lock): who may be handed the lock by a release.
+    takers: dict[int, tuple[Listener, Taker]] = field(default_factory=dict)
+    # ticket -> the round a release sent for it (handed over), until the waiter counts it or quits.
+    handed: dict[int, tuple[Sent, Taker]] = field(default_factory=dict)
+    chain: int = 0  # hand-overs in a row: after MAX_CHAIN, one release wakes everyone's waiters instead
 
 
 # One queue per (event loop, nodes, key): two Redlocks of one process on the
@@ -121,16 +142,21 @@ class Listener:
                 del _queues[key]
         self._release(channel)
 
-    async def wait(self, channel: bytes, timeout: float, place: int, *, again: bool = False) -> bool:
+    async def wait(
+        self, channel: bytes, timeout: float, place: int, *, again: bool = False, taker: Taker | None = None
+    ) -> bool:
         """Wait for this waiter's turn after a release, at most *timeout* seconds; True when woken.
 
         *place* is the waiter's ticket: it waits in line by it, so a waiter
         whose fallback timer fired comes back to its place, not to the tail.
         *again*: this waiter was woken last time and lost the race (to a client
-        elsewhere): its turn is over.
+        elsewhere): its turn is over. *taker*: the waiting lock, which a release of this
+        Redlock may hand the lock over to (then :meth:`handed` has the round it sent).
         """
         queue = self._queue(channel)
         assert queue is not None, "wait() between enter() and leave()"
+        if taker is not None:
+            queue.takers[place] = (self, taker)
         if again:
             queue.woken = False
             self._missed(queue)
@@ -193,10 +219,58 @@ class Listener:
         if queue is None:
             return
         queue.waiters.pop(place, None)
+        queue.takers.pop(place, None)
+        handed = queue.handed.pop(place, None)
+        if handed is not None:
+            sent, taker = handed
+            taker._give_back(sent)  # sent for us, never counted: nothing may stay behind
         if queue.turn == place:
             queue.turn = None
             queue.woken = False
             self._wake(queue)
+
+    def handed(self, channel: bytes, place: int) -> Sent | None:
+        """The round a release sent for the waiter with ticket *place* when it handed it the lock, if one did."""
+        queue = self._queue(channel)
+        if queue is None:
+            return None
+        handed = queue.handed.pop(place, None)
+        return None if handed is None else handed[0]
+
+    def next_is_ours(self, channel: bytes) -> bool:
+        """True when the next in line for *channel* is a waiter of this Redlock, ready to be handed over to."""
+        queue = self._queue(channel)
+        if queue is None or queue.woken or queue.turn is not None or not queue.waiters:
+            return False
+        owner = queue.takers.get(min(queue.waiters))
+        return owner is not None and owner[0] is self  # else it waits in another Redlock: it hears the release
+
+    def hand_over(self, channel: bytes, digest: bytes) -> bool:
+        """A lock of this Redlock was just released (its release is queued on every node, *digest* the
+        word it publishes): if the next in line is a waiter of this Redlock, send that waiter's round
+        now, right behind the release on every connection, and wake it to count it.
+
+        One round trip, the release's, instead of two (the release, then the woken waiter's
+        round): the waiter's SET reaches each node right after the key was deleted there. It is
+        that waiter's own acquire, only sent sooner, so it is exactly as safe; a round it loses
+        is given back as any other. The release's words then wake no one (the waiter is served).
+        """
+        queue = self._queue(channel)
+        if queue is None or not self.next_is_ours(channel):
+            return False
+        if queue.chain >= MAX_CHAIN:
+            queue.chain = 0  # this release goes to every process's waiters, by its words
+            return False
+        place = min(queue.waiters)
+        owner = queue.takers[place]
+        sent = owner[1]._presend()
+        if sent is None:
+            return False
+        queue.chain += 1
+        queue.heard.append(digest)
+        queue.handed[place] = (sent, owner[1])
+        self._wake(queue)
+        return True
 
     def done(self, channel: bytes) -> None:
         """The woken waiter finished trying (acquired or gave up): the next release wakes the next one."""
@@ -282,6 +356,7 @@ class Listener:
         if queue is None:
             return
         queue.heard.append(token)
+        queue.chain = 0
         if not queue.woken:
             self._wake(queue)
         else:

@@ -270,6 +270,15 @@ class Node:
                 self._flush_pending = True
                 loop.call_soon(self._flush)
 
+    def cork(self) -> None:
+        """Hold what is sent next for one write (see :meth:`uncork`), even on an idle connection."""
+        self._gathering = True
+
+    def uncork(self) -> None:
+        """Write what was held since :meth:`cork` now, in one write."""
+        if self._outbox:
+            self._flush()
+
     def send_script(
         self, script: Script, keys: tuple[bytes, ...], args: tuple[bytes | int, ...], *, limited: bool = False
     ) -> asyncio.Future[Reply]:

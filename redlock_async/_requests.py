@@ -76,11 +76,20 @@ def owner_of(value: bytes) -> str | None:
     return owner.decode(errors="replace") if separator else None
 
 
-async def attempt(
+@dataclass(slots=True)
+class Sent:
+    """An acquire round whose requests are out, not yet decided (see :func:`send_attempt`)."""
+
+    token: bytes
+    started: float
+    ballot: Ballot
+
+
+def send_attempt(
     nodes: Sequence[Node], keys: tuple[bytes, ...], fence_keys: tuple[bytes, ...], settings: Settings, owner: bytes
-) -> Attempt:
-    """One round of SET NX PX (or a script taking every key, fenced or not) on every node; a failed
-    round is given back."""
+) -> Sent:
+    """Queue one round of SET NX PX (or a script taking every key, fenced or not) on every node, now
+    (synchronous); :func:`decide` counts it."""
     token = new_token(owner)
     ttl_ms = settings.ttl_ms
     if len(keys) == 1:
@@ -100,7 +109,29 @@ async def attempt(
         ballot = Ballot(nodes, vote_of_script, settings.node_timeout)
         started = _clock.now()
         ballot.script(ACQUIRE_ALL, keys, (token, ttl_ms), limited=True)
-    return await _decide(nodes, keys, fence_keys if settings.fencing else None, token, started, ballot, settings, None)
+    return Sent(token, started, ballot.start())
+
+
+async def decide(
+    nodes: Sequence[Node], keys: tuple[bytes, ...], fence_keys: tuple[bytes, ...], settings: Settings, sent: Sent
+) -> Attempt:
+    """Count a round of :func:`send_attempt` (and fence a won one); a failed or cancelled round is given back."""
+    fenced = fence_keys if settings.fencing else None
+    return await _decide(nodes, keys, fenced, sent.token, sent.started, sent.ballot, settings, None)
+
+
+def give_back(nodes: Sequence[Node], keys: tuple[bytes, ...], sent: Sent) -> None:
+    """Release a round of :func:`send_attempt` that will never be counted (queued: no await)."""
+    sent.ballot.cancel()
+    send_release(nodes, keys, sent.token, skip=sent.ballot.never_sent())
+
+
+async def attempt(
+    nodes: Sequence[Node], keys: tuple[bytes, ...], fence_keys: tuple[bytes, ...], settings: Settings, owner: bytes
+) -> Attempt:
+    """One round of SET NX PX (or a script taking every key, fenced or not) on every node; a failed
+    round is given back."""
+    return await decide(nodes, keys, fence_keys, settings, send_attempt(nodes, keys, fence_keys, settings, owner))
 
 
 async def attempt_permit(

@@ -8,6 +8,7 @@ uses a new random token, so a stale release can never delete a later lease.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import random
@@ -34,6 +35,11 @@ MAX_RESOURCE_BYTES = 4096
 """Longest resource name, in bytes once encoded: hash longer identifiers first."""
 
 _random = random.SystemRandom()
+
+
+def released_digest(token: bytes) -> bytes:
+    """What the release scripts publish for *token* (``redis.sha1hex``): the word waiters count."""
+    return hashlib.sha1(token).hexdigest().encode()
 
 
 def resource_key(prefix: str, resource: str | bytes) -> bytes:
@@ -358,9 +364,15 @@ class Lock:
                         if await listener.enter(channel) and not queued and await self._attempt():
                             return True
                     # Woken by a release (our turn among this process's waiters), or after
-                    # the jittered delay if no word came: notifications can be lost.
-                    woken = await listener.wait(channel, delay, place, again=woken)
+                    # the jittered delay if no word came: notifications can be lost. A release
+                    # of this Redlock may have sent our next round already (handed it over).
+                    woken = await listener.wait(channel, delay, place, again=woken, taker=self)
                     queued = False
+                    if woken and (sent := listener.handed(channel, place)) is not None:
+                        attempted = True
+                        if await self._attempt(sent):
+                            return True
+                        queued = True  # that was this wake-up's try: wait again
                 # Closed meanwhile, or a background task failed: say so now, not at the timeout.
                 self._cluster.check_open()
                 if _clock.now() >= give_up and attempted:
@@ -374,10 +386,11 @@ class Lock:
                 listener.quit(channel, place)
                 listener.leave(channel)
 
-    async def _attempt(self) -> bool:
-        """One round of SET NX PX on all nodes; True when a majority granted a valid lease."""
+    async def _attempt(self, sent: _requests.Sent | None = None) -> bool:
+        """One round of SET NX PX on all nodes (*sent* already, by a releaser handing the lock over);
+        True when a majority granted a valid lease."""
         self._attempts += 1
-        result = await self._take()
+        result = await self._take(sent)
         self._last_votes, self._last_details = result.votes, result.details
         if result.validity is None:
             if log.isEnabledFor(logging.DEBUG):
@@ -400,15 +413,35 @@ class Lock:
         self._cluster.held.add(self)
         return True
 
-    async def _take(self) -> _requests.Attempt:
+    async def _take(self, sent: _requests.Sent | None = None) -> _requests.Attempt:
         """One round for every key of this lock (all or none)."""
-        result = await _requests.attempt(
-            self._cluster.nodes, self._keys, self._fence_keys, self._settings, self._owner or default_owner()
+        result = await _requests.decide(
+            self._cluster.nodes, self._keys, self._fence_keys, self._settings, sent or self._presend()
         )
         if result.codes and len(self._keys) > 1:
             # The key most of the refusing nodes found held: a waiter listens for its release.
             self._blocked = self._keys[max(set(result.codes), key=result.codes.count) * -1 - 1]
         return result
+
+    def _presend(self) -> _requests.Sent:
+        """Send this lock's next round now (synchronous): a release of this Redlock hands the lock over
+        to its oldest waiter by queueing the waiter's round right behind the release on every node."""
+        return _requests.send_attempt(
+            self._cluster.nodes, self._keys, self._fence_keys, self._settings, self._owner or default_owner()
+        )
+
+    def _give_back(self, sent: _requests.Sent) -> None:
+        """A round sent for this lock that its waiter will never count (cancelled in the same loop turn)."""
+        _requests.give_back(self._cluster.nodes, self._keys, sent)
+
+    def _next_is_ours(self) -> bool:
+        """True when a release of this lock may hand it over: the next in line for its key is a waiter
+        of this Redlock (then :meth:`release` sends that waiter's round right behind the release)."""
+        return (
+            self._settings.wait_for_release
+            and len(self._keys) == 1
+            and self._cluster.listener.next_is_ours(self._keys[0])
+        )
 
     def _channel(self) -> bytes:
         """Where a waiter listens for the release that may let it in."""
@@ -655,7 +688,17 @@ class Lock:
         ballot = Ballot(
             self._cluster.nodes, vote_of_script, self._settings.node_timeout, majority=False, wait_for=holders
         )
-        self._send_release(token, skip=self._lease.skip, into=ballot)
+        if self._next_is_ours():
+            # The release and the next waiter's round go out in one write per node, in that order.
+            nodes = self._cluster.nodes
+            for node in nodes:
+                node.cork()
+            self._send_release(token, skip=self._lease.skip, into=ballot)
+            self._cluster.listener.hand_over(self._keys[0], released_digest(token))
+            for node in nodes:
+                node.uncork()
+        else:
+            self._send_release(token, skip=self._lease.skip, into=ballot)
         await ballot.start().wait()
         self._last_votes, self._last_details = ballot.votes, ballot.details
         # Silent otherwise: a node that refuses the script (ACL, renamed EVALSHA) keeps every key until it expires.

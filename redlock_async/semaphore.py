@@ -89,7 +89,11 @@ class Semaphore(Lock):
         """How many may hold a permit at once."""
         return self._limit
 
-    async def _take(self) -> _requests.Attempt:
+    def _next_is_ours(self) -> bool:
+        """Permits are not handed over: a release wakes the next waiter, who picks a slot."""
+        return False
+
+    async def _take(self, sent: _requests.Sent | None = None) -> _requests.Attempt:
         """One pass: a slot of our own choosing (random), then, while it was held, a slot that a majority
         of the nodes said is free (random among the most agreed on), until one is granted or none is left."""
         nodes = self._cluster.nodes
