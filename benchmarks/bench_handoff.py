@@ -101,6 +101,7 @@ FALLBACK_MIN_SECONDS = 0.1  # the shortest fallback retry at the default retry_d
 MODES = ("pushed", "polling")
 
 TARGET_HANDOFF_RATIO = 3.0  # pushed hand-off p50 <= 3x uncontended acquire p50
+TARGET_HANDOVER_RATIO = 2.0  # issue 20: hand-off p50 <= 2x; judged on hand-offs within one Redlock (handed over)
 TARGET_GRANTS_RATIO = 20.0  # pushed grants/s >= 20x polling grants/s
 
 perf_ns = time.perf_counter_ns
@@ -307,6 +308,8 @@ class Contention:
     instance_share: list[float]  # share of the window's grants per Redlock instance
     top_instance_share: float  # the larger of the two (0.5 is even)
     other_instance_handoff_share: float  # hand-offs that went to the other Redlock instance
+    same_instance_handoff_p50_us: float  # hand-offs to another task of the same Redlock (handed over)
+    other_instance_handoff_p50_us: float  # hand-offs to a task of the other Redlock (woken by the release's words)
     contested_share: float  # grants whose winning attempt saw a "no" vote
     wakeups: list[int]  # listener.wakeups per instance, during the window and the drain
     wakeups_per_grant: float
@@ -380,6 +383,8 @@ def analyse(
     in_window = [g for g in grants if g.entered < stop_at]
     handoff: list[int] = []
     cross_task: list[int] = []
+    same_gaps: list[int] = []
+    other_gaps: list[int] = []
     self_regrants = other_instance = 0
     for prev, g in itertools.pairwise(grants):
         if g.entered >= stop_at:
@@ -391,6 +396,8 @@ def analyse(
         else:
             cross_task.append(gap)
         other_instance += g.instance != prev.instance
+        if g.task != prev.task:
+            (other_gaps if g.instance != prev.instance else same_gaps).append(gap)
     waits = [g.entered - g.wanted for g in grants]
     tasks = INSTANCES * TASKS_PER_INSTANCE
     per_task = [0] * tasks
@@ -414,6 +421,8 @@ def analyse(
         cross_task_handoff_p50_us=us(pct(cross_task, 50)),
         cross_task_handoff_p99_us=us(pct(cross_task, 99)),
         cross_task_handoffs_per_s=len(cross_task) / window,
+        same_instance_handoff_p50_us=us(pct(same_gaps, 50)),
+        other_instance_handoff_p50_us=us(pct(other_gaps, 50)),
         self_regrant_share=ratio(self_regrants, len(handoff)),
         wait_p50_ms=ms(pct(waits, 50)),
         wait_p99_ms=ms(pct(waits, 99)),
@@ -463,6 +472,8 @@ async def run_round(index: int, cluster: LocalNodes, solo: Redlock, cfg: Config)
         "handoff_vs_acquire": ratio(pushed.handoff_p50_us, baseline.acquire_p50_us),
         "handoff_vs_cycle": ratio(pushed.handoff_p50_us, baseline.cycle_p50_us),
         "cross_task_handoff_vs_acquire": ratio(pushed.cross_task_handoff_p50_us, baseline.acquire_p50_us),
+        "same_instance_handoff_vs_acquire": ratio(pushed.same_instance_handoff_p50_us, baseline.acquire_p50_us),
+        "other_instance_handoff_vs_acquire": ratio(pushed.other_instance_handoff_p50_us, baseline.acquire_p50_us),
         "grants_pushed_vs_polling": ratio(pushed.grants_per_s, polling.grants_per_s),
         "cross_task_handoffs_pushed_vs_polling": ratio(
             pushed.cross_task_handoffs_per_s, polling.cross_task_handoffs_per_s
@@ -577,6 +588,13 @@ def report(rounds: list[Round], env: dict[str, Any], cfg: Config, total_seconds:
         ("Jain fairness (1 = even)", lambda m: _fmt(med(m, lambda c: c.jain), 2)),
         ("grants to the busier Redlock (50% = even)", lambda m: _pct(med(m, lambda c: c.top_instance_share))),
         ("hand-offs to the other Redlock", lambda m: _pct(med(m, lambda c: c.other_instance_handoff_share))),
+        (
+            "hand-off p50 to another task: same Redlock (handed over) / other Redlock",
+            lambda m: (
+                f"{_fmt(med(m, lambda c: c.same_instance_handoff_p50_us))} / "
+                f"{_fmt(med(m, lambda c: c.other_instance_handoff_p50_us))} us"
+            ),
+        ),
         ("contested wins (a `no` heard before the majority)", lambda m: _pct(med(m, lambda c: c.contested_share))),
         (
             "listener wakeups A / B (sum)",
@@ -617,6 +635,11 @@ def report(rounds: list[Round], env: dict[str, Any], cfg: Config, total_seconds:
             "target": TARGET_HANDOFF_RATIO,
             "pass": handoff_vs_acquire <= TARGET_HANDOFF_RATIO,
         },
+        "same_redlock_handoff_p50_vs_acquire_p50": {
+            "value": ratio_of("same_instance_handoff_vs_acquire"),
+            "target": TARGET_HANDOVER_RATIO,
+            "pass": ratio_of("same_instance_handoff_vs_acquire") <= TARGET_HANDOVER_RATIO,
+        },
         "grants_per_s_pushed_vs_polling": {
             "value": grants_ratio,
             "target": TARGET_GRANTS_RATIO,
@@ -629,6 +652,13 @@ def report(rounds: list[Round], env: dict[str, Any], cfg: Config, total_seconds:
         f"{_fmt(handoff_vs_acquire, 2)}x the uncontended acquire p50 (target <= {TARGET_HANDOFF_RATIO:g}x); "
         f"{_fmt(ratio_of('handoff_vs_cycle'), 2)}x acquire+release p50; "
         f"to another task only: {_fmt(ratio_of('cross_task_handoff_vs_acquire'), 2)}x acquire p50"
+    )
+    same = ratio_of("same_instance_handoff_vs_acquire")
+    print(
+        f"- {_verdict(same <= TARGET_HANDOVER_RATIO)} hand-off p50 within one Redlock (handed over: the release "
+        f"sends the next waiter's round) = {_fmt(same, 2)}x the uncontended acquire p50 "
+        f"(target <= {TARGET_HANDOVER_RATIO:g}x); to the other Redlock (woken by the release's words, then a "
+        f"fan-out of its own): {_fmt(ratio_of('other_instance_handoff_vs_acquire'), 2)}x"
     )
     print(
         f"- {_verdict(grants_ratio >= TARGET_GRANTS_RATIO)} pushed grants/s = {_fmt(grants_ratio, 2)}x polling "

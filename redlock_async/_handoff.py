@@ -34,7 +34,7 @@ from redlock_async._requests import Sent
 class Taker(Protocol):
     """A waiting lock that a release of its own Redlock can hand the lock over to."""
 
-    def _presend(self) -> Sent | None: ...
+    def _presend(self) -> Sent: ...
 
     def _give_back(self, sent: Sent) -> None: ...
 
@@ -237,40 +237,38 @@ class Listener:
         handed = queue.handed.pop(place, None)
         return None if handed is None else handed[0]
 
-    def next_is_ours(self, channel: bytes) -> bool:
-        """True when the next in line for *channel* is a waiter of this Redlock, ready to be handed over to."""
+    def may_hand_over(self, channel: bytes) -> bool:
+        """True when a release of *channel*, now, hands the lock over (:meth:`hand_over`): the next in
+        line waits in this Redlock, and fewer than MAX_CHAIN hand-overs came in a row (at MAX_CHAIN the
+        count starts again, and this release goes to every process's waiters by its words)."""
         queue = self._queue(channel)
         if queue is None or queue.woken or queue.turn is not None or not queue.waiters:
             return False
         owner = queue.takers.get(min(queue.waiters))
-        return owner is not None and owner[0] is self  # else it waits in another Redlock: it hears the release
+        if owner is None or owner[0] is not self:
+            return False  # the next in line waits in another Redlock: it hears the release
+        if queue.chain >= MAX_CHAIN:
+            queue.chain = 0
+            return False
+        return True
 
-    def hand_over(self, channel: bytes, digest: bytes) -> bool:
-        """A lock of this Redlock was just released (its release is queued on every node, *digest* the
-        word it publishes): if the next in line is a waiter of this Redlock, send that waiter's round
-        now, right behind the release on every connection, and wake it to count it.
+    def hand_over(self, channel: bytes) -> None:
+        """Right after a release of *channel* that :meth:`may_hand_over` allowed was queued (it tells no
+        one): send the next waiter's round now, behind the release on every connection, and wake that
+        waiter to count it (:meth:`handed`).
 
-        One round trip, the release's, instead of two (the release, then the woken waiter's
-        round): the waiter's SET reaches each node right after the key was deleted there. It is
-        that waiter's own acquire, only sent sooner, so it is exactly as safe; a round it loses
-        is given back as any other. The release's words then wake no one (the waiter is served).
+        One round trip, the release's, instead of two (the release, its words, then the woken
+        waiter's round): the waiter's SET reaches each node right after the key was deleted there,
+        ahead of any other client's. It is that waiter's own acquire, only sent sooner, so it is
+        exactly as safe; a round it loses is given back (and so announced) as any other.
         """
         queue = self._queue(channel)
-        if queue is None or not self.next_is_ours(channel):
-            return False
-        if queue.chain >= MAX_CHAIN:
-            queue.chain = 0  # this release goes to every process's waiters, by its words
-            return False
+        assert queue is not None, "hand_over() only right after may_hand_over()"
         place = min(queue.waiters)
-        owner = queue.takers[place]
-        sent = owner[1]._presend()
-        if sent is None:
-            return False
+        taker = queue.takers[place][1]
+        queue.handed[place] = (taker._presend(), taker)
         queue.chain += 1
-        queue.heard.append(digest)
-        queue.handed[place] = (sent, owner[1])
         self._wake(queue)
-        return True
 
     def done(self, channel: bytes) -> None:
         """The woken waiter finished trying (acquired or gave up): the next release wakes the next one."""

@@ -25,6 +25,7 @@ from redlock_async._scripts import (
     EXTEND_ALL,
     FENCE,
     FENCE_ALL,
+    HANDED_RELEASE,
     RELEASE,
     RELEASE_ALL,
 )
@@ -261,14 +262,19 @@ def send_release(
     *,
     channel: bytes | None = None,
     into: Ballot | None = None,
+    handed: bool = False,
 ) -> None:
     """Queue compare-and-delete on every node but *skip* (synchronous: survives cancellation).
 
     The replies go to *into* (a ballot not started yet), or nowhere. The waiters are
-    told on each key's channel, or on *channel* (a semaphore's permits share one).
+    told on each key's channel, or on *channel* (a semaphore's permits share one);
+    *handed*: no one is told (a hand-over: the next holder's round follows).
     """
     names: tuple[bytes, ...]
-    if len(keys) == 1:
+    if handed:
+        assert len(keys) == 1, "a hand-over releases one lock key"
+        script, names = HANDED_RELEASE, keys
+    elif len(keys) == 1:
         script, names = RELEASE, (keys if channel is None else (keys[0], channel))
     else:
         script, names = RELEASE_ALL, keys

@@ -43,6 +43,22 @@ return 0
 """
 )
 
+HANDED_RELEASE = Script(
+    b"""
+-- Compare-and-delete, telling no one: the release of a hand-over, whose next
+-- holder's SET follows it on this connection (a word would only wake waiters
+-- elsewhere to find the key taken again).
+-- KEYS[1]  the lock key
+-- ARGV[1]  the token of the acquisition being released
+-- returns  1 deleted; 0 the key is gone or holds another token (left alone)
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+    return 1
+end
+return 0
+"""
+)
+
 EXTEND = Script(
     b"""
 -- Compare-and-PEXPIRE. Never re-creates a missing key: a lease that ran
@@ -282,6 +298,7 @@ return free
 )
 
 SCRIPTS = (
+    HANDED_RELEASE,
     RELEASE,
     EXTEND,
     EXTEND_MANY,

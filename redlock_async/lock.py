@@ -8,7 +8,6 @@ uses a new random token, so a stale release can never delete a later lease.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import random
@@ -35,11 +34,6 @@ MAX_RESOURCE_BYTES = 4096
 """Longest resource name, in bytes once encoded: hash longer identifiers first."""
 
 _random = random.SystemRandom()
-
-
-def released_digest(token: bytes) -> bytes:
-    """What the release scripts publish for *token* (``redis.sha1hex``): the word waiters count."""
-    return hashlib.sha1(token).hexdigest().encode()
 
 
 def resource_key(prefix: str, resource: str | bytes) -> bytes:
@@ -366,7 +360,8 @@ class Lock:
                     # Woken by a release (our turn among this process's waiters), or after
                     # the jittered delay if no word came: notifications can be lost. A release
                     # of this Redlock may have sent our next round already (handed it over).
-                    woken = await listener.wait(channel, delay, place, again=woken, taker=self)
+                    taker = self if self._takes_hand_over else None
+                    woken = await listener.wait(channel, delay, place, again=woken, taker=taker)
                     queued = False
                     if woken and (sent := listener.handed(channel, place)) is not None:
                         attempted = True
@@ -423,6 +418,9 @@ class Lock:
             self._blocked = self._keys[max(set(result.codes), key=result.codes.count) * -1 - 1]
         return result
 
+    _takes_hand_over = True
+    """A release of this Redlock may send this lock's next round (see :meth:`_presend`)."""
+
     def _presend(self) -> _requests.Sent:
         """Send this lock's next round now (synchronous): a release of this Redlock hands the lock over
         to its oldest waiter by queueing the waiter's round right behind the release on every node."""
@@ -440,16 +438,18 @@ class Lock:
         return (
             self._settings.wait_for_release
             and len(self._keys) == 1
-            and self._cluster.listener.next_is_ours(self._keys[0])
+            and self._cluster.listener.may_hand_over(self._keys[0])
         )
 
     def _channel(self) -> bytes:
         """Where a waiter listens for the release that may let it in."""
         return self._blocked
 
-    def _send_release(self, token: bytes, skip: Sequence[int], into: Ballot | None = None) -> None:
+    def _send_release(
+        self, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
+    ) -> None:
         """Queue compare-and-delete on every node but *skip* (synchronous: survives cancellation)."""
-        _requests.send_release(self._cluster.nodes, self._lease.keys, token, skip, into=into)
+        _requests.send_release(self._cluster.nodes, self._lease.keys, token, skip, into=into, handed=handed)
 
     # -- extend -------------------------------------------------------------------
 
@@ -693,8 +693,8 @@ class Lock:
             nodes = self._cluster.nodes
             for node in nodes:
                 node.cork()
-            self._send_release(token, skip=self._lease.skip, into=ballot)
-            self._cluster.listener.hand_over(self._keys[0], released_digest(token))
+            self._send_release(token, skip=self._lease.skip, into=ballot, handed=True)
+            self._cluster.listener.hand_over(self._keys[0])
             for node in nodes:
                 node.uncork()
         else:

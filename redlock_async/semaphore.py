@@ -89,8 +89,9 @@ class Semaphore(Lock):
         """How many may hold a permit at once."""
         return self._limit
 
+    _takes_hand_over = False  # permits are not handed over: a release wakes the next waiter, who picks a slot
+
     def _next_is_ours(self) -> bool:
-        """Permits are not handed over: a release wakes the next waiter, who picks a slot."""
         return False
 
     async def _take(self, sent: _requests.Sent | None = None) -> _requests.Attempt:
@@ -130,5 +131,7 @@ class Semaphore(Lock):
                 return result  # no slot is free on a majority: every permit is held
             slot = _random.choice([other for other, count in free.items() if count == best])
 
-    def _send_release(self, token: bytes, skip: Sequence[int], into: Ballot | None = None) -> None:
+    def _send_release(
+        self, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
+    ) -> None:
         _requests.send_release(self._cluster.nodes, self._lease.keys, token, skip, channel=self._keys[0], into=into)
