@@ -244,7 +244,10 @@ class Listener:
         queue = self._queue(channel)
         if queue is None or queue.woken or queue.turn is not None or not queue.waiters:
             return False
-        owner = queue.takers.get(min(queue.waiters))
+        place = min(queue.waiters)
+        if queue.waiters[place] is None:
+            return False  # between two waits (its fallback timer fired): it is trying, the release is its turn
+        owner = queue.takers.get(place)
         if owner is None or owner[0] is not self:
             return False  # the next in line waits in another Redlock: it hears the release
         if queue.chain >= MAX_CHAIN:
