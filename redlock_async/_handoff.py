@@ -255,7 +255,7 @@ class Listener:
             return False
         return True
 
-    def hand_over(self, channel: bytes) -> None:
+    def hand_over(self, channel: bytes, word: bytes) -> None:
         """Right after a release of *channel* that :meth:`may_hand_over` allowed was queued (it tells no
         one): send the next waiter's round now, behind the release on every connection, and wake that
         waiter to count it (:meth:`handed`).
@@ -263,13 +263,16 @@ class Listener:
         One round trip, the release's, instead of two (the release, its words, then the woken
         waiter's round): the waiter's SET reaches each node right after the key was deleted there,
         ahead of any other client's. It is that waiter's own acquire, only sent sooner, so it is
-        exactly as safe; a round it loses is given back (and so announced) as any other.
+        exactly as safe; a round it loses is given back as any other, and then the release's *word*
+        (what it would have published) is published on every node, so waiters elsewhere hear of it.
         """
         queue = self._queue(channel)
         assert queue is not None, "hand_over() only right after may_hand_over()"
         place = min(queue.waiters)
         taker = queue.takers[place][1]
-        queue.handed[place] = (taker._presend(), taker)
+        sent = taker._presend()
+        sent.announce = (channel, word)
+        queue.handed[place] = (sent, taker)
         queue.chain += 1
         self._wake(queue)
 

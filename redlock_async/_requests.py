@@ -84,6 +84,9 @@ class Sent:
     token: bytes
     started: float
     ballot: Ballot
+    announce: tuple[bytes, bytes] | None = None
+    """(channel, word) of the release that handed this round over, which told no one: said on every
+    node if the round is lost or given back, so that the waiters elsewhere hear the key is free."""
 
 
 def send_attempt(
@@ -118,13 +121,31 @@ async def decide(
 ) -> Attempt:
     """Count a round of :func:`send_attempt` (and fence a won one); a failed or cancelled round is given back."""
     fenced = fence_keys if settings.fencing else None
-    return await _decide(nodes, keys, fenced, sent.token, sent.started, sent.ballot, settings, None)
+    if sent.announce is None:
+        return await _decide(nodes, keys, fenced, sent.token, sent.started, sent.ballot, settings, None)
+    try:
+        result = await _decide(nodes, keys, fenced, sent.token, sent.started, sent.ballot, settings, None)
+    except BaseException:
+        _announce(nodes, sent.announce)  # given back (cancelled): the release it followed is said now
+        raise
+    if result.validity is None:
+        _announce(nodes, sent.announce)
+    return result
 
 
 def give_back(nodes: Sequence[Node], keys: tuple[bytes, ...], sent: Sent) -> None:
     """Release a round of :func:`send_attempt` that will never be counted (queued: no await)."""
     sent.ballot.cancel()
     send_release(nodes, keys, sent.token, skip=sent.ballot.never_sent())
+    if sent.announce is not None:
+        _announce(nodes, sent.announce)
+
+
+def _announce(nodes: Sequence[Node], announce: tuple[bytes, bytes]) -> None:
+    """Publish a release's word on every node (queued after the give-back: the key is free by then)."""
+    packed = pack((b"PUBLISH", *announce))
+    for i, node in enumerate(nodes):
+        node.send_packed(IGNORED, i, packed)
 
 
 async def attempt(

@@ -8,6 +8,7 @@ uses a new random token, so a stale release can never delete a later lease.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import random
@@ -34,6 +35,11 @@ MAX_RESOURCE_BYTES = 4096
 """Longest resource name, in bytes once encoded: hash longer identifiers first."""
 
 _random = random.SystemRandom()
+
+
+def released_word(token: bytes) -> bytes:
+    """What the release script publishes for *token* (``redis.sha1hex``): the word waiters count."""
+    return hashlib.sha1(token).hexdigest().encode()
 
 
 def resource_key(prefix: str, resource: str | bytes) -> bytes:
@@ -694,7 +700,7 @@ class Lock:
             for node in nodes:
                 node.cork()
             self._send_release(token, skip=self._lease.skip, into=ballot, handed=True)
-            self._cluster.listener.hand_over(self._keys[0])
+            self._cluster.listener.hand_over(self._keys[0], released_word(token))
             for node in nodes:
                 node.uncork()
         else:
