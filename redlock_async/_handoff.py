@@ -39,6 +39,11 @@ class Taker(Protocol):
     def _give_back(self, sent: Sent) -> None: ...
 
 
+YIELD_ROUND_TRIPS = 4
+YIELD_MIN = 0.005
+YIELD_MAX = 0.02
+"""The grace a chain's last release gives other processes' waiters: a few round trips, 5-20 ms."""
+
 MAX_CHAIN = 8
 """Hand-overs in a row on one key before a release goes to the waiters of every process again: the
 round a release sends for the next waiter of its own Redlock reaches each node right behind the
@@ -237,10 +242,14 @@ class Listener:
         handed = queue.handed.pop(place, None)
         return None if handed is None else handed[0]
 
-    def may_hand_over(self, channel: bytes) -> bool:
+    def may_hand_over(self, channel: bytes, word: bytes) -> bool:
         """True when a release of *channel*, now, hands the lock over (:meth:`hand_over`): the next in
-        line waits in this Redlock, and fewer than MAX_CHAIN hand-overs came in a row (at MAX_CHAIN the
-        count starts again, and this release goes to every process's waiters by its words)."""
+        line waits in this Redlock, and fewer than MAX_CHAIN hand-overs came in a row.
+
+        At MAX_CHAIN the count starts again, and this release (whose *word* it publishes) goes to the
+        waiters of other processes first: its words wake no waiter of this process, whose oldest
+        waiter is woken a grace later (:meth:`_yield`). Otherwise this busy process, awake when the
+        release's replies come, would hear its words first and win that race too."""
         queue = self._queue(channel)
         if queue is None or queue.woken or queue.turn is not None or not queue.waiters:
             return False
@@ -252,8 +261,24 @@ class Listener:
             return False  # the next in line waits in another Redlock: it hears the release
         if queue.chain >= MAX_CHAIN:
             queue.chain = 0
+            self._yield(channel, queue, word)
             return False
         return True
+
+    def _yield(self, channel: bytes, queue: _Queue, word: bytes) -> None:
+        """Let waiters elsewhere have this release: its words are ignored here, and this process's
+        oldest waiter is woken after a grace of a few round trips (if no release woke it meanwhile)."""
+        queue.heard.append(word)
+        rtt = max((node.srtt for node in self.nodes), default=0.0)
+        grace = min(max(YIELD_ROUND_TRIPS * rtt, YIELD_MIN), YIELD_MAX)
+        loop = asyncio.get_running_loop()
+        key = (loop, self._scope, channel)
+
+        def wake() -> None:
+            if _queues.get(key) is queue and not queue.woken and queue.turn is None:
+                self._wake(queue)
+
+        loop.call_later(grace, wake)
 
     def hand_over(self, channel: bytes, word: bytes) -> None:
         """Right after a release of *channel* that :meth:`may_hand_over` allowed was queued (it tells no

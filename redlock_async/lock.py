@@ -438,13 +438,13 @@ class Lock:
         """A round sent for this lock that its waiter will never count (cancelled in the same loop turn)."""
         _requests.give_back(self._cluster.nodes, self._keys, sent)
 
-    def _next_is_ours(self) -> bool:
+    def _next_is_ours(self, token: bytes) -> bool:
         """True when a release of this lock may hand it over: the next in line for its key is a waiter
         of this Redlock (then :meth:`release` sends that waiter's round right behind the release)."""
         return (
             self._settings.wait_for_release
             and len(self._keys) == 1
-            and self._cluster.listener.may_hand_over(self._keys[0])
+            and self._cluster.listener.may_hand_over(self._keys[0], released_word(token))
         )
 
     def _channel(self) -> bytes:
@@ -694,7 +694,7 @@ class Lock:
         ballot = Ballot(
             self._cluster.nodes, vote_of_script, self._settings.node_timeout, majority=False, wait_for=holders
         )
-        if self._next_is_ours():
+        if self._next_is_ours(token):
             # The release and the next waiter's round go out in one write per node, in that order.
             nodes = self._cluster.nodes
             for node in nodes:

@@ -91,7 +91,7 @@ class Semaphore(Lock):
 
     _takes_hand_over = False  # permits are not handed over: a release wakes the next waiter, who picks a slot
 
-    def _next_is_ours(self) -> bool:
+    def _next_is_ours(self, token: bytes) -> bool:
         return False
 
     async def _take(self, sent: _requests.Sent | None = None) -> _requests.Attempt:
