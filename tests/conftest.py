@@ -175,6 +175,11 @@ def lock_keys(node: Any) -> list[bytes]:
     return sorted(key for key in keys if not key.endswith(b":"))
 
 
+def keys_everywhere(nodes: Any) -> list[list[bytes]]:
+    """:func:`lock_keys` of every node of *nodes* (a Cluster or LocalNodes)."""
+    return [lock_keys(nodes[i]) for i in range(len(nodes))]
+
+
 def keys_on(node: Node, key: str) -> tuple[object, int]:
     """(value, pttl) of *key* on one node; (None, -2) when absent."""
     return node.command("GET", key), int(node.command("PTTL", key))  # type: ignore[call-overload]

@@ -35,7 +35,7 @@ from redlock_async.lock import Lock
 from redlock_async.testing import History
 from redlock_async.testing._history import Section
 
-from .conftest import Cluster, MakeRedlock, assert_no_library_tasks, eventually
+from .conftest import Cluster, MakeRedlock, assert_no_library_tasks, eventually, keys_everywhere
 
 SLOW = 5.0
 """A retry delay so long (a first fallback try after 2.5 s at the earliest) that within these tests
@@ -66,8 +66,7 @@ def calls(cluster: Cluster, command: str) -> int:
 
 def lock_keys_left(cluster: Cluster) -> list[list[bytes]]:
     """The lock keys (``redlock:*``: not the fence counters, nor the restart-quarantine marker ``redlock:``)."""
-    keys: list[list[bytes]] = [cluster[i].command("KEYS", "redlock:?*") for i in range(len(cluster))]  # type: ignore[misc]
-    return [sorted(k for k in node if not k.endswith(b":")) for node in keys]
+    return [[key for key in keys if key.startswith(b"redlock:")] for keys in keys_everywhere(cluster)]
 
 
 async def assert_no_lock_key(cluster: Cluster, within: float = PROMPT) -> None:

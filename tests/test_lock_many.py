@@ -16,14 +16,10 @@ from redlock_async.lock import MAX_NAMES
 from redlock_async.testing import History, LocalNodes
 from redlock_async.testing._history import Section
 
-from .conftest import Cluster, MakeRedlock, assert_empty, eventually, lock_keys
+from .conftest import Cluster, MakeRedlock, assert_empty, eventually, keys_everywhere, lock_keys
 
 KEY = "redlock:{}"
 SLOW_POLL = 2.0  # a retry delay so long that a grant within a fraction of it can only be a notification
-
-
-def keys_everywhere(nodes: Cluster | LocalNodes) -> list[list[bytes]]:
-    return [lock_keys(nodes[i]) for i in range(len(nodes))]
 
 
 # -- names -------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from redlock_async.semaphore import MAX_LIMIT, Semaphore
 from redlock_async.testing import History, LocalNodes
 from redlock_async.testing._history import Section
 
-from .conftest import Cluster, MakeRedlock, eventually, lock_keys
+from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere, lock_keys
 
 SLOW_POLL = 2.0  # a retry delay so long that a grant within a fraction of it can only be a notification
 
@@ -32,10 +32,6 @@ def slots(node: object, name: str) -> list[bytes]:
     """The permit slots of semaphore *name* held on *node*."""
     prefix = base(name) + b"\x00"
     return [key for key in lock_keys(node) if key.startswith(prefix) and key != widest(name)]
-
-
-def keys_everywhere(nodes: Cluster | LocalNodes) -> list[list[bytes]]:
-    return [lock_keys(nodes[i]) for i in range(len(nodes))]
 
 
 # -- History's bound -------------------------------------------------------------------------------
