@@ -174,6 +174,26 @@ def extended(
     return granted(n_nodes, votes, ttl, started, decided, drift_factor)
 
 
+def held_until(sent: float, span: float, drift_factor: float) -> float:
+    """When a key a node holds for us may first expire, on our clock (a lower bound).
+
+    The node saw the key with *span* seconds of its own clock left, at a moment
+    after *sent* (when our request went out, or an earlier one we measure from).
+    Those seconds may pass up to *drift_factor* faster here, and the key's expiry
+    is precise to CLOCK_PRECISION: the same terms as :func:`validity`, which is
+    ``held_until(started, ttl, drift_factor) - decided``.
+    """
+    return sent + span * (1 - drift_factor) - CLOCK_PRECISION
+
+
+def majority_until(ends: Iterable[float], n_nodes: int) -> float:
+    """Until when a majority of *n_nodes* holds the key, given when each holder's key may first expire:
+    the quorum-th latest end (-inf when fewer nodes hold it)."""
+    latest = sorted(ends, reverse=True)
+    need = quorum(n_nodes)
+    return latest[need - 1] if len(latest) >= need else -math.inf
+
+
 def retry_delay(base: float, unit_random: float, remaining: float) -> float:
     """Seconds to wait before the next attempt.
 

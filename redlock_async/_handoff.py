@@ -28,6 +28,7 @@ from typing import Protocol
 from redlock_async._algorithm import Vote, quorum
 from redlock_async._fanout import Ballot
 from redlock_async._node import Failure, Node, Reply
+from redlock_async._queue import Claim
 from redlock_async._requests import Sent
 
 
@@ -111,6 +112,10 @@ class Listener:
         self._interrupted = False
         # channel -> callbacks told of every message on it (election observers); no waiter queue.
         self._watchers: dict[bytes, list[Callable[[], None]]] = {}
+        # Grant queue (queue=True): the claims of this Redlock's waiters, by the word grants name them by,
+        # and by channel (a release word, from a client without the queue, pokes them to enter again).
+        self._claims: dict[bytes, Claim] = {}
+        self._claimants: dict[bytes, list[Claim]] = {}
 
     def _queue(self, channel: bytes) -> _Queue | None:
         return _queues.get((asyncio.get_running_loop(), self._scope, channel))
@@ -325,6 +330,20 @@ class Listener:
         for node in self.nodes:
             node.send(b"UNSUBSCRIBE", channel)
 
+    def expect(self, channel: bytes, claim: Claim) -> None:
+        """Route the grant words for *claim* to it (between :meth:`enter` and :meth:`leave` of *channel*)."""
+        self._claims[claim.word] = claim
+        self._claimants.setdefault(channel, []).append(claim)
+
+    def unexpect(self, channel: bytes, claim: Claim) -> None:
+        """Stop routing grant words to *claim* (synchronous, safe in cleanup)."""
+        self._claims.pop(claim.word, None)
+        claims = self._claimants.get(channel)
+        if claims is not None and claim in claims:
+            claims.remove(claim)
+            if not claims:
+                del self._claimants[channel]
+
     # -- observers' side -----------------------------------------------------------------
 
     def watch(self, channel: bytes, callback: Callable[[], None]) -> None:
@@ -351,23 +370,30 @@ class Listener:
 
     # -- the nodes' side ---------------------------------------------------------------
 
-    def on_message(self, message: list[bytes]) -> None:
+    def on_message(self, message: list[bytes], node: int | None = None) -> None:
         """A node released a key: once a majority did, wake the oldest waiter, unless one is trying.
 
         Waking on the first node's word would send the waiter's SETs ahead of
         the release on slower nodes: it would lose, and the rest of the words,
-        arriving while it tried, would be ignored.
+        arriving while it tried, would be ignored. A grant word (``g<digest>:<node time>``,
+        from a node's grant queue) goes to the claim it names, with the index of the *node*
+        whose subscriber connection heard it.
         """
         channel, token = message[1], message[2]
         if channel not in self._subscribed:
             return  # a late word for a channel no waiter of ours wants any more: remember nothing
-        queue = self._queue(channel)
         watchers = self._watchers.get(channel)
         if watchers:
             for callback in list(watchers):
                 callback()
-            if queue is None:
-                return  # only observed: no waiter to wake, nothing to count
+        if token[:1] == b"g" and len(token) > 42:
+            claim = self._claims.get(token[1:41])
+            if claim is not None and node is not None and token[41:42] == b":" and token[42:].isdigit():
+                claim.heard(node, int(token[42:]))
+            return  # a grant (to us or to another waiter): the key is not free
+        queue = self._queue(channel)
+        if watchers and queue is None:
+            return  # only observed: no waiter to wake, nothing to count
         if queue is not None and token in queue.heard:
             # A late word of a release that another Redlock's listener of this process
             # already counted to a majority: it woke a waiter then, not again now.
@@ -382,6 +408,8 @@ class Listener:
         heard.pop(token, None)  # counted; other releases on the channel (a semaphore's) still count on
         if not heard:
             del self._heard[channel]
+        for claim in self._claimants.get(channel, ()):
+            claim.poke()  # freed by a client without the queue: the nodes hand it on when entered again
         if queue is None:
             return
         queue.heard.append(token)

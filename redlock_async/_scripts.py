@@ -297,7 +297,126 @@ return free
     creates=True,
 )
 
+# -- the grant queue (Redlock(queue=True)) -----------------------------------
+#
+# Each node keeps, per lock key, the waiters of that key: a sorted set of their
+# tokens by a score each waiter chose once (its wall-clock start, the same on
+# every node, so every node serves the same waiter first) and a hash of each
+# entry's expiry (node milliseconds) and the ttl it wants. A release, or a
+# waiter finding the key free, SETs the key to the first live entry's token
+# and publishes a grant word naming it (by digest) with the node's time of the
+# grant: that waiter holds the key on this node without another round trip.
+
+_NOW = b"""
+local clock = redis.call('TIME')
+local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local now_ms = math.floor(now_us / 1000)
+"""
+
+_GRANT_NEXT = b"""
+-- SET the key to the first live waiter (expired entries are dropped); true if one was granted.
+local function grant_next(key, queue, waits)
+    while true do
+        local head = redis.call('ZPOPMIN', queue)[1]
+        if not head then
+            return false
+        end
+        local entry = redis.call('HGET', waits, head)
+        redis.call('HDEL', waits, head)
+        if entry then
+            local space = string.find(entry, ' ', 1, true)
+            if tonumber(string.sub(entry, 1, space - 1)) > now_ms then
+                redis.call('SET', key, head, 'PX', string.sub(entry, space + 1))
+                redis.call('PUBLISH', key, 'g' .. redis.sha1hex(head) .. ':' .. string.format('%.0f', now_us))
+                return true
+            end
+        end
+    end
+end
+"""
+
+QUEUE_ENTER = Script(
+    b"""
+-- A waiter joins (or stays in) the key's queue; a free key goes to the first live waiter now.
+-- KEYS[1]  the lock key (and the channel)
+-- KEYS[2]  its queue: a sorted set of waiting tokens
+-- KEYS[3]  its waits: token -> "<entry expiry, node ms> <ttl ms>"
+-- ARGV[1]  the waiter's token
+-- ARGV[2]  the ttl it wants, integer milliseconds
+-- ARGV[3]  its score (the same on every node: its place in line)
+-- ARGV[4]  how long the entry lives unless entered again, integer milliseconds
+-- returns  {1 the key holds the token now / 0 queued, the node's time in us, the key's pttl in ms}
+"""
+    + _NOW
+    + _GRANT_NEXT
+    + b"""
+local held = redis.call('GET', KEYS[1])
+if held ~= ARGV[1] then
+    local life = tonumber(ARGV[4])
+    redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+    redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f', now_ms + life) .. ' ' .. ARGV[2])
+    if redis.call('PTTL', KEYS[2]) < life then
+        redis.call('PEXPIRE', KEYS[2], life)
+        redis.call('PEXPIRE', KEYS[3], life)
+    end
+    if not held then
+        grant_next(KEYS[1], KEYS[2], KEYS[3])
+    end
+end
+local time = string.format('%.0f', now_us)
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return {1, time, redis.call('PTTL', KEYS[1])}
+end
+return {0, time, 0}
+""",
+    creates=True,
+)
+
+QUEUE_LEAVE = Script(
+    b"""
+-- A waiter or holder of the queue leaves: its entry goes; if the key holds its token, the key
+-- goes to the next live waiter (or, with none, is deleted and the release word published).
+-- KEYS[1]  the lock key (and the channel)
+-- KEYS[2]  its queue
+-- KEYS[3]  its waits
+-- ARGV[1]  the token
+-- ARGV[2]  "stay": keep (or put back) the entry at score ARGV[3] (a split grant given back)
+-- returns  {1 the key held the token / 0 it did not, the node's time in us, the key's pttl
+--          when it holds the token again (given back to the first waiter: us), else 0}
+"""
+    + _NOW
+    + _GRANT_NEXT
+    + b"""
+local had = 0
+if ARGV[2] == 'stay' then
+    local entry = redis.call('HGET', KEYS[3], ARGV[1])
+    if not entry then
+        redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f', now_ms + tonumber(ARGV[4])) .. ' ' .. ARGV[5])
+    end
+    redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+else
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    redis.call('HDEL', KEYS[3], ARGV[1])
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    had = 1
+    redis.call('DEL', KEYS[1])
+    if not grant_next(KEYS[1], KEYS[2], KEYS[3]) then
+        redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
+    end
+end
+local time = string.format('%.0f', now_us)
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return {had, time, redis.call('PTTL', KEYS[1])}
+end
+return {had, time, 0}
+""",
+    creates=True,
+)
+
 SCRIPTS = (
+    QUEUE_ENTER,
+    QUEUE_LEAVE,
     HANDED_RELEASE,
     RELEASE,
     EXTEND,

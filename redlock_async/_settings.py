@@ -78,6 +78,12 @@ class Settings:
     """A blocking acquire that finds the lock taken is woken by the holder's
     release (pub/sub, one connection per node for the whole Redlock) instead
     of only polling; it still retries after retry_delay if no word comes."""
+    queue: bool = False
+    """Waiters queue on the nodes, and a release hands the key straight to the first of them, in any
+    process: the lock changes hands in one round trip instead of two (docs/algorithm.md, "The grant
+    queue"). For single-name locks without fencing; lock_many and semaphores wait as before. Needs
+    wait_for_release (the grants are published). Every client of a name should use the same setting:
+    one without it still excludes correctly, but does not queue."""
     fencing: bool = False
     """Give each grant a fencing token (Lock.fencing_token) that grows with every
     grant of the resource: one more round trip per acquire. See docs/fencing.md."""
@@ -142,9 +148,16 @@ class Settings:
             raise TypeError(f"max_queued must be an int, got {type(self.max_queued).__name__}")
         if self.max_queued < 1:
             raise ValueError(f"max_queued must be at least 1, got {self.max_queued}")
-        for name in ("wait_for_release", "fencing", "auto_extend", "adaptive_timeout"):
+        for name in ("wait_for_release", "queue", "fencing", "auto_extend", "adaptive_timeout"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {type(getattr(self, name)).__name__}")
+        if self.queue and self.fencing:
+            raise ValueError(
+                "queue=True does not combine with fencing=True (a grant from the queue reads no fencing "
+                "counter): use one of the two for this lock"
+            )
+        if self.queue and not self.wait_for_release:
+            raise ValueError("queue=True needs wait_for_release=True: the nodes publish their grants")
         threshold = self.extend_threshold
         if isinstance(threshold, bool) or not isinstance(threshold, int | float):
             raise TypeError(f"extend_threshold must be a fraction like 1/3, got {type(threshold).__name__}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Iterable
 from types import TracebackType
@@ -68,6 +69,7 @@ class Redlock:
         max_queued: int = _DEFAULTS.max_queued,
         key_prefix: str = _DEFAULTS.key_prefix,
         wait_for_release: bool = _DEFAULTS.wait_for_release,
+        queue: bool = _DEFAULTS.queue,
         fencing: bool = _DEFAULTS.fencing,
         fence_prefix: str = _DEFAULTS.fence_prefix,
         auto_extend: bool = _DEFAULTS.auto_extend,
@@ -89,6 +91,7 @@ class Redlock:
             max_queued=max_queued,
             key_prefix=key_prefix,
             wait_for_release=wait_for_release,
+            queue=queue,
             fencing=fencing,
             fence_prefix=fence_prefix,
             auto_extend=auto_extend,
@@ -123,7 +126,7 @@ class Redlock:
             "max_rto": self.settings.ttl / MIN_TTL_TO_NODE_TIMEOUT if self.settings.adaptive_timeout else 0.0,
         }
         on_ready = None if self.settings.restart_quarantine == 0 else probe
-        for endpoint in endpoints:
+        for index, endpoint in enumerate(endpoints):
             built.append(
                 Node(
                     endpoint,
@@ -137,7 +140,7 @@ class Redlock:
             subscribers.append(
                 Node(
                     endpoint,
-                    on_message=listener.on_message,
+                    on_message=functools.partial(listener.on_message, node=index),
                     on_connect=listener.on_connect,
                     on_fault=failed,
                     **node_settings,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from redlock_async import _algorithm, _clock, _handoff, _requests
+from redlock_async import _algorithm, _clock, _handoff, _queue, _requests
 from redlock_async._cleanup import complete
 from redlock_async._fanout import Ballot, outcomes, vote_of_script
 from redlock_async._lease import Lease, Phase, move
@@ -306,7 +306,10 @@ class Lock:
         self._state = move(self._state, Phase.ACQUIRING)
         began = _clock.now()
         self._attempts = 0
-        acquired = await self._acquire(blocking, began + limit)
+        if self._queued():
+            acquired = await self._acquire_queued(blocking, began + limit)
+        else:
+            acquired = await self._acquire(blocking, began + limit)
         if not self._heard(EventKind.ACQUIRED):
             pass  # no one listens: the event's fields are not worked out
         elif acquired:
@@ -387,6 +390,94 @@ class Lock:
                 listener.quit(channel, place)
                 listener.leave(channel)
 
+    _queues = True
+    """With ``queue=True``, this kind of lock waits in the nodes' grant queue (a semaphore does not)."""
+
+    def _queued(self) -> bool:
+        """This lock waits in the nodes' grant queue: ``queue=True``, one name, not a semaphore."""
+        return self._settings.queue and self._queues and len(self._keys) == 1
+
+    async def _acquire_queued(self, blocking: bool, give_up: float) -> bool:
+        """:meth:`_acquire` through the nodes' grant queue (``queue=True``, docs/algorithm.md): one claim,
+        entered on every node at each try, held once a majority holds the key for its token, whether a
+        node set it at once or granted it later (a release handing it on)."""
+        listener = self._cluster.listener
+        key = self._keys[0]
+        settings = self._settings
+        nodes = self._cluster.nodes
+        claim = _queue.Claim(nodes, key, settings, _requests.new_token(self._owner or default_owner()))
+        listening = done = False
+        try:
+            while True:
+                if blocking and not listening and self._attempts:
+                    # The first try found the key held: listen for grants, then enter again at once (a
+                    # grant between the two went unheard, but the entry's reply says the key is ours).
+                    listening = True
+                    await listener.enter(key)
+                    listener.expect(key, claim)
+                self._attempts += 1
+                claim.poked = False
+                claim.enter()
+                # One try: until a majority holds the key for us, or every node answered (or timed out).
+                round_ends = _clock.now() + _queue.patience(nodes, settings.node_timeout)
+                won = await self._claimed(claim, round_ends, until_answered=True)
+                now = _clock.now()
+                if not won and listening and now < give_up:
+                    # Wait in line: grant words (a release handing the key on) until the next try.
+                    delay = _algorithm.retry_delay(settings.retry_delay, _random.random(), give_up - now)
+                    won = await self._claimed(claim, now + delay, until_answered=False)
+                if won:
+                    done = True
+                    return True
+                self._cluster.check_open()  # closed meanwhile, or a background task failed: say so now
+                if not blocking or _clock.now() >= give_up:
+                    done = True
+                    claim.leave()  # out of every line, and whatever a node granted us meanwhile goes on
+                    await claim.settled(_queue.patience(nodes, settings.node_timeout))
+                    return False
+        finally:
+            if self._state is Phase.ACQUIRING:
+                self._state = move(self._state, Phase.IDLE)
+            if listening:
+                listener.unexpect(key, claim)
+                listener.leave(key)
+            if not done:
+                claim.leave()  # cancelled, or failed: queued now, before the exception goes on
+
+    async def _claimed(self, claim: _queue.Claim, until: float, *, until_answered: bool) -> bool:
+        """Wait until *claim* holds a majority (then take the lease: True), or until *until* (or, with
+        *until_answered*, every node answered, or a release word pokes it). Grants that stay short of a
+        majority for the split grace are given back (the claim stays in line)."""
+        grace = _queue.patience(claim.nodes, self._settings.node_timeout)
+        while True:
+            now = _clock.now()
+            held = claim.held(now)
+            if len(held) >= _algorithm.quorum(len(claim.nodes)) and (end := claim.until(now)) > now:
+                self._take_claim(claim, held, now, end)
+                return True
+            if now >= until or (until_answered and not claim.pending) or (not until_answered and claim.poked):
+                return False
+            wake = until
+            if held and not until_answered:
+                split = min(claim.since[i] for i in held) + grace
+                if now >= split:
+                    claim.give_back(held)  # a split: held by others elsewhere; the nodes serve the first in line
+                    continue
+                wake = min(wake, split)
+            await claim.changed(wake - now)
+
+    def _take_claim(self, claim: _queue.Claim, holders: list[int], now: float, end: float) -> None:
+        yes, no = _algorithm.Vote.YES, _algorithm.Vote.NO
+        self._last_votes = [yes if i in holders else no for i in range(len(claim.nodes))]
+        self._last_details = None
+        self._lease = Lease(
+            self._keys, claim.token, ttl_ms=self._settings.ttl_ms, acquired_at=now, expires=end,
+            holders=holders, skip=[],
+        )  # fmt: skip
+        self._lost = None
+        self._state = move(self._state, Phase.HELD)
+        self._cluster.held.add(self)
+
     async def _attempt(self, sent: _requests.Sent | None = None) -> bool:
         """One round of SET NX PX on all nodes (*sent* already, by a releaser handing the lock over);
         True when a majority granted a valid lease."""
@@ -443,6 +534,7 @@ class Lock:
         of this Redlock (then :meth:`release` sends that waiter's round right behind the release)."""
         return (
             self._settings.wait_for_release
+            and not self._settings.queue
             and len(self._keys) == 1
             and self._cluster.listener.may_hand_over(self._keys[0], released_word(token))
         )
@@ -455,6 +547,9 @@ class Lock:
         self, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
     ) -> None:
         """Queue compare-and-delete on every node but *skip* (synchronous: survives cancellation)."""
+        if self._queued():
+            _queue.release(self._cluster.nodes, self._lease.keys[0], token, into)  # to the next in line
+            return
         _requests.send_release(self._cluster.nodes, self._lease.keys, token, skip, into=into, handed=handed)
 
     # -- extend -------------------------------------------------------------------

@@ -89,6 +89,7 @@ class Semaphore(Lock):
         """How many may hold a permit at once."""
         return self._limit
 
+    _queues = False  # nor do they wait in the nodes' grant queue
     _takes_hand_over = False  # permits are not handed over: a release wakes the next waiter, who picks a slot
 
     def _next_is_ours(self, token: bytes) -> bool:

@@ -1,0 +1,259 @@
+"""The grant queue (``Redlock(queue=True)``): the nodes hand a released key to the next waiter.
+
+Without it, a release publishes a word, the woken waiter sends its own SETs, and
+the lock changes hands in two round trips. With it, each node keeps the key's
+waiters in line (``QUEUE_ENTER``), and the release script (``QUEUE_LEAVE``) sets
+the key to the first live waiter's token right where it deletes the old one,
+then publishes a grant word naming that waiter (by digest) with the node's time
+of the grant. The waiter holds the key on that node without sending anything:
+once a majority granted it, it holds the lock.
+
+**Validity of a grant heard as a word.** The waiter did not send the request
+that set the key, so it has no send time to count from. It has the node's
+clock instead: every reply to its own scripts carries the node's time, so a
+reply to a request sent at local time *L*, run at node time *N*, and a grant
+at node time *G* > *N* say the key was set at least ``G - N`` node seconds
+after *L*, and expires ``ttl`` node seconds after that. Node seconds may pass
+up to ``drift_factor`` faster than ours: the key may first expire at
+``L + (G - N + ttl) * (1 - drift_factor) - CLOCK_PRECISION`` on our clock
+(:func:`_algorithm.held_until`), the formula of every Redlock validity. The lock
+is held until the latest such time that a majority of nodes reach.
+
+**Stale words.** A word may arrive late, after the grant it tells of was given
+back. Each reply says whether the key holds our token at that node time, and
+words of grants older than the latest reply's node time are ignored; words
+heard while our own script is on the wire wait for its reply. After a failed
+request (the connection dropped: did it run?) no word from that node counts
+until a reply says where things stand.
+
+**Order and splits.** Every node orders waiters by a score the waiter chose
+once (its wall-clock start), so every node serves the same waiter first. A
+waiter that holds some nodes but no majority for a grace of a few round trips
+gives those back and stays in line (``QUEUE_LEAVE`` with "stay"): they go to
+the first waiter, which may be itself. A waiter that quits (acquired elsewhere,
+timed out, cancelled) leaves every node's line at once, handing on any key a
+node granted it meanwhile; one that dies leaves entries that expire unless
+entered again (every retry delay).
+
+The queue keys of a lock key are the lock key followed by ``\\x00queue`` and
+``\\x00waits``; they expire once no waiter entered them for an entry's life.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import time
+from collections.abc import Sequence
+
+from redlock_async import _algorithm, _clock
+from redlock_async._fanout import sitting_out
+from redlock_async._node import IGNORED, Failure, Node, Receiver, Reply, pack_script
+from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
+from redlock_async._settings import Settings
+
+ENTRY_LIFE_MIN_MS = 1000
+"""Shortest life of a waiter's entry on a node (it is entered again every retry delay)."""
+
+ENTRY_LIFE_DELAYS = 5
+"""An entry lives this many retry delays (at least ENTRY_LIFE_MIN_MS): a waiter re-enters it every
+delay (at most 1.5 of them), so only a waiter that died or was cut off lets it expire."""
+
+
+def queue_keys(key: bytes) -> tuple[bytes, bytes, bytes]:
+    """The lock key, its queue and its waits (see the module's docstring)."""
+    return key, key + b"\x00queue", key + b"\x00waits"
+
+
+def entry_life_ms(settings: Settings) -> int:
+    return max(ENTRY_LIFE_MIN_MS, math.ceil(ENTRY_LIFE_DELAYS * settings.retry_delay * 1000))
+
+
+def patience(nodes: Sequence[Node], timeout: float) -> float:
+    """How long to wait for a majority's answers: *timeout*, or the majority-th slowest node's
+    measured retransmission timeout when that is longer (a slow network)."""
+    rtos = sorted(node.rto for node in nodes)
+    return max(timeout, rtos[_algorithm.quorum(len(nodes)) - 1])
+
+
+class _Had:
+    """Passes on a QUEUE_LEAVE reply to a release's ballot as RELEASE's would read: 1 deleted, 0 not ours."""
+
+    __slots__ = ("_into",)
+
+    def __init__(self, into: Receiver) -> None:
+        self._into = into
+
+    def deliver(self, index: int, reply: Reply, /) -> None:
+        self._into.deliver(index, reply[0] if isinstance(reply, list) and reply else reply)
+
+
+def release(nodes: Sequence[Node], key: bytes, token: bytes, into: Receiver | None) -> None:
+    """Release a lease taken through the queue, on every node (synchronous: survives cancellation): the
+    key goes to the next live waiter there, or is deleted and the release published. Its entries
+    still in a line (nodes that granted late, or never) go too."""
+    keys = queue_keys(key)
+    args: tuple[bytes | int, ...] = (token, b"leave")
+    packed = pack_script(QUEUE_LEAVE, keys, args)
+    receiver: Receiver = IGNORED if into is None else _Had(into)
+    for i, node in enumerate(nodes):
+        node.send_packed(receiver, i, packed, fallback=(QUEUE_LEAVE, keys, args))
+
+
+class _Request:
+    """The receiver of one of our scripts on one node: it knows when it was sent."""
+
+    __slots__ = ("_claim", "_sent")
+
+    def __init__(self, claim: Claim, sent: float) -> None:
+        self._claim = claim
+        self._sent = sent
+
+    def deliver(self, index: int, reply: Reply, /) -> None:
+        self._claim._answered(index, self._sent, reply)
+
+
+class Claim:
+    """One acquire's standing in the grant queues of one key, on every node.
+
+    The waiter's token is fixed for the whole acquire: every grant names it.
+    """
+
+    def __init__(self, nodes: Sequence[Node], key: bytes, settings: Settings, token: bytes) -> None:
+        self.nodes = nodes
+        self.token = token
+        self.word = hashlib.sha1(token).hexdigest().encode()
+        """What grant words name this claim by."""
+        self.keys = queue_keys(key)
+        self._ttl = settings.ttl_ms / 1000
+        self._ttl_ms = settings.ttl_ms
+        self._life_ms = entry_life_ms(settings)
+        self._drift = settings.drift_factor
+        self._score = b"%d" % (time.time_ns() // 1000)  # the same on every node: our place in line
+        n = len(nodes)
+        self.ends = [-math.inf] * n
+        """Per node: until when its key holds our token for sure (our clock); -inf: not ours."""
+        self.since = [math.inf] * n
+        """Per node: when we learnt it holds our token (for the split grace); inf: it does not."""
+        self._ref: list[tuple[float, int] | None] = [None] * n  # (our send time, node us when it ran)
+        self._floor = [math.inf] * n  # words of grants at node times <= this are stale
+        self._busy = [0] * n  # our scripts on the wire per node: words heard meanwhile wait for the reply
+        self._stash: list[int | None] = [None] * n  # the latest grant word (node us) heard while busy
+        self.pending = 0
+        """Our scripts not answered yet, on all nodes."""
+        self._changed: asyncio.Future[None] | None = None
+        self.poked = False
+        """A release word came (a client without the queue released): enter again now."""
+
+    # -- sending ------------------------------------------------------------------
+
+    def enter(self) -> None:
+        """Join (or stay in) every node's line; a node whose key is free grants it to its first waiter."""
+        self._send(range(len(self.nodes)), QUEUE_ENTER, (self.token, self._ttl_ms, self._score, self._life_ms))
+
+    def give_back(self, nodes: Sequence[int]) -> None:
+        """Give back what *nodes* granted us, and stay in their lines (a split: no majority came)."""
+        for i in nodes:
+            self.ends[i], self.since[i] = -math.inf, math.inf
+        self._send(nodes, QUEUE_LEAVE, (self.token, b"stay", self._score, self._life_ms, self._ttl_ms))
+
+    def leave(self) -> None:
+        """Leave every node's line; a key granted to us goes to the next waiter (synchronous: survives
+        cancellation). Nothing of ours stays on the nodes once these ran."""
+        self.ends = [-math.inf] * len(self.nodes)
+        self._send(range(len(self.nodes)), QUEUE_LEAVE, (self.token, b"leave"))
+
+    def _send(self, nodes: Sequence[int], script: object, args: tuple[bytes | int, ...]) -> None:
+        assert script is QUEUE_ENTER or script is QUEUE_LEAVE
+        packed = pack_script(script, self.keys, args)
+        fallback = (script, self.keys, args)
+        receiver = _Request(self, _clock.now())
+        for i in nodes:
+            self._busy[i] += 1
+            self.pending += 1
+            self.nodes[i].send_packed(receiver, i, packed, fallback=fallback)
+
+    # -- hearing --------------------------------------------------------------------
+
+    def _answered(self, i: int, sent: float, reply: Reply) -> None:
+        self._busy[i] -= 1
+        self.pending -= 1
+        if isinstance(reply, Failure) or not isinstance(reply, list) or len(reply) != 3:
+            # Did it run? A word from this node counts again only after a reply says where things stand.
+            self.ends[i], self.since[i] = -math.inf, math.inf
+            self._floor[i] = math.inf
+            self._ref[i] = None
+        else:
+            node_us, pttl = int(reply[1]), reply[2]
+            self._ref[i] = (sent, node_us)
+            self._floor[i] = node_us
+            if isinstance(pttl, int) and pttl > 0:
+                end = _algorithm.held_until(sent, pttl / 1000, self._drift)
+                if end > self.ends[i]:
+                    if self.ends[i] == -math.inf:
+                        self.since[i] = _clock.now()
+                    self.ends[i] = end
+            else:
+                self.ends[i], self.since[i] = -math.inf, math.inf
+        if not self._busy[i] and (stashed := self._stash[i]) is not None:
+            self._stash[i] = None
+            self._granted(i, stashed)
+        self._wake()
+
+    def heard(self, i: int, grant_us: int) -> None:
+        """Node *i* published a grant of the key to us, at its time *grant_us*."""
+        if self._busy[i]:
+            stashed = self._stash[i]
+            if stashed is None or grant_us > stashed:
+                self._stash[i] = grant_us
+            return
+        self._granted(i, grant_us)
+        self._wake()
+
+    def _granted(self, i: int, grant_us: int) -> None:
+        ref = self._ref[i]
+        if ref is None or grant_us <= self._floor[i]:
+            return  # stale: a grant from before what the node's latest reply told us
+        sent, node_us = ref
+        end = _algorithm.held_until(sent, (grant_us - node_us) / 1e6 + self._ttl, self._drift)
+        if end > self.ends[i]:
+            if self.ends[i] == -math.inf:
+                self.since[i] = _clock.now()
+            self.ends[i] = end
+
+    async def settled(self, timeout: float) -> None:
+        """Wait until every script of ours was answered, at most *timeout* seconds."""
+        ends = _clock.now() + timeout
+        while self.pending and (left := ends - _clock.now()) > 0:
+            await self.changed(left)
+
+    def poke(self) -> None:
+        self.poked = True
+        self._wake()
+
+    def _wake(self) -> None:
+        changed = self._changed
+        if changed is not None and not changed.done():
+            changed.set_result(None)
+
+    async def changed(self, timeout: float) -> None:
+        """Return at the next reply or grant word, or after *timeout* seconds."""
+        self._changed = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(max(timeout, 0.0)):
+                await self._changed
+        except TimeoutError:
+            pass
+        finally:
+            self._changed = None
+
+    # -- deciding ---------------------------------------------------------------------
+
+    def held(self, now: float) -> list[int]:
+        """The nodes whose key holds our token for sure at *now*, and count (not sitting out)."""
+        return [i for i, end in enumerate(self.ends) if end > now and sitting_out(self.nodes[i]) is None]
+
+    def until(self, now: float) -> float:
+        """Until when a majority of the nodes that count hold the key for us (-inf: no majority)."""
+        return _algorithm.majority_until((self.ends[i] for i in self.held(now)), len(self.nodes))
