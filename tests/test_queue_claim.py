@@ -1,0 +1,207 @@
+"""The grant queue's waiter side without servers: a :class:`Claim` over fake nodes and an injected clock.
+
+The fake nodes record what is sent to them; the test answers each request (as QUEUE_ENTER or
+QUEUE_LEAVE would: ``[had, node time in us, pttl]``) and plays grant words, in the orders that
+matter: a word late behind a reply, a word while our own script is on the wire, a failed request.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+
+from redlock_async import _clock
+from redlock_async._algorithm import CLOCK_PRECISION, Vote, held_until, majority_until, validity
+from redlock_async._node import Failure, Node, Receiver, Reply
+from redlock_async._queue import Claim, queue_keys
+from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
+from redlock_async._settings import Settings
+
+TTL = 10.0
+DRIFT = 0.01
+
+
+@dataclass
+class FakeNode:
+    name: str
+    quarantined_until: float = 0.0
+    rto: float = 0.0
+    sent: list[tuple[Receiver, int, bytes]] = field(default_factory=list)
+
+    def send_packed(self, receiver: Receiver, index: int, packed: bytes, **_: Any) -> None:
+        self.sent.append((receiver, index, packed))
+
+    def answer(self, reply: Reply) -> None:
+        """Answer the oldest request not answered yet."""
+        receiver, index, _ = self.sent.pop(0)
+        receiver.deliver(index, reply)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock() -> Any:
+    fake = Clock()
+    with _clock.use(fake):
+        yield fake
+
+
+def make_claim(n: int = 5) -> tuple[Claim, list[FakeNode]]:
+    nodes = [FakeNode(f"fake:{i}") for i in range(n)]
+    claim = Claim(cast(list[Node], nodes), b"redlock:r", Settings(ttl=TTL, drift_factor=DRIFT), b"tok~me")
+    return claim, nodes
+
+
+def reply(held: bool, node_us: int, pttl: int = 0) -> list[Any]:
+    return [1 if held else 0, str(node_us).encode(), pttl if held else 0]
+
+
+# -- the formulas ---------------------------------------------------------------------------------
+
+
+def test_held_until_is_redlocks_validity_for_a_key_set_by_our_own_request() -> None:
+    started, decided = 5.0, 5.003
+    assert held_until(started, TTL, DRIFT) - decided == pytest.approx(validity(TTL, started, decided, DRIFT))
+
+
+def test_held_until_charges_drift_on_the_wait_too() -> None:
+    # Granted 60 s (node clock) after our entry ran: those 60 s may pass 1% faster here as well.
+    assert held_until(0.0, 60 + TTL, DRIFT) == pytest.approx((60 + TTL) * 0.99 - CLOCK_PRECISION)
+
+
+def test_majority_until_is_the_quorum_th_latest_end() -> None:
+    assert majority_until([9.0, 7.0, 8.0], 5) == 7.0
+    assert majority_until([9.0, 7.0, 8.0, 6.0, 10.0], 5) == 8.0
+    assert majority_until([9.0, 7.0], 5) == -math.inf
+    assert majority_until([], 1) == -math.inf
+
+
+def test_queue_keys_follow_the_lock_key() -> None:
+    assert queue_keys(b"redlock:r") == (b"redlock:r", b"redlock:r\x00queue", b"redlock:r\x00waits")
+
+
+# -- the claim ------------------------------------------------------------------------------------
+
+
+async def test_a_majority_of_immediate_grants_holds_for_redlocks_validity(clock: Clock) -> None:
+    claim, nodes = make_claim()
+    claim.enter()
+    assert all(QUEUE_ENTER.sha in node.sent[0][2] for node in nodes)
+    assert claim.pending == 5
+    clock.t += 0.002
+    for i in range(3):
+        nodes[i].answer(reply(True, 1_000_000, pttl=10_000))
+    assert claim.held(clock.t) == [0, 1, 2]
+    # Sent at 100.0 with the whole ttl: exactly Redlock's validity from that send.
+    assert claim.until(clock.t) == pytest.approx(held_until(100.0, TTL, DRIFT))
+    assert claim.pending == 2
+
+
+async def test_a_grant_word_counts_from_our_entrys_reply_by_the_nodes_clock(clock: Clock) -> None:
+    claim, nodes = make_claim()
+    claim.enter()  # sent at 100.0
+    clock.t = 100.001
+    for node in nodes:
+        node.answer(reply(False, 5_000_000))  # queued, at node time 5 s
+    clock.t = 103.0
+    claim.heard(0, 7_500_000)  # granted 2.5 node seconds after our entry ran
+    assert claim.ends[0] == pytest.approx(held_until(100.0, 2.5 + TTL, DRIFT))
+    assert claim.until(clock.t) == -math.inf  # one node is no majority
+    claim.heard(1, 7_500_100)
+    claim.heard(2, 7_500_200)
+    assert claim.held(clock.t) == [0, 1, 2]
+    assert claim.until(clock.t) == pytest.approx(held_until(100.0, 2.5 + TTL, DRIFT))
+
+
+async def test_a_word_older_than_the_latest_reply_is_stale(clock: Clock) -> None:
+    claim, nodes = make_claim(1)
+    claim.enter()
+    nodes[0].answer(reply(False, 5_000_000))
+    claim.heard(0, 4_999_999)  # a grant from before our entry ran there, and the reply said "not ours"
+    assert claim.ends[0] == -math.inf
+    claim.heard(0, 5_000_000)
+    assert claim.ends[0] == -math.inf
+
+
+async def test_a_word_heard_while_our_script_is_out_waits_for_its_reply(clock: Clock) -> None:
+    claim, nodes = make_claim(1)
+    claim.enter()
+    nodes[0].answer(reply(False, 5_000_000))
+    claim.enter()  # entered again (the retry delay): on the wire
+    claim.heard(0, 5_500_000)  # a grant: did it come before our second entry ran, or after?
+    assert claim.ends[0] == -math.inf  # not counted while we cannot tell
+    nodes[0].answer(reply(False, 6_000_000))  # the entry ran later, and found the key not ours: that grant ended
+    assert claim.ends[0] == -math.inf
+    claim.enter()
+    claim.heard(0, 6_500_000)
+    nodes[0].answer(reply(False, 6_200_000))  # ran before the grant: the stashed word counts now
+    assert claim.ends[0] > -math.inf
+
+
+async def test_a_given_back_grant_is_not_brought_back_by_its_late_word(clock: Clock) -> None:
+    claim, nodes = make_claim(1)
+    claim.enter()
+    nodes[0].answer(reply(False, 5_000_000))
+    claim.heard(0, 5_100_000)
+    assert claim.ends[0] > -math.inf
+    claim.give_back([0])  # a split: handed back, staying in line
+    assert QUEUE_LEAVE.sha in nodes[0].sent[0][2]
+    assert b"stay" in nodes[0].sent[0][2]
+    assert claim.ends[0] == -math.inf
+    claim.heard(0, 5_100_000)  # the same grant's word again (say, heard by a second path): still given back
+    assert claim.ends[0] == -math.inf
+    nodes[0].answer(reply(False, 5_200_000))
+    claim.heard(0, 5_100_000)
+    assert claim.ends[0] == -math.inf
+
+
+async def test_after_a_failed_request_no_word_of_that_node_counts_until_a_reply(clock: Clock) -> None:
+    claim, nodes = make_claim(1)
+    claim.enter()
+    nodes[0].answer(reply(False, 5_000_000))
+    claim.give_back([0])
+    nodes[0].answer(Failure(Vote.ERROR, "connection lost"))  # did the give-back run? unknown
+    claim.heard(0, 9_000_000)
+    assert claim.ends[0] == -math.inf
+    claim.enter()
+    nodes[0].answer(reply(True, 9_100_000, pttl=9_000))  # the node says where things stand: ours
+    assert claim.ends[0] > -math.inf
+
+
+async def test_a_node_sitting_out_counts_for_nothing(clock: Clock) -> None:
+    claim, nodes = make_claim()
+    nodes[1].quarantined_until = clock.t + 30  # restarted: sits out
+    claim.enter()
+    for i in range(3):
+        nodes[i].answer(reply(True, 1_000_000, pttl=10_000))
+    assert claim.held(clock.t) == [0, 2]
+    assert claim.until(clock.t) == -math.inf
+
+
+async def test_a_lease_past_its_end_is_not_held(clock: Clock) -> None:
+    claim, nodes = make_claim()
+    claim.enter()
+    for i in range(3):
+        nodes[i].answer(reply(True, 1_000_000, pttl=1_000))
+    assert len(claim.held(clock.t)) == 3
+    clock.t += 1.0  # the keys may have expired by now
+    assert claim.held(clock.t) == []
+
+
+async def test_leave_forgets_every_grant_and_goes_to_every_node(clock: Clock) -> None:
+    claim, nodes = make_claim()
+    claim.enter()
+    for node in nodes:
+        node.answer(reply(True, 1_000_000, pttl=10_000))
+    claim.leave()
+    assert claim.held(clock.t) == []
+    assert all(b"leave" in node.sent[0][2] for node in nodes)
