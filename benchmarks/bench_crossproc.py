@@ -187,7 +187,7 @@ async def baseline(urls: list[str], cfg: Config) -> float:
 async def run(cfg: Config, loop_name: str) -> tuple[dict[str, Any], bool]:
     with LocalNodes(NODES) as nodes:
         urls = nodes.urls
-        rounds = []
+        rounds: list[dict[str, Any]] = []
         async with asyncio.timeout(cfg.budget):
             for index in range(cfg.rounds):
                 base = await baseline(urls, cfg)
