@@ -23,6 +23,9 @@ that both see the same machine noise), measures:
    * ``pushed``: ``Redlock(urls)`` (``wait_for_release=True``, the default):
      a waiter is woken by the release's PUBLISH, with the jittered fallback
      retry after ``retry_delay``;
+   * ``queued``: ``Redlock(urls, queue=True)``: the nodes keep the waiters in line and the
+     release script hands the key to the first, publishing a grant (docs/algorithm.md, "The
+     grant queue"): one round trip per hand-off to either Redlock;
    * ``polling``: ``Redlock(urls, wait_for_release=False)``: retries after
      ``retry_delay`` only (uniform 0.1-0.3 s at the default 0.2 s).
 
@@ -98,7 +101,7 @@ RESOURCE = "bench:handoff"
 SOLO_RESOURCE = "bench:handoff:solo"
 IDLE_MS = 50  # a hand-off this long means the lock sat free while 7 tasks wanted it
 FALLBACK_MIN_SECONDS = 0.1  # the shortest fallback retry at the default retry_delay (0.2 s x 0.5)
-MODES = ("pushed", "polling")
+MODES = ("pushed", "queued", "polling")
 
 TARGET_HANDOFF_RATIO = 3.0  # pushed hand-off p50 <= 3x uncontended acquire p50
 TARGET_HANDOVER_RATIO = 2.0  # issue 20: hand-off p50 <= 2x; judged on hand-offs within one Redlock (handed over)
@@ -127,7 +130,7 @@ FULL = Config(
     baseline_warmup_ops=50,
     max_grants_per_task=50_000,
     phase_seconds=20.0,
-    budget_seconds=110.0,
+    budget_seconds=160.0,
 )
 QUICK = Config(
     rounds=2,
@@ -137,7 +140,7 @@ QUICK = Config(
     baseline_warmup_ops=30,
     max_grants_per_task=20_000,
     phase_seconds=8.0,
-    budget_seconds=28.0,
+    budget_seconds=42.0,
 )
 
 
@@ -348,8 +351,11 @@ async def run_tasks(redlocks: Sequence[Redlock], seconds: float, cfg: Config) ->
 
 
 async def measure_contention(mode: str, cluster: LocalNodes, cfg: Config) -> Contention:
-    push = mode == "pushed"
-    async with Redlock(cluster.urls, wait_for_release=push) as a, Redlock(cluster.urls, wait_for_release=push) as b:
+    push, queue = mode != "polling", mode == "queued"
+    async with (
+        Redlock(cluster.urls, wait_for_release=push, queue=queue) as a,
+        Redlock(cluster.urls, wait_for_release=push, queue=queue) as b,
+    ):
         redlocks = (a, b)
         await run_tasks(redlocks, cfg.warmup_seconds, cfg)
         gc.collect()
@@ -466,9 +472,14 @@ async def run_round(index: int, cluster: LocalNodes, solo: Redlock, cfg: Config)
     baseline = await measure_baseline(solo, cfg)
     order = list(MODES) if index % 2 == 0 else list(reversed(MODES))
     modes = {mode: await measure_contention(mode, cluster, cfg) for mode in order}
-    pushed, polling = modes["pushed"], modes["polling"]
+    pushed, queued, polling = modes["pushed"], modes["queued"], modes["polling"]
     result = Round(order=order, baseline=baseline, modes=modes)
     result.ratios = {
+        "queued_handoff_vs_acquire": ratio(queued.handoff_p50_us, baseline.acquire_p50_us),
+        "queued_cross_task_handoff_vs_acquire": ratio(queued.cross_task_handoff_p50_us, baseline.acquire_p50_us),
+        "queued_other_instance_handoff_vs_acquire": ratio(
+            queued.other_instance_handoff_p50_us, baseline.acquire_p50_us
+        ),
         "handoff_vs_acquire": ratio(pushed.handoff_p50_us, baseline.acquire_p50_us),
         "handoff_vs_cycle": ratio(pushed.handoff_p50_us, baseline.cycle_p50_us),
         "cross_task_handoff_vs_acquire": ratio(pushed.cross_task_handoff_p50_us, baseline.acquire_p50_us),
@@ -613,10 +624,10 @@ def report(rounds: list[Round], env: dict[str, Any], cfg: Config, total_seconds:
         ),
         ("max event-loop lag", lambda m: f"{_fmt(max(r.modes[m].max_loop_lag_ms for r in rounds), 1)} ms"),
     ]
-    print("\n| contention | pushed | polling |")
-    print("| --- | ---: | ---: |")
+    print("\n| contention | pushed | queued (`queue=True`) | polling |")
+    print("| --- | ---: | ---: | ---: |")
     for label, cell in rows:
-        print(f"| {label} | {cell('pushed')} | {cell('polling')} |")
+        print(f"| {label} | {cell('pushed')} | {cell('queued')} | {cell('polling')} |")
 
     print("\nPer round (pushed hand-off p50 us, grants/s pushed / polling, grants to A in pushed, acquire p50 us):")
     for i, r in enumerate(rounds):
@@ -640,6 +651,11 @@ def report(rounds: list[Round], env: dict[str, Any], cfg: Config, total_seconds:
             "target": TARGET_HANDOVER_RATIO,
             "pass": ratio_of("same_instance_handoff_vs_acquire") <= TARGET_HANDOVER_RATIO,
         },
+        "queued_handoff_p50_vs_acquire_p50": {
+            "value": ratio_of("queued_handoff_vs_acquire"),
+            "target": TARGET_HANDOVER_RATIO,
+            "pass": ratio_of("queued_handoff_vs_acquire") <= TARGET_HANDOVER_RATIO,
+        },
         "grants_per_s_pushed_vs_polling": {
             "value": grants_ratio,
             "target": TARGET_GRANTS_RATIO,
@@ -659,6 +675,14 @@ def report(rounds: list[Round], env: dict[str, Any], cfg: Config, total_seconds:
         f"sends the next waiter's round) = {_fmt(same, 2)}x the uncontended acquire p50 "
         f"(target <= {TARGET_HANDOVER_RATIO:g}x); to the other Redlock (woken by the release's words, then a "
         f"fan-out of its own): {_fmt(ratio_of('other_instance_handoff_vs_acquire'), 2)}x"
+    )
+    queued = ratio_of("queued_handoff_vs_acquire")
+    print(
+        f"- {_verdict(queued <= TARGET_HANDOVER_RATIO)} hand-off p50 with the grant queue (`queue=True`: the "
+        f"release script hands the key to the first waiter in line) = {_fmt(queued, 2)}x the uncontended acquire "
+        f"p50 (target <= {TARGET_HANDOVER_RATIO:g}x); to another task only: "
+        f"{_fmt(ratio_of('queued_cross_task_handoff_vs_acquire'), 2)}x; to the other Redlock: "
+        f"{_fmt(ratio_of('queued_other_instance_handoff_vs_acquire'), 2)}x"
     )
     print(
         f"- {_verdict(grants_ratio >= TARGET_GRANTS_RATIO)} pushed grants/s = {_fmt(grants_ratio, 2)}x polling "

@@ -314,12 +314,13 @@ local now_ms = math.floor(now_us / 1000)
 """
 
 _GRANT_NEXT = b"""
--- SET the key to the first live waiter (expired entries are dropped); true if one was granted.
+-- SET the key to the first live waiter (expired entries are dropped) and publish the grant;
+-- returns that waiter's token, or nil when no one waits.
 local function grant_next(key, queue, waits)
     while true do
         local head = redis.call('ZPOPMIN', queue)[1]
         if not head then
-            return false
+            return nil
         end
         local entry = redis.call('HGET', waits, head)
         redis.call('HDEL', waits, head)
@@ -328,7 +329,7 @@ local function grant_next(key, queue, waits)
             if tonumber(string.sub(entry, 1, space - 1)) > now_ms then
                 redis.call('SET', key, head, 'PX', string.sub(entry, space + 1))
                 redis.call('PUBLISH', key, 'g' .. redis.sha1hex(head) .. ':' .. string.format('%.0f', now_us))
-                return true
+                return head
             end
         end
     end
@@ -337,9 +338,9 @@ end
 
 QUEUE_ENTER = Script(
     b"""
--- A waiter joins (or stays in) the key's queue; a free key goes to the first live waiter now.
+-- A waiter joins (or stays in) the key's line; a free key goes to the first live waiter now.
 -- KEYS[1]  the lock key (and the channel)
--- KEYS[2]  its queue: a sorted set of waiting tokens
+-- KEYS[2]  its line: a sorted set of waiting tokens
 -- KEYS[3]  its waits: token -> "<entry expiry, node ms> <ttl ms>"
 -- ARGV[1]  the waiter's token
 -- ARGV[2]  the ttl it wants, integer milliseconds
@@ -350,22 +351,20 @@ QUEUE_ENTER = Script(
     + _NOW
     + _GRANT_NEXT
     + b"""
-local held = redis.call('GET', KEYS[1])
-if held ~= ARGV[1] then
-    local life = tonumber(ARGV[4])
-    redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-    redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f', now_ms + life) .. ' ' .. ARGV[2])
-    if redis.call('PTTL', KEYS[2]) < life then
-        redis.call('PEXPIRE', KEYS[2], life)
-        redis.call('PEXPIRE', KEYS[3], life)
-    end
-    if not held then
-        grant_next(KEYS[1], KEYS[2], KEYS[3])
-    end
-end
 local time = string.format('%.0f', now_us)
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then
     return {1, time, redis.call('PTTL', KEYS[1])}
+end
+local life = tonumber(ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f', now_ms + life) .. ' ' .. ARGV[2])
+if redis.call('PTTL', KEYS[2]) < life then  -- the line outlives its entries (set once per life)
+    redis.call('PEXPIRE', KEYS[2], 2 * life)
+    redis.call('PEXPIRE', KEYS[3], 2 * life)
+end
+if not held and grant_next(KEYS[1], KEYS[2], KEYS[3]) == ARGV[1] then
+    return {1, time, tonumber(ARGV[2])}
 end
 return {0, time, 0}
 """,
@@ -374,42 +373,41 @@ return {0, time, 0}
 
 QUEUE_LEAVE = Script(
     b"""
--- A waiter or holder of the queue leaves: its entry goes; if the key holds its token, the key
--- goes to the next live waiter (or, with none, is deleted and the release word published).
+-- A waiter or holder leaves the key's line: its entry goes, and if the key holds its token,
+-- the key goes straight to the next live waiter (or, with none, is deleted and the release
+-- word published, as RELEASE does).
 -- KEYS[1]  the lock key (and the channel)
--- KEYS[2]  its queue
+-- KEYS[2]  its line
 -- KEYS[3]  its waits
 -- ARGV[1]  the token
--- ARGV[2]  "stay": keep (or put back) the entry at score ARGV[3] (a split grant given back)
+-- ARGV[2]  "leave"; or "stay": keep (or put back) the entry (a split grant given back), with
+-- ARGV[3]  its score, ARGV[4] the entry's life and ARGV[5] its ttl (as for QUEUE_ENTER)
 -- returns  {1 the key held the token / 0 it did not, the node's time in us, the key's pttl
 --          when it holds the token again (given back to the first waiter: us), else 0}
 """
     + _NOW
     + _GRANT_NEXT
     + b"""
-local had = 0
+local time = string.format('%.0f', now_us)
 if ARGV[2] == 'stay' then
-    local entry = redis.call('HGET', KEYS[3], ARGV[1])
-    if not entry then
+    if not redis.call('HGET', KEYS[3], ARGV[1]) then
         redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f', now_ms + tonumber(ARGV[4])) .. ' ' .. ARGV[5])
     end
     redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-else
-    redis.call('ZREM', KEYS[2], ARGV[1])
+elseif redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
     redis.call('HDEL', KEYS[3], ARGV[1])
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    had = 1
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    return {0, time, 0}
+end
+local head = grant_next(KEYS[1], KEYS[2], KEYS[3])
+if not head then
     redis.call('DEL', KEYS[1])
-    if not grant_next(KEYS[1], KEYS[2], KEYS[3]) then
-        redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
-    end
+    redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
+elseif head == ARGV[1] then
+    return {1, time, tonumber(ARGV[5])}
 end
-local time = string.format('%.0f', now_us)
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    return {had, time, redis.call('PTTL', KEYS[1])}
-end
-return {had, time, 0}
+return {1, time, 0}
 """,
     creates=True,
 )

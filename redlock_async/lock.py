@@ -406,15 +406,12 @@ class Lock:
         settings = self._settings
         nodes = self._cluster.nodes
         claim = _queue.Claim(nodes, key, settings, _requests.new_token(self._owner or default_owner()))
-        listening = done = False
+        expecting = subscribed = done = False
         try:
+            if blocking:
+                expecting = True  # from the first entry on: a grant word heard on a subscription is ours
+                listener.expect(key, claim)
             while True:
-                if blocking and not listening and self._attempts:
-                    # The first try found the key held: listen for grants, then enter again at once (a
-                    # grant between the two went unheard, but the entry's reply says the key is ours).
-                    listening = True
-                    await listener.enter(key)
-                    listener.expect(key, claim)
                 self._attempts += 1
                 claim.poked = False
                 claim.enter()
@@ -422,7 +419,13 @@ class Lock:
                 round_ends = _clock.now() + _queue.patience(nodes, settings.node_timeout)
                 won = await self._claimed(claim, round_ends, until_answered=True)
                 now = _clock.now()
-                if not won and listening and now < give_up:
+                if not won and blocking and now < give_up:
+                    if not subscribed:
+                        subscribed = True
+                        if await listener.enter(key):
+                            # Subscribed anew: a grant between our entry and the subscription went
+                            # unheard. Enter again at once: its reply says where the key is ours.
+                            continue
                     # Wait in line: grant words (a release handing the key on) until the next try.
                     delay = _algorithm.retry_delay(settings.retry_delay, _random.random(), give_up - now)
                     won = await self._claimed(claim, now + delay, until_answered=False)
@@ -438,8 +441,9 @@ class Lock:
         finally:
             if self._state is Phase.ACQUIRING:
                 self._state = move(self._state, Phase.IDLE)
-            if listening:
+            if expecting:
                 listener.unexpect(key, claim)
+            if subscribed:
                 listener.leave(key)
             if not done:
                 claim.leave()  # cancelled, or failed: queued now, before the exception goes on
@@ -467,8 +471,8 @@ class Lock:
             await claim.changed(wake - now)
 
     def _take_claim(self, claim: _queue.Claim, holders: list[int], now: float, end: float) -> None:
-        yes, no = _algorithm.Vote.YES, _algorithm.Vote.NO
-        self._last_votes = [yes if i in holders else no for i in range(len(claim.nodes))]
+        yes, pending = _algorithm.Vote.YES, _algorithm.Vote.PENDING  # the others may grant it later
+        self._last_votes = [yes if i in holders else pending for i in range(len(claim.nodes))]
         self._last_details = None
         self._lease = Lease(
             self._keys, claim.token, ttl_ms=self._settings.ttl_ms, acquired_at=now, expires=end,
