@@ -61,9 +61,13 @@ ENTRY_LIFE_DELAYS = 5
 delay (at most 1.5 of them), so only a waiter that died or was cut off lets it expire."""
 
 
+SUFFIXES = (b"\x00queue", b"\x00waits")
+"""What a lock key's line and waits add to it: no resource name may end so (``lock.resource_key``)."""
+
+
 def queue_keys(key: bytes) -> tuple[bytes, bytes, bytes]:
-    """The lock key, its queue and its waits (see the module's docstring)."""
-    return key, key + b"\x00queue", key + b"\x00waits"
+    """The lock key, its line and its waits (see the module's docstring)."""
+    return key, key + SUFFIXES[0], key + SUFFIXES[1]
 
 
 def entry_life_ms(settings: Settings) -> int:

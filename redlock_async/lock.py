@@ -59,6 +59,11 @@ def resource_key(prefix: str, resource: str | bytes) -> bytes:
         raise ValueError(
             f"resource name is {len(raw)} bytes, more than {MAX_RESOURCE_BYTES}: hash long names (e.g. sha256)"
         )
+    if raw.endswith(_queue.SUFFIXES):
+        raise ValueError(
+            f"resource name {resource!r} ends like the grant queue's keys of another name "
+            f"({' or '.join(map(repr, _queue.SUFFIXES))} are reserved): rename it"
+        )
     return prefix.encode() + raw
 
 

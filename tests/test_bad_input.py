@@ -195,6 +195,17 @@ async def test_a_rejected_name_sends_nothing(cluster: Cluster, make_redlock: Mak
     await assert_empty(cluster)
 
 
+@pytest.mark.parametrize("name", [b"a\x00queue", "a\x00waits"])
+async def test_a_name_ending_like_a_grant_queue_key_is_refused(name: str | bytes, make_redlock: MakeRedlock) -> None:
+    # The grant queue keeps the line of name "a" in "redlock:a\x00queue": a lock of that name would collide.
+    redlock = await make_redlock()
+    with pytest.raises(ValueError, match=r"ends like the grant queue's keys .* rename it"):
+        redlock.lock(name)
+    with pytest.raises(ValueError, match="reserved"):
+        redlock.lock_many(["b", name])
+    redlock.lock(b"a\x00queue-not")  # only the endings are reserved
+
+
 # -- acquire / extend / release arguments --------------------------------------------------------------
 
 
