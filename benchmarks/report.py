@@ -50,6 +50,8 @@ RUNS = {  # name: (script, extra arguments of a full run, of a quick run, time b
     "watchdog": ("bench_watchdog.py", ["--no-memory"], ["--quick", "--no-memory"], 300),
     "fencing": ("bench_fencing.py", [], ["--quick"], 300),
     "handoff": ("bench_handoff.py", [], ["--quick"], 300),
+    # ~1 min: 5 rounds of 2 modes, each 2 child processes contending 3 s; quick: 2 rounds of 1.5 s
+    "crossproc": ("bench_crossproc.py", [], ["--quick"], 300),
     # ~2 min on both loops (6 rounds of 1.7 s windows); quick: 2 short rounds, < 30 s
     "machine": ("bench_machine.py", ["--loop", "both"], ["--quick", "--loop", "both"], 420),
 }
@@ -188,6 +190,25 @@ def summary(figures: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"(1.00: every task the same share); hand-off p50 {_x(p50)} an uncontended acquire",
         )
     )
+    if all("queued" in r["modes"] for r in handoff):  # measured since the grant queue came
+        queued = over_rounds(lambda r: r["modes"]["queued"]["handoff_p50_us"] / r["baseline"]["acquire_p50_us"])
+        rows.append(
+            (
+                "",
+                "the same with the grant queue (`queue=True`)",
+                f"hand-off p50 **{_x(queued)}** an uncontended acquire (issue 20's target: <= 2x)",
+            )
+        )
+    if "crossproc" in figures:
+        ratios = figures["crossproc"]["ratios"]
+        rows.append(
+            (
+                "`python benchmarks/bench_crossproc.py`",
+                "hand-off between 2 OS processes (2 tasks each, 1 ms hold)",
+                f"hand-off p50 **{_x(ratios['queued'])}** an uncontended acquire with `queue=True`, "
+                f"{_x(ratios['words'])} with the default words (target <= 2x)",
+            )
+        )
     return rows
 
 
