@@ -19,6 +19,7 @@ released), so every wait also ends after a bounded, jittered delay.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -138,9 +139,24 @@ class Listener:
         self._subscribed[channel] = count + 1
         if count:
             return False  # already subscribed (or being subscribed) for another waiter
-        futures = [node.send(b"SUBSCRIBE", channel) for node in self.nodes]
+        futures = [self._subscribe(node, channel) for node in self.nodes]
         await Ballot.of(self.nodes, futures, vote_of_subscribe, self._node_timeout, majority=False).wait()
         return True
+
+    def _subscribe(self, node: Node, channel: bytes) -> asyncio.Future[Reply]:
+        """SUBSCRIBE *channel* on *node*; when it has run (or failed), the claims waiting on the channel
+        enter again (:meth:`_subscribed`)."""
+        fut = node.send(b"SUBSCRIBE", channel)
+        fut.add_done_callback(functools.partial(self._subscribed_on, channel))
+        return fut
+
+    def _subscribed_on(self, channel: bytes, _: asyncio.Future[Reply]) -> None:
+        """A node ran (or failed) our SUBSCRIBE to *channel*: a grant it published before then went
+        unheard, so the claims waiting on the channel enter again, and the replies say where the key
+        is theirs. (A claim that entered after the subscription was in place needs nothing: no
+        confirmation comes after its entry.)"""
+        for claim in self._claimants.get(channel, ()):
+            claim.poke()
 
     def leave(self, channel: bytes) -> None:
         """Stop listening (synchronous, safe in cleanup)."""
@@ -355,7 +371,7 @@ class Listener:
             self._subscribed[channel] = count + 1
             if not count:
                 for node in self.nodes:
-                    node.send(b"SUBSCRIBE", channel)
+                    self._subscribe(node, channel)
 
     def unwatch(self, channel: bytes, callback: Callable[[], None]) -> None:
         """Stop calling *callback* (synchronous, safe in cleanup)."""
@@ -436,7 +452,7 @@ class Listener:
     def on_connect(self, node: Node) -> None:
         """A subscriber connection (re)connected: subscribe it to every channel still wanted."""
         for channel in self._subscribed:
-            node.send(b"SUBSCRIBE", channel)
+            self._subscribe(node, channel)  # the claims on it enter again once it ran: words were lost meanwhile
 
     def remembered(self) -> int:
         """How many channels have release words counted short of a majority (read-only, for tests).

@@ -192,7 +192,9 @@ class Claim:
             node_us, pttl = int(reply[1]), reply[2]
             self._ref[i] = (sent, node_us)
             self._floor[i] = node_us
-            if isinstance(pttl, int) and pttl > 0:
+            if self._busy[i]:
+                pass  # a later script of ours is on the wire (a give-back?): its reply says where things stand
+            elif isinstance(pttl, int) and pttl > 0:
                 end = _algorithm.held_until(sent, pttl / 1000, self._drift)
                 if end > self.ends[i]:
                     if self.ends[i] == -math.inf:

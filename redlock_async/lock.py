@@ -426,11 +426,10 @@ class Lock:
                 now = _clock.now()
                 if not won and blocking and now < give_up:
                     if not subscribed:
+                        # Each node's confirmation of a subscription made after our entry pokes the
+                        # claim: a grant published before it went unheard, so we enter again at once.
                         subscribed = True
-                        if await listener.enter(key):
-                            # Subscribed anew: a grant between our entry and the subscription went
-                            # unheard. Enter again at once: its reply says where the key is ours.
-                            continue
+                        await listener.enter(key)
                     # Wait in line: grant words (a release handing the key on) until the next try.
                     delay = _algorithm.retry_delay(settings.retry_delay, _random.random(), give_up - now)
                     won = await self._claimed(claim, now + delay, until_answered=False)

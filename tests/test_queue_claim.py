@@ -205,3 +205,16 @@ async def test_leave_forgets_every_grant_and_goes_to_every_node(clock: Clock) ->
     claim.leave()
     assert claim.held(clock.t) == []
     assert all(b"leave" in node.sent[0][2] for node in nodes)
+
+
+async def test_a_reply_older_than_a_give_back_on_the_wire_does_not_count(clock: Clock) -> None:
+    claim, nodes = make_claim(1)
+    claim.enter()
+    nodes[0].answer(reply(False, 5_000_000))
+    claim.heard(0, 5_100_000)
+    claim.enter()  # a renewal, on the wire...
+    claim.give_back([0])  # ...and right behind it, the give-back of the node's grant
+    nodes[0].answer(reply(True, 5_200_000, pttl=9_000))  # the renewal ran first: "ours" (no longer true)
+    assert claim.ends[0] == -math.inf  # not counted: the give-back behind it has the last word
+    nodes[0].answer(reply(False, 5_300_000))  # given to another waiter
+    assert claim.held(clock.t) == []
