@@ -46,6 +46,10 @@ YIELD_MIN = 0.005
 YIELD_MAX = 0.02
 """The grace a chain's last release gives other processes' waiters: a few round trips, 5-20 ms."""
 
+LINGER = 1.0
+"""Seconds a subscription no one uses any more is kept: contention comes in bursts, and a waiter
+that finds it kept needs no SUBSCRIBE round trip (and the last one out sends no UNSUBSCRIBE)."""
+
 MAX_CHAIN = 8
 """Hand-overs in a row on one key before a release goes to the waiters of every process again: the
 round a release sends for the next waiter of its own Redlock reaches each node right behind the
@@ -111,6 +115,8 @@ class Listener:
         # The futures this Redlock's waiters await now: interrupt() ends their waits at once.
         self._waiting: set[asyncio.Future[None]] = set()
         self._interrupted = False
+        # channel -> the timer that unsubscribes it: no one uses it, but it is kept a while (LINGER).
+        self._lingering: dict[bytes, asyncio.TimerHandle] = {}
         # channel -> callbacks told of every message on it (election observers); no waiter queue.
         self._watchers: dict[bytes, list[Callable[[], None]]] = {}
         # Grant queue (queue=True): the claims of this Redlock's waiters, by the word grants name them by,
@@ -139,6 +145,11 @@ class Listener:
         self._subscribed[channel] = count + 1
         if count:
             return False  # already subscribed (or being subscribed) for another waiter
+        if (kept := self._lingering.pop(channel, None)) is not None:
+            # Still subscribed on the nodes, since before this waiter's try. Its words were
+            # ignored meanwhile (no one listened), so look again once, as after a new subscription.
+            kept.cancel()
+            return True
         futures = [self._subscribe(node, channel) for node in self.nodes]
         await Ballot.of(self.nodes, futures, vote_of_subscribe, self._node_timeout, majority=False).wait()
         return True
@@ -343,8 +354,22 @@ class Listener:
             return
         self._subscribed.pop(channel, None)
         self._heard.pop(channel, None)
+        # Kept a while: the next waiter (often the same task, wanting the lock again) needs no new
+        # subscription, and the one leaving sends nothing on its way out.
+        loop = asyncio.get_running_loop()
+        self._lingering[channel] = loop.call_later(LINGER, self._unsubscribe, channel)
+
+    def _unsubscribe(self, channel: bytes) -> None:
+        """No one used *channel* for LINGER seconds: unsubscribe."""
+        del self._lingering[channel]
         for node in self.nodes:
             node.send(b"UNSUBSCRIBE", channel)
+
+    def close(self) -> None:
+        """The Redlock closes: forget the kept subscriptions (their connections close too)."""
+        for timer in self._lingering.values():
+            timer.cancel()
+        self._lingering.clear()
 
     def expect(self, channel: bytes, claim: Claim) -> None:
         """Route the grant words for *claim* to it (between :meth:`enter` and :meth:`leave` of *channel*)."""
@@ -396,16 +421,19 @@ class Listener:
         whose subscriber connection heard it.
         """
         channel, token = message[1], message[2]
+        grant = token[:1] == b"g" and len(token) > 42
+        # A grant is routed by its word alone: a claim listens from its first entry on, before its
+        # waiter counts as a user of the channel (a subscription kept from earlier users carries it).
+        claim = self._claims.get(token[1:41]) if grant and node is not None else None
+        if claim is not None and node is not None and token[41:42] == b":" and token[42:].isdigit():
+            claim.heard(node, int(token[42:]))
         if channel not in self._subscribed:
             return  # a late word for a channel no waiter of ours wants any more: remember nothing
         watchers = self._watchers.get(channel)
         if watchers:
             for callback in list(watchers):
                 callback()
-        if token[:1] == b"g" and len(token) > 42:
-            claim = self._claims.get(token[1:41])
-            if claim is not None and node is not None and token[41:42] == b":" and token[42:].isdigit():
-                claim.heard(node, int(token[42:]))
+        if grant:
             return  # a grant (to us or to another waiter): the key is not free
         queue = self._queue(channel)
         if watchers and queue is None:
@@ -451,7 +479,7 @@ class Listener:
 
     def on_connect(self, node: Node) -> None:
         """A subscriber connection (re)connected: subscribe it to every channel still wanted."""
-        for channel in self._subscribed:
+        for channel in (*self._subscribed, *self._lingering):
             self._subscribe(node, channel)  # the claims on it enter again once it ran: words were lost meanwhile
 
     def remembered(self) -> int:

@@ -397,6 +397,7 @@ class Redlock:
         if self._cluster.closed:
             return
         self._cluster.closed = True
+        self._cluster.listener.close()
         if self._quarantine is not None:
             self._quarantine.close()
         held = sorted(self._cluster.held, key=lambda lock: repr(lock.resource))

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from redlock_async._handoff import Listener, ticket
+from redlock_async._handoff import LINGER, Listener, ticket
 from redlock_async._node import Node, Reply
 
 CHANNEL = b"redlock:job"
@@ -70,7 +70,22 @@ async def test_a_waiter_is_woken_by_a_majority_of_words_not_the_first() -> None:
     await asyncio.wait_for(task, 1.0)
     assert woken == [0]
     assert made.wakeups == 1
+    # The subscription is kept a while after its last user (LINGER), then dropped.
+    assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
+    await asyncio.sleep(LINGER + 0.05)
     assert all(node.sent[-1] == (b"UNSUBSCRIBE", CHANNEL) for node in nodes)
+
+
+async def test_a_kept_subscription_serves_the_next_waiter_without_a_new_one() -> None:
+    made, nodes = listener()
+    assert await made.enter(CHANNEL)  # subscribed anew: look again once
+    made.leave(CHANNEL)
+    assert await made.enter(CHANNEL)  # kept: nothing sent, but words went unheeded meanwhile, so look again
+    assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
+    made.leave(CHANNEL)
+    made.close()  # the Redlock closes: the kept subscription is forgotten, nothing more is sent
+    await asyncio.sleep(LINGER + 0.05)
+    assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
 
 
 async def test_the_oldest_waiter_first_and_one_waiter_per_release() -> None:
