@@ -394,9 +394,13 @@ class Listener:
         if len(callbacks) == 1:
             count = self._subscribed.get(channel, 0)
             self._subscribed[channel] = count + 1
-            if not count:
-                for node in self.nodes:
-                    self._subscribe(node, channel)
+            if count:
+                return
+            if (kept := self._lingering.pop(channel, None)) is not None:
+                kept.cancel()  # still subscribed: keep it, for as long as someone watches
+                return
+            for node in self.nodes:
+                self._subscribe(node, channel)
 
     def unwatch(self, channel: bytes, callback: Callable[[], None]) -> None:
         """Stop calling *callback* (synchronous, safe in cleanup)."""

@@ -153,3 +153,16 @@ async def test_a_wake_up_in_the_loop_turn_the_timer_fires_counts() -> None:
     made.done(CHANNEL)
     made.quit(CHANNEL, place)
     made.leave(CHANNEL)
+
+
+async def test_watching_a_kept_subscription_keeps_it() -> None:
+    made, nodes = listener()
+    await made.enter(CHANNEL)
+    made.leave(CHANNEL)  # kept for LINGER...
+    seen: list[int] = []
+    made.watch(CHANNEL, lambda: seen.append(1))  # ...and now watched: it must not be dropped
+    await asyncio.sleep(LINGER + 0.05)
+    assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
+    made.on_message([b"message", CHANNEL, b"word"])
+    assert seen == [1]
+    made.close()
