@@ -21,7 +21,21 @@ from functools import partial
 from typing import Any
 
 from redlock_async import _clock
-from redlock_async._algorithm import Verdict, Vote, patience, quorum, thresholds, verdict
+from redlock_async._algorithm import (
+    LOST,
+    NO,
+    PENDING,
+    SKIPPED,
+    UNDECIDED,
+    WON,
+    YES,
+    Verdict,
+    Vote,
+    patience,
+    quorum,
+    thresholds,
+    verdict,
+)
 from redlock_async._node import Failure, Fallback, Node, Reply, pack_script
 from redlock_async._scripts import Script
 from redlock_async.errors import NodeOutcome
@@ -179,28 +193,28 @@ def vote_of_set(reply: Reply) -> Vote:
     """``SET NX`` answers OK when it set the key, nil when the key exists."""
     if isinstance(reply, Failure):
         return reply.vote
-    return Vote.YES if reply == b"OK" else Vote.NO
+    return YES if reply == b"OK" else NO
 
 
 def vote_of_fenced(reply: Reply) -> Vote:
     """The fenced acquire script answers the node's counter (>= 0) when it set the key, -1 when not."""
     if isinstance(reply, Failure):
         return reply.vote
-    return Vote.YES if isinstance(reply, int) and reply >= 0 else Vote.NO
+    return YES if isinstance(reply, int) and reply >= 0 else NO
 
 
 def vote_of_counters(reply: Reply) -> Vote:
     """The fenced acquire of several keys answers their counters (a list) when it set them all, -i when not."""
     if isinstance(reply, Failure):
         return reply.vote
-    return Vote.YES if isinstance(reply, list) else Vote.NO
+    return YES if isinstance(reply, list) else NO
 
 
 def vote_of_script(reply: Reply) -> Vote:
     """Our scripts answer 1 for done, 0 for a key that is gone or not ours."""
     if isinstance(reply, Failure):
         return reply.vote
-    return Vote.YES if reply == 1 else Vote.NO
+    return YES if reply == 1 else NO
 
 
 def sitting_out(node: Node) -> str | None:
@@ -222,7 +236,7 @@ def outcomes(nodes: Sequence[Node], votes: Sequence[Vote], details: Sequence[str
     return tuple(NodeOutcome(node.name, vote, detail) for node, vote, detail in zip(nodes, votes, words, strict=True))
 
 
-UNANSWERED = Failure(Vote.PENDING, "no reply yet")
+UNANSWERED = Failure(PENDING, "no reply yet")
 """A ballot's reply from a node that has not answered (yet)."""
 
 
@@ -286,10 +300,10 @@ class Ballot(Deadline):
                 break
         self.nodes = nodes
         self.classify = classify
-        self.votes: list[Vote] = [Vote.PENDING] * n
+        self.votes: list[Vote] = [PENDING] * n
         self.replies: list[Reply] = [UNANSWERED] * n
         self.details: list[str] | None = None  # made on the first failure with words
-        self.verdict = Verdict.UNDECIDED
+        self.verdict = UNDECIDED
         self.decided_at = 0.0
         self._counted: Sequence[int] | None = wait_for
         self._majority = majority
@@ -306,7 +320,7 @@ class Ballot(Deadline):
         self._window = rearm
         self._open = len(indices)
         if not self._open and not majority:
-            self._decide(Verdict.WON)  # nothing to wait for
+            self._decide(WON)  # nothing to wait for
 
     @classmethod
     def of(
@@ -340,7 +354,7 @@ class Ballot(Deadline):
 
     def start(self) -> Ballot:
         """Every request is queued: arm the timer, unless the verdict is in already."""
-        if self.verdict is Verdict.UNDECIDED and not self._started:
+        if self.verdict is UNDECIDED and not self._started:
             self._started = True
             self._arm(self._done.get_loop(), self._timeout, self._window)
         return self
@@ -348,15 +362,15 @@ class Ballot(Deadline):
     def deliver(self, i: int, reply: Reply, /) -> None:
         """Node *i* answered (or its request failed): keep the reply, count it if it still matters."""
         self.replies[i] = reply
-        if type(reply) is Failure and reply.vote is Vote.SKIPPED:
+        if type(reply) is Failure and reply.vote is SKIPPED:
             self._skipped = True
-        if self.verdict is not Verdict.UNDECIDED:
+        if self.verdict is not UNDECIDED:
             return  # a late reply: the request was answered, the decision stands
         counted = self._counted
         if counted is not None and i not in counted:
             return
         vote = self.classify(reply)
-        if vote is Vote.YES:
+        if vote is YES:
             if self.nodes[i].quarantined_until and (detail := sitting_out(self.nodes[i])):
                 vote = Vote.QUARANTINED
                 self._say(i, detail)
@@ -364,24 +378,24 @@ class Ballot(Deadline):
             self._say(i, reply.detail)
         self.votes[i] = vote
         self._open -= 1
-        if vote is Vote.YES:
+        if vote is YES:
             self._said_yes.append(i)
         if self._majority:
-            if vote is Vote.YES:
+            if vote is YES:
                 self._yes += 1
                 if self._yes >= self._need:
-                    self._decide(Verdict.WON)
+                    self._decide(WON)
             else:
                 self._failed += 1
                 if self._failed >= self._lose_at:
-                    self._decide(Verdict.LOST)
+                    self._decide(LOST)
         else:
-            if vote is Vote.YES:
+            if vote is YES:
                 self._yes += 1
             else:
                 self._failed += 1
             if not self._open:
-                self._decide(Verdict.WON)
+                self._decide(WON)
 
     def _say(self, i: int, detail: str) -> None:
         if self.details is None:
@@ -392,20 +406,20 @@ class Ballot(Deadline):
         """Nodes whose request was refused before it was sent: nothing there to release."""
         if not self._skipped:
             return []
-        return [i for i, reply in enumerate(self.replies) if type(reply) is Failure and reply.vote is Vote.SKIPPED]
+        return [i for i, reply in enumerate(self.replies) if type(reply) is Failure and reply.vote is SKIPPED]
 
     def _timed_out(self) -> None:
-        if self.verdict is not Verdict.UNDECIDED:
+        if self.verdict is not UNDECIDED:
             return
         for i, vote in enumerate(self.votes):
-            if vote is Vote.PENDING and self.replies[i] is UNANSWERED:
+            if vote is PENDING and self.replies[i] is UNANSWERED:
                 self.votes[i] = Vote.TIMEOUT
                 self._failed += 1
         # Every vote is in now (or timed out): the verdict is final.
         if self._majority:
             self._decide(verdict(len(self.nodes), self._yes, self._failed))
         else:
-            self._decide(Verdict.LOST)
+            self._decide(LOST)
 
     def _decide(self, result: Verdict) -> None:
         self.verdict = result
@@ -439,7 +453,7 @@ class Ballot(Deadline):
 
     def voted(self, *votes: Vote) -> list[int]:
         """Indices of the nodes whose vote is one of *votes*."""
-        if votes == (Vote.YES,):
+        if votes == (YES,):
             return sorted(self._said_yes)  # (kept as they were counted)
         return [i for i, v in enumerate(self.votes) if v in votes]
 
