@@ -184,6 +184,7 @@ class Deadline:
         self._callback()
 
     def cancel(self) -> None:
+        """Stop the timer (a ballot's requests are already sent, and stay sent)."""
         self.live = False
         if self._handle is not None:
             self._handle.cancel()
@@ -438,10 +439,6 @@ class Ballot(Deadline):
                 self.cancel()
                 raise
         return self.verdict
-
-    def cancel(self) -> None:
-        """Stop the timer; the requests themselves are already sent and stay sent."""
-        super().cancel()
 
     def outcomes(self) -> tuple[NodeOutcome, ...]:
         """Per-node outcomes for errors and logs."""
