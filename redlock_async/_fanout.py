@@ -47,31 +47,39 @@ LATE = 0.001
 
 
 class _Timers:
-    """The deadlines of one event loop: one heap of ``(when, seq, deadline)`` and one loop timer.
+    """The deadlines of one event loop: one heap of ``(when, seq)``, the live deadlines by seq, one loop timer.
 
     Each ballot has a deadline, and nearly every ballot is decided long before it:
     a loop timer per ballot (a ``TimerHandle``, pushed on the loop's heap and
     compared there by a Python ``__lt__``) cost more than the rest of the
     ballot's bookkeeping. Here arming is one ``heappush`` of a tuple (compared
-    in C) and cancelling sets a flag; the one loop timer is armed for the
-    earliest deadline still live, and on firing drops the cancelled ones. So it
-    fires about once per node timeout while ballots come and go, not once per
-    ballot.
+    in C) and cancelling drops the deadline from ``pending``: a decided ballot is
+    freed at once, not kept (with its votes, replies and future) until the timer
+    comes by, which under load kept a node timeout's worth of ballots alive for the
+    garbage collector to walk. The one loop timer is armed for the earliest
+    deadline, and on firing drops the cancelled ones. So it fires about once per
+    node timeout while ballots come and go, not once per ballot.
     """
 
-    __slots__ = ("__weakref__", "_armed_at", "_handle", "_heap", "_loop", "_seq")
+    __slots__ = ("__weakref__", "_armed_at", "_handle", "_heap", "_loop", "_seq", "pending")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._heap: list[tuple[float, int, Deadline]] = []
+        self._heap: list[tuple[float, int]] = []
+        self.pending: dict[int, Deadline] = {}
+        """The deadlines armed and not cancelled, by their seq in the heap."""
         self._handle: asyncio.TimerHandle | None = None
         self._armed_at = math.inf
         self._seq = itertools.count()
 
-    def add(self, when: float, deadline: Deadline) -> None:
-        heapq.heappush(self._heap, (when, next(self._seq), deadline))
+    def add(self, when: float, deadline: Deadline) -> int:
+        """Call ``deadline.expire`` at *when*, unless ``pending.pop(seq)`` (seq: what this returns) comes first."""
+        seq = next(self._seq)
+        heapq.heappush(self._heap, (when, seq))
+        self.pending[seq] = deadline
         if when < self._armed_at:
             self._arm(when)
+        return seq
 
     def _arm(self, when: float) -> None:
         if self._handle is not None:
@@ -86,12 +94,13 @@ class _Timers:
         # may fire a hair early by our clock, or the clock may be a test's, standing still).
         due = max(now, self._armed_at)
         self._armed_at = math.inf
-        heap = self._heap
+        heap, pending = self._heap, self.pending
         while heap and heap[0][0] <= due:
-            when, _, deadline = heapq.heappop(heap)
-            if deadline.live:
+            when, seq = heapq.heappop(heap)
+            deadline = pending.pop(seq, None)
+            if deadline is not None:
                 deadline.expire(now - when)
-        while heap and not heap[0][2].live:
+        while heap and heap[0][1] not in pending:
             heapq.heappop(heap)
         if heap:
             if heap[0][0] < self._armed_at:
@@ -133,10 +142,10 @@ class Deadline:
     counts it) and the others are spare. Waiting longer never makes a lock
     unsafe: validity is counted from the start of the attempt.
 
-    Armed on the loop's shared :class:`_Timers`; ``cancel()`` only marks it.
+    Armed on the loop's shared :class:`_Timers`; ``cancel()`` takes it off the pending ones.
     """
 
-    __slots__ = ("_callback", "_handle", "_loop", "_rearm", "_rearmed", "_turns", "live")
+    __slots__ = ("_callback", "_handle", "_loop", "_rearm", "_rearmed", "_seq", "_timers", "_turns", "live")
 
     TURNS = 3
 
@@ -160,13 +169,15 @@ class Deadline:
         self._turns = self.TURNS
         self._handle: asyncio.Handle | None = None
         self.live = True
-        _timers_of(loop).add(_clock.now() + timeout, self)
+        timers = self._timers = _timers_of(loop)
+        self._seq = timers.add(_clock.now() + timeout, self)
 
     def expire(self, late: float) -> None:
         """Its time came, *late* seconds after it was due."""
         if not self._rearmed and self._rearm and late > LATE:
             self._rearmed = True
-            _timers_of(self._loop).add(_clock.now() + self._rearm, self)
+            timers = self._timers = _timers_of(self._loop)
+            self._seq = timers.add(_clock.now() + self._rearm, self)
             return
         self._turn()
 
@@ -185,7 +196,9 @@ class Deadline:
 
     def cancel(self) -> None:
         """Stop the timer (a ballot's requests are already sent, and stay sent)."""
-        self.live = False
+        if self.live:
+            self.live = False
+            self._timers.pending.pop(self._seq, None)  # (not there once it expired)
         if self._handle is not None:
             self._handle.cancel()
 
