@@ -16,12 +16,27 @@ import heapq
 import itertools
 import math
 import weakref
+from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 from redlock_async import _clock
-from redlock_async._algorithm import Verdict, Vote, patience, quorum, thresholds, verdict
+from redlock_async._algorithm import (
+    LOST,
+    NO,
+    PENDING,
+    SKIPPED,
+    UNDECIDED,
+    WON,
+    YES,
+    Verdict,
+    Vote,
+    patience,
+    quorum,
+    thresholds,
+    verdict,
+)
 from redlock_async._node import Failure, Fallback, Node, Reply, pack_script
 from redlock_async._scripts import Script
 from redlock_async.errors import NodeOutcome
@@ -33,31 +48,50 @@ LATE = 0.001
 
 
 class _Timers:
-    """The deadlines of one event loop: one heap of ``(when, seq, deadline)`` and one loop timer.
+    """The deadlines of one event loop: ``(when, seq)`` in time order, the live deadlines by seq, one loop timer.
 
     Each ballot has a deadline, and nearly every ballot is decided long before it:
     a loop timer per ballot (a ``TimerHandle``, pushed on the loop's heap and
     compared there by a Python ``__lt__``) cost more than the rest of the
-    ballot's bookkeeping. Here arming is one ``heappush`` of a tuple (compared
-    in C) and cancelling sets a flag; the one loop timer is armed for the
-    earliest deadline still live, and on firing drops the cancelled ones. So it
-    fires about once per node timeout while ballots come and go, not once per
-    ballot.
+    ballot's bookkeeping. Here arming appends a tuple and cancelling drops the
+    deadline from ``pending``: a decided ballot is freed at once, not kept (with
+    its votes, replies and future) until the timer comes by, which under load kept
+    a node timeout's worth of ballots alive for the garbage collector to walk. The
+    one loop timer is armed for the earliest deadline, and on firing drops the
+    cancelled ones. So it fires about once per node timeout while ballots come and
+    go, not once per ballot.
+
+    Ballots nearly all wait one node timeout from now, so their deadlines come in time
+    order: those go to the end of a queue (no heap to sift through, in or out); one
+    earlier than the queue's last (a shorter wait) goes to a heap. Both are read in
+    ``(when, seq)`` order.
     """
 
-    __slots__ = ("__weakref__", "_armed_at", "_handle", "_heap", "_loop", "_seq")
+    __slots__ = ("__weakref__", "_armed_at", "_handle", "_heap", "_loop", "_queue", "_seq", "_tail", "pending")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._heap: list[tuple[float, int, Deadline]] = []
+        self._queue: deque[tuple[float, int]] = deque()  # in time order, by construction
+        self._tail = -math.inf  # the queue's latest *when* so far
+        self._heap: list[tuple[float, int]] = []  # the others
+        self.pending: dict[int, Deadline] = {}
+        """The deadlines armed and not cancelled, by their seq."""
         self._handle: asyncio.TimerHandle | None = None
         self._armed_at = math.inf
         self._seq = itertools.count()
 
-    def add(self, when: float, deadline: Deadline) -> None:
-        heapq.heappush(self._heap, (when, next(self._seq), deadline))
+    def add(self, when: float, deadline: Deadline) -> int:
+        """Call ``deadline.expire`` at *when*, unless ``pending.pop(seq)`` (seq: what this returns) comes first."""
+        seq = next(self._seq)
+        if when >= self._tail:
+            self._queue.append((when, seq))
+            self._tail = when
+        else:
+            heapq.heappush(self._heap, (when, seq))
+        self.pending[seq] = deadline
         if when < self._armed_at:
             self._arm(when)
+        return seq
 
     def _arm(self, when: float) -> None:
         if self._handle is not None:
@@ -72,16 +106,25 @@ class _Timers:
         # may fire a hair early by our clock, or the clock may be a test's, standing still).
         due = max(now, self._armed_at)
         self._armed_at = math.inf
-        heap = self._heap
-        while heap and heap[0][0] <= due:
-            when, _, deadline = heapq.heappop(heap)
-            if deadline.live:
+        queue, heap, pending = self._queue, self._heap, self.pending
+        while True:
+            if queue and queue[0][0] <= due and not (heap and heap[0] < queue[0]):
+                when, seq = queue.popleft()
+            elif heap and heap[0][0] <= due:
+                when, seq = heapq.heappop(heap)
+            else:
+                break
+            deadline = pending.pop(seq, None)
+            if deadline is not None:
                 deadline.expire(now - when)
-        while heap and not heap[0][2].live:
+        while queue and queue[0][1] not in pending:
+            queue.popleft()
+        while heap and heap[0][1] not in pending:
             heapq.heappop(heap)
-        if heap:
-            if heap[0][0] < self._armed_at:
-                self._arm(heap[0][0])
+        if queue or heap:
+            first = min(queue[0][0] if queue else math.inf, heap[0][0] if heap else math.inf)
+            if first < self._armed_at:
+                self._arm(first)
         else:
             _timers.pop(self._loop, None)
 
@@ -119,10 +162,10 @@ class Deadline:
     counts it) and the others are spare. Waiting longer never makes a lock
     unsafe: validity is counted from the start of the attempt.
 
-    Armed on the loop's shared :class:`_Timers`; ``cancel()`` only marks it.
+    Armed on the loop's shared :class:`_Timers`; ``cancel()`` takes it off the pending ones.
     """
 
-    __slots__ = ("_callback", "_handle", "_loop", "_rearm", "_rearmed", "_turns", "live")
+    __slots__ = ("_callback", "_handle", "_loop", "_rearm", "_rearmed", "_seq", "_timers", "_turns", "live")
 
     TURNS = 3
 
@@ -146,13 +189,15 @@ class Deadline:
         self._turns = self.TURNS
         self._handle: asyncio.Handle | None = None
         self.live = True
-        _timers_of(loop).add(_clock.now() + timeout, self)
+        timers = self._timers = _timers_of(loop)
+        self._seq = timers.add(_clock.now() + timeout, self)
 
     def expire(self, late: float) -> None:
         """Its time came, *late* seconds after it was due."""
         if not self._rearmed and self._rearm and late > LATE:
             self._rearmed = True
-            _timers_of(self._loop).add(_clock.now() + self._rearm, self)
+            timers = self._timers = _timers_of(self._loop)
+            self._seq = timers.add(_clock.now() + self._rearm, self)
             return
         self._turn()
 
@@ -170,7 +215,10 @@ class Deadline:
         self._callback()
 
     def cancel(self) -> None:
-        self.live = False
+        """Stop the timer (a ballot's requests are already sent, and stay sent)."""
+        if self.live:
+            self.live = False
+            self._timers.pending.pop(self._seq, None)  # (not there once it expired)
         if self._handle is not None:
             self._handle.cancel()
 
@@ -179,28 +227,28 @@ def vote_of_set(reply: Reply) -> Vote:
     """``SET NX`` answers OK when it set the key, nil when the key exists."""
     if isinstance(reply, Failure):
         return reply.vote
-    return Vote.YES if reply == b"OK" else Vote.NO
+    return YES if reply == b"OK" else NO
 
 
 def vote_of_fenced(reply: Reply) -> Vote:
     """The fenced acquire script answers the node's counter (>= 0) when it set the key, -1 when not."""
     if isinstance(reply, Failure):
         return reply.vote
-    return Vote.YES if isinstance(reply, int) and reply >= 0 else Vote.NO
+    return YES if isinstance(reply, int) and reply >= 0 else NO
 
 
 def vote_of_counters(reply: Reply) -> Vote:
     """The fenced acquire of several keys answers their counters (a list) when it set them all, -i when not."""
     if isinstance(reply, Failure):
         return reply.vote
-    return Vote.YES if isinstance(reply, list) else Vote.NO
+    return YES if isinstance(reply, list) else NO
 
 
 def vote_of_script(reply: Reply) -> Vote:
     """Our scripts answer 1 for done, 0 for a key that is gone or not ours."""
     if isinstance(reply, Failure):
         return reply.vote
-    return Vote.YES if reply == 1 else Vote.NO
+    return YES if reply == 1 else NO
 
 
 def sitting_out(node: Node) -> str | None:
@@ -222,7 +270,7 @@ def outcomes(nodes: Sequence[Node], votes: Sequence[Vote], details: Sequence[str
     return tuple(NodeOutcome(node.name, vote, detail) for node, vote, detail in zip(nodes, votes, words, strict=True))
 
 
-UNANSWERED = Failure(Vote.PENDING, "no reply yet")
+UNANSWERED = Failure(PENDING, "no reply yet")
 """A ballot's reply from a node that has not answered (yet)."""
 
 
@@ -286,10 +334,10 @@ class Ballot(Deadline):
                 break
         self.nodes = nodes
         self.classify = classify
-        self.votes: list[Vote] = [Vote.PENDING] * n
+        self.votes: list[Vote] = [PENDING] * n
         self.replies: list[Reply] = [UNANSWERED] * n
         self.details: list[str] | None = None  # made on the first failure with words
-        self.verdict = Verdict.UNDECIDED
+        self.verdict = UNDECIDED
         self.decided_at = 0.0
         self._counted: Sequence[int] | None = wait_for
         self._majority = majority
@@ -306,7 +354,7 @@ class Ballot(Deadline):
         self._window = rearm
         self._open = len(indices)
         if not self._open and not majority:
-            self._decide(Verdict.WON)  # nothing to wait for
+            self._decide(WON)  # nothing to wait for
 
     @classmethod
     def of(
@@ -340,7 +388,7 @@ class Ballot(Deadline):
 
     def start(self) -> Ballot:
         """Every request is queued: arm the timer, unless the verdict is in already."""
-        if self.verdict is Verdict.UNDECIDED and not self._started:
+        if self.verdict is UNDECIDED and not self._started:
             self._started = True
             self._arm(self._done.get_loop(), self._timeout, self._window)
         return self
@@ -348,15 +396,15 @@ class Ballot(Deadline):
     def deliver(self, i: int, reply: Reply, /) -> None:
         """Node *i* answered (or its request failed): keep the reply, count it if it still matters."""
         self.replies[i] = reply
-        if type(reply) is Failure and reply.vote is Vote.SKIPPED:
+        if type(reply) is Failure and reply.vote is SKIPPED:
             self._skipped = True
-        if self.verdict is not Verdict.UNDECIDED:
+        if self.verdict is not UNDECIDED:
             return  # a late reply: the request was answered, the decision stands
         counted = self._counted
         if counted is not None and i not in counted:
             return
         vote = self.classify(reply)
-        if vote is Vote.YES:
+        if vote is YES:
             if self.nodes[i].quarantined_until and (detail := sitting_out(self.nodes[i])):
                 vote = Vote.QUARANTINED
                 self._say(i, detail)
@@ -364,24 +412,24 @@ class Ballot(Deadline):
             self._say(i, reply.detail)
         self.votes[i] = vote
         self._open -= 1
-        if vote is Vote.YES:
+        if vote is YES:
             self._said_yes.append(i)
         if self._majority:
-            if vote is Vote.YES:
+            if vote is YES:
                 self._yes += 1
                 if self._yes >= self._need:
-                    self._decide(Verdict.WON)
+                    self._decide(WON)
             else:
                 self._failed += 1
                 if self._failed >= self._lose_at:
-                    self._decide(Verdict.LOST)
+                    self._decide(LOST)
         else:
-            if vote is Vote.YES:
+            if vote is YES:
                 self._yes += 1
             else:
                 self._failed += 1
             if not self._open:
-                self._decide(Verdict.WON)
+                self._decide(WON)
 
     def _say(self, i: int, detail: str) -> None:
         if self.details is None:
@@ -392,20 +440,20 @@ class Ballot(Deadline):
         """Nodes whose request was refused before it was sent: nothing there to release."""
         if not self._skipped:
             return []
-        return [i for i, reply in enumerate(self.replies) if type(reply) is Failure and reply.vote is Vote.SKIPPED]
+        return [i for i, reply in enumerate(self.replies) if type(reply) is Failure and reply.vote is SKIPPED]
 
     def _timed_out(self) -> None:
-        if self.verdict is not Verdict.UNDECIDED:
+        if self.verdict is not UNDECIDED:
             return
         for i, vote in enumerate(self.votes):
-            if vote is Vote.PENDING and self.replies[i] is UNANSWERED:
+            if vote is PENDING and self.replies[i] is UNANSWERED:
                 self.votes[i] = Vote.TIMEOUT
                 self._failed += 1
         # Every vote is in now (or timed out): the verdict is final.
         if self._majority:
             self._decide(verdict(len(self.nodes), self._yes, self._failed))
         else:
-            self._decide(Verdict.LOST)
+            self._decide(LOST)
 
     def _decide(self, result: Verdict) -> None:
         self.verdict = result
@@ -425,10 +473,6 @@ class Ballot(Deadline):
                 raise
         return self.verdict
 
-    def cancel(self) -> None:
-        """Stop the timer; the requests themselves are already sent and stay sent."""
-        super().cancel()
-
     def outcomes(self) -> tuple[NodeOutcome, ...]:
         """Per-node outcomes for errors and logs."""
         details = self.details or [""] * len(self.nodes)
@@ -439,7 +483,7 @@ class Ballot(Deadline):
 
     def voted(self, *votes: Vote) -> list[int]:
         """Indices of the nodes whose vote is one of *votes*."""
-        if votes == (Vote.YES,):
+        if votes == (YES,):
             return sorted(self._said_yes)  # (kept as they were counted)
         return [i for i, v in enumerate(self.votes) if v in votes]
 

@@ -751,9 +751,34 @@ def _run_id(info: bytes) -> bytes | None:
     return None
 
 
+_BULK_HEADS = tuple(b"$%d\r\n" % size for size in range(256))
+"""RESP bulk-string headers, by length, for the lengths keys and tokens have."""
+
+_script_heads: dict[tuple[bytes, int, int], bytes] = {}
+"""(sha, keys, arguments) -> an EVALSHA's packed head: its length, EVALSHA, the sha, the key count."""
+
+
 def pack_script(script: Script, keys: tuple[bytes, ...], args: tuple[bytes | int, ...]) -> bytes:
-    """EVALSHA of *script*, packed once for every node (with the fallback ``(script, keys, args)``)."""
-    return pack((b"EVALSHA", script.sha, len(keys), *keys, *args))
+    """EVALSHA of *script*, packed once for every node (with the fallback ``(script, keys, args)``).
+
+    The head is packed once per script and shape, then only keys and arguments are: hiredis's
+    packer formats each argument's length with sprintf, ~10k machine instructions for a release's
+    five; this takes half that (callgrind). The bytes are the same as ``pack()``'s.
+    """
+    shape = (script.sha, len(keys), len(args))
+    head = _script_heads.get(shape)
+    if head is None:
+        # pack()'s own bytes after its "*3\r\n", under the whole command's argument count.
+        head = _script_heads[shape] = b"*%d\r\n" % (3 + len(keys) + len(args)) + pack(
+            (b"EVALSHA", script.sha, len(keys))
+        ).removeprefix(b"*3\r\n")
+    parts = [head]
+    for arg in keys + args:
+        if isinstance(arg, int):
+            arg = b"%d" % arg
+        size = len(arg)
+        parts += (_BULK_HEADS[size] if size < 256 else b"$%d\r\n" % size, arg, b"\r\n")
+    return b"".join(parts)
 
 
 def pack(args: tuple[bytes | str | int, ...]) -> bytes:
