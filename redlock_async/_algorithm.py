@@ -61,7 +61,7 @@ class Verdict(enum.Enum):
 # its class (``Vote.YES``) goes through the hook of EnumType.__getattr__: ~900 machine instructions
 # each time (callgrind), against ~10 for a global; an acquire+release read ~50 of them in the
 # ballots and here. (3.12 dropped that hook; the globals cost nothing there either.)
-YES, NO, PENDING, SKIPPED = Vote.YES, Vote.NO, Vote.PENDING, Vote.SKIPPED
+YES, NO, PENDING, SKIPPED, ERROR = Vote.YES, Vote.NO, Vote.PENDING, Vote.SKIPPED, Vote.ERROR
 UNDECIDED, WON, LOST = Verdict.UNDECIDED, Verdict.WON, Verdict.LOST
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from redlock_async import _algorithm, _clock
-from redlock_async._algorithm import Verdict, Vote
+from redlock_async._algorithm import PENDING, SKIPPED, WON, YES, Vote
 from redlock_async._fanout import Ballot, vote_of_counters, vote_of_fenced, vote_of_script, vote_of_set
 from redlock_async._node import IGNORED, Failure, Node, Receiver, pack, pack_script
 from redlock_async._scripts import (
@@ -198,7 +198,7 @@ async def _decide(
     fencing_tokens: tuple[int, ...] | None = None
     try:
         await ballot.wait()
-        if fence_keys is not None and ballot.verdict is Verdict.WON:
+        if fence_keys is not None and ballot.verdict is WON:
             fencing_tokens, ballot = await _fence(nodes, keys, fence_keys, token, sent, settings.node_timeout)
     except BaseException:
         # Cancelled mid-vote: the SETs are out and may succeed; hand back
@@ -213,7 +213,7 @@ async def _decide(
     if validity is None:
         # Failed: release everywhere the SET may have run (a lost reply
         # still set the key), and wait for the nodes known or likely to hold it.
-        holders = ballot.voted(Vote.YES, Vote.PENDING)
+        holders = ballot.voted(YES, PENDING)
         releases = (
             Ballot(nodes, vote_of_script, settings.node_timeout, majority=False, wait_for=holders) if holders else None
         )
@@ -233,7 +233,7 @@ async def _decide(
         validity=validity,
         votes=ballot.votes,
         details=ballot.details,
-        holders=ballot.voted(Vote.YES),
+        holders=ballot.voted(YES),
         skip=skip,
         fencing_tokens=fencing_tokens if validity is not None else None,
         codes=codes,
@@ -257,7 +257,7 @@ async def _fence(
     a counter at least this high. (Taking the largest counter alone is not
     enough: see docs/fencing.md for the sequence that breaks it.)
     """
-    answers = [reply for reply, vote in zip(granted.replies, granted.votes, strict=True) if vote is Vote.YES]
+    answers = [reply for reply, vote in zip(granted.replies, granted.votes, strict=True) if vote is YES]
     fenced = Ballot(nodes, vote_of_script, node_timeout)
     if len(keys) == 1:
         chosen: tuple[int, ...] = (max(answers) + 1,)
@@ -304,6 +304,6 @@ def send_release(
     receiver: Receiver = IGNORED if into is None else into
     for i, node in enumerate(nodes):
         if i in skip:
-            receiver.deliver(i, Failure(Vote.SKIPPED, "never sent"))
+            receiver.deliver(i, Failure(SKIPPED, "never sent"))
         else:
             node.send_packed(receiver, i, packed, fallback=fallback)

@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Members as module globals: on Python 3.11 ``Phase.HELD`` goes through EnumType.__getattr__'s hook
+# (~900 machine instructions a read; see _algorithm.YES), and the lock path reads a dozen per pair.
+_IDLE, _ACQUIRING, _HELD, _LOST = Phase.IDLE, Phase.ACQUIRING, Phase.HELD, Phase.LOST
+_ACQUIRED, _NOT_ACQUIRED, _RELEASED = EventKind.ACQUIRED, EventKind.NOT_ACQUIRED, EventKind.RELEASED
+
 MAX_RESOURCE_BYTES = 4096
 """Longest resource name, in bytes once encoded: hash longer identifiers first."""
 
@@ -182,7 +187,7 @@ class Lock:
         """The name given to ``lock()``; for ``lock_many``, the tuple of names (as :attr:`names`)."""
         self._cluster = cluster
         self._settings = settings
-        self._state = Phase.IDLE
+        self._state = _IDLE
         self._lease = Lease(self._keys)  # the current (or last) acquisition's; a new one at each grant
         # Per-node votes of the last attempt; NodeOutcomes are built only when asked for.
         self._last_votes: Sequence[_algorithm.Vote] = ()
@@ -213,19 +218,19 @@ class Lock:
     @property
     def held(self) -> bool:
         """True while the lock is acquired and its validity has not run out."""
-        return self._state is Phase.HELD and _clock.now() < self._lease.expires
+        return self._state is _HELD and _clock.now() < self._lease.expires
 
     @property
     def validity(self) -> float:
         """Seconds for which the lease can still be trusted (0.0 when not held)."""
-        if self._state is not Phase.HELD:
+        if self._state is not _HELD:
             return 0.0
         return max(0.0, self._lease.expires - _clock.now())
 
     @property
     def token(self) -> str | None:
         """The random value of the current acquisition, None when not held."""
-        return self._lease.token.decode() if self._lease.token is not None and self._state is Phase.HELD else None
+        return self._lease.token.decode() if self._lease.token is not None and self._state is _HELD else None
 
     @property
     def owner(self) -> str:
@@ -246,14 +251,14 @@ class Lock:
         Pass it to the protected resource, which refuses smaller ones.
         For ``lock_many``, the first name's; :attr:`fencing_tokens` has each name's.
         """
-        return self._lease.fencing_token if self._state is Phase.HELD else None
+        return self._lease.fencing_token if self._state is _HELD else None
 
     @property
     def fencing_tokens(self) -> dict[Name, int] | None:
         """Each name's fencing token ({name: int}; the same per-name counters single locks use),
         None when not held or not fenced."""
         tokens = self._lease.fencing_tokens
-        if self._state is not Phase.HELD or tokens is None:
+        if self._state is not _HELD or tokens is None:
             return None
         return dict(zip(self._names, tokens, strict=True))
 
@@ -293,7 +298,7 @@ class Lock:
             raise TypeError(
                 f"blocking must be True or False, got {type(blocking).__name__}: for a time limit, pass timeout="
             )
-        if self._state is Phase.ACQUIRING:
+        if self._state is _ACQUIRING:
             raise RuntimeError(f"lock {self.resource!r} is already being acquired: use one Lock per task")
         if self.held:
             raise RuntimeError(f"lock {self.resource!r} is already held: a Lock is not reentrant")
@@ -308,18 +313,18 @@ class Lock:
         if self._lease.token is not None:
             self._send_release(self._lease.token, skip=self._lease.skip)  # a stale lease of an earlier acquisition
         self._lease.token = None
-        self._state = move(self._state, Phase.ACQUIRING)
+        self._state = move(self._state, _ACQUIRING)
         began = _clock.now()
         self._attempts = 0
         if self._queued():
             acquired = await self._acquire_queued(blocking, began + limit)
         else:
             acquired = await self._acquire(blocking, began + limit)
-        if not self._heard(EventKind.ACQUIRED):
+        if not self._heard(_ACQUIRED):
             pass  # no one listens: the event's fields are not worked out
         elif acquired:
             self._emit(
-                EventKind.ACQUIRED,
+                _ACQUIRED,
                 duration=_clock.now() - began,
                 attempts=self._attempts,
                 validity=self.validity,
@@ -327,7 +332,7 @@ class Lock:
             )
         else:
             self._emit(
-                EventKind.NOT_ACQUIRED,
+                _NOT_ACQUIRED,
                 duration=_clock.now() - began,
                 attempts=self._attempts,
                 reason="no majority within the timeout" if blocking else "no majority (blocking=False)",
@@ -387,8 +392,8 @@ class Lock:
                 if _clock.now() >= give_up and attempted:
                     return False
         finally:
-            if self._state is Phase.ACQUIRING:
-                self._state = move(self._state, Phase.IDLE)
+            if self._state is _ACQUIRING:
+                self._state = move(self._state, _IDLE)
             if listening and listener is not None:
                 if woken:
                     listener.done(channel)  # the next release wakes the next waiter
@@ -443,8 +448,8 @@ class Lock:
                     await claim.settled(_queue.patience(nodes, settings.node_timeout))
                     return False
         finally:
-            if self._state is Phase.ACQUIRING:
-                self._state = move(self._state, Phase.IDLE)
+            if self._state is _ACQUIRING:
+                self._state = move(self._state, _IDLE)
             if expecting:
                 listener.unexpect(key, claim)
             if subscribed:
@@ -475,7 +480,7 @@ class Lock:
             await claim.changed(wake - now)
 
     def _take_claim(self, claim: _queue.Claim, holders: list[int], now: float, end: float) -> None:
-        yes, pending = _algorithm.Vote.YES, _algorithm.Vote.PENDING  # the others may grant it later
+        yes, pending = _algorithm.YES, _algorithm.PENDING  # the others may grant it later
         self._last_votes = [yes if i in holders else pending for i in range(len(claim.nodes))]
         self._last_details = None
         self._lease = Lease(
@@ -483,7 +488,7 @@ class Lock:
             holders=holders, skip=[],
         )  # fmt: skip
         self._lost = None
-        self._state = move(self._state, Phase.HELD)
+        self._state = move(self._state, _HELD)
         self._cluster.held.add(self)
 
     async def _attempt(self, sent: _requests.Sent | None = None) -> bool:
@@ -509,7 +514,7 @@ class Lock:
             fencing_tokens=tokens,
         )
         self._lost = None
-        self._state = move(self._state, Phase.HELD)
+        self._state = move(self._state, _HELD)
         self._cluster.held.add(self)
         return True
 
@@ -569,9 +574,9 @@ class Lock:
         current validity ran out; the lock is then lost for good (a later
         extend cannot bring it back) and its keys are released.
         """
-        if self._state is Phase.LOST:
+        if self._state is _LOST:
             raise self._lost or LockLost(f"lock {self.resource!r} was lost", resource=self._name)
-        if self._state is not Phase.HELD or self._lease.token is None:
+        if self._state is not _HELD or self._lease.token is None:
             raise RuntimeError(f"extend() of lock {self.resource!r}, which is not held: acquire it first")
         settings = self._settings if ttl is None else self._cluster.lease_settings(self._settings, ttl=ttl)
         nodes = self._cluster.nodes
@@ -600,13 +605,13 @@ class Lock:
                     deadline=self._lease.expires,
                     now=_clock.now(),
                 )
-                if self._state is not Phase.HELD or self._lease.token != token:
+                if self._state is not _HELD or self._lease.token != token:
                     # The watchdog declared it lost (or the Redlock closed) while we waited.
                     raise self._lost or LockLost(f"lock {self.resource!r} was lost", resource=self._name)
                 if validity is not None:
                     margin = self._lease.expires - ballot.decided_at
                     self._lease.expires = ballot.decided_at + validity
-                    self._lease.holders = ballot.voted(_algorithm.Vote.YES)
+                    self._lease.holders = ballot.voted(_algorithm.YES)
                     self._emit(
                         EventKind.EXTENDED,
                         duration=ballot.decided_at - first_sent,
@@ -618,7 +623,7 @@ class Lock:
                 if verdict is _algorithm.Extension.REFUSED:
                     raise await self._lose(
                         f"lock {self.resource!r} is gone from a majority of nodes (expired or taken)",
-                        ballot.voted(_algorithm.Vote.YES, _algorithm.Vote.PENDING),
+                        ballot.voted(_algorithm.YES, _algorithm.PENDING),
                     )
                 if verdict is _algorithm.Extension.EXPIRED:
                     raise await self._lose(
@@ -631,7 +636,7 @@ class Lock:
         except asyncio.CancelledError:
             # Some nodes may have applied the new ttl. If it is shorter than
             # what was left, trust only what it guarantees.
-            if self._state is Phase.HELD:
+            if self._state is _HELD:
                 bound = first_sent + _algorithm.best_validity(ttl_ms / 1000, settings.drift_factor)
                 self._lease.expires = min(self._lease.expires, bound)
             raise
@@ -650,7 +655,7 @@ class Lock:
         """Lost for good: no extension can bring it back. Queue the releases (no await); with *wait*,
         return the ballot (not started) of the nodes that held it, None when none did."""
         assert self._lease.token is not None
-        self._state = move(self._state, Phase.LOST)
+        self._state = move(self._state, _LOST)
         self._cluster.held.discard(self)
         self._lost = LockLost(why, resource=self._name, outcomes=self.outcomes)
         wait_for = sorted(set(holders) | set(self._lease.holders)) if wait else []
@@ -677,12 +682,12 @@ class Lock:
 
     def _watchdog_due(self, lease: Lease, now: float) -> bool:
         """At a round's start: True to extend now; False when lost (handled here) or no longer watched."""
-        if lease is not self._lease or not self._watched or self._state is not Phase.HELD:
+        if lease is not self._lease or not self._watched or self._state is not _HELD:
             return False
         settings = self._settings
         if now >= self._lease.expires:
             votes = self._last_votes
-            if votes and sum(1 for vote in votes if vote is _algorithm.Vote.YES) < _algorithm.quorum(len(votes)):
+            if votes and sum(1 for vote in votes if vote is _algorithm.YES) < _algorithm.quorum(len(votes)):
                 # The last extension failed (nodes silent or refusing) and its retry came too late.
                 self._watchdog_lost(f"lock {self.resource!r} could not be extended on a majority before it ran out")
             else:
@@ -704,7 +709,7 @@ class Lock:
         votes: Sequence[_algorithm.Vote],
         details: Sequence[str] | None,
     ) -> None:
-        if lease is not self._lease or not self._watched or self._state is not Phase.HELD or lease.token is None:
+        if lease is not self._lease or not self._watched or self._state is not _HELD or lease.token is None:
             return  # released, lost or re-acquired while the round was out
         settings = self._settings
         self._last_votes, self._last_details = votes, details
@@ -717,7 +722,7 @@ class Lock:
             due = self._next_due()
             margin = self._lease.expires - decided_at
             self._lease.expires = decided_at + validity
-            self._lease.holders = [i for i, v in enumerate(votes) if v is _algorithm.Vote.YES]
+            self._lease.holders = [i for i, v in enumerate(votes) if v is _algorithm.YES]
             self._lease.extensions += 1
             watchdog.schedule(lease, self._next_due())
             self._emit(
@@ -757,7 +762,7 @@ class Lock:
 
     def _watchdog_failed(self, exc: BaseException) -> None:
         """The watchdog stopped on an internal error: a watched lease can no longer be kept."""
-        if self._state is not Phase.HELD or not self._watched:
+        if self._state is not _HELD or not self._watched:
             return
         self._watchdog_lost(
             f"lock {self.resource!r} is given up: the watchdog stopped on an internal error "
@@ -767,7 +772,7 @@ class Lock:
 
     def _give_up(self, why: str) -> None:
         """The Redlock closes while this lock is held: release it, and tell the holder it is lost."""
-        if self._state is not Phase.HELD or self._lease.token is None:
+        if self._state is not _HELD or self._lease.token is None:
             return
         if self._watched:
             self._watchdog_lost(why)  # the body is cancelled (or on_lost told), as for any loss
@@ -784,14 +789,14 @@ class Lock:
         Releasing a lost lock does nothing; releasing one that is not held is
         a RuntimeError.
         """
-        if self._state is Phase.LOST:
+        if self._state is _LOST:
             self._lease.token = None
             return
-        if self._state is not Phase.HELD or self._lease.token is None:
+        if self._state is not _HELD or self._lease.token is None:
             raise RuntimeError(f"release() of lock {self.resource!r}, which is not held")
         token, holders = self._lease.token, self._lease.holders
         began = _clock.now()
-        self._state, self._lease.token, self._lease.holders = move(self._state, Phase.IDLE), None, []
+        self._state, self._lease.token, self._lease.holders = move(self._state, _IDLE), None, []
         self._cluster.held.discard(self)
         self._watched = False  # the watchdog drops it at its next look
         ballot = Ballot(
@@ -811,13 +816,13 @@ class Lock:
         await ballot.start().wait()
         self._last_votes, self._last_details = ballot.votes, ballot.details
         # Silent otherwise: a node that refuses the script (ACL, renamed EVALSHA) keeps every key until it expires.
-        error = _algorithm.Vote.ERROR
+        error = _algorithm.ERROR
         if error in ballot.votes and any(ballot.votes[i] is error for i in holders):
             failed = [str(o) for i, o in enumerate(self.outcomes) if i in holders and o.vote is error]
             log.warning("redlock %r not released on %s: the key stays until it expires", self.resource, failed)
-        if self._heard(EventKind.RELEASED):
+        if self._heard(_RELEASED):
             now = _clock.now()
-            self._emit(EventKind.RELEASED, duration=now - began, held_for=now - self._lease.acquired_at)
+            self._emit(_RELEASED, duration=now - began, held_for=now - self._lease.acquired_at)
 
     # -- async with -------------------------------------------------------------
     #
@@ -866,7 +871,7 @@ class Lock:
                 raise self._lost from (self._lost.__cause__ or exc)
         # Our clock says the validity ran out while the body ran (a blocked loop,
         # or many holders exiting at once): the nodes decide whether it was lost.
-        overran = host is not None and self._state is Phase.HELD and _clock.now() >= self._lease.expires
+        overran = host is not None and self._state is _HELD and _clock.now() >= self._lease.expires
         cleanup = self._cleanup(exc, overran, watched=host is not None)
         if overran or exc_type is asyncio.CancelledError:
             # Deciding a loss, or leaving a cancelled scope (anyio cancels again at every await):
@@ -885,11 +890,11 @@ class Lock:
 
     async def _exit(self, exc: BaseException | None, overran: bool, *, watched: bool) -> None:
         """Release on the way out of ``async with``; raise LockLost if the lock was lost while watched."""
-        if self._state is Phase.HELD and overran:
+        if self._state is _HELD and overran:
             confirmed, holders = await self._release_confirmed()
             if confirmed:
                 return  # a majority still held our key at release: no one else can have held it
-            self._state = move(self._state, Phase.LOST)
+            self._state = move(self._state, _LOST)
             self._cluster.held.discard(self)
             self._lost = LockLost(
                 f"lock {self.resource!r} ran out while the body ran" + self._overrun_cause(holders),
@@ -897,13 +902,13 @@ class Lock:
                 outcomes=self.outcomes,
             )
             self._emit_lost(str(self._lost.args[0]), watchdog=True)
-        if self._state is Phase.LOST:
+        if self._state is _LOST:
             self._lease.token = None
             if exc is None and watched and self.on_lost is None:
                 assert self._lost is not None
                 raise self._lost  # the body finished, but not under the lock the whole time
             return
-        if self._state is not Phase.HELD:
+        if self._state is not _HELD:
             return  # released by the body itself
         try:
             await self.release()
@@ -916,7 +921,7 @@ class Lock:
     def _overrun_cause(self, holders: Sequence[int]) -> str:
         """Why an overrun lease was not confirmed at release: the nodes were silent, or the key was gone."""
         votes = self._last_votes
-        silent = [i for i in holders if votes[i] not in (_algorithm.Vote.YES, _algorithm.Vote.NO)]
+        silent = [i for i in holders if votes[i] not in (_algorithm.YES, _algorithm.NO)]
         if len(silent) > len(holders) - _algorithm.quorum(len(votes)):
             return (
                 f": {len(silent)} of the {len(holders)} nodes that held it did not answer the release "
@@ -944,13 +949,13 @@ class Lock:
         self._send_release(token, skip=self._lease.skip, into=ballot)
         await ballot.start().wait()
         self._last_votes, self._last_details = ballot.votes, ballot.details
-        kept = sum(1 for i in holders if ballot.votes[i] is _algorithm.Vote.YES)
+        kept = sum(1 for i in holders if ballot.votes[i] is _algorithm.YES)
         confirmed = kept >= _algorithm.quorum(len(nodes))
         if confirmed:
-            self._state = move(self._state, Phase.IDLE)
+            self._state = move(self._state, _IDLE)
             self._cluster.held.discard(self)
             now = _clock.now()
-            self._emit(EventKind.RELEASED, duration=now - ballot.decided_at, held_for=now - self._lease.acquired_at)
+            self._emit(_RELEASED, duration=now - ballot.decided_at, held_for=now - self._lease.acquired_at)
         return confirmed, holders
 
     def _timeout_hint(self) -> str:
