@@ -112,10 +112,15 @@ class Cluster:
         acquires waiting for their next try look now (they raise), not after their retry delay."""
         if self.fault is None:
             self.fault = exc
-            self.listener.interrupt()
-            for fut in self._pauses:
-                if not fut.done():
-                    fut.set_result(None)
+            self.wake_waiters()
+
+    def wake_waiters(self) -> None:
+        """End every acquire's wait for its next try now (a fault, or the Redlock closing): they look at
+        their Redlock at once, and raise."""
+        self.listener.interrupt()
+        for fut in self._pauses:
+            if not fut.done():
+                fut.set_result(None)
 
     async def pause(self, delay: float) -> None:
         """Sleep *delay* seconds between two acquire attempts, or less if this Redlock fails meanwhile."""

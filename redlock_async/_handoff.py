@@ -366,7 +366,12 @@ class Listener:
             node.send(b"UNSUBSCRIBE", channel)
 
     def close(self) -> None:
-        """The Redlock closes: forget the kept subscriptions (their connections close too)."""
+        """The Redlock closes: its claims leave the nodes' lines (queued before the connections close; a key
+        granted meanwhile goes on) and are poked, so their waiters look at their Redlock now; the kept
+        subscriptions are forgotten (their connections close too)."""
+        for claim in list(self._claims.values()):
+            claim.leave()
+            claim.poke()
         for timer in self._lingering.values():
             timer.cancel()
         self._lingering.clear()

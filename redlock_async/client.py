@@ -286,7 +286,8 @@ class Redlock:
         if not isinstance(name, (str, bytes)):
             raise TypeError(f"election name must be str or bytes, got {type(name).__name__}")
         overrides = _given(ttl=ttl, max_hold=max_hold)
-        settings = self._cluster.lease_settings(self.settings, fencing=True, auto_extend=True, **overrides)
+        # Fenced (the term), so it waits as before, not in the grant queue.
+        settings = self._cluster.lease_settings(self.settings, fencing=True, queue=False, auto_extend=True, **overrides)
         return Election(self._cluster, name, settings, owner, self.inspect)
 
     async def inspect(self, name: str | bytes) -> LockInfo:
@@ -397,7 +398,10 @@ class Redlock:
         if self._cluster.closed:
             return
         self._cluster.closed = True
+        # Waiters still in the nodes' lines leave them now (a key granted meanwhile goes on), while the
+        # connections are open; every waiter is woken to find its Redlock closed, not at its next try.
         self._cluster.listener.close()
+        self._cluster.wake_waiters()
         if self._quarantine is not None:
             self._quarantine.close()
         held = sorted(self._cluster.held, key=lambda lock: repr(lock.resource))
