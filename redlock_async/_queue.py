@@ -42,6 +42,7 @@ The queue keys of a lock key are the lock key followed by ``\\x00queue`` and
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import math
 import time
@@ -49,7 +50,7 @@ from collections.abc import Sequence
 
 from redlock_async import _algorithm, _clock
 from redlock_async._fanout import sitting_out
-from redlock_async._node import IGNORED, Failure, Node, Receiver, Reply, pack_script
+from redlock_async._node import IGNORED, Failure, Node, Receiver, Reply, pack, pack_script
 from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
 from redlock_async._settings import Settings
 
@@ -118,6 +119,19 @@ class _Request:
         self._claim._answered(index, self._sent, reply)
 
 
+class _Set:
+    """The receiver of the first try's SET NX PX on one node: it knows when it was sent."""
+
+    __slots__ = ("_claim", "_sent")
+
+    def __init__(self, claim: Claim, sent: float) -> None:
+        self._claim = claim
+        self._sent = sent
+
+    def deliver(self, index: int, reply: Reply, /) -> None:
+        self._claim._set_answered(index, self._sent, reply)
+
+
 class Claim:
     """One acquire's standing in the grant queues of one key, on every node.
 
@@ -127,8 +141,6 @@ class Claim:
     def __init__(self, nodes: Sequence[Node], key: bytes, settings: Settings, token: bytes) -> None:
         self.nodes = nodes
         self.token = token
-        self.word = hashlib.sha1(token).hexdigest().encode()
-        """What grant words name this claim by."""
         self.keys = queue_keys(key)
         self._ttl = settings.ttl_ms / 1000
         self._ttl_ms = settings.ttl_ms
@@ -136,6 +148,7 @@ class Claim:
         self._drift = settings.drift_factor
         self._score = b"%d" % (time.time_ns() // 1000)  # the same on every node: our place in line
         n = len(nodes)
+        self._quorum = _algorithm.quorum(n)
         self.ends = [-math.inf] * n
         """Per node: until when its key holds our token for sure (our clock); -inf: not ours."""
         self.since = [math.inf] * n
@@ -149,8 +162,29 @@ class Claim:
         self._changed: asyncio.Future[None] | None = None
         self.poked = False
         """A release word came (a client without the queue released): enter again now."""
+        self.left = False
+        """:meth:`leave` was called: no reply or word counts any more."""
+        self.eager = False
+        """Wake the waiter at every new grant (waiting in line: a grant short of a majority starts the
+        split grace); otherwise only once a majority holds, or every script was answered."""
+
+    @functools.cached_property
+    def word(self) -> bytes:
+        """What grant words name this claim by (worked out only for a claim that waits)."""
+        return hashlib.sha1(self.token).hexdigest().encode()
 
     # -- sending ------------------------------------------------------------------
+
+    def take(self) -> None:
+        """The first try, as cheap as a plain acquire: ``SET NX PX`` of our token on every node. A node
+        that sets it holds it from our send (Redlock's own validity); none joins a line. Its replies
+        carry no node time, so no grant word of a node counts until an entry's reply there."""
+        packed = pack((b"SET", self.keys[0], self.token, b"NX", b"PX", self._ttl_ms))
+        receiver = _Set(self, _clock.now())
+        for i, node in enumerate(self.nodes):
+            self._busy[i] += 1
+            self.pending += 1
+            node.send_packed(receiver, i, packed, limited=True)
 
     def enter(self) -> None:
         """Join (or stay in) every node's line; a node whose key is free grants it to its first waiter."""
@@ -164,7 +198,8 @@ class Claim:
 
     def leave(self) -> None:
         """Leave every node's line; a key granted to us goes to the next waiter (synchronous: survives
-        cancellation). Nothing of ours stays on the nodes once these ran."""
+        cancellation). Nothing of ours stays on the nodes once these ran, and nothing counts any more."""
+        self.left = True
         self.ends = [-math.inf] * len(self.nodes)
         self._send(range(len(self.nodes)), QUEUE_LEAVE, (self.token, b"leave"))
 
@@ -183,7 +218,10 @@ class Claim:
     def _answered(self, i: int, sent: float, reply: Reply) -> None:
         self._busy[i] -= 1
         self.pending -= 1
-        if isinstance(reply, Failure) or not isinstance(reply, list) or len(reply) != 3:
+        new = False
+        if self.left:
+            pass  # out of every line: what a node says now grants us nothing
+        elif isinstance(reply, Failure) or not isinstance(reply, list) or len(reply) != 3 or reply[1] == b"0":
             # Did it run? A word from this node counts again only after a reply says where things stand.
             self.ends[i], self.since[i] = -math.inf, math.inf
             self._floor[i] = math.inf
@@ -199,13 +237,26 @@ class Claim:
                 if end > self.ends[i]:
                     if self.ends[i] == -math.inf:
                         self.since[i] = _clock.now()
+                        new = True
                     self.ends[i] = end
             else:
                 self.ends[i], self.since[i] = -math.inf, math.inf
         if not self._busy[i] and (stashed := self._stash[i]) is not None:
             self._stash[i] = None
-            self._granted(i, stashed)
-        self._wake()
+            new = self._granted(i, stashed) or new
+        if new or not self.pending:
+            self._wake_for_grant()
+
+    def _set_answered(self, i: int, sent: float, reply: Reply) -> None:
+        self._busy[i] -= 1
+        self.pending -= 1
+        new = False
+        if reply == b"OK" and not self.left and not self._busy[i]:
+            self.ends[i] = _algorithm.held_until(sent, self._ttl, self._drift)
+            self.since[i] = _clock.now()
+            new = True
+        if new or not self.pending:
+            self._wake_for_grant()
 
     def heard(self, i: int, grant_us: int) -> None:
         """Node *i* published a grant of the key to us, at its time *grant_us*."""
@@ -214,19 +265,29 @@ class Claim:
             if stashed is None or grant_us > stashed:
                 self._stash[i] = grant_us
             return
-        self._granted(i, grant_us)
-        self._wake()
+        if self._granted(i, grant_us):
+            self._wake_for_grant()
 
-    def _granted(self, i: int, grant_us: int) -> None:
+    def _granted(self, i: int, grant_us: int) -> bool:
+        """Count a grant word of node *i*; True when node *i* newly holds the key for us."""
         ref = self._ref[i]
-        if ref is None or grant_us <= self._floor[i]:
-            return  # stale: a grant from before what the node's latest reply told us
+        if ref is None or grant_us <= self._floor[i] or self.left:
+            return False  # stale: a grant from before what the node's latest reply told us
         sent, node_us = ref
         end = _algorithm.held_until(sent, (grant_us - node_us) / 1e6 + self._ttl, self._drift)
-        if end > self.ends[i]:
-            if self.ends[i] == -math.inf:
-                self.since[i] = _clock.now()
-            self.ends[i] = end
+        if end <= self.ends[i]:
+            return False
+        new = self.ends[i] == -math.inf
+        if new:
+            self.since[i] = _clock.now()
+        self.ends[i] = end
+        return new
+
+    def _wake_for_grant(self) -> None:
+        """Wake the waiter if what changed may decide: every script answered, a majority holds, or (eager)
+        any new grant."""
+        if self.eager or not self.pending or sum(end > -math.inf for end in self.ends) >= self._quorum:
+            self._wake()
 
     async def settled(self, timeout: float) -> None:
         """Wait until every script of ours was answered, at most *timeout* seconds."""

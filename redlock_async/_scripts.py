@@ -308,9 +308,15 @@ return free
 # grant: that waiter holds the key on this node without another round trip.
 
 _NOW = b"""
-local clock = redis.call('TIME')
-local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local now_ms = math.floor(now_us / 1000)
+-- The node's clock, read once and only when needed: microseconds (a float, exact below 2^53).
+local clock_us
+local function now_us()
+    if not clock_us then
+        local clock = redis.call('TIME')
+        clock_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+    end
+    return clock_us
+end
 """
 
 _GRANT_NEXT = b"""
@@ -326,9 +332,9 @@ local function grant_next(key, queue, waits)
         redis.call('HDEL', waits, head)
         if entry then
             local space = string.find(entry, ' ', 1, true)
-            if tonumber(string.sub(entry, 1, space - 1)) > now_ms then
+            if tonumber(string.sub(entry, 1, space - 1)) > now_us() / 1000 then
                 redis.call('SET', key, head, 'PX', string.sub(entry, space + 1))
-                redis.call('PUBLISH', key, 'g' .. redis.sha1hex(head) .. ':' .. string.format('%.0f', now_us))
+                redis.call('PUBLISH', key, 'g' .. redis.sha1hex(head) .. ':' .. string.format('%.0f', now_us()))
                 return head
             end
         end
@@ -351,14 +357,18 @@ QUEUE_ENTER = Script(
     + _NOW
     + _GRANT_NEXT
     + b"""
-local time = string.format('%.0f', now_us)
+local time = string.format('%.0f', now_us())
 local held = redis.call('GET', KEYS[1])
 if held == ARGV[1] then
     return {1, time, redis.call('PTTL', KEYS[1])}
 end
+if not held and redis.call('EXISTS', KEYS[2]) == 0 then  -- free, and no one in line: ours, told by this reply
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return {1, time, tonumber(ARGV[2])}
+end
 local life = tonumber(ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f', now_ms + life) .. ' ' .. ARGV[2])
+redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f', math.floor(now_us() / 1000) + life) .. ' ' .. ARGV[2])
 if redis.call('PTTL', KEYS[2]) < life then  -- the line outlives its entries (set once per life)
     redis.call('PEXPIRE', KEYS[2], 2 * life)
     redis.call('PEXPIRE', KEYS[3], 2 * life)
@@ -382,32 +392,34 @@ QUEUE_LEAVE = Script(
 -- ARGV[1]  the token
 -- ARGV[2]  "leave"; or "stay": keep (or put back) the entry (a split grant given back), with
 -- ARGV[3]  its score, ARGV[4] the entry's life and ARGV[5] its ttl (as for QUEUE_ENTER)
--- returns  {1 the key held the token / 0 it did not, the node's time in us, the key's pttl
---          when it holds the token again (given back to the first waiter: us), else 0}
+-- returns  {1 the key held the token / 0 it did not, the node's time in us (0 when leaving with
+--          no one in line: no one counts on it then), the key's pttl when it holds the token
+--          again (given back to the first waiter: us), else 0}
 """
     + _NOW
     + _GRANT_NEXT
     + b"""
-local time = string.format('%.0f', now_us)
-if ARGV[2] == 'stay' then
+local stay = ARGV[2] == 'stay'
+if stay then
     if not redis.call('HGET', KEYS[3], ARGV[1]) then
-        redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f', now_ms + tonumber(ARGV[4])) .. ' ' .. ARGV[5])
+        local expiry = math.floor(now_us() / 1000) + tonumber(ARGV[4])
+        redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f', expiry) .. ' ' .. ARGV[5])
     end
     redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 elseif redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
     redis.call('HDEL', KEYS[3], ARGV[1])
 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-    return {0, time, 0}
-end
-local head = grant_next(KEYS[1], KEYS[2], KEYS[3])
-if not head then
+local had = redis.call('GET', KEYS[1]) == ARGV[1]
+local head = had and grant_next(KEYS[1], KEYS[2], KEYS[3])
+if had and not head then
     redis.call('DEL', KEYS[1])
     redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
-elseif head == ARGV[1] then
+end
+local time = (stay or clock_us) and string.format('%.0f', now_us()) or '0'
+if head == ARGV[1] then
     return {1, time, tonumber(ARGV[5])}
 end
-return {1, time, 0}
+return {had and 1 or 0, time, 0}
 """,
     creates=True,
 )

@@ -418,23 +418,29 @@ class Lock:
         claim = _queue.Claim(nodes, key, settings, _requests.new_token(self._owner or default_owner()))
         expecting = subscribed = done = False
         try:
-            if blocking:
-                expecting = True  # from the first entry on: a grant word heard on a subscription is ours
-                listener.expect(key, claim)
             while True:
+                first = not self._attempts
                 self._attempts += 1
                 claim.poked = False
-                claim.enter()
+                if first:
+                    claim.take()  # a plain SET NX first: uncontended, that is all it takes
+                else:
+                    claim.enter()
                 # One try: until a majority holds the key for us, or every node answered (or timed out).
                 round_ends = _clock.now() + _queue.patience(nodes, settings.node_timeout)
                 won = await self._claimed(claim, round_ends, until_answered=True)
                 now = _clock.now()
                 if not won and blocking and now < give_up:
+                    if not expecting:
+                        expecting = True  # before our first entry: a grant word heard from then on is ours
+                        listener.expect(key, claim)
                     if not subscribed:
                         # Each node's confirmation of a subscription made after our entry pokes the
                         # claim: a grant published before it went unheard, so we enter again at once.
                         subscribed = True
                         await listener.enter(key)
+                    if first:
+                        continue  # the key is held: join the lines now (keeping the nodes our SET took)
                     # Wait in line: grant words (a release handing the key on) until the next try.
                     delay = _algorithm.retry_delay(settings.retry_delay, _random.random(), give_up - now)
                     won = await self._claimed(claim, now + delay, until_answered=False)
@@ -462,6 +468,7 @@ class Lock:
         *until_answered*, every node answered, or a release word pokes it). Grants that stay short of a
         majority for the split grace are given back (the claim stays in line)."""
         grace = _queue.patience(claim.nodes, self._settings.node_timeout)
+        claim.eager = not until_answered  # in line, each grant may start the split grace
         while True:
             now = _clock.now()
             held = claim.held(now)
