@@ -247,7 +247,7 @@ async def test_on_a_slow_network_hand_offs_go_by_the_grant_and_exclude() -> None
         await nothing_left(nodes, 3.0)
 
 
-@pytest.mark.parametrize("offset", [-0.15, -0.05, 0.0, 0.05])
+@pytest.mark.parametrize("offset", [-0.05, 0.0])  # just before W1 gives up, and at the moment
 async def test_on_a_slow_network_a_give_up_crossing_its_grant_hands_the_key_on(offset: float) -> None:
     """Nodes 100 ms away (a round trip). H holds; W1 (acquire timeout 0.8 s) is first in line, W2 (20 s)
     second, both with retry delay SLOW. H releases around W1's give-up (*offset* seconds from it), so the
@@ -821,12 +821,12 @@ async def test_closing_a_redlock_takes_its_queued_waiters_out_of_line(
 
 async def test_many_waiters_in_four_processes_are_all_served(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     """3 other processes x 4 tasks and 2 Redlocks x 2 tasks of this one (16 tasks, all queue=True, retry
-    delay 0.2 s) take one key for 5 s: no overlap across the four processes, every task served, no
+    delay 0.2 s) take one key for 3.5 s: no overlap across the four processes, every task served, no
     acquire timed out (15 s), and no lock key, line or waits left at the end."""
     first = await make_redlock(queue=True)
     second = await make_redlock(queue=True)
     async with children(cluster.urls, 3, "crowd", "5", "4", "0.2", "15") as processes:
-        result = await contend([("r0", first, 2), ("r1", second, 2)], "crowd", 5.0, 15.0, processes)
+        result = await contend([("r0", first, 2), ("r1", second, 2)], "crowd", 3.5, 15.0, processes)
     result.history.check()
     print(f"grants {sorted(result.grants.values())}, longest wait {max(result.longest.values()):.3f}")
     assert len(result.grants) == 16, result.grants
