@@ -280,3 +280,53 @@ async def next_event(process: asyncio.subprocess.Process, timeout: float) -> dic
             raise AssertionError(f"the child process exited without a word: {(await process.stderr.read()).decode()}")
     event: dict[str, Any] = json.loads(line)
     return event
+
+
+ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The repository: where ``python -m tests.<module>`` finds this package."""
+
+
+async def start_module(module: str, *args: str) -> asyncio.subprocess.Process:
+    """``python -m <module> <args>`` from the repository, with pipes: the other OS process of a test."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        *args,
+        cwd=ROOT_DIR,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def kill_child(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
+
+
+async def rest_of(process: asyncio.subprocess.Process, timeout: float) -> tuple[list[Any], str]:
+    """What the child still prints (JSON lines) until it exits, within *timeout*; and its stderr."""
+    try:
+        async with asyncio.timeout(timeout):
+            out, err = await process.communicate()
+    finally:
+        await kill_child(process)
+    return [json.loads(line) for line in out.splitlines()], err.decode()
+
+
+async def finish_child(process: asyncio.subprocess.Process, timeout: float) -> list[Any]:
+    """The JSON lines the child still prints; it must exit 0 within *timeout* seconds."""
+    rows, err = await rest_of(process, timeout)
+    assert process.returncode == 0, err
+    return rows
+
+
+def calls(cluster: Cluster, command: str) -> int:
+    """How many times the servers ran *command* (INFO commandstats; those run by scripts count too)."""
+    total = 0
+    for i in range(len(cluster)):
+        stats = cluster[i].command("INFO", "commandstats")
+        assert isinstance(stats, dict)
+        total += int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+    return total

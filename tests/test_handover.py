@@ -35,7 +35,16 @@ from redlock_async.lock import Lock
 from redlock_async.testing import History
 from redlock_async.testing._history import Section
 
-from .conftest import Cluster, MakeRedlock, assert_no_library_tasks, eventually, keys_everywhere
+from .conftest import (
+    Cluster,
+    MakeRedlock,
+    assert_no_library_tasks,
+    calls,
+    eventually,
+    finish_child,
+    keys_everywhere,
+    start_module,
+)
 
 SLOW = 5.0
 """A retry delay so long (a first fallback try after 2.5 s at the earliest) that within these tests
@@ -52,16 +61,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-def calls(cluster: Cluster, command: str) -> int:
-    """How many times the servers ran *command* (INFO commandstats; those run by scripts count too)."""
-    total = 0
-    for i in range(len(cluster)):
-        stats = cluster[i].command("INFO", "commandstats")
-        assert isinstance(stats, dict)
-        total += int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
-    return total
 
 
 def lock_keys_left(cluster: Cluster) -> list[list[bytes]]:
@@ -283,31 +282,8 @@ async def test_waiters_giving_up_as_the_lock_is_handed_to_them(
 # -- 3. another Redlock, another process: exclusion, and no starvation ------------------------------------
 
 
-def child_args(cluster: Cluster, *args: str) -> list[str]:
-    return ["-m", "tests.test_handover", args[0], ",".join(cluster.urls), *args[1:]]
-
-
 async def start_child(cluster: Cluster, *args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        *child_args(cluster, *args),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-
-
-async def finish_child(process: asyncio.subprocess.Process, timeout: float) -> list[Any]:
-    """The JSON lines the child printed; it must exit 0 within *timeout* seconds."""
-    try:
-        async with asyncio.timeout(timeout):
-            out, err = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode == 0, err.decode()
-    return [json.loads(line) for line in out.splitlines()]
+    return await start_module("tests.test_handover", args[0], ",".join(cluster.urls), *args[1:])
 
 
 BOUND = 10.0

@@ -38,7 +38,18 @@ from redlock_async.lock import Lock
 from redlock_async.testing import History
 from redlock_async.testing._history import Section
 
-from .conftest import Cluster, MakeRedlock, assert_no_library_tasks, eventually, keys_everywhere, next_event
+from .conftest import (
+    Cluster,
+    MakeRedlock,
+    assert_no_library_tasks,
+    calls,
+    eventually,
+    finish_child,
+    keys_everywhere,
+    kill_child,
+    next_event,
+    start_module,
+)
 
 SLOW = 5.0
 """A retry delay so long (the first fallback try 2.5 s after a failed one at the earliest) that within
@@ -78,16 +89,6 @@ def listening(cluster: Any, name: str) -> int:
     return min(int(cluster[i].command("PUBSUB", "NUMSUB", key_of(name))[1]) for i in range(len(cluster)))
 
 
-def calls(cluster: Cluster, command: str) -> int:
-    """How many times the servers ran *command* (INFO commandstats; those run by scripts count too)."""
-    total = 0
-    for i in range(len(cluster)):
-        stats = cluster[i].command("INFO", "commandstats")
-        assert isinstance(stats, dict)
-        total += int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
-    return total
-
-
 async def assert_nothing_left(cluster: Any, within: float = PROMPT) -> None:
     """No lock key and no queue key (``\\x00queue``, ``\\x00waits``) on any node, within *within* seconds
     (a release or a leave queued in the background runs a moment later)."""
@@ -108,35 +109,8 @@ async def in_line(cluster: Any, name: str, waiters: int, within: float = 10.0) -
 # -- the other OS process --------------------------------------------------------------------------------
 
 
-def child_args(urls: list[str], *args: str) -> list[str]:
-    return ["-m", "tests.test_queue", args[0], ",".join(urls), *args[1:]]
-
-
 async def start_child(urls: list[str], *args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        *child_args(urls, *args),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-
-
-async def finish_child(process: asyncio.subprocess.Process, timeout: float) -> list[Any]:
-    """The JSON lines the child printed (from now on); it must exit 0 within *timeout* seconds."""
-    try:
-        async with asyncio.timeout(timeout):
-            out, err = await process.communicate()
-    finally:
-        await kill_child(process)
-    assert process.returncode == 0, err.decode()
-    return [json.loads(line) for line in out.splitlines()]
-
-
-async def kill_child(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is None:
-        process.kill()
-        await process.wait()
+    return await start_module("tests.test_queue", args[0], ",".join(urls), *args[1:])
 
 
 async def child_contend(

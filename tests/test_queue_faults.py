@@ -25,9 +25,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
-import json
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -40,7 +38,7 @@ from redlock_async._algorithm import Vote
 from redlock_async.testing import History, LocalNodes
 from redlock_async.testing._history import Section
 
-from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere, next_event
+from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere, kill_child, next_event, rest_of, start_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,33 +107,7 @@ def majority(values: list[object], value: object) -> bool:
 
 
 async def start_child(urls: list[str], mode: str, *args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests._queue_faults_child",
-        mode,
-        ",".join(urls),
-        *args,
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-
-
-async def kill_child(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is None:
-        process.kill()
-        await process.wait()
-
-
-async def rest_of(process: asyncio.subprocess.Process, timeout: float) -> tuple[list[Any], str]:
-    """What the child still prints (JSON lines) until it exits, within *timeout*; and its stderr."""
-    try:
-        async with asyncio.timeout(timeout):
-            out, err = await process.communicate()
-    finally:
-        await kill_child(process)
-    return [json.loads(line) for line in out.splitlines()], err.decode()
+    return await start_module("tests._queue_faults_child", mode, ",".join(urls), *args)
 
 
 @contextlib.asynccontextmanager
