@@ -170,9 +170,9 @@ def percentile(samples: Sequence[float], q: int) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
 
 
-async def baseline(urls: list[str], cfg: Config) -> float:
-    """Uncontended acquire p50 (us), default settings, sequential."""
-    async with Redlock(urls) as redlock:
+async def baseline(urls: list[str], cfg: Config, *, queue: bool = False) -> float:
+    """Uncontended acquire p50 (us), sequential; default settings, or *queue*."""
+    async with Redlock(urls, queue=queue) as redlock:
         lock = redlock.lock(SOLO, auto_extend=False)
         samples = []
         for i in range(cfg.baseline_ops + 20):
@@ -191,9 +191,12 @@ async def run(cfg: Config, loop_name: str) -> tuple[dict[str, Any], bool]:
         async with asyncio.timeout(cfg.budget):
             for index in range(cfg.rounds):
                 base = await baseline(urls, cfg)
+                own = await baseline(urls, cfg, queue=True)  # the queue's own uncontended acquire, for the record
                 order = MODES if index % 2 == 0 else tuple(reversed(MODES))
                 modes = {mode: await contend(urls, mode, cfg, loop_name) for mode in order}
-                rounds.append({"baseline_us": base, "modes": {m: asdict(c) for m, c in modes.items()}})
+                rounds.append(
+                    {"baseline_us": base, "queued_baseline_us": own, "modes": {m: asdict(c) for m, c in modes.items()}}
+                )
     ratios = {m: statistics.median(r["modes"][m]["cross_p50_us"] / r["baseline_us"] for r in rounds) for m in MODES}
     bad = any(r["modes"][m]["overlaps"] or r["modes"][m]["errors"] for r in rounds for m in MODES)
     print(
@@ -211,6 +214,8 @@ async def run(cfg: Config, loop_name: str) -> tuple[dict[str, Any], bool]:
                 f"{c['cross_p50_us']:.0f} us | {c['cross_p99_us']:.0f} us | {share:.2f}x |"
             )
     print()
+    own = statistics.median(r["queued_baseline_us"] / r["baseline_us"] for r in rounds)
+    print(f"- uncontended acquire p50 with queue=True: {own:.2f}x the default's (median of rounds)")
     for m in MODES:
         print(f"- {m}: cross-process hand-off p50 = {ratios[m]:.2f}x the uncontended acquire p50 (median of rounds)")
     passed = ratios["queued"] <= TARGET
