@@ -46,7 +46,7 @@ import functools
 import hashlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from redlock_async import _algorithm, _clock
 from redlock_async._fanout import sitting_out
@@ -107,29 +107,17 @@ def release(nodes: Sequence[Node], key: bytes, token: bytes, into: Receiver | No
 
 
 class _Request:
-    """The receiver of one of our scripts on one node: it knows when it was sent."""
+    """The receiver of one of our requests on one node: it knows when it was sent, and which of the
+    claim's methods reads its replies (a script's, or the first try's SET)."""
 
-    __slots__ = ("_claim", "_sent")
+    __slots__ = ("_answer", "_sent")
 
-    def __init__(self, claim: Claim, sent: float) -> None:
-        self._claim = claim
+    def __init__(self, answer: Callable[[int, float, Reply], None], sent: float) -> None:
+        self._answer = answer
         self._sent = sent
 
     def deliver(self, index: int, reply: Reply, /) -> None:
-        self._claim._answered(index, self._sent, reply)
-
-
-class _Set:
-    """The receiver of the first try's SET NX PX on one node: it knows when it was sent."""
-
-    __slots__ = ("_claim", "_sent")
-
-    def __init__(self, claim: Claim, sent: float) -> None:
-        self._claim = claim
-        self._sent = sent
-
-    def deliver(self, index: int, reply: Reply, /) -> None:
-        self._claim._set_answered(index, self._sent, reply)
+        self._answer(index, self._sent, reply)
 
 
 class Claim:
@@ -180,7 +168,7 @@ class Claim:
         that sets it holds it from our send (Redlock's own validity); none joins a line. Its replies
         carry no node time, so no grant word of a node counts until an entry's reply there."""
         packed = pack((b"SET", self.keys[0], self.token, b"NX", b"PX", self._ttl_ms))
-        receiver = _Set(self, _clock.now())
+        receiver = _Request(self._set_answered, _clock.now())
         for i, node in enumerate(self.nodes):
             self._busy[i] += 1
             self.pending += 1
@@ -207,7 +195,7 @@ class Claim:
         assert script is QUEUE_ENTER or script is QUEUE_LEAVE
         packed = pack_script(script, self.keys, args)
         fallback = (script, self.keys, args)
-        receiver = _Request(self, _clock.now())
+        receiver = _Request(self._answered, _clock.now())
         for i in nodes:
             self._busy[i] += 1
             self.pending += 1
