@@ -1,10 +1,11 @@
 """The safety report: mutual exclusion under faults, scenario by scenario, on real nodes.
 
-    .venv/bin/python benchmarks/safety.py             # writes docs/safety.md (about a minute and a half)
+    .venv/bin/python benchmarks/safety.py             # writes docs/safety.md (about four minutes)
     .venv/bin/python benchmarks/safety.py --seconds 2 --print
 
 Every scenario starts 5 fresh proxied nodes, runs 4 Redlock clients x 3
-tasks contending for one fenced lock (ttl 1 s, ~1 ms critical sections) for
+tasks contending for one fenced lock, or for one of the other primitives (grant
+queue, lock_many, semaphore, election), (ttl 1 s, ~1 ms critical sections) for
 a few seconds while a fault runs, records every critical section, and checks
 the history: overlapping sections and fencing tokens that went backwards.
 Afterwards, with the faults healed, no lock key may be left on any node.
@@ -30,7 +31,7 @@ from typing import Any
 
 from _common import ROOT, library_commit
 
-from redlock_async import Redlock
+from redlock_async import LockNotAcquired, Redlock
 from redlock_async.testing import History, LocalNodes
 from redlock_async.testing._soak import soak
 
@@ -154,14 +155,64 @@ async def blackhole_majority(nodes: LocalNodes, until: float, rng: random.Random
 # -- one scenario -------------------------------------------------------------------------------------------
 
 
-async def contend(name: str, expect: str, fault: Fault, seconds: float, seed: int, **settings: Any) -> Outcome:
+@dataclass(frozen=True)
+class Holding:
+    """One name held, as History records it: an acquisition's token and that name's fencing token."""
+
+    token: str | None
+    fencing_token: int | None
+
+
+MANY_NAMES = (f"{RESOURCE}:a", f"{RESOURCE}:b", f"{RESOURCE}:c")  # lock_many takes two of these, any two overlap
+SEMAPHORE_LIMIT = 2
+
+
+async def one_turn(primitive: str, redlock: Redlock, who: str, histories: dict[str, History], outcome: Outcome) -> None:
+    """One acquisition of *primitive* by *who*: its critical section recorded per name, ~1 ms inside."""
+    outcome.attempts += 1
+    body = random.uniform(0.0, 0.002)
+    if primitive == "election":
+        try:
+            async with redlock.election(RESOURCE).campaign(timeout=0.5) as term:
+                outcome.granted += 1
+                with histories[RESOURCE].section(who, Holding(f"term {term}", term)):
+                    await asyncio.sleep(body)
+        except LockNotAcquired:
+            pass
+        return
+    if primitive == "lock_many":
+        lock = redlock.lock_many(random.sample(MANY_NAMES, 2), ttl=TTL)
+    elif primitive == "semaphore":
+        lock = redlock.semaphore(RESOURCE, limit=SEMAPHORE_LIMIT, ttl=TTL)
+    else:
+        lock = redlock.lock(RESOURCE, ttl=TTL)
+    if not await lock.acquire():
+        return
+    outcome.granted += 1
+    try:
+        tokens = lock.fencing_tokens or {}
+        with contextlib.ExitStack() as inside:
+            for held in lock.names:
+                key = held.decode() if isinstance(held, bytes) else held
+                inside.enter_context(histories[key].section(who, Holding(lock.token, tokens.get(held))))
+            await asyncio.sleep(body)
+    finally:
+        await lock.release()
+
+
+async def contend(
+    name: str, expect: str, fault: Fault, seconds: float, seed: int, primitive: str = "lock", **settings: Any
+) -> Outcome:
     outcome = Outcome(name, expect)
     rng = random.Random(seed)
-    history = History()
+    histories = {key: History() for key in (*MANY_NAMES, RESOURCE)}
     began = time.monotonic()
     with LocalNodes(NODES, proxied=True) as nodes:
+        # Fenced where the primitive can be: the grant queue and semaphores have no fencing tokens.
+        fenced = primitive in ("lock", "lock_many", "election") and not settings.get("queue")
         redlocks = [
-            Redlock(nodes.urls, fencing=True, retry_delay=0.02, acquire_timeout=0.5, **settings) for _ in range(CLIENTS)
+            Redlock(nodes.urls, fencing=fenced, retry_delay=0.02, acquire_timeout=0.5, **settings)
+            for _ in range(CLIENTS)
         ]
         for redlock in redlocks:
             await redlock.connect()
@@ -171,17 +222,8 @@ async def contend(name: str, expect: str, fault: Fault, seconds: float, seed: in
         last_start = until - 0.6
 
         async def worker(client: int, task: int, redlock: Redlock) -> None:
-            lock = redlock.lock(RESOURCE, ttl=TTL)
             while time.monotonic() < last_start:
-                outcome.attempts += 1
-                if not await lock.acquire():
-                    continue
-                outcome.granted += 1
-                try:
-                    with history.section(f"client{client}.{task}", lock):
-                        await asyncio.sleep(rng.uniform(0.0, 0.002))
-                finally:
-                    await lock.release()
+                await one_turn(primitive, redlock, f"client{client}.{task}", histories, outcome)
 
         try:
             async with asyncio.timeout(seconds + 30):
@@ -193,14 +235,26 @@ async def contend(name: str, expect: str, fault: Fault, seconds: float, seed: in
         finally:
             for redlock in redlocks:
                 await redlock.aclose()
-        # Faults healed: whatever is left must expire or be gone. Lock keys live at most a ttl.
-        await asyncio.sleep(TTL + 0.2)
-        key = f"redlock:{RESOURCE}"
-        outcome.leftover = sum(int(nodes[i].command("EXISTS", key)) for i in range(NODES))  # type: ignore[call-overload]
-    outcome.overlaps = len(history.overlaps())
-    outcome.regressions = len(history.fencing_regressions())
+        # Faults healed: whatever is left must expire or be gone. Leases live at most a ttl, the
+        # grant queue's lines and a semaphore's limit a ttl and its drift after their last use.
+        await asyncio.sleep(2 * TTL + 0.2)
+        outcome.leftover = sum(len(leftovers(nodes, i)) for i in range(NODES))
+    limit = SEMAPHORE_LIMIT if primitive == "semaphore" else 1
+    for history in histories.values():
+        if limit == 1:
+            outcome.overlaps += len(history.overlaps())
+            outcome.regressions += len(history.fencing_regressions())
+        else:
+            outcome.overlaps += sum(1 for _, inside in history.crowds() if len(inside) > limit)
     outcome.seconds = time.monotonic() - began
     return outcome
+
+
+def leftovers(nodes: LocalNodes, i: int) -> list[bytes]:
+    """Keys left on node *i* under the lock prefix: any lease, line or permit (not the restart quarantine's
+    marker, the prefix itself, nor a semaphore's limit, which is kept on purpose)."""
+    keys: list[bytes] = nodes[i].command("KEYS", "redlock:?*")  # type: ignore[assignment]
+    return [key for key in keys if not key.endswith(b"\x00limit")]
 
 
 async def analysis_sequence(quarantine: float | None, rounds: int) -> Outcome:
@@ -269,6 +323,24 @@ SCENARIOS: list[tuple[str, str, Fault, dict[str, Any]]] = [
     ("majority black-holed (3 of 5) throughout", "no grants", blackhole_majority, {}),
 ]
 
+PRIMITIVES: list[tuple[str, dict[str, Any]]] = [  # (primitive, Redlock settings), each under the faults below
+    ("grant queue (`queue=True`)", {"queue": True}),
+    ("lock_many (2 of 3 names)", {}),
+    (f"semaphore (limit {SEMAPHORE_LIMIT})", {}),
+    ("election (campaign, ~1 ms terms)", {}),
+]
+PRIMITIVE_FAULTS: list[tuple[str, Fault, dict[str, Any]]] = [
+    ("minority paused", pause_minority, {}),
+    ("minority restarted, data lost", _restarts(False), {"restart_quarantine": QUARANTINE}),
+    ("minority black-holed", _proxy_fault("blackhole", 2, 0.4, 0.1), {}),
+]
+
+
+def _kind(label: str) -> str:
+    return {"grant": "lock", "lock_many": "lock_many", "semaphore": "semaphore", "election": "election"}[
+        label.split(" ")[0]
+    ]
+
 
 def render(outcomes: list[Outcome], seconds: float) -> str:
     lines = [
@@ -281,7 +353,13 @@ def render(outcomes: list[Outcome], seconds: float) -> str:
         f"Each contention scenario: {CLIENTS} Redlock clients x {TASKS} tasks, one fenced lock (ttl {TTL:g} s),",
         f"~1 ms critical sections, {seconds:g} s under the fault. Every section is recorded; the checker",
         "counts overlapping sections between different holders and fencing tokens that went backwards.",
-        "Then, with the faults healed and a ttl later, the lock's key must be gone from every node.",
+        "Then, with the faults healed and two ttls later, no lease, permit or line may be left on any node.",
+        "",
+        "The rows named after a primitive run the same contention through it instead of one lock: the grant",
+        "queue (`queue=True`, not fenced); `lock_many` of two of three names, so any two acquisitions share a",
+        f"name (each name checked on its own); a semaphore of limit {SEMAPHORE_LIMIT} (an *overlap* there is a moment",
+        f"with more than {SEMAPHORE_LIMIT} permits held, fencing tokens are not checked); an election, each",
+        "leader resigning after ~1 ms (its term checked as a fencing token).",
         "",
         "| scenario | expected | acquisitions tried | granted | overlaps | fencing regressions | keys left | result |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
@@ -322,6 +400,16 @@ async def run(seconds: float, only: str | None) -> list[Outcome]:
             continue
         print(f"-- {name}", file=sys.stderr, flush=True)
         outcomes.append(await contend(name, expect, fault, seconds, seed=n, **settings))
+    for label, extra in PRIMITIVES:
+        for fault_name, fault, settings in PRIMITIVE_FAULTS:
+            name = f"{label}: {fault_name}"
+            if only and only not in name:
+                continue
+            print(f"-- {name}", file=sys.stderr, flush=True)
+            seed = len(outcomes)
+            outcomes.append(
+                await contend(name, "safe", fault, seconds, seed, primitive=_kind(label), **extra, **settings)
+            )
     if not only or "processes" in only:
         print("-- several OS processes", file=sys.stderr, flush=True)
         outcomes.append(await processes(4, seconds * 2))

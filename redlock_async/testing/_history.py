@@ -17,8 +17,18 @@ import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
-from redlock_async.lock import Lock
+
+class Holder(Protocol):
+    """What a section needs of the holder: a Lock, a ``lock_many`` Lock or a Semaphore fits, or any
+    object with these two attributes (e.g. an election's term as the fencing token)."""
+
+    @property
+    def token(self) -> str | None: ...
+
+    @property
+    def fencing_token(self) -> int | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +49,11 @@ class History:
         self.sections: list[Section] = []
 
     @contextlib.contextmanager
-    def section(self, client: str, lock: Lock) -> Iterator[None]:
+    def section(self, client: str, lock: Holder) -> Iterator[None]:
         """Record the block as a critical section of *client* holding *lock* (enter it once acquired).
 
-        *lock* may be a Lock, a ``lock_many`` Lock or a Semaphore (its permit's token).
+        *lock* may be a Lock, a ``lock_many`` Lock or a Semaphore (its permit's token), or any
+        :class:`Holder` (its ``token`` tells acquisitions apart; its ``fencing_token`` is checked).
         """
         token, fencing_token = lock.token or "?", lock.fencing_token
         start = time.monotonic()
