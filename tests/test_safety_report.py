@@ -28,3 +28,22 @@ def test_safety_report_runs_and_its_checker_sees_the_hazard() -> None:
     assert on[2].strip() == "safe"
     assert int(on[5]) == 0
     assert all(row.rstrip(" |").endswith("pass") for row in rows)
+
+
+def test_safety_report_runs_a_primitive_and_checks_it_against_its_bound() -> None:
+    # A semaphore of limit 2 under minority pauses: permits granted, never more than 2 inside, no key left.
+    done = subprocess.run(
+        [sys.executable, "benchmarks/safety.py", "--seconds", "1.5", "--only", "semaphore (limit 2): minority paused"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = [line.split("|") for line in done.stdout.splitlines() if line.startswith("| semaphore")]
+    assert row[2].strip() == "safe"
+    assert int(row[4]) > 0  # permits were granted
+    assert int(row[5]) == 0  # never more than the limit inside
+    assert int(row[7]) == 0  # no permit left on any node
+    assert row[8].strip() == "pass"
