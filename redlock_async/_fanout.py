@@ -37,8 +37,9 @@ from redlock_async._algorithm import (
     thresholds,
     verdict,
 )
-from redlock_async._node import Failure, Fallback, Node, Reply, pack_script
+from redlock_async._node import Node
 from redlock_async._scripts import Script
+from redlock_async._wire import Failure, Fallback, Reply, pack_script
 from redlock_async.errors import NodeOutcome
 
 Classify = Callable[[Reply], Vote]
@@ -328,9 +329,9 @@ class Ballot(Deadline):
         # On a slow network, wait as long as the nodes are measured to take (never less than *timeout*).
         indices = range(n) if wait_for is None else wait_for
         for i in indices:
-            if nodes[i].rto > timeout:
+            if nodes[i].load.rto > timeout:
                 needed = quorum(n) if majority else len(indices)
-                timeout = patience(timeout, [nodes[i].rto for i in indices], needed, math.inf)
+                timeout = patience(timeout, [nodes[i].load.rto for i in indices], needed, math.inf)
                 break
         self.nodes = nodes
         self.classify = classify

@@ -28,9 +28,10 @@ from typing import Protocol
 
 from redlock_async._algorithm import Vote, quorum
 from redlock_async._fanout import Ballot
-from redlock_async._node import Failure, Node, Reply
+from redlock_async._node import Node
 from redlock_async._queue import Claim
 from redlock_async._requests import Sent
+from redlock_async._wire import Failure, Reply
 
 
 class Taker(Protocol):
@@ -301,7 +302,7 @@ class Listener:
         """Let waiters elsewhere have this release: its words are ignored here, and this process's
         oldest waiter is woken after a grace of a few round trips (if no release woke it meanwhile)."""
         queue.heard.append(word)
-        rtt = max((node.srtt for node in self.nodes), default=0.0)
+        rtt = max((node.load.srtt for node in self.nodes), default=0.0)
         grace = min(max(YIELD_ROUND_TRIPS * rtt, YIELD_MIN), YIELD_MAX)
         loop = asyncio.get_running_loop()
         key = (loop, self._scope, channel)

@@ -16,9 +16,10 @@ from typing import Any
 
 from redlock_async._algorithm import Held, Vote, held_by_majority, quorum
 from redlock_async._endpoint import Endpoint
-from redlock_async._node import Failure, Node
+from redlock_async._node import Node
 from redlock_async._requests import owner_of
 from redlock_async._settings import Settings
+from redlock_async._wire import Failure
 from redlock_async.inspection import LockInfo, NodeInfo
 
 

@@ -33,7 +33,8 @@ from collections.abc import Callable, Sequence
 
 from redlock_async import _clock
 from redlock_async._algorithm import Marker, quorum, sit_out
-from redlock_async._node import Failure, Node, Reaction, Reply, pack
+from redlock_async._node import Node
+from redlock_async._wire import Failure, Reaction, Reply, pack
 
 log = logging.getLogger(__name__)
 

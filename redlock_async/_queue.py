@@ -50,9 +50,10 @@ from collections.abc import Callable, Sequence
 
 from redlock_async import _algorithm, _clock
 from redlock_async._fanout import sitting_out
-from redlock_async._node import IGNORED, Failure, Node, Receiver, Reply, pack, pack_script
+from redlock_async._node import Node
 from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
 from redlock_async._settings import Settings
+from redlock_async._wire import IGNORED, Failure, Receiver, Reply, pack, pack_script
 
 ENTRY_LIFE_MIN_MS = 1000
 """Shortest life of a waiter's entry on a node (it is entered again every retry delay)."""
@@ -78,7 +79,7 @@ def entry_life_ms(settings: Settings) -> int:
 def patience(nodes: Sequence[Node], timeout: float) -> float:
     """How long to wait for a majority's answers: *timeout*, or the majority-th slowest node's
     measured retransmission timeout when that is longer (a slow network)."""
-    rtos = sorted(node.rto for node in nodes)
+    rtos = sorted(node.load.rto for node in nodes)
     return max(timeout, rtos[_algorithm.quorum(len(nodes)) - 1])
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from redlock_async import _algorithm, _clock
 from redlock_async._algorithm import PENDING, SKIPPED, WON, YES, Vote
 from redlock_async._fanout import Ballot, vote_of_counters, vote_of_fenced, vote_of_script, vote_of_set
-from redlock_async._node import IGNORED, Failure, Node, Receiver, pack, pack_script
+from redlock_async._node import Node
 from redlock_async._scripts import (
     ACQUIRE_ALL,
     ACQUIRE_ALL_FENCED,
@@ -30,6 +30,7 @@ from redlock_async._scripts import (
     RELEASE_ALL,
 )
 from redlock_async._settings import Settings
+from redlock_async._wire import IGNORED, Failure, Receiver, pack, pack_script
 
 TOKEN_BYTES = 20
 """Random bytes in each acquisition's token (the Redlock spec asks for 20)."""

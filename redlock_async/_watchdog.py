@@ -28,8 +28,9 @@ from redlock_async import _algorithm, _clock
 from redlock_async._algorithm import Vote
 from redlock_async._fanout import Deadline, sitting_out
 from redlock_async._lease import Lease
-from redlock_async._node import Failure, Node, Reply
+from redlock_async._node import Node
 from redlock_async._scripts import EXTEND_MANY
+from redlock_async._wire import Failure, Reply
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,11 @@ from redlock_async._endpoint import endpoints_for
 from redlock_async._fanout import sitting_out
 from redlock_async._handoff import Listener
 from redlock_async._inspect import Inspector
-from redlock_async._node import Failure, Node
+from redlock_async._node import Node
 from redlock_async._quarantine import Quarantine
 from redlock_async._scripts import RELEASE, SCRIPTS
 from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings
+from redlock_async._wire import Failure
 from redlock_async.election import Election
 from redlock_async.errors import LockLost, NodeOutcome, RedlockError
 from redlock_async.events import OnEvent
@@ -317,10 +318,10 @@ class Redlock:
                 connected=node.connected,
                 server_id=node.server_id.decode() if node.server_id else None,
                 quarantined=sitting_out(node) is not None,
-                round_trip=node.srtt or None,
-                timeout=node.rto,
+                round_trip=node.load.srtt or None,
+                timeout=node.load.rto,
                 queued=node.queued,
-                sent=node.sent,
+                sent=node.load.sent,
                 fault=describe(node.fault) if node.fault is not None else None,
             )
             for node in self._nodes

@@ -970,7 +970,7 @@ class Lock:
         votes = self._last_votes
         if not votes or any(vote is not _algorithm.Vote.TIMEOUT for vote in votes):
             return ""
-        measured = [node.srtt for node in self._cluster.nodes if node.srtt]
+        measured = [node.load.srtt for node in self._cluster.nodes if node.load.srtt]
         rtt = f" (measured ~{max(measured) * 1000:.0f} ms)" if measured else ""
         return (
             f": every node timed out; node_timeout ({self._settings.node_timeout * 1000:g} ms) may be shorter "

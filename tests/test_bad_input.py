@@ -28,8 +28,8 @@ import redis
 
 from redlock_async import LockLost, LockNotAcquired, Redlock, RedlockError
 from redlock_async._algorithm import Vote
-from redlock_async._node import Failure
 from redlock_async._scripts import RELEASE
+from redlock_async._wire import Failure
 from redlock_async.testing import LocalNode
 
 from .conftest import (

@@ -1,26 +1,28 @@
 """Ballot and Deadline without servers: fake nodes whose replies the test resolves, one at a time.
 
 The real event loop runs the callbacks; the nodes are plain objects with the three attributes a
-Ballot reads (``name``, ``quarantined_until``, ``rto``), and each reply is a future the test sets.
+Ballot reads (``name``, ``quarantined_until``, ``load.rto``), and each reply is a future the test sets.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from redlock_async._algorithm import Verdict, Vote
 from redlock_async._fanout import Ballot, Deadline, vote_of_script, vote_of_set
-from redlock_async._node import Failure, Node, Reply
+from redlock_async._load import NodeLoad
+from redlock_async._node import Node
+from redlock_async._wire import Failure, Reply
 
 
 @dataclass
 class FakeNode:
     name: str
     quarantined_until: float = 0.0
-    rto: float = 0.0
+    load: NodeLoad = field(default_factory=lambda: NodeLoad(max_queued=100, stall_after=1.0, max_rto=1.0))
 
 
 def fake_nodes(n: int = 5) -> list[Node]:
@@ -100,7 +102,7 @@ async def test_a_slow_node_measured_as_slow_gets_its_time() -> None:
     """The adaptive timeout: a ballot waits for the quorum-th fastest node's estimate."""
     nodes, futures = fake_nodes(3), replies(3)
     for node in nodes:
-        cast(Any, node).rto = 0.15
+        node.load.rto = 0.15
     ballot = Ballot.of(nodes, futures, vote_of_set, timeout=0.01)
     await asyncio.sleep(0.05)  # past the 10 ms node_timeout, within the measured 150 ms
     assert ballot.verdict is Verdict.UNDECIDED

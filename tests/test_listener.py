@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from redlock_async._handoff import LINGER, Listener, ticket
-from redlock_async._node import Node, Reply
+from redlock_async._load import NodeLoad
+from redlock_async._node import Node
+from redlock_async._wire import Reply
 
 CHANNEL = b"redlock:job"
 _scopes = itertools.count()
@@ -24,7 +26,7 @@ _scopes = itertools.count()
 class FakeSubscriber:
     name: str
     quarantined_until: float = 0.0
-    rto: float = 0.0
+    load: NodeLoad = field(default_factory=lambda: NodeLoad(max_queued=100, stall_after=1.0, max_rto=1.0))
     sent: list[tuple[bytes, ...]] = field(default_factory=list)
 
     def send(self, *args: bytes) -> asyncio.Future[Reply]:

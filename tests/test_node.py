@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from redlock_async._node import FLUSH_BUFFER_LIMIT, Failure
+from redlock_async._node import FLUSH_BUFFER_LIMIT
+from redlock_async._wire import Failure
 from redlock_async.testing import LocalNodes
 
 from .conftest import one_node

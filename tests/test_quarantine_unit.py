@@ -16,8 +16,9 @@ from typing import Any, cast
 import looptime
 
 from redlock_async import _clock
-from redlock_async._node import Node, Receiver, pack
+from redlock_async._node import Node
 from redlock_async._quarantine import Quarantine, marker_value
+from redlock_async._wire import Receiver, pack
 
 PERIOD = 10.0
 MARKER = b"redlock:"

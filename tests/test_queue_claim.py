@@ -15,10 +15,11 @@ import pytest
 
 from redlock_async import _clock
 from redlock_async._algorithm import CLOCK_PRECISION, Vote, held_until, majority_until, validity
-from redlock_async._node import Failure, Node, Receiver, Reply
+from redlock_async._node import Node
 from redlock_async._queue import Claim, queue_keys
 from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
 from redlock_async._settings import Settings
+from redlock_async._wire import Failure, Receiver, Reply
 
 TTL = 10.0
 DRIFT = 0.01

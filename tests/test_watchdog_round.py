@@ -18,8 +18,9 @@ import looptime
 from redlock_async import _clock
 from redlock_async._algorithm import Vote
 from redlock_async._lease import Lease
-from redlock_async._node import Failure, Node, Reply
+from redlock_async._node import Node
 from redlock_async._watchdog import Watchdog
+from redlock_async._wire import Failure, Reply
 
 NODE_TIMEOUT = 0.05
 

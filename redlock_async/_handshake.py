@@ -1,0 +1,95 @@
+"""Opening a node's connection: the socket or TLS stream with our protocol from the first byte, and the
+handshake (AUTH with an ACL user or a password, SELECT, CLIENT SETNAME, INFO server for the server's
+identity), pipelined in one write; and the words for a connection that failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+
+from redlock_async._endpoint import Endpoint
+from redlock_async._wire import Failure, Reply, Wire, describe
+
+Command = tuple[bytes | str | int, ...]
+
+
+class ConnectError(Exception):
+    """The connection or the handshake failed; its text is safe to show (no password, no token)."""
+
+
+async def open_transport(loop: asyncio.AbstractEventLoop, endpoint: Endpoint, wire: Wire) -> asyncio.Transport:
+    """Connect to *endpoint* (TCP, TLS or a unix socket) with *wire* as the protocol from the first byte."""
+    if endpoint.path is not None:
+        transport, _ = await loop.create_unix_connection(lambda: wire, endpoint.path)
+    else:
+        transport, _ = await loop.create_connection(
+            lambda: wire,
+            endpoint.host or "localhost",
+            endpoint.port,
+            ssl=endpoint.tls,
+            server_hostname=endpoint.server_hostname,
+        )
+    # No isinstance check: uvloop's transports are not asyncio.Transport subclasses.
+    return transport
+
+
+async def handshake_commands(endpoint: Endpoint) -> list[Command]:
+    """AUTH (when the endpoint has a password), SELECT (a database other than 0), CLIENT SETNAME, INFO server."""
+    username, password = await endpoint.credentials()
+    commands: list[Command] = []
+    if password is not None:
+        commands.append((b"AUTH", username, password) if username else (b"AUTH", password))
+    if endpoint.db:
+        commands.append((b"SELECT", endpoint.db))
+    commands.append((b"CLIENT", b"SETNAME", endpoint.client_name))
+    commands.append((b"INFO", b"server"))
+    return commands
+
+
+def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[Reply]) -> bytes | None:
+    """The server's run_id (None when it would not say); raise ConnectError if the server refused us."""
+    for command, reply in zip(commands, replies, strict=True):
+        if not isinstance(reply, Failure):
+            continue
+        if command[0] == b"AUTH":
+            raise ConnectError(f"AUTH refused: {reply.detail}")
+        if command[0] == b"SELECT":
+            raise ConnectError(f"SELECT {endpoint.db} refused: {reply.detail}")
+        if not reply.answered:
+            raise ConnectError(reply.detail.removeprefix("connection lost: "))
+        if "NOAUTH" in reply.detail or "Authentication required" in reply.detail:
+            raise ConnectError(f"the server wants a password: put it in the URL ({reply.detail})")
+        # CLIENT SETNAME or INFO refused (an ACL user without them): we can do without.
+    info = replies[-1]
+    return run_id(info) if isinstance(info, bytes) else None
+
+
+def describe_connect(exc: BaseException) -> str:
+    """A failed connect in words: the socket or TLS error, never a password."""
+    if isinstance(exc, ConnectError):
+        return str(exc)
+    if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError) and exc.errno:
+        return os.strerror(exc.errno)  # asyncio's text repeats the address and the errno
+    return describe(exc)
+
+
+def tls_hint(endpoint: Endpoint, exc: BaseException) -> str:
+    """A hint when the failure looks like TLS on one side only (the errors alone say nothing of it)."""
+    text = str(exc).lower()
+    if endpoint.tls is not None:
+        if isinstance(exc, TimeoutError) or "wrong version number" in text or "record layer" in text:
+            return " (a rediss:// URL: if the server does not speak TLS on this port, write redis://)"
+    elif isinstance(exc, ConnectError) and any(word in text for word in ("reset by peer", "closed by", "broken pipe")):
+        # The server hung up on the handshake: a TLS server does that to a plain client.
+        return " (if the server speaks TLS on this port, write rediss://)"
+    return ""
+
+
+def run_id(info: bytes) -> bytes | None:
+    """The run_id line of an INFO server reply."""
+    for line in info.splitlines():
+        if line.startswith(b"run_id:"):
+            return line[7:].strip() or None
+    return None

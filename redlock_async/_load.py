@@ -1,0 +1,51 @@
+"""How one node is doing: commands sent, its round trips, and whether it has stalled.
+
+Round trips are measured from a write to an idle connection to its first reply, with RFC 6298's
+estimator (``_algorithm.smoothed_rtt``): how long this node takes on this network, which the
+adaptive node timeout and the hand-off's patience read. A node *stalls* when it has answered
+nothing for ``stall_after`` seconds while commands wait: then limited commands (acquire, extend)
+are refused once ``max_queued`` are unanswered, so a stopped node collects no unbounded backlog.
+"""
+
+from __future__ import annotations
+
+from redlock_async import _clock
+from redlock_async._algorithm import smoothed_rtt
+
+
+class NodeLoad:
+    """One node's figures (``Node.load``), kept by the node as it writes and reads."""
+
+    __slots__ = ("_rttvar", "max_queued", "max_rto", "progress", "rto", "sent", "srtt", "stall_after", "waiting_since")
+
+    def __init__(self, *, max_queued: int, stall_after: float, max_rto: float) -> None:
+        self.max_queued = max_queued
+        self.stall_after = stall_after
+        self.max_rto = max_rto
+        self.sent = 0
+        """Commands queued on this node (for statistics)."""
+        self.progress = 0.0
+        """Monotonic time of the last reply, or of the first write after an idle spell."""
+        self.waiting_since = 0.0
+        """Monotonic time of a write to an idle connection whose reply is awaited (0: none)."""
+        self.srtt = 0.0
+        """Smoothed round trip (seconds); 0 until measured."""
+        self._rttvar = 0.0
+        self.rto = 0.0
+        """Retransmission-style timeout: smoothed RTT + 4 x its variation, at most max_rto; 0 until measured."""
+
+    def stalled(self) -> bool:
+        """Nothing answered for ``stall_after`` seconds."""
+        return _clock.now() - self.progress > self.stall_after
+
+    def writing(self, now: float) -> None:
+        """A write to an idle connection: waiting (and the round trip) starts now, not at the last reply."""
+        self.progress = self.waiting_since = now
+
+    def answered(self, now: float) -> None:
+        """Replies came: progress, and a round-trip sample when a write to an idle connection was awaited."""
+        self.progress = now
+        if self.waiting_since:
+            sample, self.waiting_since = now - self.waiting_since, 0.0
+            self.srtt, self._rttvar = smoothed_rtt(self.srtt, self._rttvar, sample)
+            self.rto = min(self.srtt + 4 * self._rttvar, self.max_rto)
