@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import sys
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from redlock_async._algorithm import drift
 from redlock_async._handoff import Listener
@@ -21,14 +21,33 @@ from redlock_async._settings import Settings
 from redlock_async._watchdog import Watchdog
 from redlock_async.errors import RedlockError
 from redlock_async.events import OnEvent
-
-if TYPE_CHECKING:
-    from redlock_async.lock import Lock
+from redlock_async.statistics import LockStatistics
 
 TRIO_REFUSED = (
     "redlock_async runs on asyncio only (asyncio.run, uvloop, anyio's asyncio backend as FastAPI and Starlette use), "
     "not on trio: run it with anyio.run(main, backend='asyncio')"
 )
+
+
+class Kept(Protocol):
+    """A held lock as its Redlock keeps it (``Cluster.held``): what the Redlock and its Cluster tell it."""
+
+    @property
+    def resource(self) -> object:
+        """The name (or names) it holds, for messages."""
+
+    @property
+    def held(self) -> bool:
+        """Held now, validity left."""
+
+    def statistics(self) -> LockStatistics:
+        """Its figures (``Lock.statistics``)."""
+
+    def on_watchdog_failure(self, exc: BaseException) -> None:
+        """The watchdog's task failed unexpectedly: a watched lease can no longer be kept."""
+
+    def on_redlock_closed(self, why: str) -> None:
+        """The Redlock closes while the lock is held: release it, and tell its holder it is lost."""
 
 
 class Cluster:
@@ -60,7 +79,7 @@ class Cluster:
         self.listener = listener
         self.on_event = on_event
         self.watchdog = Watchdog(nodes, settings.node_timeout, on_fault=self.watchdog_failed)
-        self.held: weakref.WeakSet[Lock] = weakref.WeakSet()
+        self.held: weakref.WeakSet[Kept] = weakref.WeakSet()
         """Locks held now: given up when the Redlock closes."""
         self.closed = False
         self.fault: BaseException | None = None
@@ -140,7 +159,7 @@ class Cluster:
         """The watchdog's task failed unexpectedly (logged there): no lock it kept can be trusted."""
         self.failed(exc)
         for lock in list(self.held):
-            lock._watchdog_failed(exc)
+            lock.on_watchdog_failure(exc)
 
 
 def require_asyncio() -> asyncio.AbstractEventLoop:

@@ -411,7 +411,7 @@ class Redlock:
             names = ", ".join(repr(lock.resource) for lock in held[:5]) + (", ..." if len(held) > 5 else "")
             log.warning("redlock: closed while %d locks were held (%s): releasing them", len(held), names)
             for lock in held:
-                lock._give_up(f"lock {lock.resource!r} was given up: its Redlock was closed while it was held")
+                lock.on_redlock_closed(f"lock {lock.resource!r} was given up: its Redlock was closed while it was held")
         try:
             asyncio.get_running_loop()
         except RuntimeError:

@@ -15,19 +15,17 @@ import random
 import socket
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from redlock_async import _algorithm, _clock, _handoff, _queue, _requests
 from redlock_async._cleanup import complete
+from redlock_async._cluster import Cluster
 from redlock_async._fanout import Ballot, outcomes, vote_of_script
 from redlock_async._lease import Lease, Phase, move
 from redlock_async._settings import Settings, check_duration
 from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome
 from redlock_async.events import EventKind, LockEvent
 from redlock_async.statistics import LockStatistics
-
-if TYPE_CHECKING:
-    from redlock_async._cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -767,8 +765,9 @@ class Lock:
             self._cancelled_host = True
             self._host.cancel(msg=f"redlock: {why}")
 
-    def _watchdog_failed(self, exc: BaseException) -> None:
-        """The watchdog stopped on an internal error: a watched lease can no longer be kept."""
+    def on_watchdog_failure(self, exc: BaseException) -> None:
+        """Told by the Redlock (not for users): the watchdog stopped on an internal error, so a watched
+        lease can no longer be kept."""
         if self._state is not _HELD or not self._watched:
             return
         self._watchdog_lost(
@@ -777,8 +776,9 @@ class Lock:
             cause=exc,
         )
 
-    def _give_up(self, why: str) -> None:
-        """The Redlock closes while this lock is held: release it, and tell the holder it is lost."""
+    def on_redlock_closed(self, why: str) -> None:
+        """Told by the Redlock (not for users): it closes while this lock is held; release it, and tell
+        the holder it is lost."""
         if self._state is not _HELD or self._lease.token is None:
             return
         if self._watched:

