@@ -60,7 +60,7 @@ async def assert_connections(nodes: list[Node], expected: list[int]) -> None:
     assert seen == expected, f"connections left open: {seen}, expected {expected}"
 
 
-class FakeNode:
+class NotRedisServer:
     """A TCP server that is not Redis; *how* it answers whatever comes:
 
     ``http``: an HTTP 400 reply, keeping the connection open; ``garbage``: bytes that are no
@@ -121,8 +121,8 @@ class FakeNode:
 
 
 @contextlib.asynccontextmanager
-async def fake_nodes(how: str, count: int) -> AsyncIterator[list[FakeNode]]:
-    fakes = [FakeNode(how) for _ in range(count)]
+async def fake_nodes(how: str, count: int) -> AsyncIterator[list[NotRedisServer]]:
+    fakes = [NotRedisServer(how) for _ in range(count)]
     try:
         for fake in fakes:
             await fake.start()
@@ -132,7 +132,7 @@ async def fake_nodes(how: str, count: int) -> AsyncIterator[list[FakeNode]]:
             await fake.aclose()
 
 
-async def assert_hung_up(fakes: list[FakeNode]) -> None:
+async def assert_hung_up(fakes: list[NotRedisServer]) -> None:
     deadline = time.monotonic() + 3.0
     while any(f.open_connections for f in fakes) and time.monotonic() < deadline:
         await asyncio.sleep(0.01)

@@ -1,32 +1,26 @@
 """Ballot and Deadline without servers: fake nodes whose replies the test resolves, one at a time.
 
-The real event loop runs the callbacks; the nodes are plain objects with the three attributes a
-Ballot reads (``name``, ``quarantined_until``, ``load.rto``), and each reply is a future the test sets.
+The real event loop runs the callbacks; the nodes are the shared fakes (tests/fakes.py), of which a
+Ballot reads ``name``, ``quarantined_until`` and ``load.rto``; each reply is a future the test sets.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 from redlock_async._algorithm import Verdict, Vote
 from redlock_async._fanout import Ballot, Deadline, vote_of_script, vote_of_set
-from redlock_async._load import NodeLoad
 from redlock_async._node import Node
 from redlock_async._wire import Failure, Reply
 
-
-@dataclass
-class FakeNode:
-    name: str
-    quarantined_until: float = 0.0
-    load: NodeLoad = field(default_factory=lambda: NodeLoad(max_queued=100, stall_after=1.0, max_rto=1.0))
+from .fakes import as_nodes
+from .fakes import fake_nodes as fakes
 
 
 def fake_nodes(n: int = 5) -> list[Node]:
-    return cast(list[Node], [FakeNode(f"fake:{i}") for i in range(n)])
+    return as_nodes(fakes(n))
 
 
 def replies(n: int = 5) -> list[asyncio.Future[Reply]]:

@@ -9,37 +9,25 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import cast
 
 from redlock_async._handoff import LINGER, Listener, ticket
-from redlock_async._load import NodeLoad
-from redlock_async._node import Node
 from redlock_async._wire import Reply
+
+from .fakes import FakeNode, Request, as_nodes, fake_nodes, virtual
 
 CHANNEL = b"redlock:job"
 _scopes = itertools.count()
 
 
-@dataclass
-class FakeSubscriber:
-    name: str
-    quarantined_until: float = 0.0
-    load: NodeLoad = field(default_factory=lambda: NodeLoad(max_queued=100, stall_after=1.0, max_rto=1.0))
-    sent: list[tuple[bytes, ...]] = field(default_factory=list)
-
-    def send(self, *args: bytes) -> asyncio.Future[Reply]:
-        self.sent.append(args)
-        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        fut.set_result([args[0].lower(), args[1], 1])
-        return fut
+def subscription_confirmed(request: Request) -> Reply:
+    """What a node answers to (UN)SUBSCRIBE: the confirmation, with one channel subscribed."""
+    return [request.args[0].lower(), request.args[1], 1]
 
 
-def listener(n: int = 5) -> tuple[Listener, list[FakeSubscriber]]:
-    nodes = [FakeSubscriber(f"fake:{i}") for i in range(n)]
+def listener(n: int = 5) -> tuple[Listener, list[FakeNode]]:
+    nodes = fake_nodes(n, respond=subscription_confirmed)
     made = Listener(0.05, scope=(f"scope-{next(_scopes)}",))  # a scope of its own: no queue shared with others
-    made.nodes = cast(Sequence[Node], nodes)
+    made.nodes = as_nodes(nodes)
     return made, nodes
 
 
@@ -59,35 +47,43 @@ async def waiter(made: Listener, woken: list[int], name: int, place: int) -> Non
         made.leave(CHANNEL)
 
 
-async def test_a_waiter_is_woken_by_a_majority_of_words_not_the_first() -> None:
-    made, nodes = listener()
-    woken: list[int] = []
-    task = asyncio.create_task(waiter(made, woken, 0, ticket()))
-    await asyncio.sleep(0.01)
-    assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
-    words(made, b"release-1", 2)
-    await asyncio.sleep(0.01)
-    assert woken == []  # 2 of 5: the release may not have reached a majority yet
-    words(made, b"release-1", 1)
-    await asyncio.wait_for(task, 1.0)
-    assert woken == [0]
-    assert made.wakeups == 1
-    # The subscription is kept a while after its last user (LINGER), then dropped.
-    assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
-    await asyncio.sleep(LINGER + 0.05)
-    assert all(node.sent[-1] == (b"UNSUBSCRIBE", CHANNEL) for node in nodes)
+def test_a_waiter_is_woken_by_a_majority_of_words_not_the_first() -> None:
+    # Virtual time (tests/fakes.py): the LINGER waits take no real time.
+    async def test() -> None:
+        made, nodes = listener()
+        woken: list[int] = []
+        task = asyncio.create_task(waiter(made, woken, 0, ticket()))
+        await asyncio.sleep(0.01)
+        assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
+        words(made, b"release-1", 2)
+        await asyncio.sleep(0.01)
+        assert woken == []  # 2 of 5: the release may not have reached a majority yet
+        words(made, b"release-1", 1)
+        await asyncio.wait_for(task, 1.0)
+        assert woken == [0]
+        assert made.wakeups == 1
+        # The subscription is kept a while after its last user (LINGER), then dropped.
+        assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
+        await asyncio.sleep(LINGER + 0.05)
+        assert all(node.sent[-1] == (b"UNSUBSCRIBE", CHANNEL) for node in nodes)
+
+    virtual(test)
 
 
-async def test_a_kept_subscription_serves_the_next_waiter_without_a_new_one() -> None:
-    made, nodes = listener()
-    assert await made.enter(CHANNEL)  # subscribed anew: look again once
-    made.leave(CHANNEL)
-    assert await made.enter(CHANNEL)  # kept: nothing sent, but words went unheeded meanwhile, so look again
-    assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
-    made.leave(CHANNEL)
-    made.close()  # the Redlock closes: the kept subscription is forgotten, nothing more is sent
-    await asyncio.sleep(LINGER + 0.05)
-    assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
+def test_a_kept_subscription_serves_the_next_waiter_without_a_new_one() -> None:
+    # Virtual time (tests/fakes.py): the LINGER waits take no real time.
+    async def test() -> None:
+        made, nodes = listener()
+        assert await made.enter(CHANNEL)  # subscribed anew: look again once
+        made.leave(CHANNEL)
+        assert await made.enter(CHANNEL)  # kept: nothing sent, but words went unheeded meanwhile, so look again
+        assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
+        made.leave(CHANNEL)
+        made.close()  # the Redlock closes: the kept subscription is forgotten, nothing more is sent
+        await asyncio.sleep(LINGER + 0.05)
+        assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
+
+    virtual(test)
 
 
 async def test_the_oldest_waiter_first_and_one_waiter_per_release() -> None:
@@ -157,14 +153,18 @@ async def test_a_wake_up_in_the_loop_turn_the_timer_fires_counts() -> None:
     made.leave(CHANNEL)
 
 
-async def test_watching_a_kept_subscription_keeps_it() -> None:
-    made, nodes = listener()
-    await made.enter(CHANNEL)
-    made.leave(CHANNEL)  # kept for LINGER...
-    seen: list[int] = []
-    made.watch(CHANNEL, lambda: seen.append(1))  # ...and now watched: it must not be dropped
-    await asyncio.sleep(LINGER + 0.05)
-    assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
-    made.on_message([b"message", CHANNEL, b"word"])
-    assert seen == [1]
-    made.close()
+def test_watching_a_kept_subscription_keeps_it() -> None:
+    # Virtual time (tests/fakes.py): the LINGER waits take no real time.
+    async def test() -> None:
+        made, nodes = listener()
+        await made.enter(CHANNEL)
+        made.leave(CHANNEL)  # kept for LINGER...
+        seen: list[int] = []
+        made.watch(CHANNEL, lambda: seen.append(1))  # ...and now watched: it must not be dropped
+        await asyncio.sleep(LINGER + 0.05)
+        assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
+        made.on_message([b"message", CHANNEL, b"word"])
+        assert seen == [1]
+        made.close()
+
+    virtual(test)

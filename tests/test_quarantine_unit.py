@@ -9,71 +9,54 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, cast
-
-import looptime
+from dataclasses import dataclass
 
 from redlock_async import _clock
-from redlock_async._node import Node
 from redlock_async._quarantine import Quarantine, marker_value
-from redlock_async._wire import Receiver, pack
+from redlock_async._wire import Reply
+
+from .fakes import FakeNode, Request, as_nodes, virtual
 
 PERIOD = 10.0
 MARKER = b"redlock:"
 
 
-@dataclass
-class FakeNode:
+@dataclass(eq=False)
+class ProbedNode(FakeNode):
     """Answers the probe with its server's run_id and uptime, and the marker it holds."""
 
-    name: str
-    run_id: bytes
+    run_id: bytes = b""
     uptime: float = 1000.0
     marker: bytes | None = None
-    quarantined_until: float = 0.0
-    connect_started: float = 0.0
-    written: list[tuple[bytes, ...]] = field(default_factory=list)
 
-    def send_first(self, *requests: tuple[Receiver, tuple[bytes, ...]]) -> None:
+    def __post_init__(self) -> None:
+        if self.respond is None:
+            self.respond = self.answer_probe
+
+    def answer_probe(self, request: Request) -> Reply:
         """A real node hands the replies over as it parses them, in order: here, at once."""
-        info = b"# Server\r\nrun_id:%s\r\nuptime_in_seconds:%d\r\n" % (self.run_id, self.uptime)
-        for (receiver, _), reply in zip(requests, (info, self.marker), strict=True):
-            receiver.deliver(0, reply)
-
-    def send_packed(self, receiver: Receiver, index: int, packed: bytes) -> None:
-        assert packed == pack((b"GET", MARKER))  # the only command the quarantine waits on
-        self.written.append((b"GET", MARKER))
-        receiver.deliver(index, self.marker)
-
-    def send(self, *args: bytes) -> None:
-        self.written.append(args)
-        if args[0] == b"SET":
-            self.marker = args[2]
+        command = request.args
+        if command == (b"INFO", b"server"):
+            return b"# Server\r\nrun_id:%s\r\nuptime_in_seconds:%d\r\n" % (self.run_id, self.uptime)
+        if command == (b"GET", MARKER):
+            return self.marker
+        assert command[:2] == (b"SET", MARKER), command  # nothing else is sent by the quarantine
+        self.marker = command[2]
+        return b"OK"
 
 
-def virtual(test: Callable[[], Awaitable[None]]) -> None:
-    loop = looptime.new_event_loop(start=1000.0, _enabled=True)
-    try:
-        with _clock.use(loop.time):
-            loop.run_until_complete(test())
-    finally:
-        loop.close()
-
-
-def cluster(n: int = 5, *, marked: bool) -> tuple[Quarantine, list[FakeNode]]:
-    nodes = [FakeNode(f"fake:{i}", b"%040d" % i) for i in range(n)]
+def cluster(n: int = 5, *, marked: bool) -> tuple[Quarantine, list[ProbedNode]]:
+    nodes = [ProbedNode(f"fake:{i}", run_id=b"%040d" % i) for i in range(n)]
     if marked:
         for node in nodes:
             node.marker = marker_value(node.run_id, PERIOD)
-    quarantine = Quarantine(MARKER, lambda: PERIOD, cast(list[Node], nodes))
+    quarantine = Quarantine(MARKER, lambda: PERIOD, as_nodes(nodes))
     return quarantine, nodes
 
 
-def connect(quarantine: Quarantine, node: FakeNode) -> None:
+def connect(quarantine: Quarantine, node: ProbedNode) -> None:
     node.connect_started = _clock.now()
-    quarantine.on_ready(cast(Any, node))
+    quarantine.on_ready(as_nodes([node])[0])
 
 
 def test_a_new_cluster_serves_at_once_and_is_marked() -> None:
@@ -144,16 +127,12 @@ def test_a_spare_without_our_marker_sits_out_the_period_whatever_its_uptime() ->
 def test_a_probe_in_flight_counts_nothing_from_the_node() -> None:
     quarantine, nodes = cluster(marked=True)
     node = nodes[0]
-    held: list[tuple[Receiver, tuple[bytes, ...]]] = []
+    node.respond = None  # sent, not answered yet
 
     async def test() -> None:
-        def pending(*requests: tuple[Receiver, tuple[bytes, ...]]) -> None:
-            held.extend(requests)  # sent, not answered yet
-
-        node.send_first = pending  # type: ignore[method-assign]
         connect(quarantine, node)
         assert math.isinf(node.quarantined_until)  # until the probe is answered
-        assert [command for _, command in held] == [(b"INFO", b"server"), (b"GET", MARKER)]
+        assert [request.args for request in node.waiting] == [(b"INFO", b"server"), (b"GET", MARKER)]
         quarantine.close()
 
     virtual(test)

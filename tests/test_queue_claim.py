@@ -8,37 +8,21 @@ matter: a word late behind a reply, a word while our own script is on the wire, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 from redlock_async import _clock
 from redlock_async._algorithm import CLOCK_PRECISION, Vote, held_until, majority_until, validity
-from redlock_async._node import Node
 from redlock_async._queue import Claim, queue_keys
 from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
 from redlock_async._settings import Settings
-from redlock_async._wire import Failure, Receiver, Reply
+from redlock_async._wire import Failure
+
+from .fakes import FakeNode, as_nodes, fake_nodes
 
 TTL = 10.0
 DRIFT = 0.01
-
-
-@dataclass
-class FakeNode:
-    name: str
-    quarantined_until: float = 0.0
-    rto: float = 0.0
-    sent: list[tuple[Receiver, int, bytes]] = field(default_factory=list)
-
-    def send_packed(self, receiver: Receiver, index: int, packed: bytes, **_: Any) -> None:
-        self.sent.append((receiver, index, packed))
-
-    def answer(self, reply: Reply) -> None:
-        """Answer the oldest request not answered yet."""
-        receiver, index, _ = self.sent.pop(0)
-        receiver.deliver(index, reply)
 
 
 class Clock:
@@ -57,8 +41,8 @@ def clock() -> Any:
 
 
 def make_claim(n: int = 5) -> tuple[Claim, list[FakeNode]]:
-    nodes = [FakeNode(f"fake:{i}") for i in range(n)]
-    claim = Claim(cast(list[Node], nodes), b"redlock:r", Settings(ttl=TTL, drift_factor=DRIFT), b"tok~me")
+    nodes = fake_nodes(n)
+    claim = Claim(as_nodes(nodes), b"redlock:r", Settings(ttl=TTL, drift_factor=DRIFT), b"tok~me")
     return claim, nodes
 
 
@@ -96,7 +80,7 @@ def test_queue_keys_follow_the_lock_key() -> None:
 async def test_a_majority_of_immediate_grants_holds_for_redlocks_validity(clock: Clock) -> None:
     claim, nodes = make_claim()
     claim.enter()
-    assert all(QUEUE_ENTER.sha in node.sent[0][2] for node in nodes)
+    assert all(QUEUE_ENTER.sha in node.waiting[0].args for node in nodes)
     assert claim.pending == 5
     clock.t += 0.002
     for i in range(3):
@@ -155,8 +139,8 @@ async def test_a_given_back_grant_is_not_brought_back_by_its_late_word(clock: Cl
     claim.heard(0, 5_100_000)
     assert claim.ends[0] > -math.inf
     claim.give_back([0])  # a split: handed back, staying in line
-    assert QUEUE_LEAVE.sha in nodes[0].sent[0][2]
-    assert b"stay" in nodes[0].sent[0][2]
+    assert QUEUE_LEAVE.sha in nodes[0].waiting[0].args
+    assert b"stay" in nodes[0].waiting[0].args
     assert claim.ends[0] == -math.inf
     claim.heard(0, 5_100_000)  # the same grant's word again (say, heard by a second path): still given back
     assert claim.ends[0] == -math.inf
@@ -205,7 +189,7 @@ async def test_leave_forgets_every_grant_and_goes_to_every_node(clock: Clock) ->
         node.answer(reply(True, 1_000_000, pttl=10_000))
     claim.leave()
     assert claim.held(clock.t) == []
-    assert all(b"leave" in node.sent[0][2] for node in nodes)
+    assert all(b"leave" in node.waiting[0].args for node in nodes)
 
 
 async def test_a_reply_older_than_a_give_back_on_the_wire_does_not_count(clock: Clock) -> None:
@@ -224,7 +208,7 @@ async def test_a_reply_older_than_a_give_back_on_the_wire_does_not_count(clock: 
 async def test_the_first_try_is_a_set_counted_from_its_send(clock: Clock) -> None:
     claim, nodes = make_claim()
     claim.take()
-    assert all(node.sent[0][2].startswith(b"*6\r\n$3\r\nSET\r\n") for node in nodes)
+    assert all(node.waiting[0].args[0] == b"SET" for node in nodes)
     clock.t += 0.001
     for i in range(3):
         nodes[i].answer(b"OK")

@@ -9,33 +9,18 @@ or "the loop stalls 2 s" and get exact, repeatable times.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, cast
-
-import looptime
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from redlock_async import _clock
 from redlock_async._algorithm import Vote
 from redlock_async._lease import Lease
-from redlock_async._node import Node
 from redlock_async._watchdog import Watchdog
 from redlock_async._wire import Failure, Reply
 
+from .fakes import FakeNode, as_nodes, fake_nodes, virtual
+
 NODE_TIMEOUT = 0.05
-
-
-@dataclass
-class FakeNode:
-    name: str
-    quarantined_until: float = 0.0
-    rto: float = 0.0
-    calls: list[asyncio.Future[Reply]] = field(default_factory=list)
-
-    def send_script(self, script: object, keys: tuple[bytes, ...], args: tuple[object, ...], **_: Any) -> Any:
-        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self.calls.append(fut)
-        return fut
 
 
 @dataclass
@@ -44,15 +29,6 @@ class Decision:
     decided_at: float
     votes: list[Vote]
     details: list[str] | None
-
-
-def run_on_virtual_time(test: Callable[[asyncio.AbstractEventLoop], Awaitable[None]]) -> None:
-    loop = looptime.new_event_loop(start=100.0, _enabled=True)
-    try:
-        with _clock.use(loop.time):
-            loop.run_until_complete(test(loop))
-    finally:
-        loop.close()
 
 
 def watched(key: bytes, expires: float, decisions: list[Decision]) -> Lease:
@@ -69,18 +45,18 @@ def watched(key: bytes, expires: float, decisions: list[Decision]) -> Lease:
 
 def answer(nodes: list[FakeNode], which: Sequence[int], reply: Reply) -> None:
     for i in which:
-        nodes[i].calls[-1].set_result(reply)
+        nodes[i].answer(reply, latest=True)
 
 
 def test_a_majority_decides_a_round_early_and_late_replies_change_nothing() -> None:
-    async def test(loop: asyncio.AbstractEventLoop) -> None:
-        nodes = [FakeNode(f"fake:{i}") for i in range(5)]
-        watchdog = Watchdog(cast(tuple[Node, ...], tuple(nodes)), NODE_TIMEOUT)
+    async def test() -> None:
+        nodes = fake_nodes(5)
+        watchdog = Watchdog(tuple(as_nodes(nodes)), NODE_TIMEOUT)
         decisions: list[Decision] = []
         start = _clock.now()
         watchdog.schedule(watched(b"k", start + 1.0, decisions), start + 0.3)
         await asyncio.sleep(0.31)  # the round went out at 0.3 s
-        assert all(len(node.calls) == 1 for node in nodes)
+        assert all(len(node.sent) == 1 for node in nodes)
         answer(nodes, [0, 1], [1])
         await asyncio.sleep(0.01)
         assert decisions == []
@@ -94,15 +70,15 @@ def test_a_majority_decides_a_round_early_and_late_replies_change_nothing() -> N
         assert len(decisions) == 1  # decided once
         await watchdog.aclose()
 
-    run_on_virtual_time(test)
+    virtual(test)
 
 
 def test_silent_nodes_are_waited_for_until_the_lease_ends_not_one_node_timeout() -> None:
     """Under load replies queue behind other commands: a round waits while its lease lasts."""
 
-    async def test(loop: asyncio.AbstractEventLoop) -> None:
-        nodes = [FakeNode(f"fake:{i}") for i in range(5)]
-        watchdog = Watchdog(cast(tuple[Node, ...], tuple(nodes)), NODE_TIMEOUT)
+    async def test() -> None:
+        nodes = fake_nodes(5)
+        watchdog = Watchdog(tuple(as_nodes(nodes)), NODE_TIMEOUT)
         decisions: list[Decision] = []
         start = _clock.now()
         watchdog.schedule(watched(b"k", start + 1.0, decisions), start + 0.3)
@@ -116,20 +92,20 @@ def test_silent_nodes_are_waited_for_until_the_lease_ends_not_one_node_timeout()
         assert decisions[0].decided_at >= start + 1.0 - NODE_TIMEOUT / 10
         await watchdog.aclose()
 
-    run_on_virtual_time(test)
+    virtual(test)
 
 
 def test_one_round_carries_many_leases_and_decides_each_on_its_own() -> None:
-    async def test(loop: asyncio.AbstractEventLoop) -> None:
-        nodes = [FakeNode(f"fake:{i}") for i in range(3)]
-        watchdog = Watchdog(cast(tuple[Node, ...], tuple(nodes)), NODE_TIMEOUT)
+    async def test() -> None:
+        nodes = fake_nodes(3)
+        watchdog = Watchdog(tuple(as_nodes(nodes)), NODE_TIMEOUT)
         first: list[Decision] = []
         second: list[Decision] = []
         start = _clock.now()
         watchdog.schedule(watched(b"a", start + 1.0, first), start + 0.3)
         watchdog.schedule(watched(b"b", start + 1.0, second), start + 0.31)  # within the batch window
         await asyncio.sleep(0.35)
-        assert all(len(node.calls) == 1 for node in nodes)  # one call per node for both
+        assert all(len(node.sent) == 1 for node in nodes)  # one call per node for both
         assert watchdog.rounds == 1
         answer(nodes, [0, 1], [1, 0])  # a: yes, b: no (gone)
         await asyncio.sleep(0)
@@ -137,14 +113,14 @@ def test_one_round_carries_many_leases_and_decides_each_on_its_own() -> None:
         assert second[0].votes == [Vote.NO, Vote.NO, Vote.PENDING]
         await watchdog.aclose()
 
-    run_on_virtual_time(test)
+    virtual(test)
 
 
 def test_a_quarantined_yes_and_a_failure_carry_their_words() -> None:
-    async def test(loop: asyncio.AbstractEventLoop) -> None:
-        nodes = [FakeNode(f"fake:{i}") for i in range(3)]
+    async def test() -> None:
+        nodes = fake_nodes(3)
         nodes[0].quarantined_until = _clock.now() + 60
-        watchdog = Watchdog(cast(tuple[Node, ...], tuple(nodes)), NODE_TIMEOUT)
+        watchdog = Watchdog(tuple(as_nodes(nodes)), NODE_TIMEOUT)
         decisions: list[Decision] = []
         start = _clock.now()
         watchdog.schedule(watched(b"k", start + 1.0, decisions), start + 0.3)
@@ -158,21 +134,21 @@ def test_a_quarantined_yes_and_a_failure_carry_their_words() -> None:
         assert decisions[0].details[1] == "connection lost"
         await watchdog.aclose()
 
-    run_on_virtual_time(test)
+    virtual(test)
 
 
 def test_a_lease_no_longer_due_is_not_sent() -> None:
-    async def test(loop: asyncio.AbstractEventLoop) -> None:
-        nodes = [FakeNode(f"fake:{i}") for i in range(3)]
-        watchdog = Watchdog(cast(tuple[Node, ...], tuple(nodes)), NODE_TIMEOUT)
+    async def test() -> None:
+        nodes = fake_nodes(3)
+        watchdog = Watchdog(tuple(as_nodes(nodes)), NODE_TIMEOUT)
         decisions: list[Decision] = []
         start = _clock.now()
         lease = watched(b"k", start + 1.0, decisions)
         lease.due = lambda lease, now: False  # released, lost or at its hold limit meanwhile
         watchdog.schedule(lease, start + 0.3)
         await asyncio.sleep(0.5)
-        assert all(node.calls == [] for node in nodes)
+        assert all(node.sent == [] for node in nodes)
         assert watchdog.rounds == 0
         await watchdog.aclose()
 
-    run_on_virtual_time(test)
+    virtual(test)
