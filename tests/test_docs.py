@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -35,7 +36,7 @@ import trustme
 import redlock_async
 from redlock_async import Redlock
 from redlock_async.cli import EXIT_STATUSES
-from redlock_async.testing import LocalNodes
+from redlock_async.testing import LocalNodes, faketime_library
 from redlock_async.testing._docker import docker_unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,6 +160,8 @@ async def run_snippet(code: str, nodes: LocalNodes) -> None:
 
 @pytest.mark.parametrize("snippet", [s for s in RUN_HERE if not is_test_module(s.code)], ids=lambda s: s.id)
 async def test_snippet_runs(snippet: Snippet, nodes: LocalNodes, etc_redlock: Path) -> None:
+    if "faketime" in snippet.words and faketime_library() is None and not os.environ.get("REDLOCK_REQUIRE_FAKETIME"):
+        pytest.skip("needs libfaketime (apt-get install faketime); .ci/run installs it and requires it")
     await run_snippet(localise(snippet.code, nodes, etc_redlock), nodes)
 
 

@@ -18,6 +18,7 @@ disconnect (a real partition) instead of signals and proxies.
 
 from __future__ import annotations
 
+from redlock_async.testing._clocks import NodeClock, faketime_library
 from redlock_async.testing._docker import DockerNode, DockerNodes, docker_unavailable
 from redlock_async.testing._faults import lose
 from redlock_async.testing._history import History
@@ -31,11 +32,13 @@ __all__ = [
     "History",
     "LocalNode",
     "LocalNodes",
+    "NodeClock",
     "Proxy",
     "ProxyState",
     "ProxyStats",
     "ServerTLS",
     "docker_unavailable",
+    "faketime_library",
     "lose",
     "nodes_from_env",
     "server_binary",

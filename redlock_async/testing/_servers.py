@@ -19,6 +19,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from redlock_async import _reaper
+from redlock_async.testing._clocks import SPEC_NAME, NodeClock, require_faketime, server_environment
 from redlock_async.testing._process import (
     ADDR_IN_USE,
     COMMAND_TIMEOUT,
@@ -109,6 +110,7 @@ class LocalNode:
         acl: Sequence[str] = (),
         proxied: bool = False,
         server_args: Sequence[str] = (),
+        clock: bool = False,
     ) -> None:
         if tls is not None and unix_socket:
             raise ValueError("tls and unix_socket do not go together: the server speaks TLS on TCP only")
@@ -122,6 +124,9 @@ class LocalNode:
         self.password = password
         self.acl = tuple(acl)
         self.server_args = tuple(server_args)
+        # The clock nemesis (testing/_clocks.py): libfaketime preloaded, its spec in the node's dir.
+        self._faketime = require_faketime() if clock else None
+        self._clock: NodeClock | None = None
         """More server configuration, appended to the command line (``"--maxmemory", "1mb"``, ...)."""
         self.port = port if port is not None else pick_port()
         # A port chosen by the caller, or one clients already know, never changes.
@@ -278,6 +283,21 @@ class LocalNode:
                 _reaper.forget_dir(self._dir)
                 self._dir = None
 
+    @property
+    def clock(self) -> NodeClock:
+        """This node's wall clock, to step, speed up, slow down or freeze (``LocalNode(clock=True)``, started)."""
+        if self._faketime is None:
+            raise RuntimeError(f"{self!r} has no clock control: make it with clock=True (libfaketime preloaded)")
+        if self._clock is None:
+            raise RuntimeError(f"{self!r} has not started yet: its clock comes with the server")
+        return self._clock
+
+    def time(self) -> float:
+        """The server's wall clock (``TIME``), in seconds since the epoch."""
+        reply = self.command("TIME")
+        assert isinstance(reply, (list, tuple)), reply  # redis-py parses TIME into (seconds, microseconds)
+        return int(reply[0]) + int(reply[1]) / 1e6
+
     def command(self, *args: str | bytes | int) -> object:
         """Send one command to the server (never through the proxy) and return its (undecoded) reply."""
         if self._client is None:
@@ -350,8 +370,13 @@ class LocalNode:
         argv += self.server_args
         # Same process group as us on purpose: a signal sent to the whole test run's group
         # (Ctrl-C, CI cancellation) reaches the servers even if our atexit hook never runs.
+        env = None
+        if self._faketime is not None:
+            if self._clock is None:  # kept across restarts: a node comes back with the clock it had
+                self._clock = NodeClock(os.path.join(directory, SPEC_NAME), self.time)
+            env = server_environment(self._faketime, self._clock.spec)
         with open(out, "ab") as sink:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env)
         self._proc = proc
         self._paused = False
         with registry_lock:
@@ -499,12 +524,15 @@ class LocalNodes:
         password: str | None = None,
         acl: Sequence[str] = (),
         proxied: bool = False,
+        clock: bool = False,
     ) -> None:
         if count < 1:
             raise ValueError("count must be at least 1")
         resolved = binary if binary is not None else server_binary()
         self.nodes: list[LocalNode] = [
-            LocalNode(resolved, tls=tls, unix_socket=unix_socket, password=password, acl=acl, proxied=proxied)
+            LocalNode(
+                resolved, tls=tls, unix_socket=unix_socket, password=password, acl=acl, proxied=proxied, clock=clock
+            )
             for _ in range(count)
         ]
 
