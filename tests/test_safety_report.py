@@ -9,10 +9,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_safety_report_runs_and_its_checker_sees_the_hazard() -> None:
-    # A safe scenario and the two analysis sequences; --only prints instead of writing docs/safety.md.
+def report(only: str) -> list[str]:
+    """The table rows of the scenarios named like *only* (--only prints instead of writing docs/safety.md)."""
     done = subprocess.run(
-        [sys.executable, "benchmarks/safety.py", "--seconds", "1.5", "--only", "analysis"],
+        [sys.executable, "benchmarks/safety.py", "--seconds", "1.5", "--only", only],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -20,7 +20,11 @@ def test_safety_report_runs_and_its_checker_sees_the_hazard() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = [line for line in done.stdout.splitlines() if line.startswith("| analysis")]
+    return [line for line in done.stdout.splitlines() if line.startswith(f"| {only}")]
+
+
+def test_safety_report_runs_and_its_checker_sees_the_hazard() -> None:
+    rows = report("analysis")
     assert len(rows) == 2
     off, on = (row.split("|") for row in rows)
     assert off[2].strip() == "hazard"
@@ -32,16 +36,8 @@ def test_safety_report_runs_and_its_checker_sees_the_hazard() -> None:
 
 def test_safety_report_runs_a_primitive_and_checks_it_against_its_bound() -> None:
     # A semaphore of limit 2 under minority pauses: permits granted, never more than 2 inside, no key left.
-    done = subprocess.run(
-        [sys.executable, "benchmarks/safety.py", "--seconds", "1.5", "--only", "semaphore (limit 2): minority paused"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    (row,) = [line.split("|") for line in done.stdout.splitlines() if line.startswith("| semaphore")]
+    (line,) = report("semaphore (limit 2): minority paused")
+    row = line.split("|")
     assert row[2].strip() == "safe"
     assert int(row[4]) > 0  # permits were granted
     assert int(row[5]) == 0  # never more than the limit inside
