@@ -20,10 +20,11 @@ from redlock_async import __version__, _clock, _reaper
 from redlock_async._algorithm import Vote
 from redlock_async._endpoint import endpoints_for
 from redlock_async._inspect import inspect
+from redlock_async._names import check_owner, resource_key
 from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
 from redlock_async.client import Redlock
 from redlock_async.errors import LockNotAcquired, RedlockError
-from redlock_async.lock import Lock, check_owner, resource_key
+from redlock_async.lock import Lock
 from redlock_async.semaphore import MAX_LIMIT
 
 EXIT_HELD = 1

@@ -18,6 +18,7 @@ from redlock_async._endpoint import endpoints_for
 from redlock_async._fanout import sitting_out
 from redlock_async._handoff import Listener
 from redlock_async._inspect import Inspector
+from redlock_async._names import canonical_names, resource_key
 from redlock_async._node import Node
 from redlock_async._quarantine import Quarantine
 from redlock_async._scripts import RELEASE, SCRIPTS
@@ -27,7 +28,7 @@ from redlock_async.election import Election
 from redlock_async.errors import LockLost, NodeOutcome, RedlockError
 from redlock_async.events import OnEvent
 from redlock_async.inspection import LockInfo
-from redlock_async.lock import Lock, canonical_names, resource_key
+from redlock_async.lock import Lock
 from redlock_async.semaphore import Semaphore, check_limit
 from redlock_async.statistics import NodeStatistics, RedlockStatistics
 

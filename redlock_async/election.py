@@ -20,9 +20,10 @@ import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from redlock_async._names import check_owner, resource_key
 from redlock_async._settings import check_duration
 from redlock_async.inspection import LockInfo
-from redlock_async.lock import Lock, check_owner, resource_key
+from redlock_async.lock import Lock
 
 if TYPE_CHECKING:
     from redlock_async._cluster import Cluster

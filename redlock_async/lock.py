@@ -8,11 +8,8 @@ uses a new random token, so a stale release can never delete a later lease.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import os
 import random
-import socket
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -22,6 +19,7 @@ from redlock_async._cleanup import complete
 from redlock_async._cluster import Cluster
 from redlock_async._fanout import Ballot, outcomes, vote_of_script
 from redlock_async._lease import Lease, Phase, move
+from redlock_async._names import Name, check_owner, default_owner, released_word, resource_key
 from redlock_async._settings import Settings, check_duration
 from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome
 from redlock_async.events import EventKind, LockEvent
@@ -34,103 +32,7 @@ log = logging.getLogger(__name__)
 _IDLE, _ACQUIRING, _HELD, _LOST = Phase.IDLE, Phase.ACQUIRING, Phase.HELD, Phase.LOST
 _ACQUIRED, _NOT_ACQUIRED, _RELEASED = EventKind.ACQUIRED, EventKind.NOT_ACQUIRED, EventKind.RELEASED
 
-MAX_RESOURCE_BYTES = 4096
-"""Longest resource name, in bytes once encoded: hash longer identifiers first."""
-
 _random = random.SystemRandom()
-
-
-def released_word(token: bytes) -> bytes:
-    """What the release script publishes for *token* (``redis.sha1hex``): the word waiters count."""
-    return hashlib.sha1(token).hexdigest().encode()
-
-
-def resource_key(prefix: str, resource: str | bytes) -> bytes:
-    """The Redis key of *resource*, after checking the name."""
-    if isinstance(resource, str):
-        try:
-            raw = resource.encode()
-        except UnicodeEncodeError as exc:
-            raise ValueError(f"resource name {resource!r} is not valid UTF-8 ({exc.reason}): pass bytes") from None
-    elif isinstance(resource, bytes):
-        raw = resource
-    else:
-        raise TypeError(f"resource name must be str or bytes, got {type(resource).__name__}")
-    if not raw:
-        raise ValueError("resource name is empty: name the thing the lock protects")
-    if len(raw) > MAX_RESOURCE_BYTES:
-        raise ValueError(
-            f"resource name is {len(raw)} bytes, more than {MAX_RESOURCE_BYTES}: hash long names (e.g. sha256)"
-        )
-    if raw.endswith(_queue.SUFFIXES):
-        raise ValueError(
-            f"resource name {resource!r} ends like the grant queue's keys of another name "
-            f"({' or '.join(map(repr, _queue.SUFFIXES))} are reserved): rename it"
-        )
-    return prefix.encode() + raw
-
-
-Name = str | bytes
-
-
-def canonical_names(names: object) -> tuple[Name, ...]:
-    """*names* deduplicated and sorted by their encoded bytes: the order every client takes them in."""
-    if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
-        raise TypeError(
-            f"lock_many takes a list of names (str or bytes), got {type(names).__name__}: for one name, use lock()"
-        )
-    listed = list(names)
-    if not listed:
-        raise ValueError("lock_many needs at least one name")
-    by_key: dict[bytes, Name] = {}
-    for name in listed:
-        by_key.setdefault(resource_key("", name), name)
-    if len(by_key) > MAX_NAMES:
-        raise ValueError(f"lock_many of {len(by_key)} names, more than {MAX_NAMES}: lock fewer, or lock a parent name")
-    return tuple(by_key[key] for key in sorted(by_key))
-
-
-MAX_OWNER_BYTES = 256
-"""Longest owner label, in bytes once encoded (it is stored with every key of the lease)."""
-
-_default_owner: bytes | None = None
-
-
-def default_owner() -> bytes:
-    """``<hostname>:<pid>``, made again in a forked child (its pid differs)."""
-    global _default_owner
-    if _default_owner is None:
-        _default_owner = f"{socket.gethostname()}:{os.getpid()}".encode(errors="replace")[:MAX_OWNER_BYTES]
-    return _default_owner
-
-
-def _forget_owner() -> None:
-    global _default_owner
-    _default_owner = None
-
-
-os.register_at_fork(after_in_child=_forget_owner)  # a child is another owner (no getpid() per acquire)
-
-
-def check_owner(owner: object) -> bytes | None:
-    """The owner label as stored (None: the default, ``<hostname>:<pid>``), after checking it."""
-    if owner is None:
-        return None
-    if not isinstance(owner, str):
-        raise TypeError(f"owner must be a str (a label inspection shows, e.g. 'worker-7'), got {type(owner).__name__}")
-    if not owner or not owner.isprintable():
-        raise ValueError(f"owner must be a non-empty label of printable characters, got {owner!r}")
-    try:
-        raw = owner.encode()
-    except UnicodeEncodeError:
-        raise ValueError(f"owner {owner!r} is not valid UTF-8 text: use a plain label") from None
-    if len(raw) > MAX_OWNER_BYTES:
-        raise ValueError(f"owner is {len(raw)} bytes, more than {MAX_OWNER_BYTES}: use a shorter label")
-    return raw
-
-
-MAX_NAMES = 1000
-"""Most names one lock_many takes (every node checks and sets them all in one script call)."""
 
 
 class Lock:

@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING
 
 from redlock_async import _algorithm, _requests
 from redlock_async._algorithm import Vote
+from redlock_async._names import default_owner, resource_key
 from redlock_async._settings import Settings
 from redlock_async.errors import LockLost
-from redlock_async.lock import Lock, default_owner, resource_key
+from redlock_async.lock import Lock
 
 if TYPE_CHECKING:
     from redlock_async._cluster import Cluster
