@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
-from typing import Any, Self, final
+from typing import Any, ParamSpec, Self, TypeVar, final
 
 from redis.asyncio import Redis
 
@@ -22,7 +22,8 @@ from redlock_async._names import canonical_names, resource_key
 from redlock_async._node import Node
 from redlock_async._quarantine import Quarantine
 from redlock_async._scripts import RELEASE, SCRIPTS
-from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings
+from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
+from redlock_async._synchronized import OnBusy, check_call, decorate_async
 from redlock_async._wire import Failure
 from redlock_async.election import Election
 from redlock_async.errors import LockLost, NodeOutcome, RedlockError
@@ -35,6 +36,9 @@ from redlock_async.statistics import NodeStatistics, RedlockStatistics
 log = logging.getLogger(__name__)
 
 _DEFAULTS = Settings()
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @final
@@ -181,6 +185,7 @@ class Redlock:
         max_extensions: int | None = None,
         on_lost: Callable[[LockLost], object] | None = None,
         owner: str | None = None,
+        cooldown: float | None = None,
     ) -> Lock:
         """A Lock on resource *name*; settings left as None are the Redlock's.
 
@@ -188,6 +193,9 @@ class Redlock:
         the lock inside ``async with``; the body is then told instead of cancelled.
         *owner* is a label stored with the lease, which :meth:`inspect` and ``redlock status``
         show (default: ``<hostname>:<pid>``).
+        *cooldown* (seconds): at most once per period. Release keeps the keys instead of deleting
+        them, set to expire *cooldown* seconds from then (as ``extend(cooldown)``), so no one
+        acquires the name before that; the nodes' clocks time it (docs/guide.md).
         """
         overrides = _given(
             ttl=ttl,
@@ -202,7 +210,9 @@ class Redlock:
                 f"resource name must be str or bytes, got {type(name).__name__}: for several names, use lock_many()"
             )
         settings = self._cluster.lease_settings(self.settings, **overrides)
-        return Lock(self._cluster, name, settings, on_lost=on_lost, owner=owner)
+        if cooldown is not None:
+            check_cooldown(self._cluster, settings, cooldown)
+        return Lock(self._cluster, name, settings, on_lost=on_lost, owner=owner, cooldown=cooldown)
 
     def lock_many(
         self,
@@ -291,6 +301,26 @@ class Redlock:
         # Fenced (the term), so it waits as before, not in the grant queue.
         settings = self._cluster.lease_settings(self.settings, fencing=True, queue=False, auto_extend=True, **overrides)
         return Election(self._cluster, name, settings, owner, self.inspect)
+
+    def synchronized(
+        self,
+        name: str,
+        *,
+        blocking: bool = True,
+        timeout: float | None = None,
+        on_busy: OnBusy = "raise",
+        **options: Any,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R | None]]]:
+        """Decorate an ``async def`` function to run under lock *name*: a template filled with the call's
+        arguments by parameter name (``"report:{customer_id}"``).
+
+        *blocking* and *timeout* as for ``acquire()``. When the lock is not acquired,
+        ``on_busy="raise"`` raises :class:`LockNotAcquired`, ``"skip"`` returns None without running.
+        *options* are :meth:`lock`'s (``ttl``, ``cooldown``, ``fencing``, ``owner``, ...).
+        """
+        busy, limit = check_call(on_busy, blocking, timeout)
+        self.lock("synchronized", acquire_timeout=limit, **options)  # bad options raise now
+        return decorate_async(name, busy, lambda resource: self.lock(resource, acquire_timeout=limit, **options))
 
     async def inspect(self, name: str | bytes) -> LockInfo:
         """Who holds lock *name* (its owner label), for how long, and whether that is certain.
@@ -463,6 +493,14 @@ class Redlock:
 
 
 SAME_SERVER = "the same server as"
+
+
+def check_cooldown(cluster: Cluster, settings: Settings, cooldown: object) -> None:
+    """A cooldown is a ttl the keys are kept for: checked as one now (and so covered by the restart quarantine)."""
+    try:
+        cluster.lease_settings(settings, ttl=check_duration("cooldown", cooldown))
+    except ValueError as exc:
+        raise ValueError(f"cooldown={cooldown!r} s cannot be a lease: {exc}") from None
 
 
 def _given(**overrides: Any) -> dict[str, Any]:

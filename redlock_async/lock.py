@@ -64,6 +64,7 @@ class Lock:
         "_settings",
         "_state",
         "_watched",
+        "cooldown",
         "on_lost",
         "resource",
     )
@@ -76,6 +77,7 @@ class Lock:
         *,
         on_lost: Callable[[LockLost], object] | None = None,
         owner: str | None = None,
+        cooldown: float | None = None,
     ) -> None:
         self._owner = check_owner(owner)
         # One name, or lock_many's canonical tuple of names: every key is taken, all or none.
@@ -104,6 +106,8 @@ class Lock:
             raise TypeError(f"on_lost must be a function taking the LockLost (or None), got {type(on_lost).__name__}")
         self.on_lost = on_lost
         """Called with the LockLost when the watchdog loses the lock; the body is then not cancelled."""
+        self.cooldown = cooldown
+        """Seconds the keys are kept after release (at most once per period), None: release deletes them."""
 
     def __repr__(self) -> str:
         return f"<redlock_async.Lock {self.resource!r} {self._state.value} validity={self.validity:.3f}s>"
@@ -703,6 +707,15 @@ class Lock:
             return
         if self._state is not _HELD or self._lease.token is None:
             raise RuntimeError(f"release() of lock {self.resource!r}, which is not held")
+        if self.cooldown is not None:
+            # Kept, not deleted: the keys expire `cooldown` s from now (compare-and-PEXPIRE on a majority, or
+            # LockLost). Unwatched first, so the watchdog sends no later extension (its rounds out went first).
+            self._watched = False
+            await self.extend(self.cooldown)
+            self._state, self._lease.token, self._lease.holders = move(self._state, _IDLE), None, []
+            self._cluster.held.discard(self)
+            self._emit(_RELEASED, duration=0.0, held_for=_clock.now() - self._lease.acquired_at)
+            return
         token, holders = self._lease.token, self._lease.holders
         began = _clock.now()
         self._state, self._lease.token, self._lease.holders = move(self._state, _IDLE), None, []
@@ -799,7 +812,7 @@ class Lock:
 
     async def _exit(self, exc: BaseException | None, overran: bool, *, watched: bool) -> None:
         """Release on the way out of ``async with``; raise LockLost if the lock was lost while watched."""
-        if self._state is _HELD and overran:
+        if self._state is _HELD and overran and self.cooldown is None:  # with a cooldown: release() tells
             confirmed, holders = await self._release_confirmed()
             if confirmed:
                 return  # a majority still held our key at release: no one else can have held it

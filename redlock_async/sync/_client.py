@@ -1,0 +1,301 @@
+"""The blocking ``Redlock`` and ``Election``: fronts over the async ones, run on the background loop."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
+from typing import Any, ParamSpec, Self, TypeVar, final
+
+from redis.asyncio import Redis
+
+from redlock_async._synchronized import OnBusy, check_call, decorate_sync
+from redlock_async.client import Redlock as AsyncRedlock
+from redlock_async.election import Election as AsyncElection
+from redlock_async.inspection import LockInfo
+from redlock_async.lock import Lock as AsyncLock
+from redlock_async.statistics import RedlockStatistics
+from redlock_async.sync._hold import Holding
+from redlock_async.sync._lock import Lock
+from redlock_async.sync._runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@final
+class Redlock:
+    """The blocking twin of :class:`redlock_async.Redlock`, for threads, Celery and Django workers and scripts.
+
+    Takes the same arguments (nodes, ``on_event`` and the settings). Its locks run on one
+    background event loop thread per process, shared by every blocking Redlock of the process:
+    started on first use, stopped when the last one is closed. Use it as ``with Redlock([...]) as
+    redlock:``, or call :meth:`close` when done. After a fork (Celery's prefork pool, gunicorn's
+    sync workers), the child's first use starts the child's own loop and connections; the
+    parent's are never touched there. Calling it from a thread that runs an event loop raises
+    RuntimeError: async code uses the async API.
+    """
+
+    __slots__ = ("__weakref__", "_runtime")
+
+    def __init__(self, nodes: Iterable[str | Redis], *, on_event: Any = None, **settings: Any) -> None:
+        listed = nodes if isinstance(nodes, (str, bytes)) else list(nodes)  # kept: a forked child makes its own
+        self._runtime = Runtime(functools.partial(AsyncRedlock, listed, on_event=on_event, **settings))
+
+    def __repr__(self) -> str:
+        twin = self._runtime.current()
+        return f"<redlock_async.sync.Redlock nodes={list(twin.nodes)} ttl={twin.settings.ttl}>"
+
+    @property
+    def settings(self) -> Any:
+        """The settings in force (a :class:`redlock_async.Settings`)."""
+        return self._runtime.current().settings
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The nodes' addresses (host:port or unix path; never a password)."""
+        return self._runtime.current().nodes
+
+    @property
+    def quorum(self) -> int:
+        """How many nodes must agree: a strict majority."""
+        return self._runtime.current().quorum
+
+    # -- locks ---------------------------------------------------------------------------------------
+
+    def lock(
+        self,
+        name: str | bytes,
+        *,
+        ttl: float | None = None,
+        acquire_timeout: float | None = None,
+        fencing: bool | None = None,
+        auto_extend: bool | None = None,
+        max_hold: float | None = None,
+        max_extensions: int | None = None,
+        owner: str | None = None,
+        cooldown: float | None = None,
+        interrupt_main: bool = False,
+    ) -> Lock:
+        """A :class:`Lock` on *name*; settings left as None are the Redlock's (as the async ``lock()``).
+
+        *cooldown* (seconds): release keeps the keys for that long (at most once per period).
+        *interrupt_main*: a lost lease raises LockLost in the main thread's body at once (the lock
+        must be acquired in the main thread).
+        """
+
+        def make(twin: AsyncRedlock, timeout: float | None) -> AsyncLock:
+            return twin.lock(
+                name,
+                ttl=ttl,
+                acquire_timeout=acquire_timeout if timeout is None else timeout,
+                fencing=fencing,
+                auto_extend=auto_extend,
+                max_hold=max_hold,
+                max_extensions=max_extensions,
+                owner=owner,
+                cooldown=cooldown,
+            )
+
+        return Lock(self._runtime, name, make, interrupt_main=interrupt_main)
+
+    def lock_many(
+        self,
+        names: Iterable[str | bytes],
+        *,
+        ttl: float | None = None,
+        acquire_timeout: float | None = None,
+        fencing: bool | None = None,
+        auto_extend: bool | None = None,
+        max_hold: float | None = None,
+        max_extensions: int | None = None,
+        owner: str | None = None,
+        interrupt_main: bool = False,
+    ) -> Lock:
+        """A :class:`Lock` on every one of *names* at once, all or none (as the async ``lock_many()``)."""
+        listed = names if isinstance(names, (str, bytes)) else list(names)
+
+        def make(twin: AsyncRedlock, timeout: float | None) -> AsyncLock:
+            return twin.lock_many(
+                listed,
+                ttl=ttl,
+                acquire_timeout=acquire_timeout if timeout is None else timeout,
+                fencing=fencing,
+                auto_extend=auto_extend,
+                max_hold=max_hold,
+                max_extensions=max_extensions,
+                owner=owner,
+            )
+
+        return Lock(self._runtime, tuple(listed), make, interrupt_main=interrupt_main)
+
+    def semaphore(
+        self,
+        name: str | bytes,
+        *,
+        limit: int,
+        ttl: float | None = None,
+        acquire_timeout: float | None = None,
+        auto_extend: bool | None = None,
+        max_hold: float | None = None,
+        max_extensions: int | None = None,
+        owner: str | None = None,
+        interrupt_main: bool = False,
+    ) -> Lock:
+        """At most *limit* holders of *name* at once, each holding one permit (as the async ``semaphore()``)."""
+
+        def make(twin: AsyncRedlock, timeout: float | None) -> AsyncLock:
+            return twin.semaphore(
+                name,
+                limit=limit,
+                ttl=ttl,
+                acquire_timeout=acquire_timeout if timeout is None else timeout,
+                auto_extend=auto_extend,
+                max_hold=max_hold,
+                max_extensions=max_extensions,
+                owner=owner,
+            )
+
+        return Lock(self._runtime, name, make, interrupt_main=interrupt_main)
+
+    def election(
+        self, name: str | bytes, *, owner: str | None = None, ttl: float | None = None, max_hold: float | None = None
+    ) -> Election:
+        """Leader election on *name*: ``with election.campaign() as term:`` leads (as the async ``election()``)."""
+        runtime = self._runtime
+
+        def make(twin: AsyncRedlock) -> AsyncElection:
+            return twin.election(name, owner=owner, ttl=ttl, max_hold=max_hold)
+
+        return Election(runtime, name, make)
+
+    def synchronized(
+        self,
+        name: str,
+        *,
+        blocking: bool = True,
+        timeout: float | None = None,
+        on_busy: OnBusy = "raise",
+        **options: Any,
+    ) -> Callable[[Callable[P, R]], Callable[P, R | None]]:
+        """Decorate a function to run under lock *name*: a template filled with the call's arguments by
+        parameter name (``"report:{customer_id}"``).
+
+        *blocking* and *timeout* as for ``acquire()``. When the lock is not acquired,
+        ``on_busy="raise"`` raises :class:`LockNotAcquired`, ``"skip"`` returns None without running.
+        *options* are :meth:`lock`'s (``ttl``, ``cooldown``, ``fencing``, ``interrupt_main``, ...).
+        """
+        busy, limit = check_call(on_busy, blocking, timeout)
+        self.lock("synchronized", acquire_timeout=limit, **options)  # bad options raise now
+        return decorate_sync(name, busy, lambda resource: self.lock(resource, acquire_timeout=limit, **options))
+
+    # -- reads -----------------------------------------------------------------------------------------
+
+    def inspect(self, name: str | bytes) -> LockInfo:
+        """Who holds lock *name*, for how long, and whether that is certain (reads only; as the async ``inspect()``)."""
+        twin = self._runtime.current()
+        return self._runtime.call(lambda: twin.inspect(name))
+
+    def statistics(self) -> RedlockStatistics:
+        """A snapshot of the nodes' connections, the locks held and the watchdog; reads no node."""
+        twin = self._runtime.current()
+
+        async def read() -> RedlockStatistics:
+            return twin.statistics()
+
+        return self._runtime.call(read)
+
+    # -- open and close --------------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Connect to every node now rather than on first use (as the async ``connect()``)."""
+        twin = self._runtime.current()
+        self._runtime.call(twin.connect)
+
+    def close(self) -> None:
+        """Close this Redlock's connections; locks it still holds are released and their holders told LockLost.
+
+        The background loop thread stops when the last blocking Redlock of the process is closed. Idempotent.
+        """
+        self._runtime.close()
+
+    def __enter__(self) -> Self:
+        try:
+            self.connect()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+@final
+class Election:
+    """The blocking twin of :class:`redlock_async.Election`: campaign for, resign from and observe one leadership."""
+
+    __slots__ = ("_holding", "_make", "_runtime", "name")
+
+    def __init__(self, runtime: Runtime, name: str | bytes, make: Callable[[AsyncRedlock], AsyncElection]) -> None:
+        self._runtime = runtime
+        self._make = make
+        self.name = name
+        make(runtime.current())  # bad input raises now
+        self._holding: Holding[int] = Holding()
+
+    def __repr__(self) -> str:
+        return f"<redlock_async.sync.Election {self.name!r}>"
+
+    @property
+    def lost(self) -> Any:
+        """A ``threading.Event`` set when the current term's leadership is lost."""
+        return self._holding.lost
+
+    @contextlib.contextmanager
+    def campaign(self, timeout: float | None = None) -> Iterator[int]:
+        """Wait until this candidate leads (no time limit by default), then yield its term.
+
+        Leaving the block resigns. If leadership is lost meanwhile, :attr:`lost` is set and leaving
+        the block raises ``LockLost``. With *timeout*, ``LockNotAcquired`` when another led throughout.
+        """
+        runtime = self._runtime
+        portal = runtime.portal()
+        election = self._make(runtime.current())
+        term = self._holding.enter(portal, lambda: election.campaign(timeout), runtime.holders)
+        try:
+            yield term
+        except BaseException as exc:
+            try:
+                self._holding.leave(portal)
+            except Exception as problem:  # never masks what the body raised
+                if problem is not exc:
+                    log.warning("redlock election %r: %s (while the body raised %r)", self.name, problem, exc)
+            raise
+        self._holding.leave(portal)
+
+    def leader(self) -> LockInfo:
+        """The current leader as the nodes say (``state``, ``owner``, and the term as ``fencing_counter``)."""
+        election = self._make(self._runtime.current())
+        return self._runtime.call(election.leader)
+
+    def observe(self) -> Iterator[LockInfo]:
+        """The current leader first (if any), then each new leader, in order (blocks between them)."""
+        runtime = self._runtime
+        election = self._make(runtime.current())
+        leaders = election.observe()
+        try:
+            while True:
+                try:
+                    yield runtime.call(leaders.__anext__)
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not runtime.closed:
+                runtime.call(leaders.aclose)

@@ -1,0 +1,136 @@
+"""A lease held on the loop thread while the caller's body runs on its own thread.
+
+The async library keeps a lease inside ``async with lock:`` (or an election's ``campaign()``): the
+watchdog extends it and, when it cannot, cancels the task in the block and ``LockLost`` comes out.
+A blocking body cannot be cancelled, so a *holder task* sits in that block for it, waiting for the
+body to end. Timeline::
+
+    caller: acquire() ──> holder task: async with lock ── entered ──> waits ...
+    caller: body runs                 (watchdog extends the lease meanwhile)
+    loss:                             watchdog cancels the holder -> LockLost:
+                                      lost.set(), the main thread interrupted if asked
+    caller: release() ──> holder task: leaves the block (release), LockLost raised to the caller
+
+So the front is the async library's own ``async with``, on a task of the loop thread, never a
+second implementation of the lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Generic, TypeVar
+
+from redlock_async.errors import LockLost
+from redlock_async.sync._interrupt import Interrupter, check_supported
+from redlock_async.sync._portal import Portal
+
+T = TypeVar("T")
+
+
+class Holding(Generic[T]):
+    """The holder of one acquisition at a time: entered by :meth:`enter`, left by :meth:`leave`."""
+
+    __slots__ = ("_interrupter", "_leave", "_task", "error", "lost")
+
+    def __init__(self, *, interrupt_main: bool = False) -> None:
+        if interrupt_main:
+            check_supported()
+        self._interrupter = Interrupter() if interrupt_main else None
+        self.lost = threading.Event()
+        """Set (from the loop thread) when the current acquisition's lease is lost."""
+        self.error: LockLost | None = None
+        """The current (or last) acquisition's loss."""
+        self._task: asyncio.Task[None] | None = None
+        self._leave: asyncio.Event | None = None
+
+    @property
+    def active(self) -> bool:
+        """True from a successful :meth:`enter` to the matching :meth:`leave` (whatever happened meanwhile)."""
+        return self._task is not None
+
+    def enter(self, portal: Portal, cm: Callable[[], AbstractAsyncContextManager[T]], track: set[Any]) -> T:
+        """Enter ``cm()`` on the loop thread and keep it entered; its value (raises what ``__aenter__`` raises).
+
+        *track* is the set the holder task is kept in while it runs (the Redlock's, to wait for at close).
+        """
+        if self._task is not None:
+            raise RuntimeError("this lock is already held (or being acquired): use one lock per thread")
+        self.lost.clear()
+        self.error = None
+        value: T = portal.call(lambda: self._enter(cm(), track))
+        if self._interrupter is not None:
+            try:
+                self._interrupter.arm()
+            except BaseException:
+                self.leave(portal)
+                raise
+            if self.lost.is_set():  # lost before the interrupter was armed: say it now
+                assert self.error is not None
+                raise self.error
+        return value
+
+    def leave(self, portal: Portal) -> None:
+        """Leave the block on the loop thread (its exit releases); raises the acquisition's LockLost if it was lost."""
+        if self._interrupter is not None:
+            self._interrupter.disarm()  # first: from here on, a loss no longer interrupts the main thread
+        task, leave = self._task, self._leave
+        if task is None or leave is None:
+            raise RuntimeError("release() of a lock that is not held")
+        try:
+            portal.call(lambda: _leave(task, leave))
+        finally:
+            self._task = self._leave = None
+        if self.error is not None:
+            raise self.error
+
+    async def _enter(self, cm: AbstractAsyncContextManager[T], track: set[Any]) -> T:
+        loop = asyncio.get_running_loop()
+        entered: asyncio.Future[T] = loop.create_future()
+        leave = asyncio.Event()
+        task = loop.create_task(self._hold(cm, entered, leave))
+        track.add(task)
+        task.add_done_callback(track.discard)
+        try:
+            value = await asyncio.shield(entered)
+        except asyncio.CancelledError:
+            # The caller was interrupted: the holder gives up (an acquire in progress leaves nothing behind,
+            # a lease just granted is released), and is waited for before the interruption goes on.
+            task.cancel()
+            await asyncio.wait([task])
+            if not task.cancelled():
+                task.exception()  # retrieved: the caller hears of the interruption, not of this
+            raise
+        self._task, self._leave = task, leave
+        return value
+
+    async def _hold(self, cm: AbstractAsyncContextManager[T], entered: asyncio.Future[T], leave: asyncio.Event) -> None:
+        try:
+            async with cm as value:
+                entered.set_result(value)
+                await leave.wait()
+        except LockLost as lost:
+            if not entered.done():
+                entered.set_exception(lost)
+                return
+            self.error = lost
+            self.lost.set()
+            if self._interrupter is not None:
+                self._interrupter.fire(lost)
+        except asyncio.CancelledError:
+            if not entered.done():
+                entered.cancel()
+            raise
+        except BaseException as exc:
+            if not entered.done():
+                entered.set_exception(exc)  # LockNotAcquired, bad input, a closed Redlock: to the caller
+                return
+            raise
+
+
+async def _leave(task: asyncio.Task[None], leave: asyncio.Event) -> None:
+    leave.set()
+    # Shielded: an interrupted caller does not cut the release short; it goes on on the loop thread.
+    await asyncio.shield(task)
