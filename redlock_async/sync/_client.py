@@ -273,12 +273,12 @@ class Election:
             yield term
         except BaseException as exc:
             try:
-                self._holding.leave(portal)
+                self._holding.leave(runtime.portal)
             except Exception as problem:  # never masks what the body raised
                 if problem is not exc:
                     log.warning("redlock election %r: %s (while the body raised %r)", self.name, problem, exc)
             raise
-        self._holding.leave(portal)
+        self._holding.leave(runtime.portal)
 
     def leader(self) -> LockInfo:
         """The current leader as the nodes say (``state``, ``owner``, and the term as ``fencing_counter``)."""

@@ -65,22 +65,28 @@ class Holding(Generic[T]):
             try:
                 self._interrupter.arm()
             except BaseException:
-                self.leave(portal)
+                self.leave(lambda: portal)
                 raise
             if self.lost.is_set():  # lost before the interrupter was armed: say it now
                 assert self.error is not None
                 raise self.error
         return value
 
-    def leave(self, portal: Portal) -> None:
-        """Leave the block on the loop thread (its exit releases); raises the acquisition's LockLost if it was lost."""
+    def leave(self, portal: Callable[[], Portal]) -> None:
+        """Leave the block on the loop thread (its exit releases); raises the acquisition's LockLost if it was lost.
+
+        A holder that already left (its Redlock closed meanwhile) needs no call to the loop.
+        """
         if self._interrupter is not None:
             self._interrupter.disarm()  # first: from here on, a loss no longer interrupts the main thread
         task, leave = self._task, self._leave
         if task is None or leave is None:
             raise RuntimeError("release() of a lock that is not held")
         try:
-            portal.call(lambda: _leave(task, leave))
+            if task.done():
+                task.result()  # what made it leave (a LockLost is kept in self.error, not raised by the task)
+            else:
+                portal().call(lambda: _leave(task, leave))
         finally:
             self._task = self._leave = None
         if self.error is not None:

@@ -16,6 +16,7 @@ children ignore and users bind to Ctrl-C, nor SIGUSR1/2, which Celery and gunico
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from types import FrameType
@@ -67,8 +68,9 @@ class Interrupter:
         """In the main thread, as the body ends (before anything else: a late signal is then dropped)."""
         with _guard:
             self.running, self.pending = False, None
-            if self in _armed:
-                _armed.remove(self)
+            if self not in _armed:
+                return  # never armed (refused outside the main thread)
+            _armed.remove(self)
             if not _armed:
                 signal.signal(_signal(), _previous if _previous is not None else signal.SIG_DFL)
 
@@ -76,6 +78,15 @@ class Interrupter:
 _guard = threading.Lock()
 _armed: list[Interrupter] = []
 _previous: Any = None
+
+
+def _forget_parent() -> None:
+    global _guard
+    _guard = threading.Lock()  # the parent's loop thread may have held it at the fork
+    _armed.clear()  # the parent's bodies do not run here
+
+
+os.register_at_fork(after_in_child=_forget_parent)
 
 
 def _signal() -> signal.Signals:

@@ -85,7 +85,7 @@ class Lock:
         Raises :class:`LockLost` when the lease was lost while held (the body ran, at least in part,
         without the lock); releasing a lock that is not held is a RuntimeError.
         """
-        self._holding.leave(self._runtime.portal())
+        self._holding.leave(self._runtime.portal)
 
     def __enter__(self) -> Self:
         self._enter(None)
