@@ -25,7 +25,7 @@ from typing import Any, Generic, TypeVar
 
 from redlock_async.errors import LockLost
 from redlock_async.sync._interrupt import Interrupter, check_supported
-from redlock_async.sync._portal import Portal
+from redlock_async.sync._portal import Portal, Reply
 
 T = TypeVar("T")
 
@@ -44,7 +44,7 @@ class Holding(Generic[T]):
         self.error: LockLost | None = None
         """The current (or last) acquisition's loss."""
         self._task: asyncio.Task[None] | None = None
-        self._leave: asyncio.Event | None = None
+        self._leave: Leave | None = None
 
     @property
     def active(self) -> bool:
@@ -60,7 +60,12 @@ class Holding(Generic[T]):
             raise RuntimeError("this lock is already held (or being acquired): use one lock per thread")
         self.lost.clear()
         self.error = None
-        value: T = portal.call(lambda: self._enter(cm(), track))
+        reply = Reply()
+        leave = Leave()
+        # One hop to the loop and one back: the holder task answers as soon as it is inside the block.
+        portal.loop.call_soon_threadsafe(self._start, cm, reply, leave, track)
+        value: T = reply.wait(portal.loop)  # interrupted: the holder is cancelled (nothing left) and waited for
+        self._task, self._leave = reply.task, leave
         if self._interrupter is not None:
             try:
                 self._interrupter.arm()
@@ -86,57 +91,75 @@ class Holding(Generic[T]):
             if task.done():
                 task.result()  # what made it leave (a LockLost is kept in self.error, not raised by the task)
             else:
-                portal().call(lambda: _leave(task, leave))
+                loop = portal().loop
+                reply = Reply()
+                loop.call_soon_threadsafe(_leave, task, leave, reply)
+                # Interrupted meanwhile: the release is not cut short (nothing to cancel); it is waited for.
+                reply.wait(loop)
         finally:
             self._task = self._leave = None
         if self.error is not None:
             raise self.error
 
-    async def _enter(self, cm: AbstractAsyncContextManager[T], track: set[Any]) -> T:
-        loop = asyncio.get_running_loop()
-        entered: asyncio.Future[T] = loop.create_future()
-        leave = asyncio.Event()
-        task = loop.create_task(self._hold(cm, entered, leave))
+    def _start(
+        self, cm: Callable[[], AbstractAsyncContextManager[T]], reply: Reply, leave: Leave, track: set[Any]
+    ) -> None:
+        """On the loop thread: start the holder task."""
+        try:
+            task = asyncio.get_running_loop().create_task(self._hold(cm(), reply, leave))
+        except BaseException as exc:
+            reply.fail(exc)
+            return
+        reply.task = task
+        task.add_done_callback(reply.settle)  # a task cancelled before its first step never answers itself
         track.add(task)
         task.add_done_callback(track.discard)
-        try:
-            value = await asyncio.shield(entered)
-        except asyncio.CancelledError:
-            # The caller was interrupted: the holder gives up (an acquire in progress leaves nothing behind,
-            # a lease just granted is released), and is waited for before the interruption goes on.
-            task.cancel()
-            await asyncio.wait([task])
-            if not task.cancelled():
-                task.exception()  # retrieved: the caller hears of the interruption, not of this
-            raise
-        self._task, self._leave = task, leave
-        return value
 
-    async def _hold(self, cm: AbstractAsyncContextManager[T], entered: asyncio.Future[T], leave: asyncio.Event) -> None:
+    async def _hold(self, cm: AbstractAsyncContextManager[T], reply: Reply, leave: Leave) -> None:
+        entered = False
         try:
             async with cm as value:
-                entered.set_result(value)
-                await leave.wait()
+                entered = True
+                reply.set(value)
+                await leave.event.wait()
         except LockLost as lost:
-            if not entered.done():
-                entered.set_exception(lost)
+            if not entered:
+                reply.fail(lost)
                 return
             self.error = lost
             self.lost.set()
             if self._interrupter is not None:
                 self._interrupter.fire(lost)
-        except asyncio.CancelledError:
-            if not entered.done():
-                entered.cancel()
-            raise
         except BaseException as exc:
-            if not entered.done():
-                entered.set_exception(exc)  # LockNotAcquired, bad input, a closed Redlock: to the caller
+            if not entered:
+                # LockNotAcquired, bad input, a closed Redlock; or the caller was interrupted (cancelled):
+                # an acquire cut short has left nothing behind by the time it raises here.
+                reply.fail(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
                 return
+            if leave.reply is not None:
+                leave.reply.fail(exc)
+                leave.reply = None
             raise
+        if leave.reply is not None:
+            leave.reply.set(None)  # at once, not a loop turn later from a done callback
 
 
-async def _leave(task: asyncio.Task[None], leave: asyncio.Event) -> None:
-    leave.set()
-    # Shielded: an interrupted caller does not cut the release short; it goes on on the loop thread.
-    await asyncio.shield(task)
+class Leave:
+    """The caller's word to a holder to leave its block, and the reply it waits on meanwhile."""
+
+    __slots__ = ("event", "reply")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.reply: Reply | None = None
+
+
+def _leave(task: asyncio.Task[None], leave: Leave, reply: Reply) -> None:
+    """On the loop thread: let the holder leave its block; *reply* once it has (released, or told its loss)."""
+    if task.done():
+        reply.set_from(task)
+        return
+    leave.reply = reply
+    leave.event.set()

@@ -37,50 +37,59 @@ INSIDE_LOOP = (
 )
 
 
-class _Call:
-    """One coroutine run on the loop thread for a blocked caller; its result crosses back through a lock."""
+class Reply:
+    """One answer from the loop thread to a blocked caller: a result or an exception, crossing through a lock.
 
-    __slots__ = ("_done", "_error", "_result", "_task")
+    ``task`` (set on the loop thread) is what an interrupted caller cancels.
+    """
+
+    __slots__ = ("_done", "_error", "_result", "answered", "task")
 
     def __init__(self) -> None:
         self._done = threading.Lock()
-        self._done.acquire()  # released by the loop thread when the coroutine ended
-        self._task: asyncio.Task[Any] | None = None
+        self._done.acquire()  # released by the loop thread with the answer
+        self.task: asyncio.Task[Any] | None = None
         self._result: Any = None
         self._error: BaseException | None = None
+        self.answered = False
 
-    def start(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> None:
-        """On the loop thread: start the coroutine (a task: it can be cancelled from the caller's side)."""
-        try:
-            self._task = asyncio.get_running_loop().create_task(make())
-        except BaseException as exc:
-            self._error = exc
-            self._done.release()
-            return
-        self._task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[Any]) -> None:
-        if task.cancelled():
-            self._error = asyncio.CancelledError()
-        elif (error := task.exception()) is not None:
-            self._error = error
-        else:
-            self._result = task.result()
-        del self._task  # no cycle through the task's traceback
+    def set(self, result: Any) -> None:
+        """On the loop thread: the answer (once)."""
+        self._result, self.answered = result, True
         self._done.release()
+
+    def fail(self, error: BaseException) -> None:
+        """On the loop thread: the answer is this exception (once)."""
+        self._error, self.answered = error, True
+        self._done.release()
+
+    def settle(self, task: asyncio.Task[Any]) -> None:
+        """On the loop thread, as *task* ends: answer with its end if it did not answer (cancelled before it ran)."""
+        if not self.answered:
+            self.set_from(task)
+
+    def set_from(self, task: asyncio.Task[Any]) -> None:
+        """On the loop thread: the answer is what *task* ended with (a done callback)."""
+        self.task = None  # no cycle through the task's traceback
+        if task.cancelled():
+            self.fail(asyncio.CancelledError())
+        elif (error := task.exception()) is not None:
+            self.fail(error)
+        else:
+            self.set(task.result())
 
     def cancel(self) -> None:
         """On the loop thread: the caller was interrupted (Ctrl-C, a signal handler's exception)."""
-        task = getattr(self, "_task", None)
+        task = self.task
         if task is not None and not task.done():
             task.cancel()
 
     def wait(self, loop: asyncio.AbstractEventLoop) -> Any:
-        """On the caller's thread: block until the coroutine ended, then return its result or raise.
+        """On the caller's thread: block until answered, then return the result or raise.
 
         Interrupted while blocked (KeyboardInterrupt, or an exception raised by a signal handler),
-        the coroutine is cancelled and waited for, so that what it cleans up on cancellation (an
-        acquire leaves no key behind) is done before the interruption goes on.
+        :attr:`task` is cancelled and the answer still waited for, so that what the task cleans up
+        on cancellation (an acquire leaves no key behind) is done before the interruption goes on.
         """
         try:
             self._done.acquire()
@@ -97,6 +106,17 @@ class _Call:
             error, self._error = self._error, None
             raise error
         return self._result
+
+
+def _start(reply: Reply, make: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+    """On the loop thread: run ``make()`` as a task (it can be cancelled from the caller's side)."""
+    try:
+        task = asyncio.get_running_loop().create_task(make())
+    except BaseException as exc:
+        reply.fail(exc)
+        return
+    reply.task = task
+    task.add_done_callback(reply.set_from)
 
 
 class Portal:
@@ -133,9 +153,9 @@ class Portal:
 
     def call(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run ``make()`` on the loop and block until it ends; its result, or its exception raised here."""
-        call = _Call()
-        self.loop.call_soon_threadsafe(call.start, make)
-        result: T = call.wait(self.loop)
+        reply = Reply()
+        self.loop.call_soon_threadsafe(_start, reply, make)
+        result: T = reply.wait(self.loop)
         return result
 
     def stop(self) -> None:
