@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -195,7 +196,8 @@ class Redlock:
         show (default: ``<hostname>:<pid>``).
         *cooldown* (seconds): at most once per period. Release keeps the keys instead of deleting
         them, set to expire *cooldown* seconds from then (as ``extend(cooldown)``), so no one
-        acquires the name before that; the nodes' clocks time it (docs/guide.md).
+        acquires the name before that; the nodes' clocks time it, and the default restart quarantine
+        does not cover it (docs/guide.md).
         """
         overrides = _given(
             ttl=ttl,
@@ -211,7 +213,7 @@ class Redlock:
             )
         settings = self._cluster.lease_settings(self.settings, **overrides)
         if cooldown is not None:
-            check_cooldown(self._cluster, settings, cooldown)
+            check_cooldown(settings, cooldown)
         return Lock(self._cluster, name, settings, on_lost=on_lost, owner=owner, cooldown=cooldown)
 
     def lock_many(
@@ -495,10 +497,11 @@ class Redlock:
 SAME_SERVER = "the same server as"
 
 
-def check_cooldown(cluster: Cluster, settings: Settings, cooldown: object) -> None:
-    """A cooldown is a ttl the keys are kept for: checked as one now (and so covered by the restart quarantine)."""
+def check_cooldown(settings: Settings, cooldown: object) -> None:
+    """A cooldown is a ttl the keys are kept for: checked as one now. It is no lease for the restart
+    quarantine (which would otherwise sit a restarted node out for the whole period: docs/guide.md)."""
     try:
-        cluster.lease_settings(settings, ttl=check_duration("cooldown", cooldown))
+        dataclasses.replace(settings, ttl=check_duration("cooldown", cooldown))
     except ValueError as exc:
         raise ValueError(f"cooldown={cooldown!r} s cannot be a lease: {exc}") from None
 

@@ -8,6 +8,7 @@ uses a new random token, so a stale release can never delete a later lease.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from collections.abc import Callable, Sequence
@@ -489,9 +490,13 @@ class Lock:
             raise self._lost or LockLost(f"lock {self.resource!r} was lost", resource=self._name)
         if self._state is not _HELD or self._lease.token is None:
             raise RuntimeError(f"extend() of lock {self.resource!r}, which is not held: acquire it first")
-        settings = self._settings if ttl is None else self._cluster.lease_settings(self._settings, ttl=ttl)
+        await self._extend(self._settings if ttl is None else self._cluster.lease_settings(self._settings, ttl=ttl))
+
+    async def _extend(self, settings: Settings) -> None:
+        """:meth:`extend` to *settings*' ttl (a cooldown's too, which is no lease for the restart quarantine)."""
         nodes = self._cluster.nodes
         token = self._lease.token
+        assert token is not None  # held: the callers checked
         ttl_ms = settings.ttl_ms
         first_sent = _clock.now()
         try:
@@ -711,7 +716,7 @@ class Lock:
             # Kept, not deleted: the keys expire `cooldown` s from now (compare-and-PEXPIRE on a majority, or
             # LockLost). Unwatched first, so the watchdog sends no later extension (its rounds out went first).
             self._watched = False
-            await self.extend(self.cooldown)
+            await self._extend(dataclasses.replace(self._settings, ttl=self.cooldown))
             self._state, self._lease.token, self._lease.holders = move(self._state, _IDLE), None, []
             self._cluster.held.discard(self)
             self._emit(_RELEASED, duration=0.0, held_for=_clock.now() - self._lease.acquired_at)

@@ -4,7 +4,7 @@ Snippets are run as written, with three substitutions a reader would make: the e
 addresses ``redis://10.0.0.N:6379`` become local nodes, ``/etc/redlock/`` holds real test
 certificates, and names a snippet only mentions (``process_order``, ``redlock``, ``NODES``,
 ``nodes``, ``lock``, ...) are given to it. A snippet with top-level ``await`` runs inside an
-event loop; one that calls ``asyncio.run`` runs on a thread with none. A snippet that is a
+event loop; one that calls ``asyncio.run`` or uses the blocking API runs on a thread with none. A snippet that is a
 test module (it defines ``test_*``) is run by pytest in a fresh directory, in pytest-asyncio's
 default strict mode, as a user would paste it. Snippets fenced as ```` ```python docker ````
 need a Docker engine and run in the docker leg.
@@ -143,8 +143,8 @@ async def names_for(nodes: LocalNodes) -> AsyncIterator[dict[str, Any]]:
 
 async def run_snippet(code: str, nodes: LocalNodes) -> None:
     compiled = compile(code, "<snippet>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    if "asyncio.run(" in code:
-        # It runs its own loop: on a thread that has none.
+    if "asyncio.run(" in code or "redlock_async.sync" in code:
+        # It runs its own loop, or is blocking code (the blocking API refuses a loop's thread): on a thread with none.
         async with names_for(nodes) as names:
             names.pop("redlock")
             await asyncio.to_thread(exec, compiled, names)

@@ -219,3 +219,17 @@ async def test_cooldown_on_the_async_api(cluster: Cluster) -> None:
             await lost.release()
         with pytest.raises(ValueError, match="cooldown"):
             redlock.lock("x", cooldown=0.01)
+
+
+# -- the plain-threads example --------------------------------------------------------------------------
+
+
+def test_threads_example_loses_no_increment() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "threads.py"
+    assert example.name == "threads.py"
+    result = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=120, check=True)
+    assert "counter = 40 (expected 40)" in result.stdout
