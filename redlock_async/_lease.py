@@ -80,6 +80,7 @@ class Lease:
         "fencing_token",
         "fencing_tokens",
         "holders",
+        "keeps",
         "keys",
         "result",
         "skip",
@@ -99,6 +100,7 @@ class Lease:
         skip: list[int] | None = None,
         fencing_token: int | None = None,
         fencing_tokens: tuple[int, ...] | None = None,
+        keeps: bytes | None = None,
     ) -> None:
         self.keys = keys
         """The keys this acquisition holds on the nodes, all with its token: one for a lock, several for
@@ -118,6 +120,9 @@ class Lease:
         self.fencing_token = fencing_token
         self.fencing_tokens = fencing_tokens
         """Per key, in the order of ``keys`` (fenced locks); ``fencing_token`` is the first."""
+        self.keeps = keeps
+        """A key every extension keeps alive a lease longer than this lease's (a permit's: its
+        semaphore's widest-limit key, which must exist while any permit may be held); None for most."""
         self.due: Callable[[Lease, float], bool] = _never_due
         """The watchdog asks at a round's start: True to extend now (the lock handles every other case)."""
         self.result: Callable[[Lease, float, float, Sequence[Vote], Sequence[str] | None], None] = _ignore

@@ -29,11 +29,20 @@ until a reply says where things stand.
 **Order and splits.** Every node orders waiters by a score the waiter chose
 once (its wall-clock start), so every node serves the same waiter first. A
 waiter that holds some nodes but no majority for a grace of a few round trips
-gives those back and stays in line (``QUEUE_LEAVE`` with "stay"): they go to
+gives those back and stays in line (``QUEUE_STAY``): they go to
 the first waiter, which may be itself. A waiter that quits (acquired elsewhere,
 timed out, cancelled) leaves every node's line at once, handing on any key a
 node granted it meanwhile; one that dies leaves entries that expire unless
 entered again (every retry delay).
+
+**Scripts the server lost.** After a ``SCRIPT FLUSH`` each of these EVALSHAs is
+answered NOSCRIPT and sent again as EVAL, behind whatever went on the wire
+meanwhile (``Script.creates``). A leave always is: it only takes away what is
+its token's, so running late does no harm, while not running would keep a
+departed waiter in line for the next release to hand the key to (for a whole
+ttl). An entry or a give-back puts the token in line or on the key: behind a
+later command on its key (its own leave, say) it is not sent again but fails,
+and the waiter's next entry says where things stand.
 
 The queue keys of a lock key are the lock key followed by ``\\x00queue`` and
 ``\\x00waits``; they expire once no waiter entered them for an entry's life.
@@ -51,7 +60,7 @@ from collections.abc import Callable, Sequence
 from redlock_async import _algorithm, _clock
 from redlock_async._fanout import sitting_out
 from redlock_async._node import Node
-from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
+from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE, QUEUE_STAY
 from redlock_async._settings import Settings
 from redlock_async._wire import IGNORED, Failure, Receiver, Reply, pack, pack_script
 
@@ -100,7 +109,7 @@ def release(nodes: Sequence[Node], key: bytes, token: bytes, into: Receiver | No
     key goes to the next live waiter there, or is deleted and the release published. Its entries
     still in a line (nodes that granted late, or never) go too."""
     keys = queue_keys(key)
-    args: tuple[bytes | int, ...] = (token, b"leave")
+    args: tuple[bytes | int, ...] = (token,)
     packed = pack_script(QUEUE_LEAVE, keys, args)
     receiver: Receiver = IGNORED if into is None else _Had(into)
     for i, node in enumerate(nodes):
@@ -183,17 +192,17 @@ class Claim:
         """Give back what *nodes* granted us, and stay in their lines (a split: no majority came)."""
         for i in nodes:
             self.ends[i], self.since[i] = -math.inf, math.inf
-        self._send(nodes, QUEUE_LEAVE, (self.token, b"stay", self._score, self._life_ms, self._ttl_ms))
+        self._send(nodes, QUEUE_STAY, (self.token, self._score, self._life_ms, self._ttl_ms))
 
     def leave(self) -> None:
         """Leave every node's line; a key granted to us goes to the next waiter (synchronous: survives
         cancellation). Nothing of ours stays on the nodes once these ran, and nothing counts any more."""
         self.left = True
         self.ends = [-math.inf] * len(self.nodes)
-        self._send(range(len(self.nodes)), QUEUE_LEAVE, (self.token, b"leave"))
+        self._send(range(len(self.nodes)), QUEUE_LEAVE, (self.token,))
 
     def _send(self, nodes: Sequence[int], script: object, args: tuple[bytes | int, ...]) -> None:
-        assert script is QUEUE_ENTER or script is QUEUE_LEAVE
+        assert script is QUEUE_ENTER or script is QUEUE_LEAVE or script is QUEUE_STAY
         packed = pack_script(script, self.keys, args)
         fallback = (script, self.keys, args)
         receiver = _Request(self._answered, _clock.now())

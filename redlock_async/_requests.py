@@ -26,6 +26,7 @@ from redlock_async._scripts import (
     FENCE,
     FENCE_ALL,
     HANDED_RELEASE,
+    KEEP_LIMIT,
     RELEASE,
     RELEASE_ALL,
 )
@@ -61,6 +62,8 @@ class Attempt:
     permit's -L (a slot is held under limit L)."""
     free: dict[int, int] | None = None
     """A permit's round that was not granted: slot -> how many nodes said it is free there."""
+    keeps: bytes | None = None
+    """A permit's: its semaphore's widest-limit key, which every extension keeps alive (:func:`send_keep`)."""
 
 
 OWNER_SEPARATOR = b"~"
@@ -97,11 +100,13 @@ def send_attempt(
     (synchronous); :func:`decide` counts it."""
     token = new_token(owner)
     ttl_ms = settings.ttl_ms
+    # With fence_ttl, a counter read is at least the node's clock in microseconds (counters expire).
+    args: tuple[bytes | int, ...] = (token, ttl_ms) if settings.fence_ttl_ms is None else (token, ttl_ms, b"floor")
     if len(keys) == 1:
         if settings.fencing:
             ballot = Ballot(nodes, vote_of_fenced, settings.node_timeout)
             started = _clock.now()
-            ballot.script(ACQUIRE_FENCED, (keys[0], fence_keys[0]), (token, ttl_ms), limited=True)
+            ballot.script(ACQUIRE_FENCED, (keys[0], fence_keys[0]), args, limited=True)
         else:
             ballot = Ballot(nodes, vote_of_set, settings.node_timeout)
             started = _clock.now()
@@ -109,7 +114,7 @@ def send_attempt(
     elif settings.fencing:
         ballot = Ballot(nodes, vote_of_counters, settings.node_timeout)
         started = _clock.now()
-        ballot.script(ACQUIRE_ALL_FENCED, keys + fence_keys, (token, ttl_ms), limited=True)
+        ballot.script(ACQUIRE_ALL_FENCED, keys + fence_keys, args, limited=True)
     else:
         ballot = Ballot(nodes, vote_of_script, settings.node_timeout)
         started = _clock.now()
@@ -174,6 +179,7 @@ async def attempt_permit(
     started = _clock.now()
     ballot.script(ACQUIRE_PERMIT, (slot, widest), (token, ttl_ms, limit, slot_prefix), limited=True)
     result = await _decide(nodes, (slot,), None, token, started, ballot, settings, channel)
+    result.keeps = widest
     if result.validity is None:
         free: dict[int, int] = {}
         for reply in ballot.replies:
@@ -200,7 +206,7 @@ async def _decide(
     try:
         await ballot.wait()
         if fence_keys is not None and ballot.verdict is WON:
-            fencing_tokens, ballot = await _fence(nodes, keys, fence_keys, token, sent, settings.node_timeout)
+            fencing_tokens, ballot = await _fence(nodes, keys, fence_keys, token, sent, settings)
     except BaseException:
         # Cancelled mid-vote: the SETs are out and may succeed; hand back
         # every one of them before the cancellation goes on (queued, no await).
@@ -247,7 +253,7 @@ async def _fence(
     fence_keys: tuple[bytes, ...],
     token: bytes,
     granted: Ballot,
-    node_timeout: float,
+    settings: Settings,
 ) -> tuple[tuple[int, ...], Ballot]:
     """Choose each key's fencing token and make a majority hold them; the returned ballot decides the grant.
 
@@ -259,13 +265,14 @@ async def _fence(
     enough: see docs/fencing.md for the sequence that breaks it.)
     """
     answers = [reply for reply, vote in zip(granted.replies, granted.votes, strict=True) if vote is YES]
-    fenced = Ballot(nodes, vote_of_script, node_timeout)
+    fenced = Ballot(nodes, vote_of_script, settings.node_timeout)
+    expiry: tuple[int, ...] = () if settings.fence_ttl_ms is None else (settings.fence_ttl_ms,)  # fence_ttl
     if len(keys) == 1:
         chosen: tuple[int, ...] = (max(answers) + 1,)
-        fenced.script(FENCE, (keys[0], fence_keys[0]), (token, chosen[0]), limited=True)
+        fenced.script(FENCE, (keys[0], fence_keys[0]), (token, chosen[0], *expiry), limited=True)
     else:
         chosen = tuple(max(counters[i] for counters in answers) + 1 for i in range(len(keys)))
-        fenced.script(FENCE_ALL, keys + fence_keys, (token, *chosen), limited=True)
+        fenced.script(FENCE_ALL, keys + fence_keys, (token, *chosen, *expiry), limited=True)
     await fenced.start().wait()
     return chosen, fenced
 
@@ -274,6 +281,15 @@ def send_extend(nodes: Sequence[Node], keys: tuple[bytes, ...], token: bytes, tt
     """Compare-and-PEXPIRE (of every key, all or none) on every node; ``await ballot.wait()`` for the votes."""
     script = EXTEND if len(keys) == 1 else EXTEND_ALL
     return Ballot(nodes, vote_of_script, timeout).script(script, keys, (token, ttl_ms), limited=True).start()
+
+
+def send_keep(nodes: Sequence[Node], slot: bytes, widest: bytes, token: bytes, margin_ms: int) -> None:
+    """Queue KEEP_LIMIT on every node, right behind a permit's extension (synchronous; no one awaits the
+    replies): the semaphore's widest-limit key lives *margin_ms* longer than the slot where it holds *token*."""
+    args: tuple[bytes | int, ...] = (token, margin_ms)
+    packed = pack_script(KEEP_LIMIT, (slot, widest), args)
+    for i, node in enumerate(nodes):
+        node.send_packed(IGNORED, i, packed, limited=True, fallback=(KEEP_LIMIT, (slot, widest), args))
 
 
 def send_release(

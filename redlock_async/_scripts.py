@@ -16,8 +16,13 @@ class Script:
 
     source: bytes
     creates: bool = False
-    """It can create a lock key. Such a script, sent again as EVAL after the server lost it,
-    would run after commands sent later; it is not sent again when one of those names its key."""
+    """It can give its own token something (a lock key, a place in a line). Sent again as EVAL
+    after the server lost it, a script runs after the commands sent later; for such a script, one
+    of those may be its own release or leave, which it would undo for a client that has gone (a
+    key or an entry held for no one). So it is not sent again when a command on the wire names
+    one of its keys, and fails instead (nothing ran). Every other script only takes away what is
+    its token's (a release, a leave, an extension): run late, it does no harm, and it is always
+    sent again, since not running can (a leave that never ran leaves its waiter in line)."""
     sha: bytes = field(init=False)
 
     def __post_init__(self) -> None:
@@ -94,16 +99,56 @@ return extended
 """
 )
 
+_FLOOR = b"""
+-- The counter read for a new token: the node's, or with a floor (fence_ttl: counters expire) at
+-- least the node's time in microseconds, so that a counter that expired never restarts below a
+-- token already given (see docs/fencing.md).
+local function counter_of(key, floor)
+    local counter = tonumber(redis.call('GET', key) or '0')
+    if floor then
+        local clock = redis.call('TIME')
+        local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+        if now > counter then
+            counter = now
+        end
+    end
+    return counter
+end
+"""
+
+_RAISE = b"""
+-- Raise a fencing counter to a token: with a ttl (fence_ttl) the counter expires that long after its
+-- last raise; without, it never expires (and a counter another client gave a ttl loses it).
+local function raise_counter(key, token, ttl)
+    if tonumber(redis.call('GET', key) or '0') < tonumber(token) then
+        if ttl then
+            redis.call('SET', key, token, 'PX', ttl)
+        else
+            redis.call('SET', key, token)
+        end
+    elseif ttl then
+        local left = redis.call('PTTL', key)
+        if left >= 0 and left < tonumber(ttl) then
+            redis.call('PEXPIRE', key, ttl)
+        end
+    end
+end
+"""
+
 ACQUIRE_FENCED = Script(
     b"""
 -- SET NX PX, and read the resource's fencing counter in the same step.
 -- KEYS[1]  the lock key
--- KEYS[2]  the resource's fencing counter (never expires)
+-- KEYS[2]  the resource's fencing counter
 -- ARGV[1]  the token of this acquisition
 -- ARGV[2]  the ttl in integer milliseconds
+-- ARGV[3]  optional, "floor": read at least the node's time in microseconds (fence_ttl)
 -- returns  the counter (>= 0) when the key was set; -1 when it exists
+"""
+    + _FLOOR
+    + b"""
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    return tonumber(redis.call('GET', KEYS[2]) or '0')
+    return counter_of(KEYS[2], ARGV[3])
 end
 return -1
 """,
@@ -118,11 +163,13 @@ FENCE = Script(
 -- KEYS[2]  the resource's fencing counter
 -- ARGV[1]  the token of this acquisition
 -- ARGV[2]  the fencing token chosen for it
+-- ARGV[3]  optional: the counter's ttl in integer milliseconds (fence_ttl); none: it never expires
 -- returns  1 written (or already higher); 0 the key is gone or not ours
+"""
+    + _RAISE
+    + b"""
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-    if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then
-        redis.call('SET', KEYS[2], ARGV[2])
-    end
+    raise_counter(KEYS[2], ARGV[2], ARGV[3])
     return 1
 end
 return 0
@@ -174,10 +221,14 @@ ACQUIRE_ALL_FENCED = Script(
     b"""
 -- ACQUIRE_ALL, and read each resource's fencing counter in the same step.
 -- KEYS[1..n]     the lock keys, in canonical order
--- KEYS[n+1..2n]  their fencing counters, in the same order (never expire)
+-- KEYS[n+1..2n]  their fencing counters, in the same order
 -- ARGV[1]        the token of this acquisition
 -- ARGV[2]        the ttl in integer milliseconds
+-- ARGV[3]        optional, "floor": read at least the node's time in microseconds (fence_ttl)
 -- returns        the n counters (>= 0) when every key was set; -i when key i exists
+"""
+    + _FLOOR
+    + b"""
 local n = #KEYS / 2
 for i = 1, n do
     if redis.call('EXISTS', KEYS[i]) == 1 then
@@ -187,7 +238,7 @@ end
 local counters = {}
 for i = 1, n do
     redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
-    counters[i] = tonumber(redis.call('GET', KEYS[n + i]) or '0')
+    counters[i] = counter_of(KEYS[n + i], ARGV[3])
 end
 return counters
 """,
@@ -201,7 +252,11 @@ FENCE_ALL = Script(
 -- KEYS[n+1..2n]  their fencing counters
 -- ARGV[1]        the token of this acquisition
 -- ARGV[1+i]      the fencing token chosen for key i
+-- ARGV[n+2]      optional: the counters' ttl in integer milliseconds (fence_ttl); none: they never expire
 -- returns        1 written (or already higher); 0 a key is gone or not ours
+"""
+    + _RAISE
+    + b"""
 local n = #KEYS / 2
 for i = 1, n do
     if redis.call('GET', KEYS[i]) ~= ARGV[1] then
@@ -209,9 +264,7 @@ for i = 1, n do
     end
 end
 for i = 1, n do
-    if tonumber(redis.call('GET', KEYS[n + i]) or '0') < tonumber(ARGV[1 + i]) then
-        redis.call('SET', KEYS[n + i], ARGV[1 + i])
-    end
+    raise_counter(KEYS[n + i], ARGV[1 + i], ARGV[n + 2])
 end
 return 1
 """
@@ -261,8 +314,10 @@ ACQUIRE_PERMIT = Script(
 -- Take permit slot i of a semaphore: a SET NX PX of that slot's key, after
 -- checking that no slot is held under another limit. Every token starts
 -- with its semaphore's limit ("3:..."), so holders of one limit see those
--- of another; the widest limit ever used is kept (it never expires, a few
--- bytes) so that every slot that may be held is looked at.
+-- of another; the widest limit in use is kept so that every slot that may be
+-- held is looked at. That key lives a lease longer than every permit granted
+-- (here) or extended (KEEP_LIMIT) on this node, so it goes once no permit is
+-- held, and never while one is.
 -- KEYS[1]  the slot's key
 -- KEYS[2]  the semaphore's widest-limit key
 -- ARGV[1]  the token of this acquisition ("<limit>:<random>")
@@ -272,9 +327,16 @@ ACQUIRE_PERMIT = Script(
 -- returns  1 set; -L a slot is held under limit L (not ours); the slot is held:
 --          the list of this node's free slots (so the next try goes where it can win)
 local limit = tonumber(ARGV[3])
+local keep = 2 * tonumber(ARGV[2])  -- the permit's ttl, and a lease more
+local function keep_widest()
+    if redis.call('PTTL', KEYS[2]) < keep then
+        redis.call('PEXPIRE', KEYS[2], keep)
+    end
+end
 local widest = tonumber(redis.call('GET', KEYS[2]) or '0')
 if limit > widest then
     redis.call('SET', KEYS[2], ARGV[3])
+    keep_widest()
     widest = limit
 end
 local free = {}
@@ -290,11 +352,37 @@ for j = 0, widest - 1 do
     end
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    keep_widest()
     return 1
 end
 return free
 """,
     creates=True,
+)
+
+KEEP_LIMIT = Script(
+    b"""
+-- After a permit's extension: its semaphore's widest-limit key lives at least a
+-- margin longer than the permit's slot, and names at least its limit (written
+-- again if this node lost it), only while the slot holds the permit's token.
+-- KEYS[1]  the permit's slot key
+-- KEYS[2]  the semaphore's widest-limit key
+-- ARGV[1]  the permit's token ("<limit>:<random>")
+-- ARGV[2]  the margin in integer milliseconds (the permit's ttl)
+-- returns  1 kept; 0 the slot is gone or holds another token (nothing written)
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    return 0
+end
+local limit = string.match(ARGV[1], '^(%d+):')
+if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(limit) then
+    redis.call('SET', KEYS[2], limit)
+end
+local keep = redis.call('PTTL', KEYS[1]) + tonumber(ARGV[2])
+if redis.call('PTTL', KEYS[2]) < keep then
+    redis.call('PEXPIRE', KEYS[2], keep)
+end
+return 1
+"""
 )
 
 # -- the grant queue (Redlock(queue=True)) -----------------------------------
@@ -385,39 +473,63 @@ QUEUE_LEAVE = Script(
     b"""
 -- A waiter or holder leaves the key's line: its entry goes, and if the key holds its token,
 -- the key goes straight to the next live waiter (or, with none, is deleted and the release
--- word published, as RELEASE does).
+-- word published, as RELEASE does). It only ever takes away what is its token's: run late (sent
+-- again as EVAL after the server lost it, behind commands sent after it), it does what a release
+-- of a departed holder does, so it is always sent again (a leave that never ran kept a departed
+-- waiter in line, and the next release handed it the key for a whole ttl).
 -- KEYS[1]  the lock key (and the channel)
 -- KEYS[2]  its line
 -- KEYS[3]  its waits
 -- ARGV[1]  the token
--- ARGV[2]  "leave"; or "stay": keep (or put back) the entry (a split grant given back), with
--- ARGV[3]  its score, ARGV[4] the entry's life and ARGV[5] its ttl (as for QUEUE_ENTER)
--- returns  {1 the key held the token / 0 it did not, the node's time in us (0 when leaving with
---          no one in line: no one counts on it then), the key's pttl when it holds the token
---          again (given back to the first waiter: us), else 0}
+-- returns  {1 the key held the token / 0 it did not, the node's time in us when it granted the key
+--          to the next waiter (else 0: no one counts on it), 0}
 """
     + _NOW
     + _GRANT_NEXT
     + b"""
-local stay = ARGV[2] == 'stay'
-if stay then
-    if not redis.call('HGET', KEYS[3], ARGV[1]) then
-        local expiry = math.floor(now_us() / 1000) + tonumber(ARGV[4])
-        redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f', expiry) .. ' ' .. ARGV[5])
-    end
-    redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-elseif redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
     redis.call('HDEL', KEYS[3], ARGV[1])
 end
 local had = redis.call('GET', KEYS[1]) == ARGV[1]
-local head = had and grant_next(KEYS[1], KEYS[2], KEYS[3])
-if had and not head then
+if had and not grant_next(KEYS[1], KEYS[2], KEYS[3]) then
     redis.call('DEL', KEYS[1])
     redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
 end
-local time = (stay or clock_us) and string.format('%.0f', now_us()) or '0'
+return {had and 1 or 0, clock_us and string.format('%.0f', now_us()) or '0', 0}
+"""
+)
+
+QUEUE_STAY = Script(
+    b"""
+-- A waiter gives back what this node granted it (a split: no majority came) and keeps (or puts
+-- back) its entry: if the key holds its token, the key goes to the first live waiter, which may
+-- be itself again. It can put its token back in line and on the key, so it is never run after
+-- a later command on the key (its own leave would then be undone): not sent again then.
+-- KEYS[1]  the lock key (and the channel)
+-- KEYS[2]  its line
+-- KEYS[3]  its waits
+-- ARGV[1]  the token
+-- ARGV[2]  its score, ARGV[3] the entry's life and ARGV[4] its ttl (as for QUEUE_ENTER)
+-- returns  {1 the key held the token / 0 it did not, the node's time in us, the key's pttl when
+--          it holds the token again (given back to the first waiter: us), else 0}
+"""
+    + _NOW
+    + _GRANT_NEXT
+    + b"""
+if not redis.call('HGET', KEYS[3], ARGV[1]) then
+    local expiry = math.floor(now_us() / 1000) + tonumber(ARGV[3])
+    redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f', expiry) .. ' ' .. ARGV[4])
+end
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+local had = redis.call('GET', KEYS[1]) == ARGV[1]
+local head = had and grant_next(KEYS[1], KEYS[2], KEYS[3])
+if had and not head then  -- (our entry was there already, and expired)
+    redis.call('DEL', KEYS[1])
+    redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
+end
+local time = string.format('%.0f', now_us())
 if head == ARGV[1] then
-    return {1, time, tonumber(ARGV[5])}
+    return {1, time, tonumber(ARGV[4])}
 end
 return {had and 1 or 0, time, 0}
 """,
@@ -427,6 +539,7 @@ return {had and 1 or 0, time, 0}
 SCRIPTS = (
     QUEUE_ENTER,
     QUEUE_LEAVE,
+    QUEUE_STAY,
     HANDED_RELEASE,
     RELEASE,
     EXTEND,
@@ -439,5 +552,6 @@ SCRIPTS = (
     EXTEND_ALL,
     RELEASE_ALL,
     ACQUIRE_PERMIT,
+    KEEP_LIMIT,
 )
 """The scripts a node loads on every new connection (FENCED_SET runs on the protected resource)."""

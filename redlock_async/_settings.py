@@ -16,6 +16,14 @@ MIN_NODE_TIMEOUT = 0.001
 MAX_TTL_MS = 2**53
 """Longest ttl in milliseconds: exact as a float, and well within what a server accepts for PX / PEXPIRE."""
 
+MIN_FENCE_TTL = 60.0
+"""Shortest fence_ttl, in seconds: a counter outlives any clock step or disagreement between nodes you
+accept (the floor that replaces an expired counter is the node's clock; docs/fencing.md)."""
+
+FENCE_TTL_TO_TTL = 10
+"""fence_ttl must be at least this many ttls: grants in quick succession are ordered by the counter, which
+outlives many leases, not by the clocks."""
+
 
 def check_duration(name: str, value: object, *, zero_ok: bool = False, inf_ok: bool = False) -> float:
     """*value* as float seconds, or a ValueError/TypeError that says what to change."""
@@ -88,7 +96,14 @@ class Settings:
     """Give each grant a fencing token (Lock.fencing_token) that grows with every
     grant of the resource: one more round trip per acquire. See docs/fencing.md."""
     fence_prefix: str = "redlock-fence:"
-    """Prepended to the resource name for its fencing counter, which never expires."""
+    """Prepended to the resource name for its fencing counter."""
+    fence_ttl: float | None = None
+    """None: a fencing counter never expires (one small key per name ever fenced, on every node).
+    Seconds: each counter expires this long after its last grant, and every fencing token is at least
+    the node's time in microseconds, so that a counter that expired never restarts below a token
+    already given, as long as the nodes' clocks never disagree or step back by this much. At least
+    MIN_FENCE_TTL and FENCE_TTL_TO_TTL ttls; a day suits most. Every client of a fenced name must use
+    the same setting (docs/fencing.md)."""
     auto_extend: bool = True
     """Inside ``async with lock``, a watchdog extends the lease until the block
     exits, and cancels the body (raising LockLost) if the lease is lost."""
@@ -110,6 +125,8 @@ class Settings:
     any client otherwise. 0 turns it off (only for nodes that never lose data)."""
     ttl_ms: int = field(init=False, repr=False, compare=False)
     """The ttl as the servers get it (:func:`ttl_to_ms`), worked out once."""
+    fence_ttl_ms: int | None = field(init=False, repr=False, compare=False)
+    """fence_ttl as the servers get it, None when counters never expire."""
 
     def __post_init__(self) -> None:
         for name in ("ttl", "node_timeout", "connect_timeout"):
@@ -176,6 +193,7 @@ class Settings:
                 raise TypeError(f"max_extensions must be an int or None, got {type(extensions).__name__}")
             if extensions < 0:
                 raise ValueError(f"max_extensions must be >= 0 (or None for no bound), got {extensions}")
+        self._check_fence_ttl()
         if not isinstance(self.key_prefix, str):
             raise TypeError(f"key_prefix must be a str, got {type(self.key_prefix).__name__}")
         if not isinstance(self.fence_prefix, str):
@@ -192,3 +210,21 @@ class Settings:
                 f"key_prefix {self.key_prefix!r} and fence_prefix {self.fence_prefix!r} overlap: a lock key "
                 "could be taken for a fencing counter; pick prefixes where neither starts the other"
             )
+
+    def _check_fence_ttl(self) -> None:
+        fence_ttl = self.fence_ttl
+        if fence_ttl is None:
+            object.__setattr__(self, "fence_ttl_ms", None)
+            return
+        fence_ttl = check_duration("fence_ttl", fence_ttl)
+        least = max(MIN_FENCE_TTL, FENCE_TTL_TO_TTL * self.ttl)
+        if fence_ttl < least:
+            raise ValueError(
+                f"fence_ttl ({fence_ttl} s) must be at least {least} s (60 s, and {FENCE_TTL_TO_TTL} x the "
+                f"ttl of {self.ttl} s): a fencing counter must outlive many leases and any clock step between "
+                "nodes; a day (86400) suits most, None keeps counters for ever"
+            )
+        if ttl_to_ms(fence_ttl) > MAX_TTL_MS:
+            raise ValueError(f"fence_ttl must be at most {MAX_TTL_MS // 1000} s (2**53 ms), got {fence_ttl}: or None")
+        object.__setattr__(self, "fence_ttl", fence_ttl)
+        object.__setattr__(self, "fence_ttl_ms", ttl_to_ms(fence_ttl))

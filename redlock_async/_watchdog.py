@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable
 from functools import partial
 
-from redlock_async import _algorithm, _clock
+from redlock_async import _algorithm, _clock, _requests
 from redlock_async._algorithm import Vote
 from redlock_async._fanout import Deadline, sitting_out
 from redlock_async._lease import Lease
@@ -225,6 +225,10 @@ class _Round:
             for i, node in enumerate(nodes):
                 fut = node.send_script(EXTEND_MANY, tuple(keys), tuple(args), limited=True)
                 fut.add_done_callback(partial(self._on_reply, i, start, len(chunk), spans))
+            for lock in chunk:
+                if lock.keeps is not None:  # a permit: its semaphore's limit key lives on with it
+                    assert lock.token is not None
+                    _requests.send_keep(nodes, lock.keys[0], lock.keeps, lock.token, lock.ttl_ms)
         self._loop = loop
         self._node_timeout = watchdog._node_timeout
         self._arm(first=True)

@@ -187,9 +187,12 @@ def eval_again(
     """An EVALSHA the server did not know, packed again as EVAL (which caches the script); or why not.
 
     It will run after the commands already on the wire (*on_the_wire*: their fallbacks). For a
-    script that can create a lock key, that could put an acquire after its own release (a key left
-    with no holder): such a script is not sent again when a command on the wire names one of its
-    keys, and fails instead (nothing ran).
+    script that gives its token something (``Script.creates``: a lock key, a place in line), that
+    could put an acquire after its own release (a key left with no holder): such a script is not
+    sent again when a command on the wire names one of its keys, and fails instead (nothing ran).
+    Every other script (a release, a leave, an extension) only takes away what is its token's, and
+    is always sent again: not running is what would harm (a leave that never ran keeps a departed
+    waiter in line, and the next release hands it the key).
     """
     script, keys, args = fallback
     if script.creates:

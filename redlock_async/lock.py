@@ -424,6 +424,7 @@ class Lock:
             skip=result.skip,
             fencing_token=tokens[0] if tokens else None,
             fencing_tokens=tokens,
+            keeps=result.keeps,
         )
         self._lost = None
         self._state = move(self._state, _HELD)
@@ -510,6 +511,8 @@ class Lock:
                 # Votes after the old validity ends prove nothing: stop waiting then.
                 timeout = min(settings.node_timeout, self._lease.expires - started)
                 ballot = _requests.send_extend(nodes, self._lease.keys, token, ttl_ms, timeout)
+                if self._lease.keeps is not None:
+                    _requests.send_keep(nodes, self._lease.keys[0], self._lease.keeps, token, ttl_ms)
                 await ballot.wait()
                 self._last_votes, self._last_details = ballot.votes, ballot.details
                 verdict, validity = _algorithm.judge_extension(

@@ -1,7 +1,7 @@
 """The grant queue's waiter side without servers: a :class:`Claim` over fake nodes and an injected clock.
 
 The fake nodes record what is sent to them; the test answers each request (as QUEUE_ENTER or
-QUEUE_LEAVE would: ``[had, node time in us, pttl]``) and plays grant words, in the orders that
+QUEUE_LEAVE or QUEUE_STAY would: ``[had, node time in us, pttl]``) and plays grant words, in the orders that
 matter: a word late behind a reply, a word while our own script is on the wire, a failed request.
 """
 
@@ -15,7 +15,7 @@ import pytest
 from redlock_async import _clock
 from redlock_async._algorithm import CLOCK_PRECISION, Vote, held_until, majority_until, validity
 from redlock_async._queue import Claim, queue_keys
-from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
+from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE, QUEUE_STAY
 from redlock_async._settings import Settings
 from redlock_async._wire import Failure
 
@@ -139,8 +139,7 @@ async def test_a_given_back_grant_is_not_brought_back_by_its_late_word(clock: Cl
     claim.heard(0, 5_100_000)
     assert claim.ends[0] > -math.inf
     claim.give_back([0])  # a split: handed back, staying in line
-    assert QUEUE_LEAVE.sha in nodes[0].waiting[0].args
-    assert b"stay" in nodes[0].waiting[0].args
+    assert QUEUE_STAY.sha in nodes[0].waiting[0].args
     assert claim.ends[0] == -math.inf
     claim.heard(0, 5_100_000)  # the same grant's word again (say, heard by a second path): still given back
     assert claim.ends[0] == -math.inf
@@ -189,7 +188,7 @@ async def test_leave_forgets_every_grant_and_goes_to_every_node(clock: Clock) ->
         node.answer(reply(True, 1_000_000, pttl=10_000))
     claim.leave()
     assert claim.held(clock.t) == []
-    assert all(b"leave" in node.waiting[0].args for node in nodes)
+    assert all(QUEUE_LEAVE.sha in node.waiting[0].args for node in nodes)
 
 
 async def test_a_reply_older_than_a_give_back_on_the_wire_does_not_count(clock: Clock) -> None:
