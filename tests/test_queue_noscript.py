@@ -17,7 +17,7 @@ import time
 
 import redis.asyncio
 
-from redlock_async import LockNotAcquired, Redlock
+from redlock_async import LockNotAcquired
 
 from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere
 
