@@ -335,7 +335,7 @@ local function keep_widest()
 end
 local widest = tonumber(redis.call('GET', KEYS[2]) or '0')
 if limit > widest then
-    redis.call('SET', KEYS[2], ARGV[3])
+    redis.call('SET', KEYS[2], ARGV[3], 'KEEPTTL')  -- (the expiry that other permits set stays)
     keep_widest()
     widest = limit
 end
@@ -375,7 +375,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 local limit = string.match(ARGV[1], '^(%d+):')
 if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(limit) then
-    redis.call('SET', KEYS[2], limit)
+    redis.call('SET', KEYS[2], limit, 'KEEPTTL')
 end
 local keep = redis.call('PTTL', KEYS[1]) + tonumber(ARGV[2])
 if redis.call('PTTL', KEYS[2]) < keep then

@@ -62,6 +62,23 @@ async def test_a_limit_key_lives_a_lease_longer_than_the_last_permit_then_goes(
     assert await eventually(lambda: keys_everywhere(cluster) == empty, 3.0), keys_everywhere(cluster)
 
 
+async def test_a_refused_wider_limit_with_a_shorter_ttl_does_not_cut_the_limit_key_short(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """A limit-3 client with a 0.1 s ttl meets a limit-2 permit of 5 s: it writes its wider limit (then is
+    refused), and must leave the key's expiry the permit set, not one of its own two 0.1 s leases."""
+    holder, other = await make_redlock(ttl=5.0), await make_redlock(ttl=0.1, node_timeout=0.01)
+    sem = holder.semaphore("mixed", limit=2)
+    assert await sem.acquire(blocking=False)
+    slot = b"redlock:\x00semaphore\x00mixed\x00%d" % slot_of(cluster, "mixed", sem)
+    with pytest.raises(ValueError, match=r"held under limit 2, not 3"):
+        await other.semaphore("mixed", limit=3).acquire(blocking=False)
+    assert [cluster[i].command("GET", limit_key("mixed")) for i in range(len(cluster))] == [b"3"] * len(cluster)
+    for limit_left, slot_left in zip(pttls(cluster, limit_key("mixed")), pttls(cluster, slot), strict=True):
+        assert limit_left >= slot_left > 4000, (limit_left, slot_left)
+    await sem.release()
+
+
 @pytest.mark.parametrize("extended_by", ["watchdog", "extend"])
 async def test_a_limit_key_outlives_every_permit_held_by_extensions(
     cluster: Cluster, make_redlock: MakeRedlock, extended_by: str
