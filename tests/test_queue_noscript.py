@@ -131,7 +131,8 @@ async def test_under_a_script_flush_every_few_ms_the_lock_is_never_left_to_no_on
     for redlock in redlocks:
         await redlock.aclose()
     assert rounds > 100, rounds  # the flushes really came every few ms
+    assert gaps
+    assert max(gaps) < 2.0, f"longest gaps with no holder: {sorted(gaps)[-5:]} in {sections} sections"
     assert sections > 50, sections
-    assert max(gaps) < 2.0, sorted(gaps)[-5:]
     empty: list[list[bytes]] = [[]] * len(cluster)
     assert await eventually(lambda: keys_everywhere(cluster) == empty, PROMPT), keys_everywhere(cluster)
