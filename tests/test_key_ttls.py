@@ -17,6 +17,7 @@ import pytest
 
 from redlock_async import Redlock
 from redlock_async.semaphore import Semaphore
+from redlock_async.testing import LocalNodes
 
 from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere
 
@@ -256,3 +257,40 @@ def test_fence_ttl_is_checked_with_a_message_that_says_what_to_change() -> None:
     redlock.lock("fine", fencing=True, ttl=360.0)  # 10 ttls exactly
     with pytest.raises(ValueError, match=r"fence_ttl \(3600.0 s\) must be at least 4000.0 s .*ttl of 400.0 s"):
         redlock.lock("long", fencing=True, ttl=400.0)
+
+
+async def test_with_fence_ttl_counters_expired_by_the_nodes_clocks_still_give_larger_tokens() -> None:
+    """Real expiry, by the nodes' own clocks (libfaketime), with one node 30 s ahead of the others (well
+    within fence_ttl). Its clock sets the first token; every clock then moves on past fence_ttl, so the
+    counters expire by themselves; with the fast node stopped, the two others grant by their clocks, and
+    the token is still larger. Stepped back to the real time, every clock is now behind the last token:
+    the counter, written a moment ago, orders the next grant."""
+    with LocalNodes(3, clock=True) as nodes:
+        nodes[0].clock.step(30)
+        async with Redlock(nodes.urls, fencing=True, fence_ttl=3600.0, ttl=1.0) as redlock:
+            lock = redlock.lock("clocked")
+            assert await lock.acquire(blocking=False)
+            first = lock.fencing_token
+            assert first is not None
+            assert first > (time.time_ns() // 1000) + 25_000_000  # from the node 30 s ahead
+            await lock.release()
+            for node in nodes:
+                node.clock.step(3700)  # fence_ttl and more: the counters expire by themselves
+            assert [node.command("EXISTS", counter_key("clocked")) for node in nodes] == [0, 0, 0]
+            nodes[0].pause()
+            try:
+                assert await lock.acquire(blocking=False)
+                second = lock.fencing_token
+                assert second is not None
+                assert second > first
+                await lock.release()
+            finally:
+                nodes[0].resume()
+            for node in nodes:
+                node.clock.reset()  # back an hour: behind the last token, on every node
+            assert await lock.acquire(blocking=False)
+            third = lock.fencing_token
+            assert third is not None
+            assert third > second
+            assert third > (time.time_ns() // 1000) + 3_000_000_000  # from the counter: an hour ahead of every clock
+            await lock.release()
