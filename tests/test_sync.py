@@ -286,3 +286,32 @@ def test_bad_input_raises_when_made(cluster: Cluster) -> None:
         redlock.lock("x").acquire(blocking=False, timeout=1.0)
     redlock.close()
     assert loop_threads() == []
+
+
+def test_close_wakes_a_thread_blocked_in_acquire(cluster: Cluster) -> None:
+    holder, waiter = Redlock(cluster.urls), Redlock(cluster.urls)
+    raised: list[BaseException] = []
+    waited: list[float] = []
+
+    def wait() -> None:
+        started = time.monotonic()
+        try:
+            waiter.lock("closing-wait", acquire_timeout=30.0).acquire()
+        except BaseException as exc:
+            raised.append(exc)
+        waited.append(time.monotonic() - started)
+
+    with holder.lock("closing-wait"):
+        thread = threading.Thread(target=wait)
+        thread.start()
+        time.sleep(0.3)
+        waiter.close()
+        thread.join(timeout=10)
+    holder.close()
+    assert not thread.is_alive()
+    assert len(raised) == 1
+    assert isinstance(raised[0], RuntimeError)
+    assert "closed" in str(raised[0])
+    assert waited[0] < 5
+    assert loop_threads() == []
+    assert keys_everywhere(cluster) == [[]] * len(cluster)

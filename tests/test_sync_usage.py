@@ -31,12 +31,14 @@ def sync_redlock(cluster: Cluster) -> Iterator[Redlock]:
 # -- fork -------------------------------------------------------------------------------------------
 
 
-def _child(redlock: Redlock, shared: Lock, held_by_parent: str, results: Queue[Any]) -> None:
+def _child(redlock: Redlock, shared: Lock, parent_lock: Lock, held_by_parent: str, results: Queue[Any]) -> None:
     try:
         threads_at_start = sorted(t.name for t in threading.enumerate())
         with shared:  # made and used by the parent before the fork
             inside = shared.held
         refused = not redlock.lock(held_by_parent).acquire(blocking=False)  # the parent is another client
+        # The parent's Lock object, held there at the fork, is not held here, and takes nothing here.
+        refused = refused and not parent_lock.held and not parent_lock.acquire(blocking=False)
         with redlock.lock("fork:child", ttl=0.5) as own:
             time.sleep(1.0)  # the child's own watchdog keeps it
             kept = own.held
@@ -57,7 +59,7 @@ def test_a_forked_child_uses_its_own_loop_and_the_parent_goes_on(sync_redlock: R
     results: Queue[Any] = context.Queue()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() of a process with threads
-        child = context.Process(target=_child, args=(sync_redlock, shared, "fork:parent", results))
+        child = context.Process(target=_child, args=(sync_redlock, shared, parent_lock, "fork:parent", results))
         child.start()
     result = results.get(timeout=30)
     child.join(timeout=30)

@@ -5,15 +5,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, ParamSpec, Self, TypeVar, final
 
 from redis.asyncio import Redis
 
+from redlock_async._settings import Settings
 from redlock_async._synchronized import OnBusy, check_call, decorate_sync
 from redlock_async.client import Redlock as AsyncRedlock
 from redlock_async.election import Election as AsyncElection
+from redlock_async.events import OnEvent
 from redlock_async.inspection import LockInfo
 from redlock_async.lock import Lock as AsyncLock
 from redlock_async.statistics import RedlockStatistics
@@ -42,7 +45,7 @@ class Redlock:
 
     __slots__ = ("__weakref__", "_runtime")
 
-    def __init__(self, nodes: Iterable[str | Redis], *, on_event: Any = None, **settings: Any) -> None:
+    def __init__(self, nodes: Iterable[str | Redis], *, on_event: OnEvent | None = None, **settings: Any) -> None:
         listed = nodes if isinstance(nodes, (str, bytes)) else list(nodes)  # kept: a forked child makes its own
         self._runtime = Runtime(functools.partial(AsyncRedlock, listed, on_event=on_event, **settings))
 
@@ -51,7 +54,7 @@ class Redlock:
         return f"<redlock_async.sync.Redlock nodes={list(twin.nodes)} ttl={twin.settings.ttl}>"
 
     @property
-    def settings(self) -> Any:
+    def settings(self) -> Settings:
         """The settings in force (a :class:`redlock_async.Settings`)."""
         return self._runtime.current().settings
 
@@ -241,22 +244,31 @@ class Redlock:
 class Election:
     """The blocking twin of :class:`redlock_async.Election`: campaign for, resign from and observe one leadership."""
 
-    __slots__ = ("_holding", "_make", "_runtime", "name")
+    __slots__ = ("_generation", "_holding", "_make", "_runtime", "name")
 
     def __init__(self, runtime: Runtime, name: str | bytes, make: Callable[[AsyncRedlock], AsyncElection]) -> None:
         self._runtime = runtime
         self._make = make
         self.name = name
         make(runtime.current())  # bad input raises now
+        self._generation = runtime.generation
         self._holding: Holding[int] = Holding()
+
+    def _fresh(self) -> Holding[int]:
+        """The holding of this process (a forked child's campaign is its own, not the parent's)."""
+        self._runtime.current()
+        if self._runtime.generation != self._generation:
+            self._generation = self._runtime.generation
+            self._holding = Holding()
+        return self._holding
 
     def __repr__(self) -> str:
         return f"<redlock_async.sync.Election {self.name!r}>"
 
     @property
-    def lost(self) -> Any:
+    def lost(self) -> threading.Event:
         """A ``threading.Event`` set when the current term's leadership is lost."""
-        return self._holding.lost
+        return self._fresh().lost
 
     @contextlib.contextmanager
     def campaign(self, timeout: float | None = None) -> Iterator[int]:
@@ -267,18 +279,19 @@ class Election:
         """
         runtime = self._runtime
         portal = runtime.portal()
+        holding = self._fresh()
         election = self._make(runtime.current())
-        term = self._holding.enter(portal, lambda: election.campaign(timeout), runtime.holders)
+        term = holding.enter(portal, lambda: election.campaign(timeout), runtime.holders)
         try:
             yield term
         except BaseException as exc:
             try:
-                self._holding.leave(runtime.portal)
+                holding.leave(runtime.portal)
             except Exception as problem:  # never masks what the body raised
                 if problem is not exc:
                     log.warning("redlock election %r: %s (while the body raised %r)", self.name, problem, exc)
             raise
-        self._holding.leave(runtime.portal)
+        holding.leave(runtime.portal)
 
     def leader(self) -> LockInfo:
         """The current leader as the nodes say (``state``, ``owner``, and the term as ``fencing_counter``)."""

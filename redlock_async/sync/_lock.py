@@ -40,7 +40,17 @@ class Lock:
     at a time uses a Lock; make one per thread.
     """
 
-    __slots__ = ("__weakref__", "_by_timeout", "_current", "_generation", "_holding", "_make", "_runtime", "name")
+    __slots__ = (
+        "__weakref__",
+        "_by_timeout",
+        "_current",
+        "_generation",
+        "_holding",
+        "_interrupt_main",
+        "_make",
+        "_runtime",
+        "name",
+    )
 
     def __init__(
         self, runtime: Runtime, name: Name | tuple[Name, ...], make: MakeLock, *, interrupt_main: bool
@@ -52,9 +62,22 @@ class Lock:
         self._current = make(runtime.current(), None)  # made now: bad input raises here, not at the first acquire
         self._generation = runtime.generation
         self._by_timeout: dict[float | None, AsyncLock] = {None: self._current}
+        self._interrupt_main = interrupt_main
         self._holding: Holding[AsyncLock] = Holding(interrupt_main=interrupt_main)
 
+    def _fresh(self) -> AsyncLock:
+        """The current async lock; in a forked child, this process's own (the parent's, and what it held, are not)."""
+        runtime = self._runtime
+        runtime.current()
+        if runtime.generation != self._generation:
+            self._generation = runtime.generation
+            self._current = self._make(runtime.current(), None)
+            self._by_timeout = {None: self._current}
+            self._holding = Holding(interrupt_main=self._interrupt_main)
+        return self._current
+
     def __repr__(self) -> str:
+        self._fresh()
         state = "lost" if self.lost.is_set() else "held" if self._holding.active else "idle"
         return f"<redlock_async.sync.Lock {self.name!r} {state} validity={self.validity:.3f}s>"
 
@@ -85,6 +108,7 @@ class Lock:
         Raises :class:`LockLost` when the lease was lost while held (the body ran, at least in part,
         without the lock); releasing a lock that is not held is a RuntimeError.
         """
+        self._fresh()
         self._holding.leave(self._runtime.portal)
 
     def __enter__(self) -> Self:
@@ -110,9 +134,7 @@ class Lock:
     def _enter(self, timeout: float | None) -> None:
         runtime = self._runtime
         portal = runtime.portal()
-        if runtime.generation != self._generation:  # a forked child: this process's own async locks, on its loop
-            self._generation = runtime.generation
-            self._by_timeout = {}
+        self._fresh()
         lock = self._by_timeout.get(timeout)
         if lock is None:
             lock = self._by_timeout[timeout] = self._make(runtime.current(), timeout)
@@ -124,6 +146,7 @@ class Lock:
     @property
     def lost(self) -> threading.Event:
         """A ``threading.Event`` set when the current acquisition's lease is lost (cleared at the next acquire)."""
+        self._fresh()
         return self._holding.lost
 
     def check(self) -> None:
@@ -132,75 +155,78 @@ class Lock:
         For bodies that work in chunks: call it between chunks (a write after it may still come too
         late; see fencing tokens). A lock that is not held is a RuntimeError.
         """
+        current = self._fresh()
         holding = self._holding
         if holding.error is not None and holding.lost.is_set():
             raise holding.error
         if not holding.active:
             raise RuntimeError(f"check() of lock {self.name!r}, which is not held: acquire it first")
-        if not self._current.held:
+        if not current.held:
             raise LockLost(
                 f"lock {self.name!r}: its validity ran out (not extended in time)",
                 resource=str(self.name),
-                outcomes=self._current.outcomes,
+                outcomes=current.outcomes,
             )
 
     # -- state (read from the async lock; nothing is sent) -----------------------------------------
 
     def extend(self, ttl: float | None = None) -> None:
         """Reset the lease to *ttl* seconds from now (default: the lock's ttl) on a majority, or raise LockLost."""
-        lock = self._current
+        lock = self._fresh()
         self._runtime.call(lambda: lock.extend(ttl))
 
     @property
     def held(self) -> bool:
         """True while the lock is acquired and its validity has not run out."""
-        return self._holding.active and self._current.held
+        current = self._fresh()
+        return self._holding.active and current.held
 
     @property
     def validity(self) -> float:
         """Seconds for which the lease can still be trusted (0.0 when not held)."""
-        return self._current.validity if self._holding.active else 0.0
+        current = self._fresh()
+        return current.validity if self._holding.active else 0.0
 
     @property
     def ttl(self) -> float:
         """Lease length in seconds for each acquire and extend."""
-        return self._current.ttl
+        return self._fresh().ttl
 
     @property
     def token(self) -> str | None:
         """The random value of the current acquisition, None when not held."""
-        return self._current.token
+        return self._fresh().token
 
     @property
     def owner(self) -> str:
         """The label stored with this lock's keys (default: ``<hostname>:<pid>``)."""
-        return self._current.owner
+        return self._fresh().owner
 
     @property
     def names(self) -> tuple[Name, ...]:
         """The names this lock takes, deduplicated and in the order they are taken."""
-        return self._current.names
+        return self._fresh().names
 
     @property
     def fencing_token(self) -> int | None:
         """The fencing token of the current acquisition (``fencing=True``), None when not held."""
-        return self._current.fencing_token
+        return self._fresh().fencing_token
 
     @property
     def fencing_tokens(self) -> dict[Name, int] | None:
         """Each name's fencing token ({name: int}), None when not held or not fenced."""
-        return self._current.fencing_tokens
+        return self._fresh().fencing_tokens
 
     @property
     def outcomes(self) -> tuple[NodeOutcome, ...]:
         """Per-node outcomes of the last acquire attempt, extend or release."""
-        return self._current.outcomes
+        return self._fresh().outcomes
 
     @property
     def cooldown(self) -> float | None:
         """Seconds the keys are kept after release (``cooldown=``), None when release deletes them."""
-        return self._current.cooldown
+        return self._fresh().cooldown
 
     def statistics(self) -> LockStatistics:
         """A snapshot of this lock and its current (or last) acquisition; reads no node."""
-        return self._current.statistics()
+        return self._fresh().statistics()
