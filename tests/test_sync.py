@@ -272,6 +272,11 @@ def test_election(sync_redlock: Redlock) -> None:
             pass
     with second.campaign() as later:
         assert later > term
+        observed = second.observe()
+        info = next(observed)
+        assert info.owner == "two"
+        assert info.fencing_counter == later
+        observed.close()  # stops watching on the loop
 
 
 def test_bad_input_raises_when_made(cluster: Cluster) -> None:

@@ -6,7 +6,7 @@ import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from types import TracebackType
 from typing import Any, ParamSpec, Self, TypeVar, final
 
@@ -298,17 +298,24 @@ class Election:
         election = self._make(self._runtime.current())
         return self._runtime.call(election.leader)
 
-    def observe(self) -> Iterator[LockInfo]:
+    def observe(self) -> Generator[LockInfo, None, None]:
         """The current leader first (if any), then each new leader, in order (blocks between them)."""
         runtime = self._runtime
         election = self._make(runtime.current())
         leaders = election.observe()
+
+        async def next_leader() -> LockInfo:
+            return await anext(leaders)
+
+        async def stop() -> None:
+            await leaders.aclose()
+
         try:
             while True:
                 try:
-                    yield runtime.call(leaders.__anext__)
+                    yield runtime.call(next_leader)
                 except StopAsyncIteration:
                     return
         finally:
             if not runtime.closed:
-                runtime.call(leaders.aclose)
+                runtime.call(stop)
