@@ -116,6 +116,22 @@ def refused(votes: Iterable[Vote]) -> bool:
     return sum(v is NO for v in votes) > len(votes) - quorum(len(votes))
 
 
+CANNOT_VOTE = frozenset({Vote.ERROR, Vote.TIMEOUT, Vote.SKIPPED, Vote.QUARANTINED})
+"""Votes of nodes that could not take part: unreachable, failing, or in restart quarantine."""
+
+
+def unavailable(votes: Iterable[Vote]) -> bool:
+    """True when so many nodes could not vote (:data:`CANNOT_VOTE`) that no majority could have said
+    yes even had the key been free everywhere: the nodes are unavailable, whatever the others said.
+
+    False when a majority could have voted (PENDING counts as could: the decision came first), so a
+    failure is contention (or a slow round), never an outage. Mixed outcomes, where some nodes said
+    no and too many others could not answer, are unavailable: the holder leaving would not help.
+    """
+    votes = list(votes)
+    return sum(v in CANNOT_VOTE for v in votes) > len(votes) - quorum(len(votes))
+
+
 def ttl_to_ms(ttl: float) -> int:
     """The integer milliseconds sent to Redis for a ttl in seconds, rounded down.
 

@@ -261,8 +261,22 @@ def sitting_out(node: Node) -> str | None:
     if left <= 0:
         return None
     if math.isinf(left):
-        return "quarantined: just connected, its restart check is not answered yet"
-    return f"quarantined: restarted or lost its data; counts again in {left:.1f} s"
+        return "in restart quarantine: just connected, its restart check is not answered yet"
+    return f"in restart quarantine: {node.quarantine_reason or 'restarted'}; counts again in {left:.1f} s"
+
+
+def timed_out(node: Node, waited: float) -> str:
+    """Why *node* has a TIMEOUT vote after *waited* seconds, and which setting to change."""
+    said = f"no reply within {waited * 1000:.0f} ms"
+    load = node.load
+    if load.srtt >= waited:
+        # Its replies come, but later than we wait: the settings, not the node, are at fault. With
+        # adaptive_timeout on, the wait already followed the round trip up to its cap, ttl/10.
+        fix = "raise ttl (the wait is at most ttl/10)"
+        if not load.max_rto:
+            fix = "turn adaptive_timeout on, or raise node_timeout"
+        return f"{said}, less than its round trip (~{load.srtt * 1000:.0f} ms): {fix}"
+    return f"{said}: the node is slow, paused or cut off (node_timeout sets the wait)"
 
 
 def outcomes(nodes: Sequence[Node], votes: Sequence[Vote], details: Sequence[str] | None) -> tuple[NodeOutcome, ...]:
@@ -449,6 +463,7 @@ class Ballot(Deadline):
         for i, vote in enumerate(self.votes):
             if vote is PENDING and self.replies[i] is UNANSWERED:
                 self.votes[i] = Vote.TIMEOUT
+                self._say(i, timed_out(self.nodes[i], self._timeout))
                 self._failed += 1
         # Every vote is in now (or timed out): the verdict is final.
         if self._majority:

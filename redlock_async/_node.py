@@ -90,13 +90,18 @@ class Node:
         on_fault: Callable[[Node, BaseException], None] | None = None,
         scripts: tuple[Script, ...] = (),
         max_rto: float = 0.0,
+        warn: bool = True,
     ) -> None:
         self.endpoint = endpoint
+        # Connection trouble (cannot connect, connection lost) at WARNING; a node's second connection
+        # (its subscriber) says it at DEBUG: one warning per node, from the connection that carries votes.
+        self._trouble = logging.WARNING if warn else logging.DEBUG
         self.name = endpoint.name
         # Votes of this node do not count before this (monotonic) time: it
         # restarted or lost its data recently. Set by the Redlock's Quarantine,
         # whose on_ready hook queues its probe first on every new connection.
         self.quarantined_until = 0.0
+        self.quarantine_reason = ""  # why it sits out, in words (set by the Quarantine with quarantined_until)
         self.connect_started = 0.0  # monotonic time the current connection was begun
         self.server_id: bytes | None = None
         """The run_id of the server behind the current connection (INFO server), None until known."""
@@ -403,7 +408,8 @@ class Node:
             if not self._ever_connected:  # else a restart or a network fault, not a TLS mismatch
                 reason += tls_hint(self.endpoint, exc)
             # Once per outage: a node that stays down is retried often.
-            (log.debug if self._down_reason else log.warning)("redlock node %s: cannot connect: %s", self.name, reason)
+            level = logging.DEBUG if self._down_reason else self._trouble
+            log.log(level, "redlock node %s: cannot connect: %s", self.name, reason)
             self._down_until = _clock.now() + self._reconnect_delay
             self._down_reason = reason
             self._fail_all(Failure(Vote.ERROR, reason))
@@ -497,7 +503,7 @@ class Node:
         self._wire = None  # nothing more is read from it
         reason = describe(exc)
         if self._connected:
-            log.warning("redlock node %s: connection lost: %s", self.name, reason)
+            log.log(self._trouble, "redlock node %s: connection lost: %s", self.name, reason)
             self._connected = False
         # (Mid-handshake too: the handshake awaits these and says why it failed.)
         self._fail_inflight(Failure(Vote.ERROR, f"connection lost: {reason}"))

@@ -107,7 +107,7 @@ class Quarantine:
             self._suspects.add(i)
         else:
             self._suspects.discard(i)
-        self._sit_out(i, seconds, "" if suspect else _why(state))
+        self._sit_out(i, seconds, "" if suspect else _why(state, marker, run_id))
         if not seconds and state is not Marker.CURRENT and run_id is not None:
             self._mark(i)
         if suspect and self._fresh_checked:
@@ -151,6 +151,7 @@ class Quarantine:
             node.quarantined_until = 0.0
             return
         node.quarantined_until = _clock.now() + seconds
+        node.quarantine_reason = why or "no marker: it lost its data, or is new"
         if why:
             log.warning("redlock node %s %s: it counts toward no quorum for %.1f s", node.name, why, seconds)
         loop = asyncio.get_running_loop()
@@ -210,9 +211,13 @@ class Quarantine:
             self._nodes[i].send(b"SET", self._marker, marker_value(run_id, self._period()))
 
 
-def _why(state: Marker) -> str:
-    if state is Marker.STALE:
-        return "restarted, or was vouched for only under a shorter quarantine than ours"
+def _why(state: Marker, marker: Reply, run_id: bytes | None) -> str:
+    """Why a node that is not a suspect sits out, in words (its warning, and its votes' detail)."""
+    if state is Marker.STALE and isinstance(marker, bytes) and marker.partition(b"/")[0] == run_id:
+        # This very server process was judged in service, but by a client with shorter leases.
+        return "was vouched for only under a shorter quarantine than ours, by a client with a shorter ttl"
+    if state is Marker.ABSENT:
+        return "restarted, and lost its data"
     return "restarted"
 
 

@@ -155,6 +155,7 @@ class Claim:
         self._floor = [math.inf] * n  # words of grants at node times <= this are stale
         self._busy = [0] * n  # our scripts on the wire per node: words heard meanwhile wait for the reply
         self._stash: list[int | None] = [None] * n  # the latest grant word (node us) heard while busy
+        self._failed: list[Failure | None] = [None] * n  # how each node's latest script failed (for outcomes)
         self.pending = 0
         """Our scripts not answered yet, on all nodes."""
         self._changed: asyncio.Future[None] | None = None
@@ -216,6 +217,7 @@ class Claim:
     def _answered(self, i: int, sent: float, reply: Reply) -> None:
         self._busy[i] -= 1
         self.pending -= 1
+        self._failed[i] = reply if isinstance(reply, Failure) else None
         new = False
         if self.left:
             pass  # out of every line: what a node says now grants us nothing
@@ -248,6 +250,7 @@ class Claim:
     def _set_answered(self, i: int, sent: float, reply: Reply) -> None:
         self._busy[i] -= 1
         self.pending -= 1
+        self._failed[i] = reply if isinstance(reply, Failure) else None
         new = False
         if reply == b"OK" and not self.left and not self._busy[i]:
             self.ends[i] = _algorithm.held_until(sent, self._ttl, self._drift)
@@ -318,6 +321,27 @@ class Claim:
     def held(self, now: float) -> list[int]:
         """The nodes whose key holds our token for sure at *now*, and count (not sitting out)."""
         return [i for i, end in enumerate(self.ends) if end > now and sitting_out(self.nodes[i]) is None]
+
+    def votes(self, now: float) -> tuple[list[_algorithm.Vote], list[str]]:
+        """Each node's standing at *now*, as votes (with details) for ``Lock.outcomes`` and errors: yes
+        (holds the key for us), quarantined (holds it, but sits out), no (answered: not ours), its
+        failure's vote, or timeout (a script of ours still unanswered)."""
+        votes, details = [], []
+        for i, node in enumerate(self.nodes):
+            failed, detail = self._failed[i], ""
+            if failed is not None:
+                vote, detail = failed.vote, failed.detail
+            elif self._busy[i]:
+                vote, detail = _algorithm.Vote.TIMEOUT, "no reply yet to the grant queue's script"
+            elif self.ends[i] > now:
+                quarantined = sitting_out(node)
+                vote = _algorithm.YES if quarantined is None else _algorithm.Vote.QUARANTINED
+                detail = quarantined or ""
+            else:
+                vote = _algorithm.NO
+            votes.append(vote)
+            details.append(detail)
+        return votes, details
 
     def until(self, now: float) -> float:
         """Until when a majority of the nodes that count hold the key for us (-inf: no majority)."""

@@ -17,13 +17,12 @@ import textwrap
 from collections.abc import AsyncIterator, Sequence
 
 from redlock_async import __version__, _clock, _reaper
-from redlock_async._algorithm import Vote
 from redlock_async._endpoint import endpoints_for
 from redlock_async._inspect import inspect
 from redlock_async._names import check_owner, resource_key
 from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
 from redlock_async.client import Redlock
-from redlock_async.errors import LockNotAcquired, RedlockError
+from redlock_async.errors import LockNotAcquired, NodesUnavailable, RedlockError
 from redlock_async.lock import Lock
 from redlock_async.semaphore import MAX_LIMIT
 
@@ -34,7 +33,8 @@ EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
 """``redlock status``: too few nodes answered to tell held from free."""
 EXIT_UNAVAILABLE = 69
-"""``redlock run``: too few nodes answered to grant (or refuse) the lock; the command did not run (EX_UNAVAILABLE)."""
+"""``redlock run``: too few nodes could vote to grant the lock (unreachable, or in restart quarantine), held
+elsewhere or not: :class:`NodesUnavailable`; the command did not run (EX_UNAVAILABLE)."""
 EXIT_NOT_ACQUIRED = 75
 """``redlock run``: the lock could not be had within --wait; the command did not run (EX_TEMPFAIL)."""
 EXIT_LOST = 76
@@ -59,7 +59,8 @@ EXIT_STATUSES = (
     ("3", "status: unknown, too few nodes answered to tell held from free"),
     (
         "69",
-        "run: too few nodes answered to grant or refuse the lock, the command did not run; demo: no server "
+        "run: too few nodes could vote to grant the lock (unreachable, or in restart quarantine: the message "
+        "says which, and for how long), the command did not run; demo: no server "
         "(EX_UNAVAILABLE in sysexits.h, 'service unavailable')",
     ),
     (
@@ -104,7 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "at most N commands run at once (a semaphore's keys are not a lock's: 'run --limit 2 x' and "
             "'run x' do not exclude each other). Exit status: CMD's own; "
             f"{EXIT_NOT_ACQUIRED} when the lock is held elsewhere and was not had within --wait (CMD did not run); "
-            f"{EXIT_UNAVAILABLE} when too few nodes answered (CMD did not run); "
+            f"{EXIT_UNAVAILABLE} when too few nodes could vote: unreachable, or in restart quarantine "
+            "(CMD did not run); "
             f"{EXIT_LOST} when the lock was lost while CMD ran (CMD got SIGTERM, then SIGKILL after --grace); "
             f"{EXIT_USAGE} on a usage error, or when --limit differs from the limit the semaphore's permits are "
             "held under (CMD did not run)."
@@ -339,15 +341,13 @@ async def _run(
         try:
             async with contextlib.nullcontext() if quiet or wait <= 0 else _waiting(lock, what, wait):
                 await lock.__aenter__()
-        except LockNotAcquired as exc:
-            down = sum(o.vote in (Vote.ERROR, Vote.TIMEOUT, Vote.SKIPPED) for o in exc.outcomes)
-            if len(nodes) - down < redlock.quorum:
-                print(
-                    f"redlock: too few nodes answered for {short} ({len(nodes) - down} of {len(nodes)} could; "
-                    f"a majority is {redlock.quorum}): not running {cmd[0]} ({exc})",
-                    file=sys.stderr,
-                )
-                return EXIT_UNAVAILABLE
+        except NodesUnavailable as exc:
+            # Not held elsewhere: too few nodes could vote (unreachable, or in restart quarantine; the
+            # message says which, and when a quarantine lets a majority vote again).
+            votes = ", ".join(map(str, exc.outcomes))
+            print(f"redlock: {exc.args[0]}: not running {cmd[0]} (votes: {votes})", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        except LockNotAcquired:
             waited = f"waited {wait:g} s" if wait > 0 else "one try (--wait 0); --wait S waits for it"
             print(f"redlock: {busy}: not running {cmd[0]} ({waited})", file=sys.stderr)
             return EXIT_NOT_ACQUIRED
@@ -582,7 +582,7 @@ async def _demo(workers: int, rounds: int) -> int:
                 async with redlock.lock("demo:printer", acquire_timeout=0.3):
                     pass
             except LockNotAcquired as exc:
-                say("client", f"LockNotAcquired: {exc}")
+                say("client", f"{type(exc).__name__}: {exc}")
             for i in range(3):
                 cluster[i].resume()
             say("faults", "resumed all nodes")

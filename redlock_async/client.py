@@ -152,6 +152,7 @@ class Redlock:
                     on_message=functools.partial(listener.on_message, node=index),
                     on_connect=listener.on_connect,
                     on_fault=failed,
+                    warn=False,  # the node's own connection (above) says it cannot connect, once
                     **node_settings,
                 )
             )
@@ -444,7 +445,12 @@ class Redlock:
         if held:
             # Released, not left to expire; a body still inside `async with` is cancelled (LockLost).
             names = ", ".join(repr(lock.resource) for lock in held[:5]) + (", ..." if len(held) > 5 else "")
-            log.warning("redlock: closed while %d locks were held (%s): releasing them", len(held), names)
+            log.warning(
+                "redlock: closed while %d %s held (%s): releasing them",
+                len(held),
+                "lock was" if len(held) == 1 else "locks were",
+                names,
+            )
             for lock in held:
                 lock.on_redlock_closed(f"lock {lock.resource!r} was given up: its Redlock was closed while it was held")
         try:

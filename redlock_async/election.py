@@ -70,7 +70,7 @@ class Election:
         The term is larger than every earlier leader's. Leaving the block resigns, and the
         next candidate takes over at once. If leadership is lost meanwhile, the block is
         cancelled and raises ``LockLost``. With *timeout* (seconds), ``LockNotAcquired`` when
-        another candidate led the whole time.
+        another candidate led the whole time (``NodesUnavailable`` when too few nodes could vote).
         """
         limit = math.inf if timeout is None else check_duration("timeout", timeout, zero_ok=True, inf_ok=True)
         settings = self._cluster.lease_settings(self._settings, acquire_timeout=limit)

@@ -4,6 +4,7 @@
 
     RedlockError             root of every deliberate failure
      ├── LockNotAcquired     no majority within the acquire timeout
+     │    └── NodesUnavailable   ... because too few nodes could vote at all, never contention
      └── LockLost            the lease ran out or could not be extended
 
 Misuse (releasing a lock that was never acquired, acquiring one twice)
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 from redlock_async._algorithm import Vote
 
-__all__ = ["LockLost", "LockNotAcquired", "NodeOutcome", "RedlockError"]
+__all__ = ["LockLost", "LockNotAcquired", "NodeOutcome", "NodesUnavailable", "RedlockError"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,35 @@ class LockNotAcquired(RedlockError):
 
     ``outcomes`` are the votes of the last attempt.
     """
+
+
+class NodesUnavailable(LockNotAcquired):
+    """Raised by ``async with lock`` when the lock was not acquired because too few nodes could vote.
+
+    The nodes that could not (errors, timeouts, refused connections or AUTH, nodes in restart
+    quarantine) were so many in the last attempt that no majority could have granted the lock
+    even had no one held it anywhere. Never raised for contention: when a majority could answer
+    and the lock was held, it is a plain :class:`LockNotAcquired`. Mixed outcomes (some nodes
+    found the lock held, too many others could not answer) are this error: the holder leaving
+    would not have let the lock be had, so retry when the nodes are back (an HTTP 503), not
+    when the holder is gone (a 409).
+
+    A subclass of :class:`LockNotAcquired`: handlers of that catch this too.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        resource: str,
+        outcomes: Sequence[NodeOutcome] = (),
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, resource=resource, outcomes=outcomes)
+        self.retry_after = retry_after
+        """Seconds until enough nodes leave restart quarantine for a majority to vote again, when
+        quarantine is all that stood in the way; None when nodes could not be reached (no one
+        can say when they come back)."""
 
 
 class LockLost(RedlockError):

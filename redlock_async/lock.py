@@ -21,8 +21,9 @@ from redlock_async._cluster import Cluster
 from redlock_async._fanout import Ballot, outcomes, vote_of_script
 from redlock_async._lease import Lease, Phase, move
 from redlock_async._names import Name, check_owner, default_owner, released_word, resource_key
+from redlock_async._not_acquired import not_acquired
 from redlock_async._settings import Settings, check_duration
-from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome
+from redlock_async.errors import LockLost, NodeOutcome
 from redlock_async.events import EventKind, LockEvent
 from redlock_async.statistics import LockStatistics
 
@@ -355,6 +356,7 @@ class Lock:
                 self._cluster.check_open()  # closed meanwhile, or a background task failed: say so now
                 if not blocking or _clock.now() >= give_up:
                     done = True
+                    self._last_votes, self._last_details = claim.votes(_clock.now())  # before leave() drops them
                     claim.leave()  # out of every line, and whatever a node granted us meanwhile goes on
                     await claim.settled(_queue.patience(nodes, settings.node_timeout))
                     return False
@@ -767,11 +769,13 @@ class Lock:
 
     async def __aenter__(self) -> Self:
         if not await self.acquire():
-            raise LockNotAcquired(
-                f"could not acquire lock {self.resource!r} within {self._settings.acquire_timeout} s"
-                + self._timeout_hint(),
-                resource=self._name,
-                outcomes=self.outcomes,
+            raise not_acquired(
+                self._name,
+                repr(self.resource),
+                self._settings.acquire_timeout,
+                self._cluster.nodes,
+                self._last_votes,
+                self._last_details,
             )
         if self._settings.auto_extend:
             host = asyncio.current_task()
@@ -887,18 +891,6 @@ class Lock:
             now = _clock.now()
             self._emit(_RELEASED, duration=now - ballot.decided_at, held_for=now - self._lease.acquired_at)
         return confirmed, holders
-
-    def _timeout_hint(self) -> str:
-        """When every node timed out: say that node_timeout may be shorter than the network's round trip."""
-        votes = self._last_votes
-        if not votes or any(vote is not _algorithm.Vote.TIMEOUT for vote in votes):
-            return ""
-        measured = [node.load.srtt for node in self._cluster.nodes if node.load.srtt]
-        rtt = f" (measured ~{max(measured) * 1000:.0f} ms)" if measured else ""
-        return (
-            f": every node timed out; node_timeout ({self._settings.node_timeout * 1000:g} ms) may be shorter "
-            f"than the round trip to the nodes{rtt}: raise node_timeout, or leave adaptive_timeout on"
-        )
 
     # -- events -------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -160,6 +161,18 @@ def assert_no_library_tasks() -> None:
     """No task of the library is left once its Redlocks are closed."""
     leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
     assert leftover == [], f"tasks outlived their Redlock: {leftover}"
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then closed at once)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def dead_urls(n: int) -> list[str]:
+    """*n* node URLs on loopback ports nothing listens on: every connection is refused."""
+    return [f"redis://127.0.0.1:{free_port()}" for _ in range(n)]
 
 
 def client_connections(node: Any) -> int:

@@ -56,6 +56,7 @@ class FakeNode:
 
     name: str
     quarantined_until: float = 0.0
+    quarantine_reason: str = ""
     connect_started: float = 0.0
     load: NodeLoad = field(default_factory=_fresh_load)
     respond: Callable[[Request], Reply] | None = None

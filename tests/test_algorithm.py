@@ -29,6 +29,7 @@ from redlock_async._algorithm import (
     sit_out,
     tally,
     ttl_to_ms,
+    unavailable,
     validity,
     verdict,
 )
@@ -281,6 +282,49 @@ def test_votes_arriving_in_any_order_decide_once(case: tuple[list[Vote], list[in
     assert tally(n, final) is oracle(n, final)
     if decided is not None:
         assert tally(n, final) is decided
+
+
+# -- unavailable: nodes that could not vote, never contention ----------------------------------
+
+COULD_NOT_VOTE = (Vote.ERROR, Vote.TIMEOUT, Vote.SKIPPED, Vote.QUARANTINED)
+
+
+def unavailable_oracle(votes: list[Vote]) -> bool:
+    """Written from the definition: would the ballot have failed had every node that could vote said yes?"""
+    n = len(votes)
+    best = [vote if vote in COULD_NOT_VOTE else Vote.YES for vote in votes]
+    return oracle(n, best) is not Verdict.WON
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_unavailable_over_every_pattern_of_every_vote_kind(n: int) -> None:
+    for votes in itertools.product(list(Vote), repeat=n):
+        assert unavailable(votes) is unavailable_oracle(list(votes)), votes
+
+
+@given(ballots())
+def test_unavailable_never_blames_the_nodes_for_contention(votes: list[Vote]) -> None:
+    """Nodes saying no (a holder) or not needed (pending) never make it unavailable; a failed ballot that
+    is not unavailable would have been won had the refusing nodes said yes."""
+    refusing = [Vote.YES if vote in (Vote.NO, Vote.PENDING) else vote for vote in votes]
+    assert unavailable(votes) is unavailable(refusing)
+    if not unavailable(votes):
+        assert tally(len(votes), [v if v in COULD_NOT_VOTE else Vote.YES for v in votes]) is Verdict.WON
+
+
+@pytest.mark.parametrize(
+    ("votes", "expected"),
+    [
+        ([Vote.SKIPPED, Vote.SKIPPED, Vote.PENDING], True),  # 0 of 3 answered: decided at the 2nd refusal
+        ([Vote.NO, Vote.NO, Vote.PENDING], False),  # held: contention
+        ([Vote.NO, Vote.ERROR, Vote.PENDING], False),  # 1 of 3 cannot vote: the holder leaving would do
+        ([Vote.NO, Vote.NO, Vote.TIMEOUT, Vote.TIMEOUT, Vote.TIMEOUT], True),  # the mixed case: 2 held, 3 silent
+        ([Vote.QUARANTINED, Vote.QUARANTINED, Vote.YES], True),  # restart quarantine: no majority can count
+        ([Vote.YES, Vote.YES, Vote.YES], False),
+    ],
+)
+def test_unavailable_examples(votes: list[Vote], expected: bool) -> None:
+    assert unavailable(votes) is expected
 
 
 # -- ttl_to_ms ---------------------------------------------------------------------------

@@ -29,7 +29,16 @@ from redlock_async.cli import (
     main,
 )
 
-from .conftest import Cluster, MakeRedlock, assert_empty, eventually, holders, lock_keys, refusing_server
+from .conftest import (
+    Cluster,
+    MakeRedlock,
+    assert_empty,
+    eventually,
+    free_port,
+    holders,
+    lock_keys,
+    refusing_server,
+)
 
 PY = sys.executable
 NOWHERE = "redis://127.0.0.1:1"  # never connected to: these cases fail before any I/O
@@ -200,13 +209,6 @@ async def test_a_terminal_gets_a_spinner(cluster: Cluster, make_redlock: MakeRed
     assert shown.count(b"\r") >= 5  # refreshed ~10 times a second
     assert b"\r\x1b[K" in shown  # erased when the wait ended
     assert b"redlock: waiting" not in shown  # no plain lines on a terminal
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then closed at once)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def redlock_status(urls: list[str], name: str) -> tuple[int, str, str]:
@@ -390,8 +392,26 @@ async def test_run_with_a_majority_down_says_too_few_nodes_answered(faulty: Clus
     code, out, err = await finish(process)
     assert code == EXIT_UNAVAILABLE, err
     assert "ran" not in out
-    assert "too few nodes answered for job (2 of 5 could; a majority is 3)" in err
+    assert "nodes unavailable: 0 of 5 nodes answered, 3 could not (a majority is 3): not running" in err
     assert "held elsewhere" not in err
+
+
+async def test_run_on_nodes_in_restart_quarantine_says_so_and_for_how_long(faulty: Cluster) -> None:
+    """A --ttl 1 client first vouches for the nodes under its short quarantine; a --ttl 60 client sits
+    them out for its own: it says restart quarantine and when a majority counts again, not "held elsewhere"."""
+    nodes = ",".join(faulty.urls)
+    code, out, err = await run_cli("run", "job", "--ttl", "1", "--nodes", nodes, "--", PY, "-c", "print('first')")
+    assert (code, out.strip()) == (0, "first"), err
+    code, out, err = await run_cli(
+        "run", "job", "--ttl", "60", "--wait", "0.5", "--nodes", nodes, "--", PY, "-c", "print('ran')"
+    )
+    assert code == EXIT_UNAVAILABLE, err
+    assert "ran" not in out
+    assert "held elsewhere" not in err
+    said = re.search(r"in restart quarantine: a majority can vote again in ([0-9.]+) s: not running", err)
+    assert said is not None, err
+    assert 50 < float(said[1]) <= 61
+    assert "vouched for only under a shorter quarantine than ours" in err
 
 
 # -- the command line as an operator meets it ------------------------------------------------------

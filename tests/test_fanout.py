@@ -10,6 +10,8 @@ import asyncio
 import time
 from typing import Any, cast
 
+import pytest
+
 from redlock_async._algorithm import Verdict, Vote
 from redlock_async._fanout import Ballot, Deadline, vote_of_script, vote_of_set
 from redlock_async._node import Node
@@ -128,3 +130,27 @@ async def test_a_deadline_on_time_calls_back_after_three_loop_turns() -> None:
     await asyncio.sleep(0.01)
     assert fired == [True]
     deadline.cancel()
+
+
+@pytest.mark.parametrize(
+    ("srtt", "max_rto", "said"),
+    [
+        (0.062, 0.0, "no reply within 20 ms, less than its round trip (~62 ms): "
+                     "turn adaptive_timeout on, or raise node_timeout"),
+        (0.062, 0.02, "no reply within 20 ms, less than its round trip (~62 ms): "
+                      "raise ttl (the wait is at most ttl/10)"),
+        (0.0, 0.0, "no reply within 20 ms: the node is slow, paused or cut off (node_timeout sets the wait)"),
+    ],
+    ids=["slower-than-the-wait", "adaptive-capped", "not-measured"],
+)  # fmt: skip
+async def test_a_timeout_says_what_timed_out_and_which_setting_to_change(
+    srtt: float, max_rto: float, said: str
+) -> None:
+    nodes, futures = fake_nodes(3), replies(3)
+    for node in nodes:
+        node.load.srtt, node.load.max_rto = srtt, max_rto
+    ballot = Ballot.of(nodes, futures, vote_of_set, timeout=0.02)
+    futures[0].set_result(b"OK")
+    assert await asyncio.wait_for(ballot.wait(), 1.0) is Verdict.LOST
+    assert ballot.votes == [Vote.YES, Vote.TIMEOUT, Vote.TIMEOUT]
+    assert ballot.details == ["", said, said]

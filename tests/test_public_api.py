@@ -25,8 +25,12 @@ def test_public_classes_show_as_package_names() -> None:
 
 
 def test_error_tree() -> None:
-    for name in ("LockLost", "LockNotAcquired", "StaleFencingToken"):
+    for name in ("LockLost", "LockNotAcquired", "NodesUnavailable", "StaleFencingToken"):
         assert issubclass(getattr(redlock_async, name), redlock_async.RedlockError)
+    # Handlers of LockNotAcquired written before it existed still catch it.
+    assert issubclass(redlock_async.NodesUnavailable, redlock_async.LockNotAcquired)
+    assert "NodesUnavailable" in redlock_async.__all__
+    assert redlock_async.NodesUnavailable.__module__ == "redlock_async"
 
 
 def _redis_private_names() -> set[str]:

@@ -45,7 +45,8 @@ async def test_the_analysis_sequence_gives_no_second_holder(faulty: Cluster) -> 
                 votes = [o.vote for o in lock.outcomes]
                 assert votes[2] is Vote.QUARANTINED, lock.outcomes  # said yes: the key was gone there
                 assert votes[:2] == [Vote.NO, Vote.NO]
-                assert "restarted or lost its data" in lock.outcomes[2].detail
+                assert "in restart quarantine" in lock.outcomes[2].detail
+                assert "lost its data" in lock.outcomes[2].detail
             # Waiting works: B gets the lock once A's lease is over, never before.
             lock = b_after.lock("analysis", ttl=TTL, acquire_timeout=3 * TTL)
             assert await lock.acquire()
