@@ -16,6 +16,14 @@ shares the lock through the nodes. Two behaviours:
   (woken by the holder's release) and answers 409 only if the time runs out.
   ``POST /reports/{report_id}/build`` rebuilds a report, one build at a time.
 
+When too few nodes can vote (down, a wrong password, in restart quarantine),
+the lock is not busy but unavailable: the route answers 503 Service Unavailable
+(``NodesUnavailable``), with ``Retry-After`` when a restart quarantine says how
+long, and its body does not run. A 409 always means another request holds it.
+The app starts even with fewer than a majority of nodes up (they may come up
+later): the library logs a WARNING per node it cannot reach, and one saying no
+lock can be granted until a majority is up; the routes answer 503 meanwhile.
+
 While the route runs, the lock's watchdog extends the lease. If the lease is
 lost all the same (the nodes lost the key, the event loop stalled past the
 ttl), the route is cancelled and answers 503: its work may be half done.
@@ -28,6 +36,7 @@ can still turn into a 503.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -35,7 +44,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request, status
 
-from redlock_async import Lock, LockLost, LockNotAcquired, Redlock
+from redlock_async import Lock, LockLost, LockNotAcquired, NodesUnavailable, Redlock
 
 Work = Callable[[Lock], Awaitable[None]]
 """What runs under the lock, given the held lock: put your job here."""
@@ -59,7 +68,7 @@ def locked(resource: str, *, wait: float = 0.0, ttl: float = 10.0) -> Any:
     """A dependency holding the lock on *resource* (a template of the path parameters) around the route.
 
     Answers 409 when the lock is still held by another request after *wait*
-    seconds, 503 when the lease is lost while the route runs.
+    seconds; 503 when too few nodes could vote, or when the lease is lost while the route runs.
     """
 
     async def hold(request: Request) -> AsyncIterator[Lock]:
@@ -68,12 +77,23 @@ def locked(resource: str, *, wait: float = 0.0, ttl: float = 10.0) -> Any:
         try:
             async with redlock.lock(name, ttl=ttl, acquire_timeout=wait) as lock:
                 yield lock
+        except NodesUnavailable as exc:  # (a LockNotAcquired: caught first) not held elsewhere: no quorum
+            raise HTTPException(
+                status.HTTP_503_SERVICE_UNAVAILABLE,
+                f"{name}: the lock service is unavailable (too few nodes can vote): try again later",
+                headers=retry_after(exc),
+            ) from None
         except LockNotAcquired:
             raise HTTPException(status.HTTP_409_CONFLICT, f"{name} is busy: try again later") from None
         except LockLost:
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"lost the lock on {name}: retry") from None
 
     return Depends(hold, scope="function")
+
+
+def retry_after(exc: NodesUnavailable) -> dict[str, str] | None:
+    """A Retry-After header when the nodes say when a majority can vote again (a restart quarantine)."""
+    return None if exc.retry_after is None else {"Retry-After": str(math.ceil(exc.retry_after))}
 
 
 async def simulated_work(lock: Lock) -> None:

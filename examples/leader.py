@@ -20,6 +20,10 @@ successor's work.
 same); ``GET /status`` whether this replica leads, and its term. The replica's
 label is ``$REPLICA`` (default ``<hostname>:<pid>``); the nodes are
 ``$REDLOCK_NODES`` (comma-separated URLs), as for examples/fastapi_app.py.
+
+Who leads, the scheduler's ticks and the library's notices are logged at INFO.
+uvicorn configures only its own loggers, so when nothing else configured
+logging, the app sends these to stderr itself (:func:`show_logs`).
 """
 
 from __future__ import annotations
@@ -47,6 +51,19 @@ Scheduler = Callable[[int], Awaitable[None]]
 
 RETRY_AFTER_ERROR = 1.0
 """Seconds before campaigning again after the scheduler failed."""
+
+
+def show_logs() -> None:
+    """Log this example's INFO lines (who leads, the ticks) and the library's to stderr, unless logging is
+    configured already: under uvicorn, only its own loggers are, and INFO would go unseen."""
+    if log.hasHandlers():
+        return  # the app (or a --log-config) configured it: leave it alone
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)-9s %(name)s: %(message)s"))
+    for name in (__name__, "redlock_async"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def node_urls() -> list[str]:
@@ -108,6 +125,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        show_logs()
         async with Redlock(node_urls(), **settings) as redlock:
             replica = Replica(redlock.election(ELECTION, owner=label, ttl=ttl), label, scheduler)
             app.state.replica = replica

@@ -27,11 +27,13 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from examples import aiohttp_app, fastapi_app
-from redlock_async import Lock
+from redlock_async import Lock, Redlock
 
-from .conftest import Cluster, assert_no_library_tasks
+from .conftest import Cluster, assert_no_library_tasks, dead_urls, free_port
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
+UNAVAILABLE = "the lock service is unavailable (too few nodes can vote): try again later"
+"""What the example apps answer with 503 when too few nodes can vote (NodesUnavailable)."""
 TESTS = Path(__file__).parent
 
 
@@ -157,6 +159,34 @@ async def test_fastapi_route_whose_lock_is_lost_is_cancelled_and_answers_503(clu
     assert time.monotonic() - started < 5
 
 
+async def test_fastapi_route_answers_503_not_409_when_no_node_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every node down (or a wrong password everywhere): the lock is not busy but unavailable."""
+    monkeypatch.setenv("REDLOCK_NODES", ",".join(dead_urls(3)))
+    witness = Witness(hold=0.0)
+    async with asgi_client(fastapi_app.create_app(witness.work)) as client:
+        response = await client.post("/jobs/1/run")
+    assert response.status_code == 503, response.text
+    assert response.json() == {"detail": f"jobs:1: {UNAVAILABLE}"}
+    assert "retry-after" not in response.headers  # no one can say when refused nodes come back
+    assert witness.runs == {}
+
+
+@pytest.mark.usefixtures("nodes_env")
+async def test_fastapi_route_in_restart_quarantine_answers_503_with_retry_after(
+    faulty: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nodes vouched for by a client with a 1 s ttl sit out the app's 10 s quarantine: 503, and when to retry."""
+    async with Redlock(faulty.urls, ttl=1.0) as short, short.lock("jobs:1"):
+        pass
+    monkeypatch.setenv("REDLOCK_NODES", ",".join(faulty.urls))
+    witness = Witness(hold=0.0)
+    async with asgi_client(fastapi_app.create_app(witness.work)) as client:
+        response = await client.post("/jobs/1/run")
+    assert response.status_code == 503, response.text
+    assert 1 <= int(response.headers["retry-after"]) <= 11
+    assert witness.runs == {}
+
+
 async def test_fastapi_app_without_nodes_fails_at_startup(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("REDLOCK_NODES", raising=False)
     with pytest.raises(RuntimeError, match="REDLOCK_NODES"):
@@ -252,6 +282,85 @@ async def test_aiohttp_handler_whose_lock_is_lost_is_cancelled_and_answers_503(c
             assert await response.text() == "lost the lock on flaky:x: retry"
     assert cancelled.is_set()
     assert time.monotonic() - started < 5
+
+
+async def test_aiohttp_handler_answers_503_not_409_when_no_node_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDLOCK_NODES", ",".join(dead_urls(3)))
+    witness = Witness(hold=0.0)
+    async with aiohttp_client(aiohttp_app.create_app(witness.work)) as client, client.post("/jobs/1/run") as response:
+        assert response.status == 503
+        assert await response.text() == f"jobs:1: {UNAVAILABLE}"
+        assert "Retry-After" not in response.headers
+    assert witness.runs == {}
+
+
+async def serving(process: asyncio.subprocess.Process, port: int) -> None:
+    """Wait until *process* accepts connections on 127.0.0.1:*port*."""
+    async with asyncio.timeout(20):
+        while True:
+            if process.returncode is not None:
+                raise AssertionError(f"the app exited with {process.returncode}")
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            await writer.wait_closed()
+            return
+
+
+APP_MAIN = "examples.aiohttp_app:main"
+
+
+def listening(port: int) -> list[str]:
+    """The IPv4 addresses listening on TCP *port* on this machine (from /proc/net/tcp: Linux)."""
+    found = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, _, hex_port = local.partition(":")
+        if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+            found.append(".".join(str(b) for b in reversed(bytes.fromhex(address))))
+    return found
+
+
+@pytest.mark.parametrize("runner", ["script", "aiohttp.web"])
+async def test_aiohttp_app_runs_as_two_replicas_on_loopback(cluster: Cluster, runner: str) -> None:
+    """Two processes of the app, each on a port of its own (loopback), share the lock through the nodes:
+    of two requests for one job at once, one runs and the other is told 409."""
+    ports = [free_port(), free_port()]
+    env = {**os.environ, "REDLOCK_NODES": ",".join(cluster.urls), "PYTHONPATH": str(EXAMPLES.parent)}
+
+    def commands(port: int) -> list[str]:
+        if runner == "script":
+            return [str(EXAMPLES / "aiohttp_app.py"), "--port", str(port)]
+        return ["-m", "aiohttp.web", "-H", "127.0.0.1", "-P", str(port), APP_MAIN]
+
+    replicas = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, *commands(port), env=env, cwd=EXAMPLES.parent,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        )
+        for port in ports
+    ]  # fmt: skip
+    try:
+        for process, port in zip(replicas, ports, strict=True):
+            await serving(process, port)
+        async with httpx.AsyncClient(timeout=10) as client:
+            answers = await asyncio.gather(*(client.post(f"http://127.0.0.1:{port}/jobs/1/run") for port in ports))
+        assert sorted(answer.status_code for answer in answers) == [200, 409], [a.text for a in answers]
+        for port in ports:  # loopback only, never 0.0.0.0
+            assert listening(port) == ["127.0.0.1"]
+    finally:
+        for process in replicas:
+            if process.returncode is None:
+                process.terminate()
+            await process.communicate()
+
+
+def test_aiohttp_main_refuses_arguments_it_does_not_take() -> None:
+    with pytest.raises(SystemExit, match="use -H HOST -P PORT"):
+        aiohttp_app.main(["--port", "8081"])
 
 
 # -- scripts ------------------------------------------------------------------

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import re
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,6 +28,8 @@ from redlock_async import Redlock
 
 from .conftest import Cluster, assert_no_library_tasks, eventually, holders
 
+ROOT = Path(__file__).parent.parent
+"""The repository: examples/ is imported from it."""
 HANDOFF = 1.0
 """Longest wait allowed between the leader's shutdown and the next replica leading."""
 
@@ -190,3 +197,38 @@ async def test_a_leader_that_loses_its_lease_campaigns_again(cluster: Cluster, m
         assert app.state.replica.terms == [first["term"], again["term"]]
         assert witness.most == 1
     assert_no_library_tasks()
+
+
+UNDER_UVICORN = """
+import asyncio, logging
+from asgi_lifespan import LifespanManager
+from examples import leader
+
+logging.getLogger("uvicorn").addHandler(logging.StreamHandler())  # uvicorn configures its own loggers only
+
+async def main():
+    app = leader.create_app(owner="solo")
+    async with LifespanManager(app):
+        for _ in range(200):
+            if app.state.replica.term is not None:
+                break
+            await asyncio.sleep(0.05)
+
+asyncio.run(main())
+"""
+
+
+def test_the_replica_says_who_leads_when_nothing_configured_logging(cluster: Cluster) -> None:
+    """Under uvicorn only its loggers are configured: the example's INFO lines (who leads, the ticks) were lost."""
+    result = subprocess.run(
+        [sys.executable, "-c", UNDER_UVICORN],
+        env={**os.environ, "REDLOCK_NODES": ",".join(cluster.urls), "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"INFO +examples\.leader: solo leads \(term [0-9]+\)", result.stderr), result.stderr
+    assert "scheduler tick (term" in result.stderr
