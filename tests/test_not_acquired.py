@@ -128,20 +128,21 @@ async def test_one_warning_per_node_it_cannot_reach(caplog: pytest.LogCaptureFix
 
 
 async def test_a_timeout_says_what_timed_out_and_which_setting_to_change() -> None:
-    """adaptive_timeout=False and a 60 ms round trip: each node's timeout says node_timeout waits less than
-    its round trip, and how to fix it (the detail was empty)."""
+    """adaptive_timeout=False and a long round trip: each node's timeout says node_timeout waits less than
+    its round trip, and how to fix it (the detail was empty). 200 ms: beyond even the second window a
+    ballot gives replies when its timer fires late (a loaded machine), where 60 ms sometimes wins."""
     with LocalNodes(3, proxied=True) as nodes:
         for node in nodes:
-            node.proxy.latency(0.03)
+            node.proxy.latency(0.1)
         errors: list[NodesUnavailable] = []
         async with Redlock(nodes.urls, adaptive_timeout=False) as redlock:
-            for _ in range(4):  # one may win now and then: a late timer gives the replies a second window
+            for _ in range(3):
                 try:
                     async with redlock.lock("far", acquire_timeout=0.3):
                         pass
                 except NodesUnavailable as exc:
                     errors.append(exc)
-    assert errors
+    assert len(errors) == 3
     for error in errors:
         timeouts = [o for o in error.outcomes if o.vote is Vote.TIMEOUT]
         assert timeouts, error.outcomes
