@@ -205,9 +205,9 @@ def leave() -> None:
     portal.stop()
 
 
-def check_caller(portal: Portal) -> None:
+def check_caller(portal: Portal | None) -> None:
     """Refuse a blocking call from a thread that runs an event loop (the portal's own included)."""
-    if threading.get_ident() == portal.ident:
+    if portal is not None and threading.get_ident() == portal.ident:
         raise RuntimeError(INSIDE_LOOP + " (this was the blocking API's own loop: a callback such as on_event)")
     try:
         asyncio.get_running_loop()

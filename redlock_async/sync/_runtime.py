@@ -52,9 +52,9 @@ class Runtime:
         if self.closed:
             raise RuntimeError("this Redlock is closed: make a new one")
         portal = self._portal
+        _portal.check_caller(portal)  # before a thread is started for a caller that is refused
         if portal is None:
             portal = self._portal = _portal.join()
-        _portal.check_caller(portal)
         return portal
 
     def call(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
