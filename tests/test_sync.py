@@ -13,7 +13,7 @@ import pytest
 from redlock_async import LockLost, LockNotAcquired
 from redlock_async.sync import Lock, Redlock
 from redlock_async.testing import History
-from tests.conftest import Cluster, keys_everywhere
+from tests.conftest import Cluster, client_connections, keys_everywhere
 
 LOOP_THREAD = "redlock-sync-loop"
 
@@ -245,6 +245,7 @@ def test_on_event_calling_the_blocking_api_is_refused(cluster: Cluster, caplog: 
 
 
 def test_close_stops_the_thread_and_leaves_nothing(cluster: Cluster) -> None:
+    connections = [client_connections(cluster[i]) for i in range(len(cluster))]
     first = Redlock(cluster.urls)
     second = Redlock(cluster.urls)
     assert loop_threads() == []  # made, not used: no thread yet
@@ -264,6 +265,10 @@ def test_close_stops_the_thread_and_leaves_nothing(cluster: Cluster) -> None:
     with pytest.raises(RuntimeError, match="closed"):
         first.lock("closing").acquire()
     gc.collect()  # an unclosed socket or loop would warn here (ResourceWarning is an error in this suite)
+    deadline = time.monotonic() + 5
+    while [client_connections(cluster[i]) for i in range(len(cluster))] != connections:
+        assert time.monotonic() < deadline, "connections left open on the nodes"
+        time.sleep(0.02)
 
 
 def test_semaphore_and_lock_many(sync_redlock: Redlock) -> None:
