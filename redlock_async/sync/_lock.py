@@ -137,6 +137,10 @@ class Lock:
         self._fresh()
         lock = self._by_timeout.get(timeout)
         if lock is None:
+            # An async lock per acquire timeout (the async `async with` takes the lock's own): the lock's
+            # own, blocking=False's and the last other one are kept (a deadline's timeouts all differ).
+            if len(self._by_timeout) > 2:
+                self._by_timeout = {key: kept for key, kept in self._by_timeout.items() if key in (None, 0.0)}
             lock = self._by_timeout[timeout] = self._make(runtime.current(), timeout)
         self._current = lock
         self._holding.enter(portal, lambda: lock, runtime.holders)

@@ -143,6 +143,7 @@ class Portal:
                 if left:
                     self.loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
                 self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+                self.loop.run_until_complete(self.loop.shutdown_default_executor())  # its threads (getaddrinfo)
             finally:
                 asyncio.set_event_loop(None)
                 self.loop.close()
