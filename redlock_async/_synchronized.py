@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from redlock_async.errors import LockNotAcquired
+from redlock_async.errors import LockNotAcquired, NodesUnavailable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -101,6 +101,8 @@ def decorate_sync(
                 with make(namer.name(args, kwargs)):
                     entered = True
                     return fn(*args, **kwargs)
+            except NodesUnavailable:
+                raise  # not busy: too few nodes could vote, and "skip" would drop the call unseen
             except LockNotAcquired:
                 if entered or on_busy == "raise":
                     raise
@@ -131,6 +133,8 @@ def decorate_async(
                 async with make(namer.name(args, kwargs)):
                     entered = True
                     return await fn(*args, **kwargs)
+            except NodesUnavailable:
+                raise  # not busy: too few nodes could vote, and "skip" would drop the call unseen
             except LockNotAcquired:
                 if entered or on_busy == "raise":
                     raise

@@ -163,3 +163,28 @@ async def test_closing_with_one_lock_held_says_lock_was(
     with caplog.at_level(logging.WARNING, logger="redlock_async"):
         await redlock.aclose()
     assert any("closed while 1 lock was held ('left-held')" in r.message for r in caplog.records), caplog.text
+
+
+async def test_synchronized_skips_a_busy_lock_but_never_unavailable_nodes() -> None:
+    """on_busy="skip" is for a lock held elsewhere: with every node down the call must not vanish."""
+    async with Redlock(dead_urls(3)) as redlock:
+
+        @redlock.synchronized("report:{n}", blocking=False, on_busy="skip")
+        async def report(n: int) -> int:
+            return n
+
+        with pytest.raises(NodesUnavailable):
+            await report(1)
+
+
+def test_blocking_synchronized_skips_a_busy_lock_but_never_unavailable_nodes() -> None:
+    from redlock_async.sync import Redlock as BlockingRedlock
+
+    with BlockingRedlock(dead_urls(3)) as redlock:
+
+        @redlock.synchronized("report:{n}", blocking=False, on_busy="skip")
+        def report(n: int) -> int:
+            return n
+
+        with pytest.raises(NodesUnavailable):
+            report(1)

@@ -31,6 +31,10 @@ def test_error_tree() -> None:
     assert issubclass(redlock_async.NodesUnavailable, redlock_async.LockNotAcquired)
     assert "NodesUnavailable" in redlock_async.__all__
     assert redlock_async.NodesUnavailable.__module__ == "redlock_async"
+    from redlock_async import sync
+
+    assert sync.NodesUnavailable is redlock_async.NodesUnavailable  # the blocking API's too
+    assert "NodesUnavailable" in sync.__all__
 
 
 def _redis_private_names() -> set[str]:

@@ -9,14 +9,15 @@ A thin front over the async library, run on one background event loop thread per
             process_order(42)                               # lock.check() between chunks; lock.lost is an Event
 
 The errors are the async API's (re-exported here): ``LockNotAcquired`` when ``with lock:`` cannot
-acquire, ``LockLost`` when the lease was lost while the body ran.
+acquire (``NodesUnavailable``, a subclass, when too few nodes could vote rather than the lock being
+held elsewhere), ``LockLost`` when the lease was lost while the body ran.
 """
 
-from redlock_async.errors import LockLost, LockNotAcquired, RedlockError
+from redlock_async.errors import LockLost, LockNotAcquired, NodesUnavailable, RedlockError
 from redlock_async.sync._client import Election, Redlock
 from redlock_async.sync._lock import Lock
 
-__all__ = ["Election", "Lock", "LockLost", "LockNotAcquired", "Redlock", "RedlockError"]
+__all__ = ["Election", "Lock", "LockLost", "LockNotAcquired", "NodesUnavailable", "Redlock", "RedlockError"]
 
 for _cls in (Election, Lock, Redlock):
     _cls.__module__ = __name__

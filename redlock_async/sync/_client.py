@@ -188,8 +188,9 @@ class Redlock:
         """Decorate a function to run under lock *name*: a template filled with the call's arguments by
         parameter name (``"report:{customer_id}"``).
 
-        *blocking* and *timeout* as for ``acquire()``. When the lock is not acquired,
-        ``on_busy="raise"`` raises :class:`LockNotAcquired`, ``"skip"`` returns None without running.
+        *blocking* and *timeout* as for ``acquire()``. When the lock is held elsewhere,
+        ``on_busy="raise"`` raises :class:`LockNotAcquired`, ``"skip"`` returns None without running;
+        when too few nodes could vote, :class:`NodesUnavailable` is raised either way.
         *options* are :meth:`lock`'s (``ttl``, ``cooldown``, ``fencing``, ``interrupt_main``, ...).
         """
         busy, limit = check_call(on_busy, blocking, timeout)
