@@ -100,28 +100,32 @@ def test_synchronized_names_the_lock_from_the_arguments(sync_redlock: Redlock) -
 
 def test_synchronized_skip_runs_the_body_once_among_concurrent_calls(sync_redlock: Redlock) -> None:
     ran: list[int] = []
-    release = threading.Event()
+    skipped: list[int] = []
+    all_skipped = threading.Event()  # the body holds the lock until the other three callers were turned away
 
     @sync_redlock.synchronized("job:{job}", blocking=False, on_busy="skip")
     def job(job: int, caller: int) -> int:
         ran.append(caller)
-        release.wait(5)
+        assert all_skipped.wait(30)
         return caller
 
     results: list[int | None] = [None] * 4
 
     def call(caller: int) -> None:
         results[caller] = job(1, caller)
+        if results[caller] is None:
+            skipped.append(caller)
+            if len(skipped) == 3:
+                all_skipped.set()
 
     threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
     for thread in threads:
         thread.start()
-    time.sleep(0.5)
-    release.set()
     for thread in threads:
         thread.join()
     assert len(ran) == 1
     assert [r for r in results if r is not None] == ran
+    assert sorted(skipped + ran) == [0, 1, 2, 3]
 
 
 def test_synchronized_raise_and_bad_templates(sync_redlock: Redlock) -> None:
@@ -180,7 +184,7 @@ def test_cooldown_keeps_the_key_after_the_body(sync_redlock: Redlock, cluster: C
         pass
     released_at = time.monotonic()
     pttls = [keys_on(cluster[i], "redlock:nightly")[1] for i in range(len(cluster))]
-    assert all(1300 < pttl <= 1500 for pttl in pttls), pttls
+    assert all(1000 < pttl <= 1500 for pttl in pttls), pttls  # ~1500: reset at release, read a moment later
     assert not rival.acquire(blocking=False)
     assert sync_redlock.inspect("nightly").state == "held"
     while time.monotonic() - released_at < 1.6:
@@ -208,7 +212,7 @@ async def test_cooldown_on_the_async_api(cluster: Cluster) -> None:
             pass
         assert not lock.held
         pttls = [keys_on(cluster[i], "redlock:hourly")[1] for i in range(len(cluster))]
-        assert all(1800 < pttl <= 2000 for pttl in pttls), pttls
+        assert all(1500 < pttl <= 2000 for pttl in pttls), pttls  # not the 1 s ttl: the cooldown
         assert not await redlock.lock("hourly").acquire(blocking=False)
         assert await lock.acquire(blocking=False) is False  # the same lock too: the key is kept, not ours
         # A lock lost before its release says so, rather than start a cooldown it cannot keep.
