@@ -48,6 +48,13 @@ def not_acquired(
     return NodesUnavailable(text, resource=resource, outcomes=found, retry_after=retry_after)
 
 
+def reason(votes: Sequence[Vote], blocking: bool) -> str:
+    """The ``not_acquired`` event's reason: the same line between busy and unavailable as the error."""
+    if votes and _algorithm.unavailable(votes):
+        return "nodes unavailable: too few nodes could vote"
+    return "no majority within the timeout" if blocking else "no majority (blocking=False)"
+
+
 def _back_in(nodes: Sequence[Node], votes: Sequence[Vote], quarantined: list[int]) -> float | None:
     """Seconds until enough *quarantined* nodes count again for a majority to vote, when the others
     that could not vote leave room for one; None when they do not (or a node's check is unanswered)."""

@@ -22,6 +22,7 @@ from redlock_async._fanout import Ballot, outcomes, vote_of_script
 from redlock_async._lease import Lease, Phase, move
 from redlock_async._names import Name, check_owner, default_owner, released_word, resource_key
 from redlock_async._not_acquired import not_acquired
+from redlock_async._not_acquired import reason as not_acquired_reason
 from redlock_async._settings import Settings, check_duration
 from redlock_async.errors import LockLost, NodeOutcome
 from redlock_async.events import EventKind, LockEvent
@@ -241,7 +242,7 @@ class Lock:
                 _NOT_ACQUIRED,
                 duration=_clock.now() - began,
                 attempts=self._attempts,
-                reason="no majority within the timeout" if blocking else "no majority (blocking=False)",
+                reason=not_acquired_reason(self._last_votes, blocking),
             )
         return acquired
 

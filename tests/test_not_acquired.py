@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from redlock_async import LockNotAcquired, NodesUnavailable, Redlock, Vote
+from redlock_async import EventKind, LockEvent, LockNotAcquired, NodesUnavailable, Redlock, Vote
 from redlock_async.testing import LocalNodes
 
 from .conftest import Cluster, MakeRedlock, dead_urls, own_server
@@ -188,3 +188,17 @@ def test_blocking_synchronized_skips_a_busy_lock_but_never_unavailable_nodes() -
 
         with pytest.raises(NodesUnavailable):
             report(1)
+
+
+async def test_the_not_acquired_event_says_unavailable_or_not(make_redlock: MakeRedlock) -> None:
+    """Metrics tell an outage from contention by the event's reason, as handlers do by the class."""
+    events: list[LockEvent] = []
+    async with Redlock(dead_urls(3), on_event=events.append) as down:
+        assert not await down.lock("x").acquire(blocking=False)
+    holder, other = await make_redlock(), await make_redlock(on_event=events.append)
+    held = holder.lock("x")
+    assert await held.acquire()
+    assert not await other.lock("x").acquire(blocking=False)
+    await held.release()
+    reasons = [event.reason for event in events if event.kind is EventKind.NOT_ACQUIRED]
+    assert reasons == ["nodes unavailable: too few nodes could vote", "no majority (blocking=False)"]
