@@ -165,10 +165,12 @@ class Listener:
     def _subscribed_on(self, channel: bytes, _: asyncio.Future[Reply]) -> None:
         """A node ran (or failed) our SUBSCRIBE to *channel*: a grant it published before then went
         unheard, so the claims waiting on the channel enter again, and the replies say where the key
-        is theirs. (A claim that entered after the subscription was in place needs nothing: no
-        confirmation comes after its entry.)"""
+        is theirs; its watchers are called as for a word. (A claim that entered after the subscription
+        was in place needs nothing: no confirmation comes after its entry.)"""
         for claim in self._claimants.get(channel, ()):
             claim.poke()
+        for callback in tuple(self._watchers.get(channel, ())):
+            callback()  # an observer looks again: a word said before the subscription went unheard
 
     def leave(self, channel: bytes) -> None:
         """Stop listening (synchronous, safe in cleanup)."""

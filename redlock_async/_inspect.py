@@ -1,26 +1,37 @@
-"""Read who holds a lock, writing nothing to any node.
+"""Read who holds a lock (and the permits of a semaphore of the same name), writing nothing to any node.
 
 An :class:`Inspector` has connections of its own that send nothing but the
-handshake (AUTH, SELECT, CLIENT SETNAME, INFO) and reads (GET, PTTL): no
-restart-quarantine marker, no script loaded or run, no PUBLISH. So it can
-never change what a locking client decides (a marker written under its
-period would vouch for a restarted node to clients with longer leases).
+handshake (AUTH, SELECT, CLIENT SETNAME), the restart-quarantine probe (INFO,
+GET of the marker) and reads (MGET, GET, PTTL): no restart-quarantine marker
+written, no script loaded or run, no PUBLISH. So it can never change what a
+locking client decides (a marker written under its period would vouch for a
+restarted node to clients with longer leases).
+
+It judges the restart quarantine as a locking client does (read-only): a node
+that came back without its keys, or that no one vouched for yet, can neither
+confirm nor rule out a holder, so it counts as a node that did not answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
-from typing import Any
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from redlock_async._algorithm import Held, Vote, held_by_majority, quorum
+from redlock_async import _clock
+from redlock_async._algorithm import Held, Vote, drift, held_by_majority, quorum
 from redlock_async._endpoint import Endpoint
+from redlock_async._names import resource_key
 from redlock_async._node import Node
+from redlock_async._quarantine import Quarantine
 from redlock_async._requests import owner_of
+from redlock_async._scripts import FENCED_BY
 from redlock_async._settings import Settings
-from redlock_async._wire import Failure
+from redlock_async._wire import Failure, Reply
 from redlock_async.inspection import LockInfo, NodeInfo
+from redlock_async.semaphore import semaphore_keys
 
 
 def digest(token: bytes) -> str:
@@ -28,59 +39,128 @@ def digest(token: bytes) -> str:
     return hashlib.sha1(token).hexdigest()[:8]
 
 
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """What one inspection reads: a lock's key and its fence, and a semaphore's slots."""
+
+    lock: bytes
+    fence: bytes
+    slot_prefix: bytes | None = None
+    """A semaphore of the same name: slot i's key is this followed by i (None: not looked at)."""
+    widest: bytes | None = None
+    """That semaphore's widest-limit key: how many slots may be held."""
+
+
+def keys_of(settings: Settings, name: str | bytes, *, semaphore: bool = True) -> Keys:
+    """The keys of lock *name* (and, with *semaphore*, of semaphore *name*), after checking the name."""
+    lock, fence = resource_key(settings.key_prefix, name), resource_key(settings.fence_prefix, name)
+    if not semaphore:
+        return Keys(lock, fence)
+    _, slot_prefix, widest = semaphore_keys(settings.key_prefix, name)
+    return Keys(lock, fence, slot_prefix, widest)
+
+
+def default_period(settings: Settings) -> float:
+    """The restart quarantine of a client with these settings that has made no lock yet."""
+    if settings.restart_quarantine is not None:
+        return settings.restart_quarantine
+    return settings.ttl + drift(settings.ttl, settings.drift_factor)
+
+
 class Inspector:
     """Read-only connections to the nodes, opened on first use and kept until closed."""
 
-    def __init__(self, endpoints: Sequence[Endpoint], settings: Settings) -> None:
+    def __init__(
+        self, endpoints: Sequence[Endpoint], settings: Settings, period: Callable[[], float] | None = None
+    ) -> None:
         self._endpoints = endpoints
         self._settings = settings
+        self._period = period or (lambda: default_period(settings))
         self._nodes: tuple[Node, ...] = ()
+        self._quarantine: Quarantine | None = None
 
-    async def inspect(self, key: bytes, fence_key: bytes) -> LockInfo:
-        """Ask every node for *key* (GET, PTTL) and *fence_key* (GET) at once; a node silent for two
-        connect timeouts is unreachable."""
-        if not self._nodes:
-            settings = self._settings
-            self._nodes = tuple(
-                Node(
-                    endpoint,
-                    max_queued=settings.max_queued,
-                    stall_after=settings.connect_timeout,
-                    connect_timeout=settings.connect_timeout,
-                    reconnect_delay=settings.reconnect_delay,
-                )
-                for endpoint in self._endpoints
+    def _connect(self) -> tuple[Node, ...]:
+        if self._nodes:
+            return self._nodes
+        settings = self._settings
+        quarantine: Quarantine | None = None  # made once the nodes are; its probe starts only on connect
+
+        def probe(node: Node) -> None:
+            assert quarantine is not None
+            quarantine.on_ready(node)
+
+        self._nodes = tuple(
+            Node(
+                endpoint,
+                max_queued=settings.max_queued,
+                stall_after=settings.connect_timeout,
+                connect_timeout=settings.connect_timeout,
+                reconnect_delay=settings.reconnect_delay,
+                on_ready=None if settings.restart_quarantine == 0 else probe,
             )
-        nodes = self._nodes
-        asks = [[node.send(b"GET", key), node.send(b"PTTL", key), node.send(b"GET", fence_key)] for node in nodes]
+            for endpoint in self._endpoints
+        )
+        if settings.restart_quarantine != 0:
+            quarantine = Quarantine(settings.key_prefix.encode(), self._period, self._nodes, read_only=True)
+        self._quarantine = quarantine
+        return self._nodes
+
+    async def _ask(self, asks: list[list[asyncio.Future[Reply]]]) -> list[list[Reply]]:
+        """The replies to *asks* (per node); a node silent for two connect timeouts did not answer."""
         # A connect, then a round trip; a node that says nothing by then is unreachable.
-        await asyncio.wait([fut for ask in asks for fut in ask], timeout=self._settings.connect_timeout * 2)
-        views = []
-        for node, ask in zip(nodes, asks, strict=True):
-            replies: list[Any] = [fut.result() if fut.done() else Failure(Vote.TIMEOUT, "no answer") for fut in ask]
-            failed = next((reply for reply in replies if isinstance(reply, Failure)), None)
-            if failed is not None:
-                views.append(NodeInfo(node.name, "unreachable", error=failed.detail or failed.vote.value))
-                continue
-            value, pttl, fence = replies
-            counter = int(fence) if fence is not None and fence.isdigit() else None  # not ours if not a number
-            if value is None:
-                views.append(NodeInfo(node.name, "free", fencing_counter=counter))
-            else:
-                ttl = int(pttl) / 1000 if int(pttl) >= 0 else None
-                views.append(
-                    NodeInfo(
-                        node.name,
-                        "held",
-                        owner=owner_of(value),
-                        ttl=ttl,
-                        holder=digest(value),
-                        fencing_counter=counter,
-                    )
-                )
-        return judge(tuple(views))
+        futures = [fut for ask in asks for fut in ask]
+        if futures:
+            await asyncio.wait(futures, timeout=self._settings.connect_timeout * 2)
+        return [[fut.result() if fut.done() else Failure(Vote.TIMEOUT, "no answer") for fut in ask] for ask in asks]
+
+    async def inspect(self, keys: Keys) -> LockInfo:
+        """Ask every node for the lock's key, fence and fencer (one MGET: an atomic read), the key's PTTL
+        and the semaphore's widest limit at once; then, if a semaphore was used, for its slots."""
+        nodes = self._connect()
+        reads = (keys.lock, keys.fence, keys.fence + FENCED_BY)
+        asks = []
+        for node in nodes:
+            ask = [node.send(b"MGET", *reads), node.send(b"PTTL", keys.lock)]
+            if keys.widest is not None:
+                ask.append(node.send(b"GET", keys.widest))
+            asks.append(ask)
+        answers = await self._ask(asks)
+        views = tuple(_view(node, replies[0], replies[1]) for node, replies in zip(nodes, answers, strict=True))
+        # Quarantine is read after every reply is in: each node's probe went first on its connection.
+        views = tuple(_sat_out(node, view) for node, view in zip(nodes, views, strict=True))
+        info = judge(views)
+        if keys.widest is None or keys.slot_prefix is None:
+            return info
+        widest = max((_limit(replies[2]) for replies in answers if len(replies) > 2), default=0)
+        if widest == 0:
+            return info  # no semaphore of this name on any node that answered
+        return await self._permits(info, keys.slot_prefix, widest)
+
+    async def _permits(self, info: LockInfo, slot_prefix: bytes, widest: int) -> LockInfo:
+        """The lock's verdict *info* with the semaphore's: each of its *widest* slots judged as a lock."""
+        nodes = self._nodes
+        slots = [slot_prefix + b"%d" % i for i in range(widest)]
+        asks = [[node.send(b"MGET", *slots), *(node.send(b"PTTL", slot) for slot in slots)] for node in nodes]
+        answers = await self._ask(asks)
+        per_slot: list[list[NodeInfo]] = [[] for _ in slots]
+        limits: dict[str, int] = {}  # holder -> the limit its token was taken under
+        for node, replies in zip(nodes, answers, strict=True):
+            values = replies[0]
+            for i, slot_views in enumerate(per_slot):
+                value = values[i] if isinstance(values, list) and len(values) == widest else values
+                view = _view(node, [value, None, None] if not isinstance(value, Failure) else value, replies[1 + i])
+                if view.holder is not None:
+                    limits[view.holder] = _limit(value)
+                slot_views.append(_sat_out(node, view))
+        permits = tuple(judge(tuple(slot_views)) for slot_views in per_slot)
+        shown = tuple(permit for permit in permits if permit.state != "free")
+        held = [limits[permit.holder] for permit in permits if permit.holder is not None]
+        return combine(info, shown, max(held) if held else widest)
 
     def close_now(self) -> None:
+        if self._quarantine is not None:
+            self._quarantine.close()
+            self._quarantine = None
         for node in self._nodes:
             node.close_now()
         self._nodes = ()
@@ -90,33 +170,82 @@ class Inspector:
         await asyncio.sleep(0)  # the transports close their sockets on the next loop turn
 
 
-async def inspect(endpoints: Sequence[Endpoint], key: bytes, fence_key: bytes, settings: Settings) -> LockInfo:
+async def inspect(endpoints: Sequence[Endpoint], keys: Keys, settings: Settings) -> LockInfo:
     """One inspection through connections opened for it and closed after."""
     inspector = Inspector(endpoints, settings)
     try:
-        return await inspector.inspect(key, fence_key)
+        return await inspector.inspect(keys)
     finally:
         await inspector.aclose()
 
 
+def _limit(reply: Reply | bytes) -> int:
+    """A semaphore's limit from its widest-limit key, or from a permit's token (``b"3:..."``); 0 if none."""
+    if not isinstance(reply, bytes):
+        return 0
+    head = reply.partition(b":")[0]
+    return int(head) if head.isdigit() else 0
+
+
+def _view(node: Node, values: Reply, pttl: Reply) -> NodeInfo:
+    """One node's answer: *values* is the MGET of (key, counter, fencer), or a Failure."""
+    for reply in (values, pttl):
+        if isinstance(reply, Failure):
+            return NodeInfo(node.name, "unreachable", error=reply.detail or reply.vote.value)
+    if not isinstance(values, list) or len(values) != 3:
+        return NodeInfo(node.name, "unreachable", error=f"unexpected reply {values!r:.60}")
+    value, fence, fencer = values
+    counter = int(fence) if isinstance(fence, bytes) and fence.isdigit() else None  # not ours if not a number
+    fenced_by = fencer[:8].decode(errors="replace") if isinstance(fencer, bytes) else None
+    if not isinstance(value, bytes):
+        return NodeInfo(node.name, "free", fencing_counter=counter, fenced_by=fenced_by)
+    ttl = int(pttl) / 1000 if isinstance(pttl, int) and pttl >= 0 else None
+    return NodeInfo(
+        node.name,
+        "held",
+        owner=owner_of(value),
+        ttl=ttl,
+        holder=digest(value),
+        fencing_counter=counter,
+        fenced_by=fenced_by,
+    )
+
+
+def _sat_out(node: Node, view: NodeInfo) -> NodeInfo:
+    """*view*, unless *node* is in restart quarantine: then it can confirm nothing and rule out nothing."""
+    if view.state == "unreachable":
+        return view
+    left = node.quarantined_until - _clock.now()
+    if left <= 0:
+        return view
+    why = "not judged yet" if math.isinf(left) else f"{left:.1f} s left"
+    return NodeInfo(node.name, "quarantined", error=f"in restart quarantine ({why}): it may have lost keys")
+
+
 def judge(views: tuple[NodeInfo, ...]) -> LockInfo:
-    """The verdict by the majority rule (``_algorithm.held_by_majority``)."""
+    """The verdict by the majority rule (``_algorithm.held_by_majority``); a node in quarantine counts
+    as one that did not answer."""
     counts: dict[str, int] = {}
     for view in views:
         if view.holder is not None:
             counts[view.holder] = counts.get(view.holder, 0) + 1
-    unreachable = sum(view.state == "unreachable" for view in views)
-    state = held_by_majority(len(views), counts.values(), unreachable)
+    silent = sum(view.state in ("unreachable", "quarantined") for view in views)
+    state = held_by_majority(len(views), counts.values(), silent)
     holder = max(counts, key=counts.__getitem__) if state is Held.HELD else None
     holding = [view for view in views if holder is not None and view.holder == holder]
     ttls = [view.ttl for view in holding if view.ttl is not None]
     counters = sorted((view.fencing_counter for view in views if view.fencing_counter is not None), reverse=True)
     need = quorum(len(views))
-    if holder is not None and len(counters) >= need:
-        # The holder's token: its fence raised a majority's counters to it while it held the key,
-        # and only nodes that did not grant it can be ahead (a late SET of an earlier, failed
-        # acquisition fenced there): fewer than a majority. So the majority-th largest is the token.
-        counter: int | None = counters[need - 1]
+    counter: int | None
+    if holder is not None:
+        # The holder's token, once its fence is written on a majority: those nodes name it as their
+        # counter's fencer (read with the key in one MGET). Before that (a grant between its SET and
+        # its fence), or for an unfenced holder, every counter is an earlier holder's: none is shown.
+        fenced = sum(view.fenced_by == holder for view in holding)
+        # With the fence on a majority, only nodes that did not grant it can be ahead (a late SET
+        # of an earlier, failed acquisition fenced there): fewer than a majority. So the
+        # majority-th largest is the token.
+        counter = counters[need - 1] if fenced >= need and len(counters) >= need else None
     else:
         counter = counters[0] if counters else None  # free or unknown: the largest that answered
     return LockInfo(
@@ -126,4 +255,20 @@ def judge(views: tuple[NodeInfo, ...]) -> LockInfo:
         fencing_counter=counter,
         nodes=views,
         holder=holder,
+    )
+
+
+def combine(lock: LockInfo, permits: tuple[LockInfo, ...], limit: int) -> LockInfo:
+    """The lock's verdict with its semaphore's: held when either is; free only when both are."""
+    states = {lock.state, *(permit.state for permit in permits)}
+    state = "held" if "held" in states else "unknown" if "unknown" in states else "free"
+    return LockInfo(
+        state=state,
+        owner=lock.owner,
+        ttl=lock.ttl,
+        fencing_counter=lock.fencing_counter,
+        nodes=lock.nodes,
+        holder=lock.holder,
+        limit=limit,
+        permits=permits,
     )

@@ -50,6 +50,9 @@ class Quarantine:
     ) -> None:
         self._marker = marker
         self._read_only = read_only  # judge, but write no marker (inspection writes nothing)
+        # Inspection's judgement is its own verdicts' business: the locking clients warn of a restart.
+        self._warning = logging.DEBUG if read_only else logging.WARNING
+        self._info = logging.DEBUG if read_only else logging.INFO
         self._period = period  # read at each decision: the largest ttl in use may grow
         self._nodes = tuple(nodes)
         n = len(self._nodes)
@@ -153,7 +156,7 @@ class Quarantine:
         node.quarantined_until = _clock.now() + seconds
         node.quarantine_reason = why or "no marker: it lost its data, or is new"
         if why:
-            log.warning("redlock node %s %s: it counts toward no quorum for %.1f s", node.name, why, seconds)
+            log.log(self._warning, "redlock node %s %s: it counts toward no quorum for %.1f s", node.name, why, seconds)
         loop = asyncio.get_running_loop()
         if i in self._suspects:
             self._timers[i] = loop.call_later(min(RECHECK_FIRST, seconds), self._recheck, i, RECHECK_FIRST)
@@ -163,7 +166,8 @@ class Quarantine:
     def _warn_suspect(self, i: int) -> None:
         node = self._nodes[i]
         left = node.quarantined_until - _clock.now()
-        log.warning(
+        log.log(
+            self._warning,
             "redlock node %s has lost its data (no marker, while other nodes have theirs): "
             "it counts toward no quorum for %.1f s",
             node.name,
@@ -175,7 +179,7 @@ class Quarantine:
         self._timers.pop(i, None)
         self._suspects.discard(i)
         self._nodes[i].quarantined_until = 0.0
-        log.info("redlock node %s: quarantine over, counts again", self._nodes[i].name)
+        log.log(self._info, "redlock node %s: quarantine over, counts again", self._nodes[i].name)
         self._mark(i)
 
     def _recheck(self, i: int, delay: float) -> None:
@@ -195,7 +199,7 @@ class Quarantine:
                 self._suspects.discard(i)
                 self._marked[i] = True
                 self._sit_out(i, 0.0, "")
-                log.info("redlock node %s: marked in service by another client, counts again", node.name)
+                log.log(self._info, "redlock node %s: marked in service by another client, counts again", node.name)
                 return
             left = node.quarantined_until - _clock.now()
             later = min(delay * 2, max(left, 0.0), self._period() / 4)

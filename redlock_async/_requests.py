@@ -25,6 +25,7 @@ from redlock_async._scripts import (
     EXTEND_ALL,
     FENCE,
     FENCE_ALL,
+    FENCED_BY,
     HANDED_RELEASE,
     KEEP_LIMIT,
     RELEASE,
@@ -269,10 +270,12 @@ async def _fence(
     expiry: tuple[int, ...] = () if settings.fence_ttl_ms is None else (settings.fence_ttl_ms,)  # fence_ttl
     if len(keys) == 1:
         chosen: tuple[int, ...] = (max(answers) + 1,)
-        fenced.script(FENCE, (keys[0], fence_keys[0]), (token, chosen[0], *expiry), limited=True)
+        fencer = fence_keys[0] + FENCED_BY
+        fenced.script(FENCE, (keys[0], fence_keys[0], fencer), (token, chosen[0], *expiry), limited=True)
     else:
         chosen = tuple(max(counters[i] for counters in answers) + 1 for i in range(len(keys)))
-        fenced.script(FENCE_ALL, keys + fence_keys, (token, *chosen, *expiry), limited=True)
+        fencers = tuple(fence_key + FENCED_BY for fence_key in fence_keys)
+        fenced.script(FENCE_ALL, keys + fence_keys + fencers, (token, *chosen, *expiry), limited=True)
     await fenced.start().wait()
     return chosen, fenced
 

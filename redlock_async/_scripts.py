@@ -133,6 +133,16 @@ local function raise_counter(key, token, ttl)
         end
     end
 end
+
+-- Name the acquisition whose fence ran here (SHA1 of its token) beside the counter, with the
+-- counter's life: inspection shows a holder's counter only where this names the holder.
+local function name_fencer(key, token, ttl)
+    if ttl then
+        redis.call('SET', key, redis.sha1hex(token), 'PX', ttl)
+    else
+        redis.call('SET', key, redis.sha1hex(token))
+    end
+end
 """
 
 ACQUIRE_FENCED = Script(
@@ -158,9 +168,14 @@ return -1
 FENCE = Script(
     b"""
 -- Raise the fencing counter to the new token, only while this acquisition
--- still holds the key: any later holder of the key then reads it.
+-- still holds the key: any later holder of the key then reads it. In the
+-- same step, name the acquisition that fenced (a digest of its token) beside
+-- the counter, so a reader (inspection: MGET of key, counter and this, one
+-- atomic read) can tell a counter raised by the key's holder from one that
+-- a grant still in its first step has not raised yet.
 -- KEYS[1]  the lock key
 -- KEYS[2]  the resource's fencing counter
+-- KEYS[3]  the counter's fencer: KEYS[2] followed by FENCED_BY
 -- ARGV[1]  the token of this acquisition
 -- ARGV[2]  the fencing token chosen for it
 -- ARGV[3]  optional: the counter's ttl in integer milliseconds (fence_ttl); none: it never expires
@@ -170,11 +185,16 @@ FENCE = Script(
     + b"""
 if redis.call('GET', KEYS[1]) == ARGV[1] then
     raise_counter(KEYS[2], ARGV[2], ARGV[3])
+    name_fencer(KEYS[3], ARGV[1], ARGV[3])
     return 1
 end
 return 0
 """
 )
+
+FENCED_BY = b"\x00by"
+"""After a fencing counter's key: the key that names (SHA1 of the token, hex) the acquisition whose fence
+ran last there. Its life is the counter's."""
 
 FENCED_SET = Script(
     b"""
@@ -248,16 +268,17 @@ return counters
 FENCE_ALL = Script(
     b"""
 -- FENCE for several keys of one acquisition: only while it holds every one.
--- KEYS[1..n]     the lock keys
--- KEYS[n+1..2n]  their fencing counters
--- ARGV[1]        the token of this acquisition
--- ARGV[1+i]      the fencing token chosen for key i
--- ARGV[n+2]      optional: the counters' ttl in integer milliseconds (fence_ttl); none: they never expire
--- returns        1 written (or already higher); 0 a key is gone or not ours
+-- KEYS[1..n]        the lock keys
+-- KEYS[n+1..2n]     their fencing counters
+-- KEYS[2n+1..3n]    their counters' fencers (each counter's key followed by FENCED_BY)
+-- ARGV[1]           the token of this acquisition
+-- ARGV[1+i]         the fencing token chosen for key i
+-- ARGV[n+2]         optional: the counters' ttl in integer milliseconds (fence_ttl); none: they never expire
+-- returns           1 written (or already higher); 0 a key is gone or not ours
 """
     + _RAISE
     + b"""
-local n = #KEYS / 2
+local n = #KEYS / 3
 for i = 1, n do
     if redis.call('GET', KEYS[i]) ~= ARGV[1] then
         return 0
@@ -265,6 +286,7 @@ for i = 1, n do
 end
 for i = 1, n do
     raise_counter(KEYS[n + i], ARGV[1 + i], ARGV[n + 2])
+    name_fencer(KEYS[2 * n + i], ARGV[1], ARGV[n + 2])
 end
 return 1
 """

@@ -18,16 +18,17 @@ from collections.abc import AsyncIterator, Sequence
 
 from redlock_async import __version__, _clock, _reaper
 from redlock_async._endpoint import endpoints_for
-from redlock_async._inspect import inspect
+from redlock_async._inspect import inspect, keys_of
 from redlock_async._names import check_owner, resource_key
 from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
 from redlock_async.client import Redlock
 from redlock_async.errors import LockNotAcquired, NodesUnavailable, RedlockError
+from redlock_async.inspection import NodeInfo
 from redlock_async.lock import Lock
 from redlock_async.semaphore import MAX_LIMIT
 
 EXIT_HELD = 1
-"""``redlock status``: the lock is held (one holder's key is on a majority)."""
+"""``redlock status``: the lock is held (one holder's key is on a majority), or a permit of semaphore NAME."""
 EXIT_USAGE = 2
 """A usage error (argparse's own status); also ``redlock run --limit N`` on a semaphore held under another limit."""
 EXIT_UNKNOWN = 3
@@ -48,7 +49,8 @@ EXIT_STATUSES = (
     ),
     (
         "1",
-        "status: held; demo: critical sections overlapped; run: the nodes refused the lock scripts (an ACL "
+        "status: held (the lock, by a lock_many holder too, or a permit of semaphore NAME); demo: critical "
+        "sections overlapped; run: the nodes refused the lock scripts (an ACL "
         "user needs +@scripting) or another redlock error, said in one line; the command did not run",
     ),
     (
@@ -56,7 +58,11 @@ EXIT_STATUSES = (
         "usage error: the message says what to change; also run --limit N while the semaphore's permits are "
         "held under another limit (every holder must use the same N), said in one line; the command did not run",
     ),
-    ("3", "status: unknown, too few nodes answered to tell held from free"),
+    (
+        "3",
+        "status: unknown, too few nodes answered to tell held from free (a node in restart quarantine counts as "
+        "one that did not answer: it may have lost keys)",
+    ),
     (
         "69",
         "run: too few nodes could vote to grant the lock (unreachable, or in restart quarantine: the message "
@@ -147,8 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "status",
         help="who holds a lock on each node, without acquiring anything",
         description=(
-            "Reads the lock's key on every node and writes nothing to any of them. Exit status: 0 free, "
-            f"{EXIT_HELD} held, {EXIT_UNKNOWN} unknown (too few nodes answered to tell), 2 usage error."
+            "Reads the lock's key on every node, and the permits of semaphore NAME if one was used, and writes "
+            "nothing to any of them. Exit status: 0 free, "
+            f"{EXIT_HELD} held (the lock, or any permit), {EXIT_UNKNOWN} unknown (too few nodes answered to tell; "
+            "a node in restart quarantine counts as silent), 2 usage error."
         ),
     )
     status.add_argument("name", metavar="NAME", help="the resource")
@@ -455,41 +463,63 @@ async def _waiting(lock: Lock, what: str, wait: float) -> AsyncIterator[None]:
 
 
 async def _status(name: str, nodes: list[str]) -> int:
-    """Print the lock's key on every node (a digest of the holder's value, never the value); write nothing."""
+    """Print the lock's key on every node (a digest of the holder's value, never the value) and the
+    permits held of the semaphore of the same name; write nothing."""
     redlock = Redlock(nodes)  # checks the URLs and settings; connects nowhere
     resource, name = _resource(name)
     settings = redlock.settings
-    key, fence_key = resource_key(settings.key_prefix, resource), resource_key(settings.fence_prefix, resource)
     quiet = logging.getLogger("redlock_async")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # the table says which nodes could not be reached, and why
     try:
-        found = await inspect(endpoints_for(nodes), key, fence_key, settings)
+        found = await inspect(endpoints_for(nodes), keys_of(settings, resource), settings)
     finally:
         quiet.setLevel(level)
     print(f"{name} on {len(nodes)} nodes (a majority is {found.quorum}):")
-    for view in found.nodes:
+    _print_nodes(found.nodes)
+    if found.limit is not None:
+        held = [permit for permit in found.permits if permit.state == "held"]
+        full = " (full)" if len(held) >= found.limit else ""
+        print(f"semaphore {name}: {len(held)} of {found.limit} permits held{full}")
+        for permit in found.permits:
+            if permit.state == "held":
+                count = sum(view.holder == permit.holder for view in permit.nodes)
+                ttl = f", ttl {permit.ttl:.1f} s" if permit.ttl is not None else ""
+                print(f"  permit held by {_holder(permit.holder, permit.owner)} on {count} of {len(nodes)} nodes{ttl}")
+            else:
+                print("  a permit may be held: too few nodes answered for it")
+    answered = sum(view.state not in ("unreachable", "quarantined") for view in found.nodes)
+    sitting_out = sum(view.state == "quarantined" for view in found.nodes)
+    if found.state == "held":
+        if found.holder is not None:
+            count = sum(view.holder == found.holder for view in found.nodes)
+            print(
+                f"verdict: held by {_holder(found.holder, found.owner)} on {count} of {len(nodes)} nodes (a majority)"
+            )
+        else:
+            print(f"verdict: held (permits of semaphore {name})")
+        return EXIT_HELD
+    if found.state == "free":
+        print(f"verdict: free ({answered} of {len(nodes)} nodes answered; no one can hold a majority)")
+        return 0
+    quarantined = f" ({sitting_out} in restart quarantine: they may have lost keys)" if sitting_out else ""
+    print(
+        f"verdict: unknown: only {answered} of {len(nodes)} nodes answered{quarantined}, and the others could "
+        f"make a majority for a holder (or none)"
+    )
+    return EXIT_UNKNOWN
+
+
+def _print_nodes(views: Sequence[NodeInfo]) -> None:
+    for view in views:
         counter = f"  fencing counter {view.fencing_counter}" if view.fencing_counter is not None else ""
-        if view.state == "unreachable":
-            print(f"  {view.address:<24} unreachable ({view.error})")
+        if view.state in ("unreachable", "quarantined"):
+            print(f"  {view.address:<24} {view.state} ({view.error})")
         elif view.holder is None:
             print(f"  {view.address:<24} free{counter}")
         else:
             ttl = f"ttl {view.ttl:.1f} s" if view.ttl is not None else "no ttl"
             print(f"  {view.address:<24} held by {_holder(view.holder, view.owner)}  {ttl}{counter}")
-    answered = sum(view.state != "unreachable" for view in found.nodes)
-    if found.state == "held":
-        count = sum(view.holder == found.holder for view in found.nodes)
-        print(f"verdict: held by {_holder(found.holder, found.owner)} on {count} of {len(nodes)} nodes (a majority)")
-        return EXIT_HELD
-    if found.state == "free":
-        print(f"verdict: free ({answered} of {len(nodes)} nodes answered; no one can hold a majority)")
-        return 0
-    print(
-        f"verdict: unknown: only {answered} of {len(nodes)} nodes answered, and the others could make "
-        f"a majority for a holder (or none)"
-    )
-    return EXIT_UNKNOWN
 
 
 def _holder(digest: str | None, owner: str | None) -> str:

@@ -18,8 +18,8 @@ from redlock_async._cluster import Cluster, describe, require_asyncio
 from redlock_async._endpoint import endpoints_for
 from redlock_async._fanout import sitting_out
 from redlock_async._handoff import Listener
-from redlock_async._inspect import Inspector
-from redlock_async._names import canonical_names, resource_key
+from redlock_async._inspect import Inspector, keys_of
+from redlock_async._names import canonical_names
 from redlock_async._node import Node
 from redlock_async._quarantine import Quarantine
 from redlock_async._scripts import RELEASE, SCRIPTS
@@ -162,7 +162,8 @@ class Redlock:
         if on_ready is not None:
             quarantine = Quarantine(self.settings.key_prefix.encode(), cluster.quarantine_period, self._nodes)
         self._quarantine = quarantine
-        self._inspector = Inspector(endpoints, self.settings)  # read-only connections, opened on first inspect()
+        # Read-only connections, opened on first inspect(), judging the restart quarantine as the locks do.
+        self._inspector = Inspector(endpoints, self.settings, cluster.quarantine_period)
 
     def __repr__(self) -> str:
         return f"<redlock_async.Redlock nodes={list(self.nodes)} ttl={self.settings.ttl}>"
@@ -305,7 +306,7 @@ class Redlock:
         overrides = _given(ttl=ttl, max_hold=max_hold)
         # Fenced (the term), so it waits as before, not in the grant queue.
         settings = self._cluster.lease_settings(self.settings, fencing=True, queue=False, auto_extend=True, **overrides)
-        return Election(self._cluster, name, settings, owner, self.inspect)
+        return Election(self._cluster, name, settings, owner, self._inspect_lock)
 
     def synchronized(
         self,
@@ -329,20 +330,25 @@ class Redlock:
         return decorate_async(name, busy, lambda resource: self.lock(resource, acquire_timeout=limit, **options))
 
     async def inspect(self, name: str | bytes) -> LockInfo:
-        """Who holds lock *name* (its owner label), for how long, and whether that is certain.
+        """Who holds lock *name* (its owner label), for how long, and whether that is certain; and the
+        permits held of semaphore *name*, if one was used (``limit``, ``permits``).
 
         Reads only, through connections of its own that write nothing (no script, no
         restart-quarantine marker, no PUBLISH), opened on the first call and kept until the
         Redlock closes. The verdict follows the majority rule: ``"held"`` when one holder has
-        a majority, ``"free"`` when a majority answered and no one could have one, otherwise
-        ``"unknown"``. Never shows a token.
+        a majority (of the lock, or of a permit), ``"free"`` when a majority answered and no one
+        could have one, otherwise ``"unknown"``. A node in restart quarantine counts as one that
+        did not answer. Never shows a token.
         """
         if not isinstance(name, (str, bytes)):
             raise TypeError(f"lock name must be str or bytes, got {type(name).__name__}")
         self._cluster.check_open()
-        settings = self.settings
-        key, fence_key = resource_key(settings.key_prefix, name), resource_key(settings.fence_prefix, name)
-        return await self._inspector.inspect(key, fence_key)
+        return await self._inspector.inspect(keys_of(self.settings, name))
+
+    async def _inspect_lock(self, name: str | bytes) -> LockInfo:
+        """:meth:`inspect` of the lock alone (an election's leader: a semaphore of its name is another thing)."""
+        self._cluster.check_open()
+        return await self._inspector.inspect(keys_of(self.settings, name, semaphore=False))
 
     def statistics(self) -> RedlockStatistics:
         """A snapshot of the nodes' connections, the locks held and watched, the watchdog and the waiters.

@@ -85,15 +85,28 @@ class Election:
 
     async def leader(self) -> LockInfo:
         """The current leader as the nodes say (``Redlock.inspect`` of the election's name): ``state``
-        ``"held"`` with its ``owner`` and, as ``fencing_counter``, its term; or ``"free"`` / ``"unknown"``."""
-        return await self._inspect(self.name)
+        ``"held"`` with its ``owner`` and, as ``fencing_counter``, its term; or ``"free"`` / ``"unknown"``.
+
+        The term shown is always the leader's own: a leader caught between its grant and its
+        fence (a round trip) is looked at again a few times, briefly; if its fence is still not
+        written, ``fencing_counter`` is None (never an earlier leader's term).
+        """
+        info = await self._inspect(self.name)
+        delay = UNFENCED_FIRST
+        while info.state == "held" and info.fencing_counter is None and delay <= UNFENCED_LAST:
+            await asyncio.sleep(delay)
+            delay *= 2
+            info = await self._inspect(self.name)
+        return info
 
     async def observe(self) -> AsyncGenerator[LockInfo, None]:
         """The current leader first (if any), then each new leader, in order; never the same term twice.
 
-        Free and unknown states are not yielded. A new leader is seen when it announces
-        itself (within about one hand-off of a resignation) or, if that word is lost, at the
-        next look: every ``max(retry_delay, ttl / 10)`` seconds, never faster.
+        Free and unknown states are not yielded, nor a leader whose term is not written yet (it
+        is yielded once it is). A new leader is seen when it announces itself (within about one
+        hand-off of a resignation) or, if that word is lost, at the next look: every
+        ``max(retry_delay, ttl / 10)`` seconds, never faster. The announcement channels are looked
+        at again once the nodes confirm the subscription, so a word said before then is not missed.
         """
         listener = self._cluster.listener
         changed = asyncio.Event()
@@ -103,17 +116,30 @@ class Election:
             listener.watch(channel, changed.set)
         last_holder: str | None = None
         last_term = -1
+        unfenced = UNFENCED_FIRST
         try:
             while True:
                 changed.clear()
-                info = await self.leader()
-                term = info.fencing_counter if info.fencing_counter is not None else -1
-                if info.state == "held" and info.holder != last_holder and term > last_term:
-                    last_holder, last_term = info.holder, term
-                    yield info
+                info = await self._inspect(self.name)
+                wait = pace
+                term = info.fencing_counter
+                if info.state == "held" and term is None:
+                    # Between its grant and its fence: its term is written within a round trip or so.
+                    wait, unfenced = min(unfenced, pace), unfenced * 2
+                else:
+                    unfenced = UNFENCED_FIRST
+                    if info.state == "held" and term is not None and info.holder != last_holder and term > last_term:
+                        last_holder, last_term = info.holder, term
+                        yield info
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(pace):
+                    async with asyncio.timeout(wait):
                         await changed.wait()
         finally:
             for channel in channels:
                 listener.unwatch(channel, changed.set)
+
+
+UNFENCED_FIRST = 0.005
+"""Seconds before a leader whose term is not written yet is looked at again (doubling each time)."""
+UNFENCED_LAST = 0.16
+"""``leader()`` looks again at most until this delay (about 0.3 s in all), then shows no term."""

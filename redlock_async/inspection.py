@@ -3,6 +3,11 @@
 Made by :meth:`Redlock.inspect` and ``redlock status``, which read only: no write, no script,
 no PUBLISH, nothing at connect either (no restart-quarantine marker). A token never appears:
 holders are told apart by a digest of it, and named by the owner label stored with the lease.
+
+One name is looked at as every primitive uses it: the lock (``redlock.lock``, ``lock_many``, whose
+holder holds each of its names, an election) and the semaphore of that name (its permits).
+A node in restart quarantine (it came back without its keys, or no one vouched for it yet) can
+neither confirm nor rule out a holder: it counts as a node that did not answer.
 """
 
 from __future__ import annotations
@@ -19,17 +24,21 @@ class NodeInfo:
     address: str
     """host:port or unix path, as ``Redlock.nodes`` names it."""
     state: str
-    """``"held"``, ``"free"`` or ``"unreachable"``."""
+    """``"held"``, ``"free"``, ``"unreachable"``, or ``"quarantined"`` (in restart quarantine: what it
+    holds is not read, and it counts as unreachable)."""
     owner: str | None = None
     """The holder's owner label (``redlock.lock(name, owner=)``), when held and labelled."""
     ttl: float | None = None
     """Seconds the key has left, when held."""
     error: str = ""
-    """Why the node could not be read, when unreachable."""
+    """Why the node could not be read, when unreachable or quarantined."""
     holder: str | None = None
     """A digest of the holder's token: tells holders apart, useless to extend or release a lease."""
     fencing_counter: int | None = None
     """The resource's fencing counter on this node, None when there is none."""
+    fenced_by: str | None = None
+    """The digest (as *holder*) of the acquisition whose fence last wrote this node's counter: when it
+    is the holder's, the counter was raised by the holder."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,19 +46,28 @@ class LockInfo:
     """The verdict over every node, by the majority rule."""
 
     state: str
-    """``"held"`` when one holder's key is on a majority; ``"free"`` when a majority answered and no
-    holder could have a majority even with every unanswered node; ``"unknown"`` otherwise."""
+    """``"held"`` when one holder's key is on a majority (the lock's, or a permit's of the semaphore of
+    the same name); ``"free"`` when a majority answered and no holder could have a majority even
+    with every unanswered or quarantined node; ``"unknown"`` otherwise."""
     owner: str | None
-    """The holder's owner label when held, else None."""
+    """The lock holder's owner label when the lock is held, else None (a semaphore's: *permits*)."""
     ttl: float | None
-    """Seconds the majority holder's keys have left (the shortest of them) when held, else None."""
+    """Seconds the lock holder's keys have left (the shortest of them) when held, else None."""
     fencing_counter: int | None
-    """When held: the fencing counter a majority of the nodes reach (for a fenced lock, the holder's
-    fencing token; for an election, the leader's term: a node can be ahead of it, never a majority).
-    Otherwise the largest that answered. None when none exists."""
+    """When the lock is held: its fencing token (for an election, the leader's term), once the
+    holder's fence is written on a majority; None before that (a moment after the grant: the nodes
+    still show an earlier holder's token), for an unfenced holder, or for a holder fenced by a client
+    older than 0.2.0. Otherwise the largest counter that answered, None when none exists."""
     nodes: tuple[NodeInfo, ...]
+    """Each node's answer for the lock's key."""
     holder: str | None = None
-    """The digest of the majority holder's token when held, else None."""
+    """The digest of the lock holder's token when held, else None."""
+    limit: int | None = None
+    """The limit of the semaphore of this name, when one was used (the limit its permits are held
+    under, else the widest ever used); None when there is no semaphore of this name."""
+    permits: tuple[LockInfo, ...] = ()
+    """The semaphore's permits that are held or may be (``"held"`` or ``"unknown"``), each judged as a
+    lock (owner, ttl, holder, nodes); free permits are not listed."""
 
     @property
     def quorum(self) -> int:

@@ -45,6 +45,13 @@ SEMAPHORE_INFIX = b"\x00semaphore\x00"
 _random = random.SystemRandom()
 
 
+def semaphore_keys(key_prefix: str, name: str | bytes) -> tuple[bytes, bytes, bytes]:
+    """Semaphore *name*'s keys: its base (the permits' channel), its slots' prefix (slot i is this
+    followed by i) and its widest-limit key."""
+    base = key_prefix.encode() + SEMAPHORE_INFIX + resource_key("", name)
+    return base, base + b"\x00", base + b"\x00limit"
+
+
 def check_limit(limit: object) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise TypeError(f"limit must be an int (how many may hold the semaphore at once), got {type(limit).__name__}")
@@ -75,12 +82,10 @@ class Semaphore(Lock):
     ) -> None:
         super().__init__(cluster, name, settings, on_lost=on_lost, owner=owner)
         self._limit = check_limit(limit)
-        base = settings.key_prefix.encode() + SEMAPHORE_INFIX + resource_key("", name)
         # The permits' channel (their releases wake this semaphore's waiters), the slots, the widest limit.
+        base, self._slot_prefix, self._widest = semaphore_keys(settings.key_prefix, name)
         self._keys = (base,)
         self._blocked = base
-        self._slot_prefix = base + b"\x00"
-        self._widest = base + b"\x00limit"
 
     def __repr__(self) -> str:
         return f"<redlock_async.Semaphore {self.resource!r} limit={self._limit} {self.statistics().phase}>"

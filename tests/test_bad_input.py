@@ -184,7 +184,7 @@ async def test_any_bytes_name_locks_exactly_those_bytes(
     assert time.monotonic() - started < 1.0  # woken by the release on the name's own channel
     assert other.fencing_token == 2
     await other.release()
-    await assert_empty(cluster, b"redlock-fence:" + raw)
+    await assert_empty(cluster, b"redlock-fence:" + raw, b"redlock-fence:" + raw + b"\x00by")
 
 
 async def test_a_rejected_name_sends_nothing(cluster: Cluster, make_redlock: MakeRedlock) -> None:

@@ -655,7 +655,10 @@ async def test_several_names_export_every_fencing_token(cluster: Cluster) -> Non
     unfenced = "import os; print(os.environ.get('REDLOCK_FENCING_TOKEN'), os.environ.get('REDLOCK_FENCING_TOKENS'))"
     code, out, err = await finish(await redlock_run(cluster.urls, "b", "a", "--", PY, "-c", unfenced))
     assert (code, out.strip()) == (0, "None None"), err  # no --fencing: nothing exported
-    await assert_empty(cluster, b"redlock-fence:a", b"redlock-fence:b")  # the counters stay
+    # The counters stay, each with its fencer (the acquisition whose fence wrote it: inspection reads it).
+    await assert_empty(
+        cluster, b"redlock-fence:a", b"redlock-fence:a\x00by", b"redlock-fence:b", b"redlock-fence:b\x00by"
+    )
 
 
 SEMAPHORE_LIMIT_KEY = b"redlock:\x00semaphore\x00pool\x00limit"

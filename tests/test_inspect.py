@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import socket
 import time
@@ -30,6 +31,7 @@ MARKER = b"redlock:"
 READS = frozenset(
     {
         "get",
+        "mget",
         "pttl",
         "info",
         "dbsize",
@@ -133,7 +135,10 @@ async def test_inspect_writes_nothing_even_from_a_redlock_that_never_connected(c
 
 
 async def test_inspect_of_held_and_free_locks_writes_nothing(cluster: Cluster, make_redlock: MakeRedlock) -> None:
-    holder = await make_redlock(fencing=True)
+    # Its ttl is the locks': the nodes are marked in service under its quarantine (ttl + drift), which a
+    # reader judging with a longer one would not trust on servers up for less than that (a fresh client
+    # with 30 s leases would sit them out too: test_quarantine.py).
+    holder = await make_redlock(fencing=True, ttl=30.0)
     single = holder.lock("orders:42", ttl=30.0, owner="worker-7")
     many = holder.lock_many(["a", "b", "c"], ttl=30.0, owner="batcher")
     assert await single.acquire(blocking=False)
@@ -167,7 +172,8 @@ async def test_inspect_gives_a_node_restarted_empty_no_marker(faulty: Cluster) -
                 info = await reader.inspect("watched")
                 assert info.state == "held", info
                 assert info.owner == "keeper"
-                assert [node.state for node in info.nodes] == ["held", "held", "free", "held", "held"]
+                # It may have lost the holder's key: it confirms nothing and rules out nothing.
+                assert [node.state for node in info.nodes] == ["held", "held", "quarantined", "held", "held"]
         assert faulty[2].command("GET", MARKER) is None
         assert faulty[2].command("DBSIZE") == 0
         assert_only_reads(before, command_calls(faulty))
@@ -242,7 +248,8 @@ async def test_unknown_when_the_silent_nodes_could_make_a_majority(faulty: Clust
         faulty[i].command("SET", "redlock:split", "c29tZXRva2Vu~someone", "PX", 60_000)
     faulty[3].kill()
     faulty[4].kill()
-    async with reader_of(faulty.urls, connect_timeout=0.5) as reader:
+    # Without restart quarantine: node 3 restarted below counts at once (test_quarantine_verdicts: with it).
+    async with reader_of(faulty.urls, connect_timeout=0.5, restart_quarantine=0) as reader:
         started = time.monotonic()
         info = await reader.inspect("split")
         assert time.monotonic() - started < 2.0  # two connect timeouts at most
@@ -275,10 +282,12 @@ async def test_free_with_one_node_down_and_no_holder(faulty: Cluster) -> None:
         assert info.state == "free", info
         assert [node.state for node in info.nodes] == ["free"] * 4 + ["unreachable"]
         assert info.nodes[4].error
-        # The inspector's connection comes back with the node (after its reconnect delay).
+        # The inspector's connection comes back with the node (after its reconnect delay), which
+        # restarted: in quarantine it rules nothing out, but no holder can make a majority with it.
         faulty[4].restart()
         info = await answered(reader, "nothing", 4)
-        assert [node.state for node in info.nodes] == ["free"] * 5
+        assert info.state == "free", info
+        assert [node.state for node in info.nodes] == ["free"] * 4 + ["quarantined"]
 
 
 async def test_two_holders_of_two_nodes_each_make_no_majority(faulty: Cluster) -> None:
@@ -309,9 +318,14 @@ async def test_keys_of_other_writers_are_judged_as_they_are(faulty: Cluster) -> 
         assert timed.ttl is not None
         assert 9.0 < timed.ttl <= 10.0
         assert [node.ttl is not None and node.ttl > 9.0 for node in timed.nodes[:3]] == [True] * 3
-        # The counter shown is the holder's nodes' (5), not a larger one of a node that does not hold (9).
+        # The counter shown is the holder's nodes' (5), not a larger one of a node that does not hold (9),
+        # once the holder's fence names it on a majority (the fencer key, as FENCE writes it).
         for i, counter in enumerate((5, 5, 5, 9, 2)):
             faulty[i].command("SET", "redlock-fence:timed", counter)
+        timed = await reader.inspect("timed")
+        assert timed.fencing_counter is None  # no fence named this holder: the counters are an earlier one's
+        for i in range(3):
+            faulty[i].command("SET", b"redlock-fence:timed\x00by", hashlib.sha1(b"dG9r~t").hexdigest())
         timed = await reader.inspect("timed")
         assert timed.fencing_counter == 5
         assert [node.fencing_counter for node in timed.nodes] == [5, 5, 5, 9, 2]
