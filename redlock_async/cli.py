@@ -499,14 +499,14 @@ async def _status(name: str, nodes: list[str]) -> int:
         else:
             print(f"verdict: held (permits of semaphore {name})")
         return EXIT_HELD
+    # Nodes in restart quarantine answered, but may have lost keys: they count as silent.
+    said = f"{answered} of {len(nodes)} nodes answered"
+    if sitting_out:
+        said += f" in service ({sitting_out} more in restart quarantine: they may have lost keys)"
     if found.state == "free":
-        print(f"verdict: free ({answered} of {len(nodes)} nodes answered; no one can hold a majority)")
+        print(f"verdict: free ({said}; no one can hold a majority)")
         return 0
-    quarantined = f" ({sitting_out} in restart quarantine: they may have lost keys)" if sitting_out else ""
-    print(
-        f"verdict: unknown: only {answered} of {len(nodes)} nodes answered{quarantined}, and the others could "
-        f"make a majority for a holder (or none)"
-    )
+    print(f"verdict: unknown: only {said}, and the others could make a majority for a holder (or none)")
     return EXIT_UNKNOWN
 
 

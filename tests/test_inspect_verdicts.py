@@ -244,7 +244,7 @@ async def test_a_node_restarted_empty_beside_a_holder_makes_the_verdict_unknown(
             code, out = await redlock_status(faulty.urls, "boss")
             assert code == EXIT_UNKNOWN, out  # before: 0
             assert "quarantined (in restart quarantine" in out
-            assert "verdict: unknown: only 4 of 5 nodes answered (1 in restart quarantine" in out
+            assert "verdict: unknown: only 4 of 5 nodes answered in service (1 more in restart quarantine" in out
             # Held on 4 of 5 beside the quarantined node: held, whatever that node says.
             value = faulty[0].command("GET", "redlock:boss")
             assert isinstance(value, bytes)
