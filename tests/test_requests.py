@@ -8,7 +8,7 @@ import contextlib
 
 from redlock_async import _requests
 from redlock_async._algorithm import NO, PENDING, YES
-from redlock_async._scripts import ACQUIRE_FENCED, FENCE, RELEASE
+from redlock_async._scripts import ACQUIRE_FENCED, FENCE, FENCED_BY, RELEASE
 from redlock_async._settings import Settings
 
 from .fakes import FakeNode, as_nodes, fake_nodes
@@ -85,7 +85,8 @@ async def test_a_fenced_grant_takes_one_more_than_the_largest_counter_and_fences
         node.answer(counter)
     await sent(nodes[:3], 2)
     fences = [node.sent[-1] for node in nodes[:3]]
-    assert all(fence[:5] == (b"EVALSHA", FENCE.sha, b"2", KEY, FENCE_KEY) and fence[6] == b"8" for fence in fences)
+    fenced = (b"EVALSHA", FENCE.sha, b"3", KEY, FENCE_KEY, FENCE_KEY + FENCED_BY)
+    assert all(fence[:6] == fenced and fence[7] == b"8" for fence in fences)
     assert not task.done()  # granted only once a majority holds the new counter
     for node in nodes[:3]:
         node.answer(1, latest=True)

@@ -49,7 +49,8 @@ def test_lock_acquire_release_and_state(sync_redlock: Redlock, cluster: Cluster)
     assert not lock.held
     assert lock.token is None
     assert lock.validity == 0.0
-    assert keys_everywhere(cluster) == [[b"redlock-fence:orders:42"]] * len(cluster)  # the counter stays
+    counter = [b"redlock-fence:orders:42", b"redlock-fence:orders:42\x00by"]  # the counter and its fencer stay
+    assert keys_everywhere(cluster) == [counter] * len(cluster)
     assert other.acquire(blocking=False)
     with pytest.raises(RuntimeError, match="already held"):
         other.acquire()
