@@ -255,6 +255,26 @@ async def test_a_node_restarted_empty_beside_a_holder_makes_the_verdict_unknown(
             assert code == EXIT_HELD
 
 
+async def test_a_permit_beside_a_node_restarted_empty_is_unknown_not_free(faulty: Cluster) -> None:
+    """The same for a semaphore: its only permit held on nodes 0-2, node 2 restarts empty."""
+    async with Redlock(faulty.urls, ttl=30.0) as holding, holding.semaphore("slots", limit=2, owner="P"):
+        keys = faulty[0].command("KEYS", "*slots*")
+        assert isinstance(keys, list)
+        slot = next(key for key in keys if not key.endswith(b"limit"))
+        for i in (3, 4):
+            faulty[i].command("DEL", slot)
+        faulty[2].restart(keep_data=False)
+        async with Redlock(faulty.urls, ttl=30.0) as reader:
+            info = await reader.inspect("slots")
+        assert info.state == "unknown", info  # before: free
+        assert info.limit == 2
+        assert [permit.state for permit in info.permits] == ["unknown"]
+        assert [node.state for node in info.permits[0].nodes] == ["held", "held", "quarantined", "free", "free"]
+        code, out = await redlock_status(faulty.urls, "slots")
+        assert code == EXIT_UNKNOWN, out
+        assert "a permit may be held: too few nodes answered for it" in out
+
+
 async def test_every_node_down_is_unknown(faulty: Cluster) -> None:
     async with Redlock(faulty.urls, connect_timeout=0.2) as redlock:
         assert (await redlock.inspect("gone")).state == "free"

@@ -189,6 +189,8 @@ async def test_with_fence_ttl_counters_expire_and_tokens_never_go_backwards(
         assert token is not None
         assert token >= before_us - 1_000_000  # the nodes' clock (this machine's; a second of slack)
         assert all(3_590_000 < left <= 3_600_000 for left in pttls(cluster, counter_key("bounded")))
+        # Its fencer (which inspection reads) lives as long: nothing of a name outlives fence_ttl.
+        assert all(3_590_000 < left <= 3_600_000 for left in pttls(cluster, counter_key("bounded") + b"\x00by"))
         tokens.append(token)
         await lock.release()
         if round_ % 2:
@@ -222,6 +224,7 @@ async def test_with_fence_ttl_lock_many_and_elections_bound_their_counters(
     assert first is not None
     for name in ("m1", "m2"):
         assert all(590_000 < left <= 600_000 for left in pttls(cluster, counter_key(name)))
+        assert all(590_000 < left <= 600_000 for left in pttls(cluster, counter_key(name) + b"\x00by"))
     await many.release()
     expire_everywhere(cluster, counter_key("m1"), counter_key("m2"))
     assert await many.acquire(blocking=False)
