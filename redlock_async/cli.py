@@ -149,6 +149,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument(
         "--owner", help="the label stored with the lease, which redlock status shows (default: HOSTNAME:PID)"
     )
+    run.add_argument(
+        "--fence-ttl",
+        type=float,
+        default=None,
+        help="seconds a fencing counter lives after its last grant, with tokens floored by the nodes' clocks "
+        "(the fence_ttl setting: use the same as every other client of NAME); default: counters never expire",
+    )
     status = commands.add_parser(
         "status",
         help="who holds a lock on each node, without acquiring anything",
@@ -227,6 +234,7 @@ def _command(args: argparse.Namespace, sub: argparse.ArgumentParser, cmd: list[s
                     quiet=args.quiet,
                     limit=args.limit,
                     owner=args.owner,
+                    fence_ttl=args.fence_ttl,
                 )
             )
         except (ValueError, TypeError) as exc:
@@ -316,6 +324,7 @@ async def _run(
     quiet: bool,
     limit: int | None = None,
     owner: str | None = None,
+    fence_ttl: float | None = None,
 ) -> int:
     """Hold the lock (every name; or a permit of a semaphore) while *cmd* runs; its exit status,
     or EXIT_NOT_ACQUIRED / EXIT_UNAVAILABLE / EXIT_LOST / EXIT_USAGE."""
@@ -327,7 +336,7 @@ async def _run(
         resource, shown = _resource(typed)
         given.setdefault(resource_key("", resource), (typed, resource, shown))
     held = list(given.values())
-    async with Redlock(nodes, ttl=ttl, acquire_timeout=wait, max_hold=float("inf")) as redlock:
+    async with Redlock(nodes, ttl=ttl, acquire_timeout=wait, max_hold=float("inf"), fence_ttl=fence_ttl) as redlock:
         # on_lost: be told, not cancelled: the command must be stopped, not this process.
         def on_lost(_: object) -> None:
             lost.set()

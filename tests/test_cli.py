@@ -91,6 +91,21 @@ async def test_exports_the_fencing_token(cluster: Cluster) -> None:
     assert int(second[1]) > int(first[1]) >= 1
 
 
+async def test_fence_ttl_bounds_the_counter_and_floors_the_token(cluster: Cluster) -> None:
+    script = "import os; print(os.environ['REDLOCK_FENCING_TOKEN'])"
+    before_us = time.time_ns() // 1000
+    code, out, err = await finish(
+        await redlock_run(cluster.urls, "bounded-job", "--fencing", "--fence-ttl", "3600", "--", PY, "-c", script)
+    )
+    assert code == 0, err
+    assert int(out) >= before_us - 1_000_000  # the nodes' clock in microseconds (this machine's)
+    for i in range(len(cluster)):
+        assert 3_590_000 < int(cluster[i].command("PTTL", "redlock-fence:bounded-job")) <= 3_600_000  # type: ignore[call-overload]
+    code, _, err = await run_cli("run", "x", "--nodes", NOWHERE, "--fencing", "--fence-ttl", "5", "--", "true")
+    assert code == 2
+    assert "fence_ttl (5.0 s) must be at least 100.0 s" in err
+
+
 async def test_signals_reach_the_command_and_the_lock_is_released(cluster: Cluster) -> None:
     script = (
         "import signal, sys, time\n"
