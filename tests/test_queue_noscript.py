@@ -15,9 +15,11 @@ import contextlib
 import random
 import time
 
+import redis
 import redis.asyncio
 
 from redlock_async import LockNotAcquired
+from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
 
 from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere
 
@@ -136,3 +138,37 @@ async def test_under_a_script_flush_every_few_ms_the_lock_is_never_left_to_no_on
     assert sections > 50, sections
     empty: list[list[bytes]] = [[]] * len(cluster)
     assert await eventually(lambda: keys_everywhere(cluster) == empty, PROMPT), keys_everywhere(cluster)
+
+
+def test_a_late_leave_only_takes_away_what_is_its_own(cluster: Cluster) -> None:
+    """What makes a leave safe to send again whenever it runs: QUEUE_LEAVE of a token removes that token's
+    entry, and hands on the key only where the key holds that token; everyone else's entry and key stay."""
+    r = redis.Redis.from_url(cluster.urls[0])
+    keys = ("redlock:late", "redlock:late\x00queue", "redlock:late\x00waits")
+
+    r.script_load(QUEUE_ENTER.source)
+    r.script_load(QUEUE_LEAVE.source)
+
+    def leave(token: str) -> None:
+        r.evalsha(QUEUE_LEAVE.sha.decode(), 3, *keys, token)
+
+    def line() -> list[object]:
+        members: list[object] = r.zrange(keys[1], 0, -1)  # type: ignore[assignment]
+        return members
+
+    r.set(keys[0], "h", px=10_000)
+    for score, token in enumerate(("w1", "w2", "w3")):
+        entered: list[object] = r.evalsha(QUEUE_ENTER.sha.decode(), 3, *keys, token, 10_000, score, 5_000)
+        assert entered[0] == 0  # in line: the key is h's
+    leave("w9")  # never in line, holds nothing: nothing changes
+    assert (r.get(keys[0]), line()) == (b"h", [b"w1", b"w2", b"w3"])
+    leave("w2")  # its own entry only
+    assert (r.get(keys[0]), line()) == (b"h", [b"w1", b"w3"])
+    leave("h")  # the holder's release: the key goes to the first in line
+    assert (r.get(keys[0]), line()) == (b"w1", [b"w3"])
+    leave("w1")  # a departed waiter the key was granted to: handed on to the next
+    assert (r.get(keys[0]), line()) == (b"w3", [])
+    leave("w1")  # the same leave again (late): the key is w3's, left alone
+    leave("w2")
+    assert (r.get(keys[0]), line()) == (b"w3", [])
+    r.close()
