@@ -22,6 +22,7 @@ from redlock_async import LockNotAcquired
 from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
 
 from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere
+from .test_queue import contend
 
 PROMPT = 1.0
 """How soon the next waiter must hold a lock given up in its favour: one script run and one published
@@ -172,3 +173,31 @@ def test_a_late_leave_only_takes_away_what_is_its_own(cluster: Cluster) -> None:
     leave("w2")
     assert (r.get(keys[0]), line()) == (b"w3", [])
     r.close()
+
+
+async def test_under_a_script_flush_every_few_ms_processes_exclude_and_all_progress(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """The same flush every 3 ms, with another OS process in the line: two Redlocks of this process
+    (queue=True, ttl 10 s) and two tasks of the other take one name for 3 s. No overlap, no acquire
+    timed out (10 s: a grant to a departed waiter costs a whole ttl), every wait far below the ttl,
+    and nothing left on the nodes once every client closed."""
+    redlocks = [await make_redlock(queue=True) for _ in range(2)]
+    stop = asyncio.Event()
+    flusher = asyncio.create_task(_flush_scripts(cluster.urls, 0.003, stop))
+    try:
+        history, longest, grants, timeouts = await contend(
+            cluster, [("a", redlocks[0], 2), ("b", redlocks[1], 2)], "processes", 3.0, child=(2, True)
+        )
+    finally:
+        stop.set()
+        rounds = await flusher
+    for redlock in redlocks:
+        await redlock.aclose()
+    assert rounds > 100, rounds
+    history.check()
+    assert timeouts == 0, (timeouts, grants)
+    assert max(longest.values()) < 5.0, longest
+    assert len(grants) == 6, grants  # every task of both processes held it
+    empty: list[list[bytes]] = [[]] * len(cluster)
+    assert await eventually(lambda: keys_everywhere(cluster) == empty, PROMPT), keys_everywhere(cluster)
