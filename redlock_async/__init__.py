@@ -4,7 +4,7 @@ from redlock_async._algorithm import Vote
 from redlock_async._settings import Settings
 from redlock_async.client import Redlock
 from redlock_async.election import Election
-from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome, NodesUnavailable, RedlockError
+from redlock_async.errors import LockLost, LockNotAcquired, NestedAcquire, NodeOutcome, NodesUnavailable, RedlockError
 from redlock_async.events import EventKind, LockEvent
 from redlock_async.fencing import StaleFencingToken, fenced_set
 from redlock_async.inspection import LockInfo, NodeInfo
@@ -24,6 +24,7 @@ __all__ = [
     "LockLost",
     "LockNotAcquired",
     "LockStatistics",
+    "NestedAcquire",
     "NodeInfo",
     "NodeOutcome",
     "NodeStatistics",
@@ -48,6 +49,7 @@ for _cls in (
     LockLost,
     LockNotAcquired,
     LockStatistics,
+    NestedAcquire,
     NodeInfo,
     NodeOutcome,
     NodeStatistics,

@@ -57,6 +57,7 @@ class Cluster:
         "_loop",
         "_max_ttl",
         "_pauses",
+        "bound",
         "closed",
         "fault",
         "held",
@@ -81,6 +82,9 @@ class Cluster:
         self.watchdog = Watchdog(nodes, settings.node_timeout, on_fault=self.watchdog_failed)
         self.held: weakref.WeakSet[Kept] = weakref.WeakSet()
         """Locks held now: given up when the Redlock closes."""
+        self.bound: dict[bytes, list[asyncio.Task[Any]]] = {}
+        """Which task holds which key inside ``async with`` (one entry per hold; a semaphore's key can
+        have several): a nested acquire of a key its own task holds fails at once (:meth:`held_by`)."""
         self.closed = False
         self.fault: BaseException | None = None
         """A background task's unexpected exception: every later call says so."""
@@ -154,6 +158,31 @@ class Cluster:
             pass
         finally:
             self._pauses.discard(fut)
+
+    def bind(self, keys: tuple[bytes, ...], task: asyncio.Task[Any]) -> None:
+        """*task* holds *keys* inside ``async with`` from now on (until :meth:`unbind`)."""
+        bound = self.bound
+        for key in keys:
+            tasks = bound.get(key)
+            if tasks is None:
+                bound[key] = [task]
+            else:
+                tasks.append(task)
+
+    def unbind(self, keys: tuple[bytes, ...], task: asyncio.Task[Any]) -> None:
+        """One hold of *keys* by *task* ended (released, lost, or its ``async with`` left)."""
+        bound = self.bound
+        for key in keys:
+            tasks = bound.get(key)
+            if tasks is not None and task in tasks:
+                tasks.remove(task)
+                if not tasks:
+                    del bound[key]
+
+    def held_by(self, key: bytes, task: asyncio.Task[Any] | None) -> int:
+        """How many holds of *key* *task* has inside ``async with`` (a semaphore's permits: several)."""
+        tasks = self.bound.get(key)
+        return tasks.count(task) if tasks and task is not None else 0
 
     def watchdog_failed(self, exc: BaseException) -> None:
         """The watchdog's task failed unexpectedly (logged there): no lock it kept can be trusted."""

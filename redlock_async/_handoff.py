@@ -79,6 +79,7 @@ class _Queue:
     # ticket -> the round a release sent for it (handed over), until the waiter counts it or quits.
     handed: dict[int, tuple[Sent, Taker]] = field(default_factory=dict)
     chain: int = 0  # hand-overs in a row: after MAX_CHAIN, one release wakes everyone's waiters instead
+    yielding: bool = False  # a release was left to other processes' waiters (_yield): ours wait the grace
 
 
 # One queue per (event loop, nodes, key): two Redlocks of one process on the
@@ -131,9 +132,18 @@ class Listener:
     # -- waiters' side ----------------------------------------------------------------
 
     def waiting(self, channel: bytes) -> bool:
-        """True when waiters already queue for *channel*: a newcomer joins them, it does not jump ahead."""
+        """True when waiters already queue for *channel* (one of them may be trying now)."""
         queue = self._queue(channel)
         return queue is not None and (bool(queue.waiters) or queue.woken)
+
+    def taking(self, channel: bytes) -> bool:
+        """True when the line for *channel* is taking the key now: a release woke (or handed the lock to)
+        a waiter that is trying, or was left to other processes' waiters for a grace (:meth:`_yield`).
+        A newcomer then joins the line without trying: the release is theirs. Otherwise it tries at
+        once: waiters that only wait for their timer (the key expired, or its release went unheard)
+        may be waiting for a word that never comes."""
+        queue = self._queue(channel)
+        return queue is not None and (queue.woken or queue.turn is not None or queue.yielding)
 
     async def enter(self, channel: bytes) -> bool:
         """Listen for releases on *channel*; True when this subscribed anew (then look again once).
@@ -304,12 +314,14 @@ class Listener:
         """Let waiters elsewhere have this release: its words are ignored here, and this process's
         oldest waiter is woken after a grace of a few round trips (if no release woke it meanwhile)."""
         queue.heard.append(word)
+        queue.yielding = True  # newcomers of this process do not take it meanwhile either
         rtt = max((node.load.srtt for node in self.nodes), default=0.0)
         grace = min(max(YIELD_ROUND_TRIPS * rtt, YIELD_MIN), YIELD_MAX)
         loop = asyncio.get_running_loop()
         key = (loop, self._scope, channel)
 
         def wake() -> None:
+            queue.yielding = False
             if _queues.get(key) is queue and not queue.woken and queue.turn is None:
                 self._wake(queue)
 

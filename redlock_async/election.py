@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from redlock_async._names import check_owner, resource_key
 from redlock_async._settings import check_duration
+from redlock_async.errors import NestedAcquire
 from redlock_async.inspection import LockInfo
 from redlock_async.lock import Lock
 
@@ -70,9 +71,21 @@ class Election:
         The term is larger than every earlier leader's. Leaving the block resigns, and the
         next candidate takes over at once. If leadership is lost meanwhile, the block is
         cancelled and raises ``LockLost``. With *timeout* (seconds), ``LockNotAcquired`` when
-        another candidate led the whole time (``NodesUnavailable`` when too few nodes could vote).
+        another candidate led the whole time (``NodesUnavailable`` when too few nodes could vote). A
+        campaign nested in one of the same election (or in ``async with`` of its lock) in the same task
+        raises ``NestedAcquire`` at once.
         """
         limit = math.inf if timeout is None else check_duration("timeout", timeout, zero_ok=True, inf_ok=True)
+        task = asyncio.current_task()
+        if self._cluster.held_by(self._key, task):
+            # Leading already (or holding the lock of the same name): the campaign would wait for itself,
+            # with no timeout for ever.
+            raise NestedAcquire(
+                f"this task ({task.get_name() if task else '?'}) already leads election {self.name!r} (or holds "
+                "its lock) in an enclosing `async with` of this Redlock: a nested campaign() would wait for "
+                "itself. Use the term already held, or resign first",
+                resource=self.name if isinstance(self.name, str) else repr(self.name),
+            )
         settings = self._cluster.lease_settings(self._settings, acquire_timeout=limit)
         lock = Lock(self._cluster, self.name, settings, owner=self.owner)
         async with lock:

@@ -5,7 +5,8 @@
     RedlockError             root of every deliberate failure
      ├── LockNotAcquired     no majority within the acquire timeout
      │    └── NodesUnavailable   ... because too few nodes could vote at all, never contention
-     └── LockLost            the lease ran out or could not be extended
+     ├── LockLost            the lease ran out or could not be extended
+     └── NestedAcquire       the task already holds what it asks for (also a RuntimeError)
 
 Misuse (releasing a lock that was never acquired, acquiring one twice)
 raises ``RuntimeError``; bad settings raise ``ValueError`` when the
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from redlock_async._algorithm import Vote
 
-__all__ = ["LockLost", "LockNotAcquired", "NodeOutcome", "NodesUnavailable", "RedlockError"]
+__all__ = ["LockLost", "LockNotAcquired", "NestedAcquire", "NodeOutcome", "NodesUnavailable", "RedlockError"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,4 +95,16 @@ class LockLost(RedlockError):
     From ``extend()`` when no majority extended the lease before its validity
     ran out, and from ``async with lock`` when the lease was lost while the
     body ran.
+    """
+
+
+class NestedAcquire(RedlockError, RuntimeError):
+    """Raised at once, before any node is asked, when a task asks for what it already holds in an
+    enclosing ``async with`` of the same Redlock: the same name (another Lock of it, or the same
+    Lock), a ``lock_many`` that contains such a name, a ``campaign()`` of an election it leads, or a
+    permit of a semaphore of which it holds every permit. Waiting would wait for itself.
+
+    A misuse, not contention: it is a ``RuntimeError`` and not a ``LockNotAcquired``, so handlers
+    that answer "busy, try again" do not catch it; retrying can never succeed. Another task (a
+    child task of the holder too) waits as any other. ``outcomes`` is empty: no node was asked.
     """

@@ -24,7 +24,7 @@ from redlock_async._names import Name, check_owner, default_owner, released_word
 from redlock_async._not_acquired import not_acquired
 from redlock_async._not_acquired import reason as not_acquired_reason
 from redlock_async._settings import Settings, check_duration
-from redlock_async.errors import LockLost, NodeOutcome
+from redlock_async.errors import LockLost, NestedAcquire, NodeOutcome
 from redlock_async.events import EventKind, LockEvent
 from redlock_async.statistics import LockStatistics
 
@@ -52,6 +52,7 @@ class Lock:
         "__weakref__",
         "_attempts",
         "_blocked",
+        "_bound",
         "_cancelled_host",
         "_cluster",
         "_fence_keys",
@@ -105,6 +106,8 @@ class Lock:
         self._host: asyncio.Task[object] | None = None
         self._host_cancelling = 0
         self._cancelled_host = False
+        # The task holding this lock inside `async with` (Cluster.bind): a nested acquire by it fails at once.
+        self._bound: asyncio.Task[Any] | None = None
         if on_lost is not None and not callable(on_lost):
             raise TypeError(f"on_lost must be a function taking the LockLost (or None), got {type(on_lost).__name__}")
         self.on_lost = on_lost
@@ -116,6 +119,38 @@ class Lock:
         return f"<redlock_async.Lock {self.resource!r} {self._state.value} validity={self.validity:.3f}s>"
 
     # -- state ----------------------------------------------------------------
+
+    def _drop(self) -> None:
+        """The lease ended (released or lost): no longer held, nor bound to its task."""
+        self._cluster.held.discard(self)
+        if self._bound is not None:
+            self._cluster.unbind(self._keys, self._bound)
+            self._bound = None
+
+    def _permits(self) -> int:
+        """How many holds of its key one task may have before asking for another would wait for itself."""
+        return 1
+
+    def _refuse_nested(self) -> None:
+        """Raise NestedAcquire when the current task holds, inside ``async with``, what this acquire asks
+        for: it would wait for itself until its timeout. Another task (a child task too) waits as any other."""
+        task = asyncio.current_task()
+        cluster = self._cluster
+        for name, key in zip(self._names, self._keys, strict=False):
+            if cluster.held_by(key, task) < self._permits():
+                continue
+            asking = "acquiring it again" if len(self._keys) == 1 else f"lock_many({list(self._names)!r})"
+            raise NestedAcquire(
+                f"this task ({task.get_name() if task else '?'}) already holds {self._held_words(name)} in an "
+                f"enclosing `async with` of this Redlock: {asking} would wait for itself until the acquire "
+                "timeout. Use the lock already held, or release it first (reentrant locks, "
+                "redlock.lock(name, reentrant=True), are planned for a later release)",
+                resource=self._name,
+            )
+
+    def _held_words(self, name: Name) -> str:
+        """What the task already holds, in words, for NestedAcquire."""
+        return f"lock {name!r}"
 
     @property
     def ttl(self) -> float:
@@ -207,6 +242,8 @@ class Lock:
             )
         if self._state is _ACQUIRING:
             raise RuntimeError(f"lock {self.resource!r} is already being acquired: use one Lock per task")
+        if self._cluster.bound:  # some lock of this Redlock is held inside `async with`
+            self._refuse_nested()
         if self.held:
             raise RuntimeError(f"lock {self.resource!r} is already held: a Lock is not reentrant")
         if not blocking and timeout is not None:
@@ -251,9 +288,14 @@ class Lock:
         listening = woken = attempted = False
         place = _handoff.ticket()
         try:
-            # Waiters of this process already queue for the key: join them rather than jump ahead.
+            # Try at once (the key may be free while waiters of this process wait for their timers),
+            # unless the line is taking it now or a lock of this Redlock holds it: then join the line.
             channel = self._channel()
-            queued = listener is not None and listener.waiting(channel)
+            queued = (
+                listener is not None
+                and listener.waiting(channel)
+                and (listener.taking(channel) or len(self._cluster.bound.get(channel, ())) >= self._permits())
+            )
             while True:
                 if not queued:
                     attempted = True
@@ -578,7 +620,7 @@ class Lock:
         return the ballot (not started) of the nodes that held it, None when none did."""
         assert self._lease.token is not None
         self._state = move(self._state, _LOST)
-        self._cluster.held.discard(self)
+        self._drop()
         self._lost = LockLost(why, resource=self._name, outcomes=self.outcomes)
         wait_for = sorted(set(holders) | set(self._lease.holders)) if wait else []
         releases = (
@@ -730,7 +772,7 @@ class Lock:
         token, holders = self._lease.token, self._lease.holders
         began = _clock.now()
         self._state, self._lease.token, self._lease.holders = move(self._state, _IDLE), None, []
-        self._cluster.held.discard(self)
+        self._drop()
         self._watched = False  # the watchdog drops it at its next look
         ballot = Ballot(
             self._cluster.nodes, vote_of_script, self._settings.node_timeout, majority=False, wait_for=holders
@@ -778,9 +820,12 @@ class Lock:
                 self._last_votes,
                 self._last_details,
             )
+        host = asyncio.current_task()
+        assert host is not None
+        # Held by this task until the lease ends: its nested acquires of the same keys fail at once.
+        self._bound = host
+        self._cluster.bind(self._keys, host)
         if self._settings.auto_extend:
-            host = asyncio.current_task()
-            assert host is not None
             self._host, self._host_cancelling, self._cancelled_host = host, host.cancelling(), False
             self._watched = True
             lease = self._lease
@@ -794,26 +839,31 @@ class Lock:
         # Before any await: from here on the watchdog cannot cancel us.
         host, cancelled_by_us = self._host, self._cancelled_host
         self._unwatch()
-        if cancelled_by_us and host is not None:
-            # Our cancel was requested while the body was suspended (callbacks run
-            # only then), so it was delivered inside the body: nothing is pending
-            # that 3.11 could not withdraw. Take back our count; if the body let
-            # the CancelledError out and no one else cancelled, it becomes LockLost.
-            others = host.uncancel() > self._host_cancelling
-            if exc_type is asyncio.CancelledError and not others:
-                await self._cluster.watchdog.forget(self._lease)
-                assert self._lost is not None
-                raise self._lost from (self._lost.__cause__ or exc)
-        # Our clock says the validity ran out while the body ran (a blocked loop,
-        # or many holders exiting at once): the nodes decide whether it was lost.
-        overran = host is not None and self._state is _HELD and _clock.now() >= self._lease.expires
-        cleanup = self._cleanup(exc, overran, watched=host is not None)
-        if overran or exc_type is asyncio.CancelledError:
-            # Deciding a loss, or leaving a cancelled scope (anyio cancels again at every await):
-            # the confirmation, the state and the lost event must not be cut short.
-            await complete(cleanup)
-        else:
-            await cleanup
+        try:
+            if cancelled_by_us and host is not None:
+                # Our cancel was requested while the body was suspended (callbacks run
+                # only then), so it was delivered inside the body: nothing is pending
+                # that 3.11 could not withdraw. Take back our count; if the body let
+                # the CancelledError out and no one else cancelled, it becomes LockLost.
+                others = host.uncancel() > self._host_cancelling
+                if exc_type is asyncio.CancelledError and not others:
+                    await self._cluster.watchdog.forget(self._lease)
+                    assert self._lost is not None
+                    raise self._lost from (self._lost.__cause__ or exc)
+            # Our clock says the validity ran out while the body ran (a blocked loop,
+            # or many holders exiting at once): the nodes decide whether it was lost.
+            overran = host is not None and self._state is _HELD and _clock.now() >= self._lease.expires
+            cleanup = self._cleanup(exc, overran, watched=host is not None)
+            if overran or exc_type is asyncio.CancelledError:
+                # Deciding a loss, or leaving a cancelled scope (anyio cancels again at every await):
+                # the confirmation, the state and the lost event must not be cut short.
+                await complete(cleanup)
+            else:
+                await cleanup
+        finally:
+            if self._bound is not None:  # the lease ended in there (that unbinds it); this is for a failed exit
+                self._cluster.unbind(self._keys, self._bound)
+                self._bound = None
 
     async def _cleanup(self, exc: BaseException | None, overran: bool, *, watched: bool) -> None:
         try:
@@ -830,7 +880,7 @@ class Lock:
             if confirmed:
                 return  # a majority still held our key at release: no one else can have held it
             self._state = move(self._state, _LOST)
-            self._cluster.held.discard(self)
+            self._drop()
             self._lost = LockLost(
                 f"lock {self.resource!r} ran out while the body ran" + self._overrun_cause(holders),
                 resource=self._name,
@@ -888,7 +938,7 @@ class Lock:
         confirmed = kept >= _algorithm.quorum(len(nodes))
         if confirmed:
             self._state = move(self._state, _IDLE)
-            self._cluster.held.discard(self)
+            self._drop()
             now = _clock.now()
             self._emit(_RELEASED, duration=now - ballot.decided_at, held_for=now - self._lease.acquired_at)
         return confirmed, holders

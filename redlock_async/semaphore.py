@@ -95,6 +95,14 @@ class Semaphore(Lock):
         """How many may hold a permit at once."""
         return self._limit
 
+    def _permits(self) -> int:
+        # A task holding some permits may ask for another (a permit held elsewhere may come free); one
+        # holding all of them would wait for itself: only its own release could free one.
+        return self._limit
+
+    def _held_words(self, name: str | bytes) -> str:
+        return f"every permit ({self._limit} of limit {self._limit}) of semaphore {name!r}"
+
     _queues = False  # nor do they wait in the nodes' grant queue
     _takes_hand_over = False  # permits are not handed over: a release wakes the next waiter, who picks a slot
 

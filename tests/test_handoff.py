@@ -7,11 +7,11 @@ import contextlib
 import random
 import time
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
-from redlock_async import Redlock
+from redlock_async import Lock, Redlock
 from redlock_async._handoff import Listener
 from redlock_async._node import Node
 
@@ -306,18 +306,89 @@ async def test_impatient_acquirers_never_leave_the_queue_stuck(cluster: Cluster,
     assert redlock.statistics().wakeups == before + 1  # woken by the release, not by its timer
 
 
-async def test_a_blocking_acquire_tries_at_least_once_behind_a_queued_waiter(
-    cluster: Cluster, make_redlock: MakeRedlock
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+async def test_a_blocking_acquire_tries_at_once_behind_waiters_that_wait_for_their_timers(
+    cluster: Cluster, make_redlock: MakeRedlock, kind: str
 ) -> None:
-    """A newcomer joins the waiters already queued instead of trying first; if no release comes
-    (the holder's lease ran out instead), it must still try once before its time runs out."""
-    redlock = await make_redlock(retry_delay=4.0)
-    holder = redlock.lock("expires", ttl=0.5, auto_extend=False)
+    """The holder's lease ran out (no release word): a waiter of the same Redlock waits for its timer
+    (seconds), and a newcomer must take the free lock at once, not join the line behind it. Before, it
+    joined, and tried once at its deadline (``acquire(timeout=0.5)``: at 0.5 s; here: after 15 s)."""
+    redlock = await make_redlock(retry_delay=30.0)  # a waiter's timer fires after 15-45 s
+
+    def make(**settings: Any) -> Lock:
+        if kind == "lock":
+            return redlock.lock("expires", **settings)
+        return redlock.semaphore("expires", limit=1, **settings)
+
+    holder = make(ttl=0.5, auto_extend=False)
     assert await holder.acquire(blocking=False)
-    queued = asyncio.create_task(redlock.lock("expires").acquire(timeout=20))  # waits 2-6 s between tries
+    queued = asyncio.create_task(make().acquire(timeout=60))
     await asyncio.sleep(0.7)  # the holder's lease ran out: free, and no release word
     assert not queued.done()
-    newcomer = redlock.lock("expires")
-    assert await newcomer.acquire(timeout=0.3)
-    await newcomer.release()
-    assert await queued
+    newcomer = make()
+    async with asyncio.timeout(5):  # far below the newcomer's first timer (15 s)
+        assert await newcomer.acquire(timeout=20)
+    assert newcomer.statistics().attempts == 1
+    before = redlock.statistics().wakeups
+    await newcomer.release()  # heard: wakes the waiter in line
+    async with asyncio.timeout(5):
+        assert await queued
+    assert redlock.statistics().wakeups == before + 1
+
+
+async def test_a_newcomer_joins_the_line_when_this_redlock_holds_the_lock(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """Held inside `async with` by a lock of the same Redlock, with waiters in line: a newcomer does not
+    send a round it would lose; it waits its turn (FIFO) and is woken by the releases."""
+    redlock = await make_redlock(retry_delay=SLOW_POLL)
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def take(name: str) -> None:
+        async with redlock.lock("line") as lock:
+            order.append(name)
+            if name == "holder":
+                await release.wait()
+        attempts[name] = lock.statistics().attempts
+
+    attempts: dict[str, int] = {}
+
+    tasks = [asyncio.create_task(take("holder"))]
+    await asyncio.sleep(0.1)
+    tasks.append(asyncio.create_task(take("first")))
+    await asyncio.sleep(0.1)
+    tasks.append(asyncio.create_task(take("second")))
+    await asyncio.sleep(0.1)
+    release.set()
+    async with asyncio.timeout(SLOW_POLL / 4):
+        await asyncio.gather(*tasks)
+    assert order == ["holder", "first", "second"]
+    # "first" found no line: it tried, subscribed and looked again, then got it handed over. "second"
+    # found the line and the holder here: its only round is the one handed over to it.
+    assert attempts == {"holder": 1, "first": 3, "second": 1}, attempts
+
+
+async def test_taking_tells_a_newcomer_whether_the_line_takes_the_key_now() -> None:
+    """A waiter woken by a release (or having its turn), or a release left to other processes: the line
+    takes the key, a newcomer joins it. Waiters that wait for their timers, or are between two waits:
+    the key may be free, a newcomer tries at once."""
+    listener = fake_listener("taking")
+    channel = b"redlock:taking"
+    await listener.enter(channel)
+    listener.nodes = cast(Sequence[Node], [object()])  # one node: each word is a majority
+    assert not listener.taking(channel)
+    assert await listener.wait(channel, 0.01, 0) is False  # its timer fired: between two waits
+    assert listener.waiting(channel)
+    assert not listener.taking(channel)
+    waiting = asyncio.create_task(listener.wait(channel, 5.0, 0))
+    await asyncio.sleep(0)
+    assert not listener.taking(channel)
+    listener.on_message([b"message", channel, b"release-1"])
+    assert listener.taking(channel)  # woken, trying
+    assert await waiting is True
+    listener.done(channel)
+    assert not listener.taking(channel)
+    listener.quit(channel, 0)
+    listener.nodes = ()
+    listener.leave(channel)
