@@ -45,7 +45,9 @@ class Lock:
     ``async with lock:`` acquires (blocking up to the acquire timeout) and
     releases on exit. ``acquire()``, ``extend()`` and ``release()`` give
     finer control. A Lock is not reentrant and serves one acquisition at a
-    time; make one Lock per task that wants the resource.
+    time; make one Lock per task that wants the resource. A task that asks
+    again for a name it holds inside ``async with`` (through any lock of the
+    same Redlock) gets :class:`NestedAcquire` at once.
     """
 
     __slots__ = (
@@ -234,7 +236,9 @@ class Lock:
         Blocking (the default) retries after a random delay until *timeout*
         seconds (default: the lock's ``acquire_timeout``) have passed; with
         ``blocking=False`` there is exactly one attempt. Nothing is left on
-        any node when it returns False or is cancelled.
+        any node when it returns False or is cancelled. Raises
+        :class:`NestedAcquire`, before any node is asked, when the current task
+        holds what it asks for inside ``async with`` of this Redlock.
         """
         if not isinstance(blocking, bool):
             raise TypeError(
