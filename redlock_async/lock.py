@@ -250,6 +250,11 @@ class Lock:
             self._refuse_nested()
         if self.held:
             raise RuntimeError(f"lock {self.resource!r} is already held: a Lock is not reentrant")
+        if self._state is _HELD:
+            # Acquired, never released, and its validity ran out: that acquisition is over (its stale
+            # lease is released below). It was an IllegalMove (held -> acquiring).
+            self._state = move(self._state, _IDLE)
+            self._drop()
         if not blocking and timeout is not None:
             raise ValueError("acquire(blocking=False) makes one attempt: a timeout means nothing there; drop one")
         limit = (

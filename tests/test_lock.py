@@ -11,7 +11,7 @@ import redis.asyncio
 from redlock_async import Lock, LockLost, LockNotAcquired, Redlock
 from redlock_async._algorithm import Vote
 
-from .conftest import Cluster, MakeRedlock, assert_no_library_tasks, eventually, keys_on, lock_keys
+from .conftest import Cluster, MakeRedlock, assert_empty, assert_no_library_tasks, eventually, keys_on, lock_keys
 
 KEY = "redlock:{}"
 
@@ -35,6 +35,21 @@ async def test_acquire_sets_same_token_with_pttl_on_every_node(cluster: Cluster,
     assert not lock.held
     assert lock.token is None
     assert await eventually(lambda: values(cluster, "orders:42") == [None] * len(cluster), 2.0)
+
+
+async def test_a_lock_whose_validity_ran_out_can_be_acquired_again(cluster: Cluster, redlock: Redlock) -> None:
+    """Acquired, not released, its validity ran out: acquire() takes it anew (with a new token), and the
+    stale lease is released. Before, it raised IllegalMove ("a bug in redlock_async")."""
+    lock = redlock.lock("ran-out", ttl=0.5)
+    assert await lock.acquire(blocking=False)
+    stale = lock.token
+    await asyncio.sleep(0.6)
+    assert not lock.held
+    assert await lock.acquire(blocking=False)
+    assert lock.held
+    assert lock.token != stale
+    await lock.release()
+    await assert_empty(cluster)
 
 
 async def test_tokens_are_new_for_every_acquisition(redlock: Redlock) -> None:
