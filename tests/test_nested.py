@@ -248,3 +248,18 @@ async def test_nested_in_anyio_task_groups(make_redlock: MakeRedlock) -> None:
             await anyio.sleep(0.1)
             order.append("holder")
     assert order == ["holder", "sibling"]
+
+
+async def test_a_block_left_by_a_cancelled_scope_binds_nothing(make_redlock: MakeRedlock) -> None:
+    """Left by a timeout (asyncio) or a cancelled scope (anyio, which cancels again at every await of
+    the exit): the task holds nothing afterwards, and takes the name again at once."""
+    anyio = pytest.importorskip("anyio")
+    redlock = await make_redlock(acquire_timeout=LONG)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05), redlock.lock("cancelled"):
+            await asyncio.sleep(10)
+    with anyio.move_on_after(0.05):
+        async with redlock.lock("cancelled"):
+            await anyio.sleep(10)
+    async with asyncio.timeout(AT_ONCE), redlock.lock("cancelled"):
+        pass
