@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from redlock_async.errors import LockNotAcquired, NodesUnavailable
+from redlock_async.errors import LockNotAcquired, NestedAcquire, NodesUnavailable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -135,7 +135,9 @@ def decorate_async(
                     return await fn(*args, **kwargs)
             except NodesUnavailable:
                 raise  # not busy: too few nodes could vote, and "skip" would drop the call unseen
-            except LockNotAcquired:
+            except (LockNotAcquired, NestedAcquire):
+                # NestedAcquire: a call nested in one of the same name in this task (recursion); the lock
+                # is held (by the caller), so "skip" skips it at once, and "raise" says so.
                 if entered or on_busy == "raise":
                     raise
                 return None

@@ -775,7 +775,7 @@ class Lock:
             self._watched = False
             await self._extend(dataclasses.replace(self._settings, ttl=self.cooldown))
             self._state, self._lease.token, self._lease.holders = move(self._state, _IDLE), None, []
-            self._cluster.held.discard(self)
+            self._drop()
             self._emit(_RELEASED, duration=0.0, held_for=_clock.now() - self._lease.acquired_at)
             return
         token, holders = self._lease.token, self._lease.holders

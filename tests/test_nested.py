@@ -263,3 +263,25 @@ async def test_a_block_left_by_a_cancelled_scope_binds_nothing(make_redlock: Mak
             await anyio.sleep(10)
     async with asyncio.timeout(AT_ONCE), redlock.lock("cancelled"):
         pass
+
+
+async def test_a_synchronized_call_nested_in_one_of_the_same_name(make_redlock: MakeRedlock) -> None:
+    """Recursion under ``@synchronized``: "skip" skips the inner call at once (the lock is held, by its
+    caller), "raise" raises NestedAcquire; neither waits for itself."""
+    redlock = await make_redlock(acquire_timeout=LONG)
+    calls: list[int] = []
+
+    @redlock.synchronized("tree:{depth}", on_busy="skip")
+    async def skip(depth: int, inner: int) -> str | None:
+        calls.append(inner)
+        return await skip(depth, inner + 1) if inner == 0 else "inner ran"
+
+    @redlock.synchronized("tree:{depth}")
+    async def raises(depth: int) -> None:
+        await raises(depth)
+
+    async with asyncio.timeout(AT_ONCE):
+        assert await skip(1, 0) is None  # the inner call was skipped
+        assert calls == [0]
+        with pytest.raises(NestedAcquire, match="lock 'tree:2'"):
+            await raises(2)
