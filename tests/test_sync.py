@@ -345,3 +345,15 @@ def test_close_wakes_a_thread_blocked_in_acquire(cluster: Cluster) -> None:
     assert waited[0] < 5
     assert loop_threads() == []
     assert keys_everywhere(cluster) == [[]] * len(cluster)
+
+
+def test_no_majority_of_nodes_is_nodes_unavailable() -> None:
+    from redlock_async.sync import NodesUnavailable
+
+    down = ["redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"]
+    with Redlock(down, connect_timeout=0.2, acquire_timeout=0.3) as redlock:
+        lock = redlock.lock("nowhere")
+        with pytest.raises(NodesUnavailable), lock:
+            pass
+        assert lock.acquire(blocking=False) is False  # acquire() says False, as the async one does
+    assert loop_threads() == []
