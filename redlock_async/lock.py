@@ -250,11 +250,6 @@ class Lock:
             self._refuse_nested()
         if self.held:
             raise RuntimeError(f"lock {self.resource!r} is already held: a Lock is not reentrant")
-        if self._state is _HELD:
-            # Acquired, never released, and its validity ran out: that acquisition is over (its stale
-            # lease is released below). It was an IllegalMove (held -> acquiring).
-            self._state = move(self._state, _IDLE)
-            self._drop()
         if not blocking and timeout is not None:
             raise ValueError("acquire(blocking=False) makes one attempt: a timeout means nothing there; drop one")
         limit = (
@@ -263,6 +258,11 @@ class Lock:
             else check_duration("timeout", timeout, zero_ok=True, inf_ok=True)
         )
         self._cluster.check_open()
+        if self._state is _HELD:
+            # Acquired, never released, and its validity ran out: that acquisition is over (its stale
+            # lease is released just below). It was an IllegalMove (held -> acquiring).
+            self._state = move(self._state, _IDLE)
+            self._drop()
         if self._lease.token is not None:
             self._send_release(self._lease.token, skip=self._lease.skip)  # a stale lease of an earlier acquisition
         self._lease.token = None
