@@ -19,6 +19,7 @@ closed under it). LOST stays until the next acquire: ``extend()`` raises its
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Callable, Sequence
 
 from redlock_async._algorithm import Vote
@@ -62,6 +63,9 @@ def move(current: Phase, to: Phase) -> Phase:
     return to
 
 
+_serials = itertools.count(1)
+
+
 class Lease:
     """One acquisition's lease: its token on the nodes, how long it can be trusted, who holds it.
 
@@ -83,6 +87,7 @@ class Lease:
         "keeps",
         "keys",
         "result",
+        "serial",
         "skip",
         "token",
         "ttl_ms",
@@ -102,6 +107,8 @@ class Lease:
         fencing_tokens: tuple[int, ...] | None = None,
         keeps: bytes | None = None,
     ) -> None:
+        self.serial = next(_serials)
+        """This acquisition's number, unique in the process: events name their grant by it."""
         self.keys = keys
         """The keys this acquisition holds on the nodes, all with its token: one for a lock, several for
         ``lock_many`` (all or none), the permit's slot for a semaphore."""

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, ParamSpec, Self, TypeVar, final
 
@@ -28,7 +28,7 @@ from redlock_async._synchronized import OnBusy, check_call, decorate_async
 from redlock_async._wire import Failure
 from redlock_async.election import Election
 from redlock_async.errors import LockLost, NodeOutcome, RedlockError
-from redlock_async.events import OnEvent
+from redlock_async.events import OnEvent, as_hook
 from redlock_async.inspection import LockInfo
 from redlock_async.lock import Lock
 from redlock_async.semaphore import Semaphore, check_limit
@@ -58,7 +58,8 @@ class Redlock:
     The keyword arguments are the settings (see ``Settings`` in
     ``redlock_async._settings`` and the README's table), and *on_event*: a
     function called with a :class:`redlock_async.events.LockEvent` for every
-    acquire, extension, release and loss, for metrics.
+    acquire, extension, release and loss, for metrics (or a sequence of them,
+    each called in turn; :mod:`redlock_async.metrics` has ready-made ones).
     """
 
     def __init__(
@@ -85,7 +86,7 @@ class Redlock:
         max_hold: float = _DEFAULTS.max_hold,
         max_extensions: int | None = _DEFAULTS.max_extensions,
         restart_quarantine: float | None = _DEFAULTS.restart_quarantine,
-        on_event: OnEvent | None = None,
+        on_event: OnEvent | Sequence[OnEvent] | None = None,
     ) -> None:
         self.settings = Settings(
             ttl=ttl,
@@ -109,8 +110,7 @@ class Redlock:
             max_extensions=max_extensions,
             restart_quarantine=restart_quarantine,
         )
-        if on_event is not None and not callable(on_event):
-            raise TypeError(f"on_event must be a function taking a LockEvent (or None), got {type(on_event).__name__}")
+        hook = as_hook(on_event)
         endpoints = endpoints_for(nodes)
         built: list[Node] = []
         subscribers: list[Node] = []
@@ -158,7 +158,7 @@ class Redlock:
             )
         self._nodes: tuple[Node, ...] = tuple(built)
         self._subscribers = listener.nodes = tuple(subscribers)
-        cluster = self._cluster = Cluster(self._nodes, self.settings, listener, on_event)
+        cluster = self._cluster = Cluster(self._nodes, self.settings, listener, hook)
         if on_ready is not None:
             quarantine = Quarantine(self.settings.key_prefix.encode(), cluster.quarantine_period, self._nodes)
         self._quarantine = quarantine

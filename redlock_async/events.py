@@ -8,19 +8,24 @@ ran, hold times, losses); the same events are logged by the
 attribute of the log record (quiet by default: DEBUG, and WARNING for a
 lost lock). A callback runs on the event loop, inside the library's own
 bookkeeping: keep it short and never block; what it raises is logged and
-dropped.
+dropped. Several callbacks (logs, metrics, your own) can listen at once: pass a
+sequence of them (see :func:`combine`). Ready-made metrics and traces are in
+:mod:`redlock_async.metrics`.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from redlock_async.errors import NodeOutcome
 
-__all__ = ["EventKind", "LockEvent", "OnEvent"]
+__all__ = ["EventKind", "LockEvent", "OnEvent", "as_hook", "combine"]
+
+log = logging.getLogger("redlock_async.lock")
 
 
 class EventKind(enum.Enum):
@@ -61,11 +66,29 @@ class LockEvent:
     """Lost and not acquired: why, in words."""
     watchdog: bool = False
     """Extended or lost inside ``async with`` by the watchdog, rather than by an explicit call."""
+    grant: int | None = None
+    """Acquired, extended, released and lost: a number naming the grant (one acquisition), the same on
+    each of its events and unique in the process (tells apart two holders of one name, a semaphore's)."""
+    handoff: float | None = None
+    """Acquired: seconds from the moment a release woke this waiter to its grant; None when the acquire
+    was not woken by a release (it got the lock at once, on its fallback timer, or through ``queue=True``)."""
+    quarantined: tuple[str, ...] = ()
+    """The Redlock's nodes (``host:port``) in restart quarantine when the event was made."""
 
     def fields(self) -> dict[str, Any]:
         """Plain values (str, float, int, dict) for structured logs and exporters."""
         fields: dict[str, Any] = {"event": self.kind.value, "resource": self.resource}
-        for name in ("duration", "attempts", "held_for", "late_by", "margin", "validity", "fencing_token"):
+        for name in (
+            "duration",
+            "attempts",
+            "held_for",
+            "late_by",
+            "margin",
+            "validity",
+            "fencing_token",
+            "grant",
+            "handoff",
+        ):
             value = getattr(self, name)
             if value is not None:
                 fields[name] = value
@@ -75,6 +98,8 @@ class LockEvent:
             fields["watchdog"] = True
         if self.outcomes:
             fields["votes"] = {o.node: o.vote.value for o in self.outcomes}
+        if self.quarantined:
+            fields["quarantined"] = list(self.quarantined)
         return fields
 
     def __str__(self) -> str:
@@ -82,6 +107,8 @@ class LockEvent:
         parts += [f"{key}={value:.6f}" for key, value in self.fields().items() if isinstance(value, float)]
         if self.attempts is not None:
             parts.append(f"attempts={self.attempts}")
+        if self.grant is not None:
+            parts.append(f"grant={self.grant}")
         if self.reason:
             parts.append(f"({self.reason})")
         if self.outcomes:
@@ -90,3 +117,51 @@ class LockEvent:
 
 
 OnEvent: TypeAlias = Callable[[LockEvent], object]
+
+
+def combine(*callbacks: OnEvent) -> OnEvent:
+    """One callback that hands each event to every one of *callbacks*, in order.
+
+    ``Redlock(on_event=[a, b])`` does this for you. What one callback raises is
+    logged and dropped, and the others still run.
+    """
+    hooks = check_callbacks(callbacks)
+    if len(hooks) == 1:
+        return hooks[0]
+
+    def each(event: LockEvent) -> None:
+        for hook in hooks:
+            try:
+                hook(event)
+            except Exception:
+                log.exception("redlock %r: on_event callback %r failed", event.resource, hook)
+
+    return each
+
+
+def as_hook(on_event: OnEvent | Iterable[OnEvent] | None) -> OnEvent | None:
+    """What ``Redlock(on_event=...)`` takes: None, a callable, or a sequence of callables (combined).
+
+    Anything else is a TypeError that says what to pass.
+    """
+    if on_event is None or callable(on_event):
+        return on_event
+    if isinstance(on_event, str | bytes) or not isinstance(on_event, Iterable):
+        raise TypeError(
+            f"on_event must be a function taking a LockEvent, a list of them, or None; got {type(on_event).__name__}"
+        )
+    hooks = check_callbacks(on_event)
+    return combine(*hooks) if hooks else None
+
+
+def check_callbacks(callbacks: Iterable[object]) -> tuple[OnEvent, ...]:
+    """The callbacks, each checked to be callable (a TypeError saying which one is not)."""
+    hooks: list[OnEvent] = []
+    for i, hook in enumerate(callbacks):
+        if not callable(hook):
+            raise TypeError(
+                f"on_event[{i}] must be a function taking a LockEvent, got {type(hook).__name__}: "
+                "pass a callable, or a list of callables"
+            )
+        hooks.append(hook)
+    return tuple(hooks)

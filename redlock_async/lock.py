@@ -18,7 +18,7 @@ from typing import Any, Self
 from redlock_async import _algorithm, _clock, _handoff, _queue, _requests
 from redlock_async._cleanup import complete
 from redlock_async._cluster import Cluster
-from redlock_async._fanout import Ballot, outcomes, vote_of_script
+from redlock_async._fanout import Ballot, outcomes, sitting_out, vote_of_script
 from redlock_async._lease import Lease, Phase, move
 from redlock_async._names import Name, check_owner, default_owner, released_word, resource_key
 from redlock_async._not_acquired import not_acquired
@@ -70,6 +70,7 @@ class Lock:
         "_settings",
         "_state",
         "_watched",
+        "_woken_at",
         "cooldown",
         "on_lost",
         "resource",
@@ -101,6 +102,7 @@ class Lock:
         self._last_votes: Sequence[_algorithm.Vote] = ()
         self._last_details: Sequence[str] | None = None
         self._attempts = 0  # rounds sent by the acquire in progress (or the last one)
+        self._woken_at: float | None = None  # when a release last woke the acquire in progress, if it did
         self._lost: LockLost | None = None  # why the last acquisition was lost
         # The watchdog (inside `async with`): the task running the body, its
         # cancel count on entry, and whether we cancelled it because of a loss.
@@ -269,6 +271,7 @@ class Lock:
         self._state = move(self._state, _ACQUIRING)
         began = _clock.now()
         self._attempts = 0
+        self._woken_at = None
         if self._queued():
             acquired = await self._acquire_queued(blocking, began + limit)
         else:
@@ -282,6 +285,7 @@ class Lock:
                 attempts=self._attempts,
                 validity=self.validity,
                 fencing_token=self.fencing_token,
+                handoff=None if self._woken_at is None else _clock.now() - self._woken_at,
             )
         else:
             self._emit(
@@ -339,6 +343,7 @@ class Lock:
                     # of this Redlock may have sent our next round already (handed it over).
                     taker = self if self._takes_hand_over else None
                     woken = await listener.wait(channel, delay, place, again=woken, taker=taker)
+                    self._woken_at = _clock.now() if woken else None  # the hand-off latency starts here
                     queued = False
                     if woken and (sent := listener.handed(channel, place)) is not None:
                         attempted = True
@@ -797,7 +802,15 @@ class Lock:
                 node.uncork()
         else:
             self._send_release(token, skip=self._lease.skip, into=ballot)
-        await ballot.start().wait()
+        try:
+            await ballot.start().wait()
+        except asyncio.CancelledError:
+            # The release went out and the lock is no longer held: say so, as for a release waited for.
+            self._last_votes, self._last_details = ballot.votes, ballot.details  # so far: the rest pending
+            if self._heard(_RELEASED):
+                now = _clock.now()
+                self._emit(_RELEASED, duration=now - began, held_for=now - self._lease.acquired_at)
+            raise
         self._last_votes, self._last_details = ballot.votes, ballot.details
         # Silent otherwise: a node that refuses the script (ACL, renamed EVALSHA) keeps every key until it expires.
         error = _algorithm.ERROR
@@ -967,7 +980,15 @@ class Lock:
         logged = log.isEnabledFor(level)
         if hook is None and not logged:
             return
-        event = LockEvent(kind, self._name, outcomes=self.outcomes, **fields)
+        nodes = self._cluster.nodes
+        event = LockEvent(
+            kind,
+            self._name,
+            outcomes=self.outcomes,
+            grant=None if kind is _NOT_ACQUIRED else self._lease.serial,
+            quarantined=tuple(node.name for node in nodes if node.quarantined_until and sitting_out(node)),
+            **fields,
+        )
         if logged:
             log.log(level, "%s", event, extra={"redlock": event.fields()})
         if hook is not None:

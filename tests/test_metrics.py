@@ -1,0 +1,219 @@
+"""redlock_async.metrics against real nodes: OpenTelemetry's SDK (in-memory reader and exporter) and a
+prometheus_client CollectorRegistry, side by side on one Redlock (``on_event=[otel, prometheus]``).
+
+One scripted sequence, with exact counts and attributes: acquires, an extension, a refusal,
+a loss in the watchdog's task under a caller's span, a node down, and a node in restart quarantine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
+
+from redlock_async import Lock, LockLost, Redlock
+from redlock_async.metrics import OpenTelemetry, Prometheus
+
+from .conftest import Cluster, eventually
+
+
+class Otel:
+    """An OpenTelemetry SDK of the test's own: an in-memory metric reader and span exporter."""
+
+    def __init__(self) -> None:
+        self.reader = InMemoryMetricReader()
+        self.meters = MeterProvider(metric_readers=[self.reader])
+        self.exporter = InMemorySpanExporter()
+        self.tracers = TracerProvider()
+        self.tracers.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.tracer = self.tracers.get_tracer("test")
+
+    def points(self, name: str) -> dict[frozenset[tuple[str, Any]], Any]:
+        """The data points of metric *name*, by their attributes."""
+        data = self.reader.get_metrics_data()
+        assert data is not None
+        found: dict[frozenset[tuple[str, Any]], Any] = {}
+        for resource in data.resource_metrics:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name == name:
+                        for point in metric.data.data_points:
+                            found[frozenset((point.attributes or {}).items())] = point
+        return found
+
+    def spans(self, name: str) -> list[ReadableSpan]:
+        return [span for span in self.exporter.get_finished_spans() if span.name == name]
+
+
+@pytest.fixture
+def otel() -> Iterator[Otel]:
+    made = Otel()
+    yield made
+    made.meters.shutdown()
+    made.tracers.shutdown()
+
+
+def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    value = registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+def attrs(**pairs: Any) -> frozenset[tuple[str, Any]]:
+    return frozenset(pairs.items())
+
+
+async def test_a_scripted_sequence_gives_exact_counts_and_attributes(faulty: Cluster, otel: Otel) -> None:
+    registry = CollectorRegistry()
+    adapters = [
+        OpenTelemetry(meter_provider=otel.meters, tracer_provider=otel.tracers),
+        Prometheus(registry=registry),
+    ]
+    async with Redlock(faulty.urls, on_event=adapters) as redlock, Redlock(faulty.urls) as other:
+        nodes = [node.address for node in redlock.statistics().nodes]
+        down = nodes[4]
+        counted: Counter[tuple[str, str]] = Counter()  # the votes of each event that counts them
+
+        def count(lock: Lock) -> None:
+            counted.update((outcome.node, outcome.vote.value) for outcome in lock.outcomes)
+
+        # 1. Acquired, extended once, released: under a caller's span.
+        with otel.tracer.start_as_current_span("first") as first:
+            lock = redlock.lock("orders:1", ttl=2.0)
+            assert await lock.acquire(blocking=False)
+            count(lock)
+            await lock.extend()
+            count(lock)
+            await lock.release()
+            count(lock)
+
+        # 2. A refusal: held by another client, one try.
+        held = other.lock("orders:2")
+        assert await held.acquire(blocking=False)
+        refused = redlock.lock("orders:2")
+        assert not await refused.acquire(blocking=False)
+        assert [o.vote.value for o in refused.outcomes].count("no") >= 3
+        count(refused)
+        await held.release()
+
+        # 3. Lost in the watchdog's task while the body runs under the caller's span "job".
+        with otel.tracer.start_as_current_span("job") as job, pytest.raises(LockLost):
+            async with redlock.lock("orders:3", ttl=0.5) as doomed:
+                count(doomed)
+                for i in range(5):
+                    faulty[i].command("DEL", "redlock:orders:3")  # gone: the first extension is refused
+                await asyncio.sleep(2.0)
+
+        # 4. A node down: acquired on the other four.
+        faulty[4].kill()
+        assert await eventually(lambda: not redlock.statistics().nodes[4].connected, 5.0)
+        lock = redlock.lock("orders:4")
+        assert await lock.acquire(blocking=False)
+        assert lock.outcomes[4].vote.value != "yes"  # down (error, skipped, or still connecting: pending)
+        count(lock)
+        await lock.release()
+        count(lock)
+
+        # 5. The node is back without its data: in restart quarantine, its yes counts toward no quorum.
+        faulty[4].restart(keep_data=False)
+        for _ in range(100):  # a node connects again on use: connect() uses it, and makes no lock event
+            await redlock.connect()
+            if redlock.statistics().nodes[4].quarantined:
+                break
+            await asyncio.sleep(0.1)
+        assert redlock.statistics().nodes[4].quarantined, redlock.statistics().nodes[4]
+        lock = redlock.lock("orders:5")
+        assert await lock.acquire(blocking=False)
+        # Its yes does not count (or came after the other four decided).
+        assert lock.outcomes[4].vote.value in ("quarantined", "pending")
+        count(lock)
+        await lock.release()
+        count(lock)
+
+    # -- Prometheus -------------------------------------------------------------------------------
+    acquire = "redlock_lock_acquire_duration_seconds_count"
+    assert sample(registry, acquire, outcome="acquired") == 4
+    assert sample(registry, acquire, outcome="not_acquired") == 1
+    assert sample(registry, "redlock_lock_hold_duration_seconds_count") == 4  # 3 released, 1 lost
+    assert sample(registry, "redlock_lock_lost_total") == 1
+    assert sample(registry, "redlock_lock_extension_margin_seconds_count") == 1
+    assert sample(registry, "redlock_lock_handoff_duration_seconds_count") == 0  # nobody waited
+    assert sample(registry, "redlock_lock_held") == 0
+    assert sample(registry, "redlock_node_quarantined", node=down) == 1
+    assert sample(registry, "redlock_node_quarantined", node=nodes[0]) == 0
+    # Votes: every event's but the loss's (its refused extension, which may repeat an earlier request's).
+    assert sum(n for (_, vote), n in counted.items() if vote == "yes") >= 3 * 7  # a majority each, 7 times
+    expected_votes = dict(counted)
+    votes = {
+        (s.labels["node"], s.labels["vote"]): s.value
+        for metric in registry.collect()
+        if metric.name == "redlock_node_votes"
+        for s in metric.samples
+        if s.name == "redlock_node_votes_total"
+    }
+    assert votes == expected_votes
+    assert not [m for m in registry.collect() for s in m.samples if "orders" in str(s.labels)]  # no lock names
+
+    # -- OpenTelemetry metrics: the same counts ------------------------------------------------------
+    durations = otel.points("redlock.lock.acquire.duration")
+    assert {key: p.count for key, p in durations.items()} == {
+        attrs(**{"redlock.outcome": "acquired"}): 4,
+        attrs(**{"redlock.outcome": "not_acquired"}): 1,
+    }
+    assert [p.count for p in otel.points("redlock.lock.hold.duration").values()] == [4]
+    assert [p.value for p in otel.points("redlock.lock.lost").values()] == [1]
+    assert [p.count for p in otel.points("redlock.lock.extension.margin").values()] == [1]
+    assert otel.points("redlock.lock.handoff.duration") == {}
+    assert [p.value for p in otel.points("redlock.lock.held").values()] == [0]
+    assert {key: p.value for key, p in otel.points("redlock.node.quarantined").items()} == {
+        attrs(**{"redlock.node": down}): 1
+    }
+    otel_votes = {
+        (dict(key)["redlock.node"], dict(key)["redlock.vote"]): p.value
+        for key, p in otel.points("redlock.node.votes").items()
+    }
+    assert otel_votes == expected_votes
+
+    # -- Traces -------------------------------------------------------------------------------------
+    spans = otel.spans("redlock.acquire")
+    assert [s.attributes["redlock.lock.name"] for s in spans if s.attributes] == [
+        "orders:1",
+        "orders:2",
+        "orders:3",
+        "orders:4",
+        "orders:5",
+    ]
+    one, two, three, _, _ = spans
+    assert one.parent is not None
+    assert one.parent.span_id == first.get_span_context().span_id
+    assert three.parent is not None
+    assert three.parent.span_id == job.get_span_context().span_id
+    assert two.parent is None  # no span was current
+    assert one.attributes is not None
+    assert two.attributes is not None
+    assert one.attributes["redlock.outcome"] == "acquired"
+    assert one.attributes["redlock.attempts"] == 1
+    assert two.attributes["redlock.outcome"] == "not_acquired"
+    assert list(two.attributes["redlock.votes"]) == [  # type: ignore[arg-type]
+        f"{o.node}={o.vote.value}" for o in refused.outcomes
+    ]
+    assert one.start_time is not None
+    assert one.end_time is not None
+    assert one.attributes["redlock.wait"] == pytest.approx((one.end_time - one.start_time) / 1e9, abs=1e-6)
+    # The loss, told on the caller's span although the watchdog's task found it.
+    [job_span] = otel.spans("job")
+    [lost] = [event for event in job_span.events if event.name == "redlock.lock.lost"]
+    assert lost.attributes is not None
+    assert lost.attributes["redlock.lock.name"] == "orders:3"
+    assert lost.attributes["redlock.watchdog"] is True
+    assert "gone from a majority" in str(lost.attributes["redlock.reason"])
+    [first_span] = otel.spans("first")
+    assert not first_span.events  # released, not lost
