@@ -8,6 +8,8 @@ a loss in the watchdog's task under a caller's span, a node down, and a node in 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -20,10 +22,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from redlock_async import Lock, LockLost, Redlock
+from redlock_async import EventKind, Lock, LockEvent, LockLost, Redlock
+from redlock_async.events import combine
 from redlock_async.metrics import OpenTelemetry, Prometheus
 
-from .conftest import Cluster, eventually
+from .conftest import Cluster, MakeRedlock, eventually
 
 
 class Otel:
@@ -217,3 +220,136 @@ async def test_a_scripted_sequence_gives_exact_counts_and_attributes(faulty: Clu
     assert "gone from a majority" in str(lost.attributes["redlock.reason"])
     [first_span] = otel.spans("first")
     assert not first_span.events  # released, not lost
+
+
+async def test_a_waiter_woken_by_a_release_reports_the_hand_off_latency(make_redlock: MakeRedlock) -> None:
+    registry = CollectorRegistry()
+    events: list[LockEvent] = []
+    redlock = await make_redlock(on_event=[Prometheus(registry=registry), events.append])
+    holder = redlock.lock("handoff")
+    assert await holder.acquire()
+    waiter = redlock.lock("handoff", acquire_timeout=5.0)
+    waiting = asyncio.create_task(waiter.acquire())
+    await asyncio.sleep(0.1)  # it tried, found the lock held, and listens for the release
+    await holder.release()
+    assert await waiting
+    granted = [e for e in events if e.kind is EventKind.ACQUIRED][-1]
+    assert granted.handoff is not None
+    assert 0 <= granted.handoff < 0.5
+    assert granted.duration is not None
+    assert granted.handoff < granted.duration
+    assert sample(registry, "redlock_lock_handoff_duration_seconds_count") == 1
+    assert sample(registry, "redlock_lock_handoff_duration_seconds_sum") == granted.handoff
+    assert sample(registry, "redlock_lock_held") == 1
+    assert len({e.grant for e in events if e.kind is EventKind.ACQUIRED}) == 2  # two grants of one name
+    await waiter.release()
+    assert sample(registry, "redlock_lock_held") == 0
+
+
+async def test_a_release_cancelled_while_the_nodes_answer_still_ends_the_grant(faulty: Cluster) -> None:
+    """The lock is no longer held once its release went out: held now goes back to 0, the hold is measured."""
+    registry = CollectorRegistry()
+    events: list[LockEvent] = []
+    hooks = [Prometheus(registry=registry), events.append]
+    async with Redlock(faulty.urls, on_event=hooks, node_timeout=0.5, adaptive_timeout=False) as redlock:
+        lock = redlock.lock("cut-short")
+        assert await lock.acquire(blocking=False)
+        assert sample(registry, "redlock_lock_held") == 1
+        faulty[0].pause()  # the release waits for every node that held the key: node 0 stays silent
+        try:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.1):
+                    await lock.release()
+        finally:
+            faulty[0].resume()
+        assert not lock.held
+        assert [e.kind for e in events] == [EventKind.ACQUIRED, EventKind.RELEASED]
+        assert sample(registry, "redlock_lock_held") == 0
+        assert sample(registry, "redlock_lock_hold_duration_seconds_count") == 1
+
+
+async def test_name_attribute_groups_lock_names(make_redlock: MakeRedlock, otel: Otel) -> None:
+    registry = CollectorRegistry()
+
+    def prefix(name: str) -> str:
+        return name.split(":")[0]
+
+    adapters = [
+        Prometheus(registry=registry, name_attribute=prefix),
+        OpenTelemetry(meter_provider=otel.meters, tracer_provider=otel.tracers, name_attribute=prefix),
+    ]
+    redlock = await make_redlock(on_event=adapters)
+    for name in ("orders:1", "orders:2", "users:7"):
+        async with redlock.lock(name):
+            pass
+    count = "redlock_lock_acquire_duration_seconds_count"
+    assert sample(registry, count, outcome="acquired", lock="orders") == 2
+    assert sample(registry, count, outcome="acquired", lock="users") == 1
+    assert sample(registry, "redlock_lock_hold_duration_seconds_count", lock="orders") == 2
+    assert sample(registry, "redlock_lock_held", lock="orders") == 0
+    assert {key: p.count for key, p in otel.points("redlock.lock.acquire.duration").items()} == {
+        attrs(**{"redlock.outcome": "acquired", "redlock.lock.group": "orders"}): 2,
+        attrs(**{"redlock.outcome": "acquired", "redlock.lock.group": "users"}): 1,
+    }
+    with pytest.raises(TypeError, match="name_attribute must be a function"):
+        Prometheus(registry=CollectorRegistry(), name_attribute="prefix")  # type: ignore[arg-type]
+
+
+async def test_on_event_takes_several_callbacks_and_one_failing_does_not_stop_the_others(
+    make_redlock: MakeRedlock, caplog: pytest.LogCaptureFixture
+) -> None:
+    first: list[LockEvent] = []
+    last: list[LockEvent] = []
+
+    def broken(event: LockEvent) -> None:
+        raise RuntimeError("a bug in a user's hook")
+
+    redlock = await make_redlock(on_event=(first.append, broken, last.append))
+    async with redlock.lock("several"):
+        pass
+    assert [e.kind for e in first] == [EventKind.ACQUIRED, EventKind.RELEASED]
+    assert last == first
+    failures = [r for r in caplog.records if "on_event callback" in r.getMessage()]
+    assert len(failures) == 2  # logged once per event, with the hook's name
+    assert "broken" in failures[0].getMessage()
+
+
+def test_on_event_refuses_what_is_not_a_callback_or_a_list_of_them(cluster: Cluster) -> None:
+    with pytest.raises(TypeError, match=r"on_event\[1\] must be a function taking a LockEvent, got int"):
+        Redlock(cluster.urls, on_event=[print, 3])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="on_event must be a function taking a LockEvent, a list of them, or None"):
+        Redlock(cluster.urls, on_event="print")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="got int"):
+        Redlock(cluster.urls, on_event=3)  # type: ignore[arg-type]
+    assert combine(print) is print
+    Redlock(cluster.urls, on_event=[])  # nothing to call: as None
+
+
+def test_a_second_prometheus_adapter_on_one_registry_says_to_share_it() -> None:
+    registry = CollectorRegistry()
+    Prometheus(registry=registry)
+    with pytest.raises(ValueError, match=r"Share one Prometheus\(\) between Redlocks, or give each its own registry="):
+        Prometheus(registry=registry)
+    Prometheus(registry=None)  # registered nowhere: as many as you like
+
+
+@pytest.mark.parametrize(
+    ("adapter", "package", "extra"),
+    [
+        ("OpenTelemetry", "opentelemetry", "otel"),
+        ("Prometheus", "prometheus_client", "prometheus"),
+    ],
+)
+def test_without_its_package_an_adapter_says_which_extra_to_install(adapter: str, package: str, extra: str) -> None:
+    script = (
+        f"import sys; sys.modules[{package!r}] = None\n"
+        "import redlock_async.metrics\n"
+        "try:\n"
+        f"    from redlock_async.metrics import {adapter}\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == (
+        f"redlock_async.metrics.{adapter} needs the {package} package: pip install 'redlock_async[{extra}]'"
+    )
