@@ -62,6 +62,7 @@ class Cluster:
         "fault",
         "held",
         "listener",
+        "names",
         "nodes",
         "on_event",
         "settings",
@@ -76,6 +77,8 @@ class Cluster:
         on_event: OnEvent | None,
     ) -> None:
         self.nodes = nodes
+        self.names = tuple(node.name for node in nodes)
+        """The nodes' names (``host:port``), for events."""
         self.settings = settings
         self.listener = listener
         self.on_event = on_event

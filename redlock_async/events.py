@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeAlias, final
 
+from redlock_async._algorithm import Vote
 from redlock_async.errors import NodeOutcome
 
 __all__ = ["EventKind", "LockEvent", "OnEvent", "as_hook", "combine"]
@@ -41,39 +41,145 @@ class EventKind(enum.Enum):
     """The lease could not be kept: expired, taken, or not extended in time."""
 
 
-@dataclass(frozen=True, slots=True)
-class LockEvent:
-    """One thing that happened to one lock. Durations are seconds; None where they do not apply."""
+_FIELDS = (
+    "duration",
+    "attempts",
+    "held_for",
+    "late_by",
+    "margin",
+    "validity",
+    "fencing_token",
+    "reason",
+    "watchdog",
+    "grant",
+    "handoff",
+    "quarantined",
+)
 
-    kind: EventKind
-    resource: str
-    outcomes: tuple[NodeOutcome, ...] = ()
-    """Per-node votes of the request that decided it (the last attempt, for an acquire)."""
-    duration: float | None = None
-    """Acquire: from the call to the grant or the give-up (latency). Extend and release: the round trip."""
-    attempts: int | None = None
-    """Acquire: rounds of SET sent to the nodes."""
-    held_for: float | None = None
-    """Released and lost: since the grant."""
-    late_by: float | None = None
-    """Extended: how long after it was due the extension was sent (watchdog; 0 when on time)."""
-    margin: float | None = None
-    """Extended: validity the old lease still had when the new one was confirmed."""
-    validity: float | None = None
-    """Acquired and extended: seconds the lease can now be trusted."""
-    fencing_token: int | None = None
-    reason: str = ""
-    """Lost and not acquired: why, in words."""
-    watchdog: bool = False
-    """Extended or lost inside ``async with`` by the watchdog, rather than by an explicit call."""
-    grant: int | None = None
-    """Acquired, extended, released and lost: a number naming the grant (one acquisition), the same on
-    each of its events and unique in the process (tells apart two holders of one name, a semaphore's)."""
-    handoff: float | None = None
-    """Acquired: seconds from the moment a release woke this waiter to its grant; None when the acquire
-    was not woken by a release (it got the lock at once, on its fallback timer, or through ``queue=True``)."""
-    quarantined: tuple[str, ...] = ()
-    """The Redlock's nodes (``host:port``) in restart quarantine when the event was made."""
+
+@final
+class LockEvent:
+    """One thing that happened to one lock. Durations are seconds; None where they do not apply.
+
+    Read-only by convention (made at every acquire and release while someone listens, so it is
+    a plain slotted object, cheap to make): the per-node :attr:`outcomes` are built on first
+    read; :attr:`nodes` and :attr:`votes` give the same votes without building them.
+    """
+
+    __slots__ = (
+        "_details",
+        "_outcomes",
+        "attempts",
+        "duration",
+        "fencing_token",
+        "grant",
+        "handoff",
+        "held_for",
+        "kind",
+        "late_by",
+        "margin",
+        "nodes",
+        "quarantined",
+        "reason",
+        "resource",
+        "validity",
+        "votes",
+        "watchdog",
+    )
+
+    def __init__(
+        self,
+        kind: EventKind,
+        resource: str,
+        outcomes: Sequence[NodeOutcome] = (),
+        duration: float | None = None,
+        attempts: int | None = None,
+        held_for: float | None = None,
+        late_by: float | None = None,
+        margin: float | None = None,
+        validity: float | None = None,
+        fencing_token: int | None = None,
+        reason: str = "",
+        watchdog: bool = False,
+        grant: int | None = None,
+        handoff: float | None = None,
+        quarantined: tuple[str, ...] = (),
+        *,
+        nodes: tuple[str, ...] = (),
+        votes: tuple[Vote, ...] = (),
+        details: Sequence[str] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.resource = resource
+        self.duration = duration
+        """Acquire: from the call to the grant or the give-up (latency). Extend and release: the round trip."""
+        self.attempts = attempts
+        """Acquire: rounds of SET sent to the nodes."""
+        self.held_for = held_for
+        """Released and lost: since the grant."""
+        self.late_by = late_by
+        """Extended: how long after it was due the extension was sent (watchdog; 0 when on time)."""
+        self.margin = margin
+        """Extended: validity the old lease still had when the new one was confirmed."""
+        self.validity = validity
+        """Acquired and extended: seconds the lease can now be trusted."""
+        self.fencing_token = fencing_token
+        self.reason = reason
+        """Lost and not acquired: why, in words."""
+        self.watchdog = watchdog
+        """Extended or lost inside ``async with`` by the watchdog, rather than by an explicit call."""
+        self.grant = grant
+        """Acquired, extended, released and lost: a number naming the grant (one acquisition), the same on
+        each of its events and unique in the process (tells apart two holders of one name, a semaphore's)."""
+        self.handoff = handoff
+        """Acquired: seconds from the moment a release woke this waiter to its grant; None when the acquire
+        was not woken by a release (it got the lock at once, on its fallback timer, or with ``queue=True``)."""
+        self.quarantined = quarantined
+        """The Redlock's nodes (``host:port``) in restart quarantine when the event was made."""
+        if outcomes:
+            self._outcomes: tuple[NodeOutcome, ...] | None = tuple(outcomes)
+            nodes = tuple(o.node for o in outcomes)
+            votes = tuple(o.vote for o in outcomes)
+        else:
+            self._outcomes = None if votes else ()
+        self.nodes = nodes
+        """The nodes (``host:port``) in the order of :attr:`votes`."""
+        self.votes = votes
+        """Per-node votes of the request that decided it (the last attempt, for an acquire): ``nodes[i]``
+        voted ``votes[i]``. The same as :attr:`outcomes`, without their details, and nothing built."""
+        self._details = details
+
+    @property
+    def outcomes(self) -> tuple[NodeOutcome, ...]:
+        """Per-node votes of the request that decided it (the last attempt, for an acquire), with details."""
+        if self._outcomes is None:
+            words = self._details or [""] * len(self.votes)
+            self._outcomes = tuple(
+                NodeOutcome(node, vote, detail)
+                for node, vote, detail in zip(self.nodes, self.votes, words, strict=True)
+            )
+        return self._outcomes
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LockEvent):
+            return NotImplemented
+        return (
+            self.kind is other.kind
+            and self.resource == other.resource
+            and self.outcomes == other.outcomes
+            and all(getattr(self, name) == getattr(other, name) for name in _FIELDS)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        shown = [f"{self.kind!r}", f"{self.resource!r}"]
+        shown += [
+            f"{name}={getattr(self, name)!r}" for name in _FIELDS if getattr(self, name) not in (None, "", False, ())
+        ]
+        if self.votes:
+            shown.append(f"outcomes={self.outcomes!r}")
+        return f"LockEvent({', '.join(shown)})"
 
     def fields(self) -> dict[str, Any]:
         """Plain values (str, float, int, dict) for structured logs and exporters."""
@@ -96,8 +202,8 @@ class LockEvent:
             fields["reason"] = self.reason
         if self.watchdog:
             fields["watchdog"] = True
-        if self.outcomes:
-            fields["votes"] = {o.node: o.vote.value for o in self.outcomes}
+        if self.votes:
+            fields["votes"] = {node: vote.value for node, vote in zip(self.nodes, self.votes, strict=True)}
         if self.quarantined:
             fields["quarantined"] = list(self.quarantined)
         return fields

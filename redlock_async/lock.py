@@ -980,13 +980,19 @@ class Lock:
         logged = log.isEnabledFor(level)
         if hook is None and not logged:
             return
-        nodes = self._cluster.nodes
+        cluster, details = self._cluster, self._last_details
+        quarantined: tuple[str, ...] = ()
+        for node in cluster.nodes:
+            if node.quarantined_until and sitting_out(node):
+                quarantined += (node.name,)
         event = LockEvent(
             kind,
             self._name,
-            outcomes=self.outcomes,
             grant=None if kind is _NOT_ACQUIRED else self._lease.serial,
-            quarantined=tuple(node.name for node in nodes if node.quarantined_until and sitting_out(node)),
+            quarantined=quarantined,
+            nodes=cluster.names,
+            votes=tuple(self._last_votes),
+            details=None if details is None else tuple(details),
             **fields,
         )
         if logged:

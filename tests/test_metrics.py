@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 from redlock_async import EventKind, Lock, LockEvent, LockLost, Redlock
-from redlock_async.events import combine
+from redlock_async.events import OnEvent, combine
 from redlock_async.metrics import OpenTelemetry, Prometheus
 
 from .conftest import Cluster, MakeRedlock, eventually
@@ -250,7 +250,7 @@ async def test_a_release_cancelled_while_the_nodes_answer_still_ends_the_grant(f
     """The lock is no longer held once its release went out: held now goes back to 0, the hold is measured."""
     registry = CollectorRegistry()
     events: list[LockEvent] = []
-    hooks = [Prometheus(registry=registry), events.append]
+    hooks: list[OnEvent] = [Prometheus(registry=registry), events.append]
     async with Redlock(faulty.urls, on_event=hooks, node_timeout=0.5, adaptive_timeout=False) as redlock:
         lock = redlock.lock("cut-short")
         assert await lock.acquire(blocking=False)

@@ -1,8 +1,10 @@
-"""What both adapters share: which instrument each event moves, and what must be remembered between events.
+"""What both adapters share: which measurement each event makes, and the counts kept between events.
 
-An adapter subclasses :class:`EventMeter` and says how to record each measurement on its
-instruments; the reading of events (which kind moves what, grants held now, nodes in
-quarantine now) is written once, here.
+An event is handed over on the event loop, inside the library's bookkeeping, at every acquire
+and release: the adapters must cost little there. So the counters and gauges (votes, losses,
+locks held now, nodes in quarantine now) are plain Python counts, kept here and read only when
+the metrics are collected (a scrape, an export); the histograms are recorded by the adapter.
+Collection may run in another thread (an exporter's, an HTTP server's): it reads copies.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from redlock_async.errors import NodeOutcome
+from redlock_async._algorithm import Vote
 from redlock_async.events import EventKind, LockEvent
 
 NameAttribute = Callable[[str], str]
@@ -26,9 +28,14 @@ MARGIN_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 ACQUIRED: Final = "acquired"
 NOT_ACQUIRED: Final = "not_acquired"
 
+VOTES: Final = tuple(Vote)
+_SLOT = {id(vote): i for i, vote in enumerate(VOTES)}  # by id: Enum.__hash__ is Python code
+_NAMES = tuple(vote.value for vote in VOTES)
+
 _ACQUIRED, _NOT_ACQUIRED = EventKind.ACQUIRED, EventKind.NOT_ACQUIRED
 _EXTENDED, _RELEASED, _LOST = EventKind.EXTENDED, EventKind.RELEASED, EventKind.LOST
-_GRANTS_REMEMBERED = 100_000
+
+GRANTS_REMEMBERED: Final = 100_000
 """Grants held at once that an adapter remembers; beyond, the oldest is forgotten (a lock dropped unreleased)."""
 
 
@@ -42,12 +49,15 @@ def check_name_attribute(name_attribute: NameAttribute | None) -> NameAttribute 
 
 
 class EventMeter:
-    """A callable for ``on_event=``: reads each event, and records it through the methods below."""
+    """A callable for ``on_event=``: reads each event, counts what it counts, and hands the rest on."""
 
     def __init__(self, name_attribute: NameAttribute | None) -> None:
         self._group = check_name_attribute(name_attribute)
         self._held: dict[int, str | None] = {}  # grant -> its group, for the grants held now
-        self._quarantined: set[str] = set()  # nodes in quarantine as of the last event that named them
+        self._held_by: dict[str | None, int] = {}  # group -> locks held now
+        self._lost_by: dict[str | None, int] = {}  # group -> locks lost
+        self._votes_by: dict[str, list[int]] = {}  # node -> count of each vote, in the order of VOTES
+        self._quarantined: dict[str, bool] = {}  # node -> in quarantine, as of the last event that named it
 
     def __call__(self, event: LockEvent) -> None:
         kind = event.kind
@@ -58,47 +68,78 @@ class EventMeter:
             if acquired:
                 if event.handoff is not None:
                     self.handoff(event.handoff, group)
-                if event.grant is not None and event.grant not in self._held:
-                    if len(self._held) >= _GRANTS_REMEMBERED:
-                        self._forget(next(iter(self._held)))
-                    self._held[event.grant] = group
-                    self.held(1, group)
-            self.votes(event.outcomes)
+                grant = event.grant
+                if grant is not None and grant not in self._held:
+                    if len(self._held) >= GRANTS_REMEMBERED:
+                        self._ended(next(iter(self._held)))
+                    self._held[grant] = group
+                    self._held_by[group] = self._held_by.get(group, 0) + 1
+            self._count(event)
         elif kind is _EXTENDED:
             if event.margin is not None:
                 self.margin(event.margin, group)
-            self.votes(event.outcomes)
+            self._count(event)
         else:  # released or lost: the grant ends
             if event.held_for is not None:
                 self.hold(event.held_for, group)
             if event.grant is not None and event.grant in self._held:
-                self.held(-1, self._held.pop(event.grant))
+                self._ended(event.grant)
             if kind is _LOST:
-                self.lost(event, group)
+                self._lost_by[group] = self._lost_by.get(group, 0) + 1
+                self.lost(event)
             else:
                 self.released(event)
                 # The votes that decided a loss are left out: they can be a request an earlier event counted.
-                self.votes(event.outcomes)
+                self._count(event)
         if event.quarantined or self._quarantined:
             self._quarantine(event)
 
+    def _count(self, event: LockEvent) -> None:
+        by, slot = self._votes_by, _SLOT
+        for node, vote in zip(event.nodes, event.votes):  # noqa: B905 (one vote per node)
+            counts = by.get(node)
+            if counts is None:
+                counts = by[node] = [0] * len(VOTES)
+            counts[slot[id(vote)]] += 1
+
+    def _ended(self, grant: int) -> None:
+        group = self._held.pop(grant)
+        self._held_by[group] -= 1
+
     def _quarantine(self, event: LockEvent) -> None:
-        now = set(event.quarantined)
-        for node in now - self._quarantined:
-            self.quarantined(node, True)
-        # A node leaves quarantine only by the word of an event of its own Redlock (one that has its vote):
-        # Redlocks on other nodes, sharing this adapter, know nothing of it.
-        named = {outcome.node for outcome in event.outcomes}
-        for node in self._quarantined - now:
-            if node in named:
-                self.quarantined(node, False)
-                self._quarantined.discard(node)
-        self._quarantined |= now
+        quarantined = self._quarantined
+        for node in event.quarantined:
+            quarantined[node] = True
+        # A node leaves quarantine only by the word of an event of its own Redlock (one that has its
+        # vote): Redlocks on other nodes, sharing this adapter, know nothing of it.
+        for node in event.nodes:
+            if quarantined.get(node) and node not in event.quarantined:
+                quarantined[node] = False
 
-    def _forget(self, grant: int) -> None:
-        self.held(-1, self._held.pop(grant))
+    # -- read at collection (any thread: copies) ----------------------------------------------
 
-    # -- what an adapter records ---------------------------------------------------------------
+    def votes_now(self) -> list[tuple[str, str, int]]:
+        """(node, vote, count) for every vote counted so far."""
+        return [
+            (node, _NAMES[i], count)
+            for node, counts in list(self._votes_by.items())
+            for i, count in enumerate(list(counts))
+            if count
+        ]
+
+    def lost_now(self) -> list[tuple[str | None, int]]:
+        """(group, locks lost so far); the group is None without ``name_attribute``."""
+        return list(self._lost_by.items())
+
+    def held_now(self) -> list[tuple[str | None, int]]:
+        """(group, locks held now)."""
+        return list(self._held_by.items())
+
+    def quarantined_now(self) -> list[tuple[str, bool]]:
+        """(node, in restart quarantine now) for every node that has been in quarantine."""
+        return list(self._quarantined.items())
+
+    # -- what an adapter records at each event --------------------------------------------------
 
     def acquired(self, event: LockEvent, outcome: str, group: str | None) -> None:
         """An acquire ended (*outcome* is ``acquired`` or ``not_acquired``): its duration, and a span."""
@@ -106,17 +147,6 @@ class EventMeter:
 
     def hold(self, seconds: float, group: str | None) -> None:
         """A grant ended (released or lost) after *seconds*."""
-        raise NotImplementedError
-
-    def lost(self, event: LockEvent, group: str | None) -> None:
-        """A held lock was lost."""
-        raise NotImplementedError
-
-    def released(self, event: LockEvent) -> None:
-        """A held lock was released (nothing to record by default)."""
-
-    def votes(self, outcomes: tuple[NodeOutcome, ...]) -> None:
-        """The per-node votes of the request that decided an acquire, an extension or a release."""
         raise NotImplementedError
 
     def margin(self, seconds: float, group: str | None) -> None:
@@ -127,10 +157,8 @@ class EventMeter:
         """A waiter woken by a release was granted the lock *seconds* later."""
         raise NotImplementedError
 
-    def held(self, delta: int, group: str | None) -> None:
-        """Locks held now changed by *delta* (+1 at a grant, -1 when it ends)."""
-        raise NotImplementedError
+    def lost(self, event: LockEvent) -> None:
+        """A held lock was lost (counted already)."""
 
-    def quarantined(self, node: str, now: bool) -> None:
-        """*node* went into restart quarantine (*now* True) or came out of it."""
-        raise NotImplementedError
+    def released(self, event: LockEvent) -> None:
+        """A held lock was released."""

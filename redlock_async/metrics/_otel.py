@@ -11,16 +11,18 @@ caller's) the loss is told there as a span event, ``redlock.lock.lost``.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import final
 
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.util.types import AttributeValue
 
 from redlock_async import __version__
-from redlock_async.errors import NodeOutcome
 from redlock_async.events import LockEvent
 from redlock_async.metrics._meter import (
     ACQUIRE_BUCKETS,
+    GRANTS_REMEMBERED,
     HOLD_BUCKETS,
     MARGIN_BUCKETS,
     EventMeter,
@@ -31,8 +33,6 @@ __all__ = ["OpenTelemetry"]
 
 SCOPE = "redlock_async"
 """The instrumentation scope of the meter and the tracer."""
-
-_NO_ATTRIBUTES: dict[str, AttributeValue] = {}
 
 
 @final
@@ -72,13 +72,6 @@ class OpenTelemetry(EventMeter):
             description="Time from a lock's grant to its release or loss.",
             explicit_bucket_boundaries_advisory=HOLD_BUCKETS,
         )
-        self._lost = meter.create_counter("redlock.lock.lost", unit="{lock}", description="Held locks that were lost.")
-        self._votes = meter.create_counter(
-            "redlock.node.votes",
-            unit="{vote}",
-            description="Per-node votes of the requests that decided acquires (their last attempt), "
-            "extensions and releases.",
-        )
         self._margin = meter.create_histogram(
             "redlock.lock.extension.margin",
             unit="s",
@@ -91,27 +84,50 @@ class OpenTelemetry(EventMeter):
             description="Time from a release waking a waiter of this process to that waiter's grant.",
             explicit_bucket_boundaries_advisory=ACQUIRE_BUCKETS,
         )
-        self._held_now = meter.create_up_down_counter("redlock.lock.held", unit="{lock}", description="Locks held now.")
-        self._quarantine_now = meter.create_up_down_counter(
+        # Counters and gauges: counted in plain Python at each event (EventMeter), observed at collection.
+        meter.create_observable_counter(
+            "redlock.lock.lost", [self._observe_lost], unit="{lock}", description="Held locks that were lost."
+        )
+        meter.create_observable_counter(
+            "redlock.node.votes",
+            [self._observe_votes],
+            unit="{vote}",
+            description="Per-node votes of the requests that decided acquires (their last attempt), "
+            "extensions and releases.",
+        )
+        meter.create_observable_up_down_counter(
+            "redlock.lock.held", [self._observe_held], unit="{lock}", description="Locks held now."
+        )
+        meter.create_observable_up_down_counter(
             "redlock.node.quarantined",
+            [self._observe_quarantined],
             unit="{node}",
             description="Nodes in restart quarantine now (their yes votes count toward no quorum).",
         )
         # Attribute dicts made once and reused: the SDK reads them, never keeps or changes them.
         self._outcome_attributes: dict[tuple[str, str | None], dict[str, AttributeValue]] = {}
-        self._vote_attributes: dict[tuple[str, object], dict[str, AttributeValue]] = {}
+        self._group_attributes: dict[str | None, dict[str, AttributeValue]] = {None: {}}
         # grant -> the span that was current when it was granted (the caller's), to tell of a loss
         self._callers: dict[int, trace.Span] = {}
+
+    def _group_of(self, group: str | None) -> dict[str, AttributeValue]:
+        attributes = self._group_attributes.get(group)
+        if attributes is None:
+            attributes = self._group_attributes[group] = {"redlock.lock.group": group} if group is not None else {}
+        return attributes
+
+    # -- at each event --------------------------------------------------------------------------
 
     def acquired(self, event: LockEvent, outcome: str, group: str | None) -> None:
         key = (outcome, group)
         attributes = self._outcome_attributes.get(key)
         if attributes is None:
-            attributes = self._outcome_attributes[key] = {"redlock.outcome": outcome, **_group(group)}
+            attributes = self._outcome_attributes[key] = {"redlock.outcome": outcome, **self._group_of(group)}
         duration = event.duration or 0.0
         self._acquire.record(duration, attributes)
         if self._tracer is None:
             return
+        # The acquire ran in the caller's task, and this is still that task: the current span is the caller's.
         end = time.time_ns()
         span = self._tracer.start_span(
             "redlock.acquire", start_time=end - int(duration * 1e9), attributes=_acquire_attributes(event, outcome)
@@ -119,15 +135,21 @@ class OpenTelemetry(EventMeter):
         span.end(end_time=end)
         caller = trace.get_current_span()
         if event.grant is not None and outcome == "acquired" and caller.is_recording():
-            if len(self._callers) >= 100_000:
+            if len(self._callers) >= GRANTS_REMEMBERED:
                 del self._callers[next(iter(self._callers))]  # a lock dropped unreleased: forget it
             self._callers[event.grant] = caller
 
     def hold(self, seconds: float, group: str | None) -> None:
-        self._hold.record(seconds, _group(group))
+        self._hold.record(seconds, self._group_of(group))
 
-    def lost(self, event: LockEvent, group: str | None) -> None:
-        self._lost.add(1, _group(group))
+    def margin(self, seconds: float, group: str | None) -> None:
+        self._margin.record(seconds, self._group_of(group))
+
+    def handoff(self, seconds: float, group: str | None) -> None:
+        self._handoff.record(seconds, self._group_of(group))
+
+    def lost(self, event: LockEvent) -> None:
+        # Often found by the watchdog's task, whose context is no caller's: tell the span of the grant's caller.
         caller = self._callers.pop(event.grant, None) if event.grant is not None else None
         if caller is not None and caller.is_recording():
             attributes: dict[str, AttributeValue] = {
@@ -140,33 +162,24 @@ class OpenTelemetry(EventMeter):
             caller.add_event("redlock.lock.lost", attributes)
 
     def released(self, event: LockEvent) -> None:
-        if event.grant is not None:
+        if event.grant is not None and self._callers:
             self._callers.pop(event.grant, None)
 
-    def votes(self, outcomes: tuple[NodeOutcome, ...]) -> None:
-        by = self._vote_attributes
-        for outcome in outcomes:
-            key = (outcome.node, outcome.vote)
-            attributes = by.get(key)
-            if attributes is None:
-                attributes = by[key] = {"redlock.node": outcome.node, "redlock.vote": outcome.vote.value}
-            self._votes.add(1, attributes)
+    # -- at collection ---------------------------------------------------------------------------
 
-    def margin(self, seconds: float, group: str | None) -> None:
-        self._margin.record(seconds, _group(group))
+    def _observe_lost(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(count, self._group_of(group)) for group, count in self.lost_now()]
 
-    def handoff(self, seconds: float, group: str | None) -> None:
-        self._handoff.record(seconds, _group(group))
+    def _observe_votes(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(count, {"redlock.node": node, "redlock.vote": vote}) for node, vote, count in self.votes_now()
+        ]
 
-    def held(self, delta: int, group: str | None) -> None:
-        self._held_now.add(delta, _group(group))
+    def _observe_held(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(count, self._group_of(group)) for group, count in self.held_now()]
 
-    def quarantined(self, node: str, now: bool) -> None:
-        self._quarantine_now.add(1 if now else -1, {"redlock.node": node})
-
-
-def _group(group: str | None) -> dict[str, AttributeValue]:
-    return _NO_ATTRIBUTES if group is None else {"redlock.lock.group": group}
+    def _observe_quarantined(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(1 if now else 0, {"redlock.node": node}) for node, now in self.quarantined_now()]
 
 
 def _acquire_attributes(event: LockEvent, outcome: str) -> dict[str, AttributeValue]:
@@ -175,7 +188,7 @@ def _acquire_attributes(event: LockEvent, outcome: str) -> dict[str, AttributeVa
         "redlock.outcome": outcome,
         "redlock.attempts": event.attempts or 0,
         "redlock.wait": event.duration or 0.0,
-        "redlock.votes": [f"{o.node}={o.vote.value}" for o in event.outcomes],
+        "redlock.votes": [f"{node}={vote.value}" for node, vote in zip(event.nodes, event.votes, strict=True)],
     }
     if event.handoff is not None:
         attributes["redlock.handoff"] = event.handoff
