@@ -28,9 +28,7 @@ MARGIN_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 ACQUIRED: Final = "acquired"
 NOT_ACQUIRED: Final = "not_acquired"
 
-VOTES: Final = tuple(Vote)
-_SLOT = {id(vote): i for i, vote in enumerate(VOTES)}  # by id: Enum.__hash__ is Python code
-_NAMES = tuple(vote.value for vote in VOTES)
+_NAME_OF = {id(vote): vote.value for vote in Vote}  # by id: Enum.__hash__ is Python code
 
 _ACQUIRED, _NOT_ACQUIRED = EventKind.ACQUIRED, EventKind.NOT_ACQUIRED
 _EXTENDED, _RELEASED, _LOST = EventKind.EXTENDED, EventKind.RELEASED, EventKind.LOST
@@ -56,7 +54,8 @@ class EventMeter:
         self._held: dict[int, str | None] = {}  # grant -> its group, for the grants held now
         self._held_by: dict[str | None, int] = {}  # group -> locks held now
         self._lost_by: dict[str | None, int] = {}  # group -> locks lost
-        self._votes_by: dict[str, list[int]] = {}  # node -> count of each vote, in the order of VOTES
+        self._patterns: dict[tuple[int, ...], int] = {}  # (id of nodes, id of each vote) -> events
+        self._nodes_of: dict[int, tuple[str, ...]] = {}  # id -> the tuple of node names it is the id of
         self._quarantined: dict[str, bool] = {}  # node -> in quarantine, as of the last event that named it
 
     def __call__(self, event: LockEvent) -> None:
@@ -95,12 +94,19 @@ class EventMeter:
             self._quarantine(event)
 
     def _count(self, event: LockEvent) -> None:
-        by, slot = self._votes_by, _SLOT
-        for node, vote in zip(event.nodes, event.votes):  # noqa: B905 (one vote per node)
-            counts = by.get(node)
-            if counts is None:
-                counts = by[node] = [0] * len(VOTES)
-            counts[slot[id(vote)]] += 1
+        # Counted by pattern: (the nodes, each one's vote), by identity (a Redlock hands over the same tuple of
+        # names each time, and votes are enum members): a tuple of ints made and hashed in C, one dict
+        # update. Enum.__hash__ is Python code, and a loop over the nodes at each event cost more than
+        # the rest of the adapter. The patterns are few; they are spread per node at collection.
+        nodes = event.nodes
+        key = (id(nodes), *map(id, event.votes))
+        patterns = self._patterns
+        count = patterns.get(key)
+        if count is None:
+            self._nodes_of[id(nodes)] = nodes  # kept alive: its id stays its own
+            patterns[key] = 1
+        else:
+            patterns[key] = count + 1
 
     def _ended(self, grant: int) -> None:
         group = self._held.pop(grant)
@@ -120,12 +126,13 @@ class EventMeter:
 
     def votes_now(self) -> list[tuple[str, str, int]]:
         """(node, vote, count) for every vote counted so far."""
-        return [
-            (node, _NAMES[i], count)
-            for node, counts in list(self._votes_by.items())
-            for i, count in enumerate(list(counts))
-            if count
-        ]
+        counts: dict[tuple[str, str], int] = {}
+        for key, events in list(self._patterns.items()):
+            nodes = self._nodes_of[key[0]]
+            for node, vote in zip(nodes, key[1:]):  # noqa: B905 (one vote per node)
+                pair = (node, _NAME_OF[vote])
+                counts[pair] = counts.get(pair, 0) + events
+        return [(node, vote, count) for (node, vote), count in counts.items()]
 
     def lost_now(self) -> list[tuple[str | None, int]]:
         """(group, locks lost so far); the group is None without ``name_attribute``."""
