@@ -130,3 +130,25 @@ def test_on_event_must_be_callable() -> None:
 
     with pytest.raises(TypeError, match="on_event must be a function"):
         Redlock(["redis://127.0.0.1:1"], on_event="print")  # type: ignore[arg-type]
+
+
+def test_an_event_builds_its_outcomes_from_its_votes_on_first_read() -> None:
+    nodes = ("127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003")
+    votes = (Vote.YES, Vote.NO, Vote.TIMEOUT)
+    event = LockEvent(EventKind.ACQUIRED, "lazy", grant=7, nodes=nodes, votes=votes, details=("", "held", ""))
+    assert [(o.node, o.vote, o.detail) for o in event.outcomes] == [
+        ("127.0.0.1:7001", Vote.YES, ""),
+        ("127.0.0.1:7002", Vote.NO, "held"),
+        ("127.0.0.1:7003", Vote.TIMEOUT, ""),
+    ]
+    assert event.outcomes is event.outcomes  # built once
+    # Made from outcomes (as a user's test would), it has the same plain votes, and compares equal.
+    same = LockEvent(EventKind.ACQUIRED, "lazy", outcomes=event.outcomes, grant=7)
+    assert same.nodes == nodes
+    assert same.votes == votes
+    assert same == event
+    assert same != LockEvent(EventKind.ACQUIRED, "lazy", outcomes=event.outcomes, grant=8)
+    assert event.fields()["votes"] == {"127.0.0.1:7001": "yes", "127.0.0.1:7002": "no", "127.0.0.1:7003": "timeout"}
+    assert "grant=7" in repr(event)
+    assert "grant=7" in str(event)
+    assert LockEvent(EventKind.RELEASED, "none").outcomes == ()
