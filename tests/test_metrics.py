@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +21,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from redlock_async import EventKind, Lock, LockEvent, LockLost, Redlock
 from redlock_async.events import OnEvent, combine
@@ -353,3 +354,43 @@ def test_without_its_package_an_adapter_says_which_extra_to_install(adapter: str
     assert done.stdout.strip() == (
         f"redlock_async.metrics.{adapter} needs the {package} package: pip install 'redlock_async[{extra}]'"
     )
+
+
+async def test_scrapes_from_another_thread_while_locks_come_and_go_read_whole_counts(
+    make_redlock: MakeRedlock,
+) -> None:
+    """prometheus_client's HTTP server scrapes in a thread of its own, while the loop counts events."""
+    registry = CollectorRegistry()
+    redlock = await make_redlock(on_event=Prometheus(registry=registry))
+    stop = threading.Event()
+    scrapes: list[int] = []
+    failures: list[BaseException] = []
+
+    def scrape() -> None:
+        while not stop.is_set():
+            try:
+                generate_latest(registry)
+                scrapes.append(1)
+            except BaseException as exc:
+                failures.append(exc)
+                return
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+
+    async def worker(slot: int) -> None:
+        lock = redlock.lock(f"scraped:{slot}")
+        for _ in range(20):
+            assert await lock.acquire()
+            await lock.release()
+
+    try:
+        await asyncio.gather(*(worker(slot) for slot in range(16)))
+    finally:
+        stop.set()
+        await asyncio.to_thread(scraper.join)
+    assert not failures
+    assert scrapes
+    assert sample(registry, "redlock_lock_acquire_duration_seconds_count", outcome="acquired") == 16 * 20
+    assert sample(registry, "redlock_lock_hold_duration_seconds_count") == 16 * 20
+    assert sample(registry, "redlock_lock_held") == 0

@@ -60,7 +60,7 @@ class EventMeter:
 
     def __call__(self, event: LockEvent) -> None:
         kind = event.kind
-        group = None if self._group is None else self._group(event.resource)
+        group = None if self._group is None else str(self._group(event.resource))
         if kind is _ACQUIRED or kind is _NOT_ACQUIRED:
             acquired = kind is _ACQUIRED
             self.acquired(event, ACQUIRED if acquired else NOT_ACQUIRED, group)

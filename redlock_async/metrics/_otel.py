@@ -106,14 +106,17 @@ class OpenTelemetry(EventMeter):
         )
         # Attribute dicts made once and reused: the SDK reads them, never keeps or changes them.
         self._outcome_attributes: dict[tuple[str, str | None], dict[str, AttributeValue]] = {}
-        self._group_attributes: dict[str | None, dict[str, AttributeValue]] = {None: {}}
+        self._group_attributes: dict[str | None, dict[str, AttributeValue] | None] = {None: None}
         # grant -> the span that was current when it was granted (the caller's), to tell of a loss
         self._callers: dict[int, trace.Span] = {}
 
-    def _group_of(self, group: str | None) -> dict[str, AttributeValue]:
+    def _group_of(self, group: str | None) -> dict[str, AttributeValue] | None:
+        """The attributes of a lock metric (None without name_attribute: the SDK's cheapest path)."""
+        if group is None:
+            return None
         attributes = self._group_attributes.get(group)
         if attributes is None:
-            attributes = self._group_attributes[group] = {"redlock.lock.group": group} if group is not None else {}
+            attributes = self._group_attributes[group] = {"redlock.lock.group": group}
         return attributes
 
     # -- at each event --------------------------------------------------------------------------
@@ -122,7 +125,7 @@ class OpenTelemetry(EventMeter):
         key = (outcome, group)
         attributes = self._outcome_attributes.get(key)
         if attributes is None:
-            attributes = self._outcome_attributes[key] = {"redlock.outcome": outcome, **self._group_of(group)}
+            attributes = self._outcome_attributes[key] = {"redlock.outcome": outcome, **(self._group_of(group) or {})}
         duration = event.duration or 0.0
         self._acquire.record(duration, attributes)
         if self._tracer is None:
