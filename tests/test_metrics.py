@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry, generate_latest
 
-from redlock_async import EventKind, Lock, LockEvent, LockLost, Redlock
+from redlock_async import EventKind, Lock, LockEvent, LockLost, Redlock, sync
 from redlock_async.events import OnEvent, combine
 from redlock_async.metrics import OpenTelemetry, Prometheus
 
@@ -393,4 +393,14 @@ async def test_scrapes_from_another_thread_while_locks_come_and_go_read_whole_co
     assert scrapes
     assert sample(registry, "redlock_lock_acquire_duration_seconds_count", outcome="acquired") == 16 * 20
     assert sample(registry, "redlock_lock_hold_duration_seconds_count") == 16 * 20
+    assert sample(registry, "redlock_lock_held") == 0
+
+
+def test_the_blocking_api_takes_the_adapters_too(cluster: Cluster) -> None:
+    registry = CollectorRegistry()
+    with pytest.raises(TypeError, match=r"on_event\[0\] must be a function"):
+        sync.Redlock(cluster.urls, on_event=[3])  # type: ignore[list-item]
+    with sync.Redlock(cluster.urls, on_event=[Prometheus(registry=registry)]) as redlock, redlock.lock("blocking"):
+        assert sample(registry, "redlock_lock_held") == 1
+    assert sample(registry, "redlock_lock_acquire_duration_seconds_count", outcome="acquired") == 1
     assert sample(registry, "redlock_lock_held") == 0

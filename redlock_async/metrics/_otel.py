@@ -132,9 +132,9 @@ class OpenTelemetry(EventMeter):
             return
         # The acquire ran in the caller's task, and this is still that task: the current span is the caller's.
         end = time.time_ns()
-        span = self._tracer.start_span(
-            "redlock.acquire", start_time=end - int(duration * 1e9), attributes=_acquire_attributes(event, outcome)
-        )
+        span = self._tracer.start_span("redlock.acquire", start_time=end - int(duration * 1e9))
+        if span.is_recording():  # sampled: worth the attributes (a span sampled out costs little more)
+            span.set_attributes(_acquire_attributes(event, outcome))
         span.end(end_time=end)
         caller = trace.get_current_span()
         if event.grant is not None and outcome == "acquired" and caller.is_recording():

@@ -6,7 +6,7 @@ import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, ParamSpec, Self, TypeVar, final
 
@@ -16,7 +16,7 @@ from redlock_async._settings import Settings
 from redlock_async._synchronized import OnBusy, check_call, decorate_sync
 from redlock_async.client import Redlock as AsyncRedlock
 from redlock_async.election import Election as AsyncElection
-from redlock_async.events import OnEvent
+from redlock_async.events import OnEvent, as_hook
 from redlock_async.inspection import LockInfo
 from redlock_async.lock import Lock as AsyncLock
 from redlock_async.statistics import RedlockStatistics
@@ -45,9 +45,12 @@ class Redlock:
 
     __slots__ = ("__weakref__", "_runtime")
 
-    def __init__(self, nodes: Iterable[str | Redis], *, on_event: OnEvent | None = None, **settings: Any) -> None:
+    def __init__(
+        self, nodes: Iterable[str | Redis], *, on_event: OnEvent | Sequence[OnEvent] | None = None, **settings: Any
+    ) -> None:
         listed = nodes if isinstance(nodes, (str, bytes)) else list(nodes)  # kept: a forked child makes its own
-        self._runtime = Runtime(functools.partial(AsyncRedlock, listed, on_event=on_event, **settings))
+        hook = as_hook(on_event)  # checked here, not at first use
+        self._runtime = Runtime(functools.partial(AsyncRedlock, listed, on_event=hook, **settings))
 
     def __repr__(self) -> str:
         twin = self._runtime.current()
