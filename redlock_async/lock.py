@@ -265,6 +265,8 @@ class Lock:
             # lease is released just below). It was an IllegalMove (held -> acquiring).
             self._state = move(self._state, _IDLE)
             self._drop()
+            if self._heard(EventKind.LOST):  # it ended without a release: told as a loss, as the watchdog's are
+                self._emit_lost(f"lock {self.resource!r} ran out before it was extended or released", watchdog=False)
         if self._lease.token is not None:
             self._send_release(self._lease.token, skip=self._lease.skip)  # a stale lease of an earlier acquisition
         self._lease.token = None

@@ -404,3 +404,26 @@ def test_the_blocking_api_takes_the_adapters_too(cluster: Cluster) -> None:
         assert sample(registry, "redlock_lock_held") == 1
     assert sample(registry, "redlock_lock_acquire_duration_seconds_count", outcome="acquired") == 1
     assert sample(registry, "redlock_lock_held") == 0
+
+
+async def test_a_lock_that_ran_out_unreleased_and_is_acquired_again_ends_its_first_grant(
+    make_redlock: MakeRedlock,
+) -> None:
+    registry = CollectorRegistry()
+    events: list[LockEvent] = []
+    redlock = await make_redlock(on_event=[Prometheus(registry=registry), events.append])
+    lock = redlock.lock("ran-out", ttl=0.6)
+    assert await lock.acquire()
+    await asyncio.sleep(0.7)  # never extended nor released: its validity runs out
+    assert not lock.held
+    assert await lock.acquire()
+    first, lost, second = events
+    assert [first.kind, lost.kind, second.kind] == [EventKind.ACQUIRED, EventKind.LOST, EventKind.ACQUIRED]
+    assert lost.grant == first.grant != second.grant
+    assert "ran out before it was extended or released" in lost.reason
+    assert lost.held_for is not None
+    assert lost.held_for >= 0.7
+    assert sample(registry, "redlock_lock_held") == 1  # the second grant only
+    assert sample(registry, "redlock_lock_lost_total") == 1
+    await lock.release()
+    assert sample(registry, "redlock_lock_held") == 0
