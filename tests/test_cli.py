@@ -25,9 +25,9 @@ from redlock_async.cli import (
     EXIT_UNKNOWN,
     EXIT_USAGE,
     _check_names,
-    _waiting,
     main,
 )
+from redlock_async.cli._run import waiting_note
 
 from .conftest import (
     Cluster,
@@ -778,14 +778,14 @@ async def test_a_limit_conflict_met_while_waiting_is_not_called_giving_up(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The conflict can first show after a wait (the permits changed hands): the wait was said, then _run's line."""
-    monkeypatch.setattr("redlock_async.cli.NOTE_EVERY", 60.0)
+    monkeypatch.setattr("redlock_async.cli._run.NOTE_EVERY", 60.0)
 
     class Waited:
         outcomes = ("an attempt was answered",)
         held = False
 
     with pytest.raises(ValueError, match="held under limit 3"):
-        async with _waiting(Waited(), "a permit of semaphore 'pool' (limit 2)", 5.0):  # type: ignore[arg-type]
+        async with waiting_note(Waited(), "a permit of semaphore 'pool' (limit 2)", 5.0):  # type: ignore[arg-type]
             await asyncio.sleep(0.2)
             raise ValueError("semaphore 'pool' is held under limit 3, not 2")
     assert capsys.readouterr().err == "redlock: waiting for a permit of semaphore 'pool' (limit 2) (up to 5 s)\n"

@@ -1,0 +1,56 @@
+"""The exit statuses of ``redlock``: one constant each, and their words for --help and the README."""
+
+from __future__ import annotations
+
+EXIT_HELD = 1
+"""``redlock status``: the lock is held (one holder's key is on a majority), or a permit of semaphore NAME."""
+EXIT_USAGE = 2
+"""A usage error (argparse's own status); also ``redlock run --limit N`` on a semaphore held under another limit."""
+EXIT_UNKNOWN = 3
+"""``redlock status``: too few nodes answered to tell held from free."""
+EXIT_UNAVAILABLE = 69
+"""``redlock run``: too few nodes could vote to grant the lock (unreachable, or in restart quarantine), held
+elsewhere or not: :class:`NodesUnavailable`; the command did not run (EX_UNAVAILABLE)."""
+EXIT_NOT_ACQUIRED = 75
+"""``redlock run``: the lock could not be had within --wait; the command did not run (EX_TEMPFAIL)."""
+EXIT_LOST = 76
+"""``redlock run``: the lock was lost while the command ran; it was stopped (SIGTERM, then SIGKILL)."""
+EXIT_STATUSES = (
+    (
+        "0",
+        "run: the command succeeded (otherwise run exits with the command's own status); status: free; "
+        "demo: no two critical sections overlapped",
+    ),
+    (
+        "1",
+        "status: held (the lock, by a lock_many holder too, or a permit of semaphore NAME); demo: critical "
+        "sections overlapped; run: the nodes refused the lock scripts (an ACL "
+        "user needs +@scripting) or another redlock error, said in one line; the command did not run",
+    ),
+    (
+        "2",
+        "usage error: the message says what to change; also run --limit N while the semaphore's permits are "
+        "held under another limit (every holder must use the same N), said in one line; the command did not run",
+    ),
+    (
+        "3",
+        "status: unknown, too few nodes answered to tell held from free (a node in restart quarantine counts as "
+        "one that did not answer: it may have lost keys)",
+    ),
+    (
+        "69",
+        "run: too few nodes could vote to grant the lock (unreachable, or in restart quarantine: the message "
+        "says which, and for how long), the command did not run; demo: no server "
+        "(EX_UNAVAILABLE in sysexits.h, 'service unavailable')",
+    ),
+    (
+        "75",
+        "run: the lock is held elsewhere and was not had within --wait, the command did not run "
+        "(EX_TEMPFAIL in sysexits.h, 'try again later')",
+    ),
+    ("76", "run: the lock was lost while the command ran; it got SIGTERM, then SIGKILL after --grace"),
+    ("126", "run: the command is not executable (the shell's convention)"),
+    ("127", "run: the command was not found (the shell's convention)"),
+    ("130", "interrupted (Ctrl-C) while waiting for the lock; nothing is left on the nodes"),
+)
+"""Every exit status of ``redlock``: shown by ``redlock --help`` and, the same, in the README."""
