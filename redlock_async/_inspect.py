@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from redlock_async import _clock
 from redlock_async._algorithm import Held, Vote, drift, held_by_majority, quorum
 from redlock_async._endpoint import Endpoint
-from redlock_async._names import resource_key
+from redlock_async._names import resource_key, semaphore_keys
 from redlock_async._node import Node
 from redlock_async._quarantine import Quarantine
 from redlock_async._requests import owner_of
@@ -31,7 +31,6 @@ from redlock_async._scripts import FENCED_BY
 from redlock_async._settings import Settings
 from redlock_async._wire import Failure, Reply
 from redlock_async.inspection import LockInfo, NodeInfo
-from redlock_async.semaphore import semaphore_keys
 
 
 def digest(token: bytes) -> str:

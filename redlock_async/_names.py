@@ -109,3 +109,14 @@ def check_owner(owner: object) -> bytes | None:
 
 MAX_NAMES = 1000
 """Most names one lock_many takes (every node checks and sets them all in one script call)."""
+
+
+SEMAPHORE_INFIX = b"\x00semaphore\x00"
+"""Between the key prefix and the name: a semaphore's keys never meet a lock's of the same name."""
+
+
+def semaphore_keys(key_prefix: str, name: str | bytes) -> tuple[bytes, bytes, bytes]:
+    """Semaphore *name*'s keys: its base (the permits' channel), its slots' prefix (slot i is this
+    followed by i) and its widest-limit key."""
+    base = key_prefix.encode() + SEMAPHORE_INFIX + resource_key("", name)
+    return base, base + b"\x00", base + b"\x00limit"

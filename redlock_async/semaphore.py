@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from redlock_async import _algorithm, _requests
 from redlock_async._algorithm import Vote
-from redlock_async._names import default_owner, resource_key
+from redlock_async._names import default_owner, semaphore_keys
 from redlock_async._settings import Settings
 from redlock_async.errors import LockLost
 from redlock_async.lock import Lock
@@ -39,17 +39,8 @@ if TYPE_CHECKING:
 MAX_LIMIT = 1024
 """Most permits one semaphore has (each acquire's script looks at every slot once)."""
 
-SEMAPHORE_INFIX = b"\x00semaphore\x00"
-"""Between the key prefix and the name: a semaphore's keys never meet a lock's of the same name."""
 
 _random = random.SystemRandom()
-
-
-def semaphore_keys(key_prefix: str, name: str | bytes) -> tuple[bytes, bytes, bytes]:
-    """Semaphore *name*'s keys: its base (the permits' channel), its slots' prefix (slot i is this
-    followed by i) and its widest-limit key."""
-    base = key_prefix.encode() + SEMAPHORE_INFIX + resource_key("", name)
-    return base, base + b"\x00", base + b"\x00limit"
 
 
 def check_limit(limit: object) -> int:
