@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 # (~900 machine instructions a read; see _algorithm.YES), and the lock path reads a dozen per pair.
 _IDLE, _ACQUIRING, _HELD, _LOST = Phase.IDLE, Phase.ACQUIRING, Phase.HELD, Phase.LOST
 _ACQUIRED, _NOT_ACQUIRED, _RELEASED = EventKind.ACQUIRED, EventKind.NOT_ACQUIRED, EventKind.RELEASED
+_LOST_EVENT = EventKind.LOST
 
 _random = random.SystemRandom()
 
@@ -972,13 +973,13 @@ class Lock:
     def _heard(self, kind: EventKind) -> bool:
         """True when an event of *kind* is logged or handed to on_event (else it need not be made)."""
         return self._cluster.on_event is not None or log.isEnabledFor(
-            logging.WARNING if kind is EventKind.LOST else logging.DEBUG
+            logging.WARNING if kind is _LOST_EVENT else logging.DEBUG
         )
 
     def _emit(self, kind: EventKind, **fields: Any) -> None:
         """Log the event (DEBUG; WARNING for a loss) and hand it to the Redlock's on_event."""
         hook = self._cluster.on_event
-        level = logging.WARNING if kind is EventKind.LOST else logging.DEBUG
+        level = logging.WARNING if kind is _LOST_EVENT else logging.DEBUG
         logged = log.isEnabledFor(level)
         if hook is None and not logged:
             return

@@ -57,60 +57,57 @@ class EventMeter:
         self._patterns: dict[tuple[int, ...], int] = {}  # (id of nodes, id of each vote) -> events
         self._nodes_of: dict[int, tuple[str, ...]] = {}  # id -> the tuple of node names it is the id of
         self._quarantined: dict[str, bool] = {}  # node -> in quarantine, as of the last event that named it
+        self._tells_releases = type(self).released is not EventMeter.released  # else not called at all
 
     def __call__(self, event: LockEvent) -> None:
+        # Written flat (few calls): it runs at every acquire and release, on the event loop.
         kind = event.kind
         group = None if self._group is None else str(self._group(event.resource))
-        if kind is _ACQUIRED or kind is _NOT_ACQUIRED:
-            acquired = kind is _ACQUIRED
-            self.acquired(event, ACQUIRED if acquired else NOT_ACQUIRED, group)
-            if acquired:
-                if event.handoff is not None:
-                    self.handoff(event.handoff, group)
-                grant = event.grant
-                if grant is not None and grant not in self._held:
-                    if len(self._held) >= GRANTS_REMEMBERED:
-                        self._ended(next(iter(self._held)))
-                    self._held[grant] = group
-                    self._held_by[group] = self._held_by.get(group, 0) + 1
-            self._count(event)
+        grant = event.grant
+        counted = True  # the votes of this event are counted (all but a loss's)
+        if kind is _ACQUIRED:
+            self.acquired(event, ACQUIRED, group)
+            if event.handoff is not None:
+                self.handoff(event.handoff, group)
+            held = self._held
+            if grant is not None and grant not in held:
+                if len(held) >= GRANTS_REMEMBERED:
+                    self._held_by[held.pop(next(iter(held)))] -= 1  # a lock dropped unreleased: forgotten
+                held[grant] = group
+                self._held_by[group] = self._held_by.get(group, 0) + 1
+        elif kind is _NOT_ACQUIRED:
+            self.acquired(event, NOT_ACQUIRED, group)
         elif kind is _EXTENDED:
             if event.margin is not None:
                 self.margin(event.margin, group)
-            self._count(event)
         else:  # released or lost: the grant ends
             if event.held_for is not None:
                 self.hold(event.held_for, group)
-            if event.grant is not None and event.grant in self._held:
-                self._ended(event.grant)
+            if grant is not None and grant in self._held:
+                self._held_by[self._held.pop(grant)] -= 1
             if kind is _LOST:
                 self._lost_by[group] = self._lost_by.get(group, 0) + 1
                 self.lost(event)
-            else:
-                self.released(event)
                 # The votes that decided a loss are left out: they can be a request an earlier event counted.
-                self._count(event)
+                counted = False
+            elif self._tells_releases:
+                self.released(event)
+        if counted:
+            # Counted by pattern: (the nodes, each one's vote), by identity (a Redlock hands over the same
+            # tuple of names each time, and votes are enum members): a tuple of ints made and hashed in C,
+            # one dict update. Enum.__hash__ is Python code, and a loop over the nodes at each event cost
+            # more than the rest of the adapter. The patterns are few; they are spread per node at collection.
+            nodes = event.nodes
+            key = (id(nodes), *map(id, event.votes))
+            patterns = self._patterns
+            count = patterns.get(key)
+            if count is None:
+                self._nodes_of[id(nodes)] = nodes  # kept alive: its id stays its own
+                patterns[key] = 1
+            else:
+                patterns[key] = count + 1
         if event.quarantined or self._quarantined:
             self._quarantine(event)
-
-    def _count(self, event: LockEvent) -> None:
-        # Counted by pattern: (the nodes, each one's vote), by identity (a Redlock hands over the same tuple of
-        # names each time, and votes are enum members): a tuple of ints made and hashed in C, one dict
-        # update. Enum.__hash__ is Python code, and a loop over the nodes at each event cost more than
-        # the rest of the adapter. The patterns are few; they are spread per node at collection.
-        nodes = event.nodes
-        key = (id(nodes), *map(id, event.votes))
-        patterns = self._patterns
-        count = patterns.get(key)
-        if count is None:
-            self._nodes_of[id(nodes)] = nodes  # kept alive: its id stays its own
-            patterns[key] = 1
-        else:
-            patterns[key] = count + 1
-
-    def _ended(self, grant: int) -> None:
-        group = self._held.pop(grant)
-        self._held_by[group] -= 1
 
     def _quarantine(self, event: LockEvent) -> None:
         quarantined = self._quarantined

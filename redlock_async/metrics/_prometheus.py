@@ -107,10 +107,10 @@ class Prometheus(EventMeter, Collector):
 
     def acquired(self, event: LockEvent, outcome: str, group: str | None) -> None:
         if event.duration is not None:
-            self._acquire.observe((outcome, *self._labels(group)), event.duration)
+            self._acquire.observe((outcome,) if group is None else (outcome, group), event.duration)
 
     def hold(self, seconds: float, group: str | None) -> None:
-        self._hold.observe(self._labels(group), seconds)
+        self._hold.observe(() if group is None else (group,), seconds)
 
     def margin(self, seconds: float, group: str | None) -> None:
         self._margin.observe(self._labels(group), seconds)
