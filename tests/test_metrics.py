@@ -8,6 +8,7 @@ a loss in the watchdog's task under a caller's span, a node down, and a node in 
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 import threading
@@ -427,3 +428,16 @@ async def test_a_lock_that_ran_out_unreleased_and_is_acquired_again_ends_its_fir
     assert sample(registry, "redlock_lock_lost_total") == 1
     await lock.release()
     assert sample(registry, "redlock_lock_held") == 0
+
+
+async def test_without_an_sdk_the_opentelemetry_adapter_costs_nothing_and_breaks_nothing(
+    make_redlock: MakeRedlock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The API alone (no SDK configured, as in a library that leaves the choice to the app): no-op instruments."""
+    adapter = OpenTelemetry()  # the global providers: the API's proxies, no SDK behind them here
+    redlock = await make_redlock(on_event=adapter)
+    with caplog.at_level(logging.DEBUG, logger="redlock_async"):
+        async with redlock.lock("no-sdk"):
+            pass
+    assert not [r for r in caplog.records if "callback failed" in r.getMessage()]
+    assert adapter.held_now() == [(None, 0)]
