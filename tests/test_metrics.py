@@ -397,14 +397,23 @@ async def test_scrapes_from_another_thread_while_locks_come_and_go_read_whole_co
     assert sample(registry, "redlock_lock_held") == 0
 
 
-def test_the_blocking_api_takes_the_adapters_too(cluster: Cluster) -> None:
+def test_the_blocking_api_takes_the_adapters_too(cluster: Cluster, otel: Otel) -> None:
+    """Its acquire runs on the library's loop thread, yet the span's parent is the calling thread's span."""
     registry = CollectorRegistry()
     with pytest.raises(TypeError, match=r"on_event\[0\] must be a function"):
         sync.Redlock(cluster.urls, on_event=[3])  # type: ignore[list-item]
-    with sync.Redlock(cluster.urls, on_event=[Prometheus(registry=registry)]) as redlock, redlock.lock("blocking"):
+    adapters = [Prometheus(registry=registry), OpenTelemetry(tracer_provider=otel.tracers, meter_provider=otel.meters)]
+    with (
+        sync.Redlock(cluster.urls, on_event=adapters) as redlock,
+        otel.tracer.start_as_current_span("caller") as caller,
+        redlock.lock("blocking"),
+    ):
         assert sample(registry, "redlock_lock_held") == 1
     assert sample(registry, "redlock_lock_acquire_duration_seconds_count", outcome="acquired") == 1
     assert sample(registry, "redlock_lock_held") == 0
+    [span] = otel.spans("redlock.acquire")
+    assert span.parent is not None
+    assert span.parent.span_id == caller.get_span_context().span_id
 
 
 async def test_a_lock_that_ran_out_unreleased_and_is_acquired_again_ends_its_first_grant(
