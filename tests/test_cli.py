@@ -226,9 +226,9 @@ async def test_a_terminal_gets_a_spinner(cluster: Cluster, make_redlock: MakeRed
     assert b"redlock: waiting" not in shown  # no plain lines on a terminal
 
 
-async def redlock_status(urls: list[str], name: str) -> tuple[int, str, str]:
+async def redlock_status(urls: list[str], name: str, *options: str) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
-        PY, "-m", "redlock_async", "status", name, "--nodes", ",".join(urls),
+        PY, "-m", "redlock_async", "status", name, "--nodes", ",".join(urls), *options,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     return await finish(process)
@@ -294,7 +294,9 @@ async def test_standby_takes_over_from_a_killed_leader_with_a_larger_term(cluste
     try:
         await asyncio.sleep(1.5)  # the second waits as long as the first leads (no time limit)
         assert second.returncode is None
-        code, out, _ = await redlock_status(cluster.urls, "scheduler")
+        # --ttl 1, the standbys' own: nodes started seconds ago and vouched for under a 1 s quarantine
+        # sit out the default 10 s one (a longer lease might be lost there), and status would say unknown.
+        code, out, _ = await redlock_status(cluster.urls, "scheduler", "--ttl", "1")
         assert code == EXIT_HELD
         assert "(first)" in out
         killed_at = time.monotonic()
@@ -789,3 +791,9 @@ async def test_a_limit_conflict_met_while_waiting_is_not_called_giving_up(
             await asyncio.sleep(0.2)
             raise ValueError("semaphore 'pool' is held under limit 3, not 2")
     assert capsys.readouterr().err == "redlock: waiting for a permit of semaphore 'pool' (limit 2) (up to 5 s)\n"
+
+
+async def test_status_ttl_must_be_a_duration(cluster: Cluster) -> None:
+    code, _, err = await redlock_status(cluster.urls, "young", "--ttl", "0")
+    assert code == EXIT_USAGE
+    assert "--ttl" in err

@@ -127,6 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     status.add_argument("name", metavar="NAME", help="the resource")
     status.add_argument("--nodes", help="comma-separated node URLs (default: $REDLOCK_NODES)")
+    status.add_argument(
+        "--ttl",
+        type=float,
+        default=10.0,
+        help="the longest ttl NAME's clients use (10): a node that restarted less than that long ago may have "
+        "lost a holder's key, so it counts as silent (restart quarantine)",
+    )
     demo = commands.add_parser(
         "demo",
         help="start 5 local nodes and show workers taking turns on one lock",
@@ -170,7 +177,8 @@ def _command(args: argparse.Namespace, sub: argparse.ArgumentParser, cmd: list[s
         if not nodes:
             sub.error("name the nodes with --nodes URL,URL,... or $REDLOCK_NODES")
         try:
-            return asyncio.run(status_command(args.name, nodes))
+            check_duration("--ttl", args.ttl, zero_ok=False, inf_ok=False)
+            return asyncio.run(status_command(args.name, nodes, ttl=args.ttl))
         except (ValueError, TypeError) as exc:
             sub.error(str(exc))
     if args.command == "run":

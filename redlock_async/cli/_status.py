@@ -19,10 +19,10 @@ from redlock_async.errors import LockNotAcquired
 from redlock_async.inspection import NodeInfo
 
 
-async def status_command(name: str, nodes: list[str]) -> int:
+async def status_command(name: str, nodes: list[str], *, ttl: float = 10.0) -> int:
     """Print the lock's key on every node (a digest of the holder's value, never the value) and the
     permits held of the semaphore of the same name; write nothing."""
-    redlock = Redlock(nodes)  # checks the URLs and settings; connects nowhere
+    redlock = Redlock(nodes, ttl=ttl)  # checks the URLs and settings; connects nowhere (ttl: the quarantine's)
     resource, name = resource_name(name)
     settings = redlock.settings
     quiet = logging.getLogger("redlock_async")
@@ -41,8 +41,8 @@ async def status_command(name: str, nodes: list[str]) -> int:
         for permit in found.permits:
             if permit.state == "held":
                 count = sum(view.holder == permit.holder for view in permit.nodes)
-                ttl = f", ttl {permit.ttl:.1f} s" if permit.ttl is not None else ""
-                print(f"  permit held by {_holder(permit.holder, permit.owner)} on {count} of {len(nodes)} nodes{ttl}")
+                left = f", ttl {permit.ttl:.1f} s" if permit.ttl is not None else ""
+                print(f"  permit held by {_holder(permit.holder, permit.owner)} on {count} of {len(nodes)} nodes{left}")
             else:
                 print("  a permit may be held: too few nodes answered for it")
     answered = sum(view.state not in ("unreachable", "quarantined") for view in found.nodes)
