@@ -406,3 +406,38 @@ def sit_out(
         return 0.0, False
     # Restarted with data that may be stale, or a marker we cannot read: the rest of the period.
     return max(0.0, period - uptime), False
+
+
+class ClockFault(enum.Enum):
+    """What a node's clock did between two of our exchanges with it (:func:`judge_clock`)."""
+
+    AHEAD = "ahead"
+    """It advanced more than the real time could have: stepped forward, or runs fast. Its keys
+    expired early: a lease it granted may already be gone there."""
+    BEHIND = "behind"
+    """It advanced less than the real time did, or went back: stepped back, or runs slow. Its keys
+    live too long there (safe for their holder; others wait longer)."""
+    FROZEN = "frozen"
+    """It did not advance at all while time passed: its keys never expire."""
+
+
+def judge_clock(
+    before: float, after: float, shortest: float, longest: float, drift_factor: float
+) -> tuple[ClockFault, float] | None:
+    """How a node's clock moved between two readings of it, against ours; None when within the drift.
+
+    *before* and *after* are the node's times (seconds, its ``TIME``) of two exchanges;
+    the real time between the two readings lies in [*shortest*, *longest*]: from the first's
+    reply to the second's send, and from the first's send to the second's reply, on our
+    monotonic clock (network delays, queues and pauses only widen the window, never cause a
+    false alarm). A clock within the drift factor advances at least ``shortest * (1 - drift)``
+    and at most ``longest * (1 + drift)``, give or take :data:`CLOCK_PRECISION`. Outside that:
+    the fault and its size in seconds (positive ahead, negative behind: how far, at least, the
+    node's clock left the real time).
+    """
+    advanced = after - before
+    if advanced > longest * (1 + drift_factor) + CLOCK_PRECISION:
+        return ClockFault.AHEAD, advanced - longest
+    if advanced < shortest * (1 - drift_factor) - CLOCK_PRECISION:
+        return (ClockFault.FROZEN if advanced == 0 else ClockFault.BEHIND), advanced - shortest
+    return None

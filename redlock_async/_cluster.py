@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import sys
 import weakref
 from typing import Any, Protocol
 
-from redlock_async._algorithm import drift
+from redlock_async._algorithm import ClockFault, drift
+from redlock_async._clock_guard import ClockGuard
 from redlock_async._handoff import Listener
 from redlock_async._node import Node
 from redlock_async._settings import Settings
 from redlock_async._watchdog import Watchdog
+from redlock_async._wire import Receiver
 from redlock_async.errors import RedlockError
-from redlock_async.events import OnEvent
+from redlock_async.events import EventKind, LockEvent, OnEvent
 from redlock_async.statistics import LockStatistics
+
+log = logging.getLogger("redlock_async")
 
 TRIO_REFUSED = (
     "redlock_async runs on asyncio only (asyncio.run, uvloop, anyio's asyncio backend as FastAPI and Starlette use), "
@@ -49,6 +54,10 @@ class Kept(Protocol):
     def on_redlock_closed(self, why: str) -> None:
         """The Redlock closes while the lock is held: release it, and tell its holder it is lost."""
 
+    def on_node_lost(self, node: int, why: str) -> None:
+        """Node *node* (an index into the Redlock's nodes) may have lost the lock's key (its clock jumped
+        ahead): count it as lost now, and lose the lock when fewer than a majority may still hold it."""
+
 
 class Cluster:
     """The nodes of one Redlock and what its locks share: watchdog, listener, held locks, events hook."""
@@ -58,6 +67,7 @@ class Cluster:
         "_max_ttl",
         "_pauses",
         "bound",
+        "clock",
         "closed",
         "fault",
         "held",
@@ -83,11 +93,14 @@ class Cluster:
         self.listener = listener
         self.on_event = on_event
         self.watchdog = Watchdog(nodes, settings.node_timeout, on_fault=self.watchdog_failed)
+        self.watchdog.reading = self.reading
         self.held: weakref.WeakSet[Kept] = weakref.WeakSet()
         """Locks held now: given up when the Redlock closes."""
         self.bound: dict[bytes, list[asyncio.Task[Any]]] = {}
         """Which task holds which key inside ``async with`` (one entry per hold; a semaphore's key can
         have several): a nested acquire of a key its own task holds fails at once (:meth:`held_by`)."""
+        self.clock: ClockGuard | None = None
+        """The clock guard (``clock_guard=True``, the default), set by the Redlock once its nodes are made."""
         self.closed = False
         self.fault: BaseException | None = None
         """A background task's unexpected exception: every later call says so."""
@@ -130,8 +143,35 @@ class Cluster:
         configured = self.settings.restart_quarantine
         if configured is not None:
             return configured
+        return self.longest_lease()
+
+    def longest_lease(self) -> float:
+        """The largest ttl in use plus its drift: after this long, every lease granted before now ran out
+        (a node whose clock jumped ahead sits out this long). The Redlock's ttl before the first lock."""
         ttl = self._max_ttl or self.settings.ttl
         return ttl + drift(ttl, self.settings.drift_factor)
+
+    def reading(self) -> Receiver | None:
+        """The receiver of the clock guard's ``TIME`` for one request about to be sent; None without guard."""
+        clock = self.clock
+        return None if clock is None else clock.reading()
+
+    def clock_fault(self, i: int, fault: ClockFault, size: float, words: str) -> None:
+        """The clock guard saw node *i*'s clock fault (a new episode; it warned): an event, and a node
+        found ahead is lost at once to every lock that counted it."""
+        if fault is ClockFault.AHEAD:
+            for lock in list(self.held):
+                lock.on_node_lost(i, words)
+        hook = self.on_event
+        if hook is None:
+            return
+        event = LockEvent(
+            EventKind.CLOCK, "", reason=words, clock_fault=fault.value, clock_jump=size, nodes=(self.names[i],)
+        )
+        try:
+            hook(event)
+        except Exception:
+            log.exception("redlock node %s: on_event callback failed", self.names[i])
 
     def failed(self, exc: BaseException) -> None:
         """A background task failed unexpectedly (logged there): every call from now on says so, and

@@ -39,7 +39,7 @@ from redlock_async._algorithm import (
 )
 from redlock_async._node import Node
 from redlock_async._scripts import Script
-from redlock_async._wire import Failure, Fallback, Reply, pack_script
+from redlock_async._wire import Failure, Fallback, Receiver, Reply, pack_script
 from redlock_async.errors import NodeOutcome
 
 Classify = Callable[[Reply], Vote]
@@ -262,7 +262,8 @@ def sitting_out(node: Node) -> str | None:
         return None
     if math.isinf(left):
         return "in restart quarantine: just connected, its restart check is not answered yet"
-    return f"in restart quarantine: {node.quarantine_reason or 'restarted'}; counts again in {left:.1f} s"
+    kind = "clock" if until <= node.clock_held_until else "restart"
+    return f"in {kind} quarantine: {node.quarantine_reason or 'restarted'}; counts again in {left:.1f} s"
 
 
 def timed_out(node: Node, waited: float) -> str:
@@ -389,17 +390,30 @@ class Ballot(Deadline):
                 fut.add_done_callback(partial(_deliver_to, ballot, i))
         return ballot.start()
 
-    def send(self, packed: bytes, *, limited: bool = False, fallback: Fallback = None) -> Ballot:
-        """Queue one command (packed once) on every node, the replies to this ballot."""
-        for i, node in enumerate(self.nodes):
-            node.send_packed(self, i, packed, limited=limited, fallback=fallback)
+    def send(
+        self, packed: bytes, *, limited: bool = False, fallback: Fallback = None, clock: Receiver | None = None
+    ) -> Ballot:
+        """Queue one command (packed once) on every node, the replies to this ballot; with *clock* (the
+        clock guard's reading), each node's ``TIME`` goes right before it (``Node.send_timed``)."""
+        if clock is None:
+            for i, node in enumerate(self.nodes):
+                node.send_packed(self, i, packed, limited=limited, fallback=fallback)
+        else:
+            for i, node in enumerate(self.nodes):
+                node.send_timed(clock, self, i, packed, limited=limited, fallback=fallback)
         return self
 
     def script(
-        self, script: Script, keys: tuple[bytes, ...], args: tuple[bytes | int, ...], *, limited: bool = False
+        self,
+        script: Script,
+        keys: tuple[bytes, ...],
+        args: tuple[bytes | int, ...],
+        *,
+        limited: bool = False,
+        clock: Receiver | None = None,
     ) -> Ballot:
         """Queue EVALSHA of *script* on every node (see ``Node.send_script``), the replies to this ballot."""
-        return self.send(pack_script(script, keys, args), limited=limited, fallback=(script, keys, args))
+        return self.send(pack_script(script, keys, args), limited=limited, fallback=(script, keys, args), clock=clock)
 
     def start(self) -> Ballot:
         """Every request is queued: arm the timer, unless the verdict is in already."""

@@ -151,10 +151,14 @@ class Quarantine:
         if timer is not None:
             timer.cancel()
         if seconds <= 0:
-            node.quarantined_until = 0.0
+            _release(node)
             return
-        node.quarantined_until = _clock.now() + seconds
-        node.quarantine_reason = why or "no marker: it lost its data, or is new"
+        until = _clock.now() + seconds
+        if node.clock_held_until > until:
+            until = node.clock_held_until  # its clock's quarantine lasts longer: the clock's reason stands
+        else:
+            node.quarantine_reason = why or "no marker: it lost its data, or is new"
+        node.quarantined_until = until
         if why:
             log.log(self._warning, "redlock node %s %s: it counts toward no quorum for %.1f s", node.name, why, seconds)
         loop = asyncio.get_running_loop()
@@ -178,7 +182,7 @@ class Quarantine:
         """The quarantine ran out: the node is in service, and says so to clients that meet it later."""
         self._timers.pop(i, None)
         self._suspects.discard(i)
-        self._nodes[i].quarantined_until = 0.0
+        _release(self._nodes[i])
         log.log(self._info, "redlock node %s: quarantine over, counts again", self._nodes[i].name)
         self._mark(i)
 
@@ -213,6 +217,13 @@ class Quarantine:
         if run_id is not None and not self._read_only:  # without INFO there is no run_id to vouch for
             # With the period it was judged under: a client with longer leases trusts it for no more.
             self._nodes[i].send(b"SET", self._marker, marker_value(run_id, self._period()))
+
+
+def _release(node: Node) -> None:
+    """The restart quarantine of *node* is over: it counts again, unless its clock's quarantine (the clock
+    guard's, ``Node.clock_held_until``) still runs."""
+    held = node.clock_held_until
+    node.quarantined_until = held if held > _clock.now() else 0.0
 
 
 def _why(state: Marker, marker: Reply, run_id: bytes | None) -> str:

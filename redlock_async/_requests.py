@@ -95,10 +95,16 @@ class Sent:
 
 
 def send_attempt(
-    nodes: Sequence[Node], keys: tuple[bytes, ...], fence_keys: tuple[bytes, ...], settings: Settings, owner: bytes
+    nodes: Sequence[Node],
+    keys: tuple[bytes, ...],
+    fence_keys: tuple[bytes, ...],
+    settings: Settings,
+    owner: bytes,
+    clock: Receiver | None = None,
 ) -> Sent:
     """Queue one round of SET NX PX (or a script taking every key, fenced or not) on every node, now
-    (synchronous); :func:`decide` counts it."""
+    (synchronous); :func:`decide` counts it. *clock*: the clock guard's reading, whose ``TIME`` goes
+    right before each node's vote."""
     token = new_token(owner)
     ttl_ms = settings.ttl_ms
     # With fence_ttl, a counter read is at least the node's clock in microseconds (counters expire).
@@ -107,19 +113,19 @@ def send_attempt(
         if settings.fencing:
             ballot = Ballot(nodes, vote_of_fenced, settings.node_timeout)
             started = _clock.now()
-            ballot.script(ACQUIRE_FENCED, (keys[0], fence_keys[0]), args, limited=True)
+            ballot.script(ACQUIRE_FENCED, (keys[0], fence_keys[0]), args, limited=True, clock=clock)
         else:
             ballot = Ballot(nodes, vote_of_set, settings.node_timeout)
             started = _clock.now()
-            ballot.send(pack((b"SET", keys[0], token, b"NX", b"PX", ttl_ms)), limited=True)
+            ballot.send(pack((b"SET", keys[0], token, b"NX", b"PX", ttl_ms)), limited=True, clock=clock)
     elif settings.fencing:
         ballot = Ballot(nodes, vote_of_counters, settings.node_timeout)
         started = _clock.now()
-        ballot.script(ACQUIRE_ALL_FENCED, keys + fence_keys, args, limited=True)
+        ballot.script(ACQUIRE_ALL_FENCED, keys + fence_keys, args, limited=True, clock=clock)
     else:
         ballot = Ballot(nodes, vote_of_script, settings.node_timeout)
         started = _clock.now()
-        ballot.script(ACQUIRE_ALL, keys, (token, ttl_ms), limited=True)
+        ballot.script(ACQUIRE_ALL, keys, (token, ttl_ms), limited=True, clock=clock)
     return Sent(token, started, ballot.start())
 
 
@@ -172,13 +178,14 @@ async def attempt_permit(
     channel: bytes,
     settings: Settings,
     owner: bytes,
+    clock: Receiver | None = None,
 ) -> Attempt:
     """One round for one permit slot of a semaphore (ACQUIRE_PERMIT), given back when not granted."""
     token = b"%d:" % limit + new_token(owner)
     ttl_ms = settings.ttl_ms
     ballot = Ballot(nodes, vote_of_script, settings.node_timeout)
     started = _clock.now()
-    ballot.script(ACQUIRE_PERMIT, (slot, widest), (token, ttl_ms, limit, slot_prefix), limited=True)
+    ballot.script(ACQUIRE_PERMIT, (slot, widest), (token, ttl_ms, limit, slot_prefix), limited=True, clock=clock)
     result = await _decide(nodes, (slot,), None, token, started, ballot, settings, channel)
     result.keeps = widest
     if result.validity is None:
@@ -280,10 +287,18 @@ async def _fence(
     return chosen, fenced
 
 
-def send_extend(nodes: Sequence[Node], keys: tuple[bytes, ...], token: bytes, ttl_ms: int, timeout: float) -> Ballot:
+def send_extend(
+    nodes: Sequence[Node],
+    keys: tuple[bytes, ...],
+    token: bytes,
+    ttl_ms: int,
+    timeout: float,
+    clock: Receiver | None = None,
+) -> Ballot:
     """Compare-and-PEXPIRE (of every key, all or none) on every node; ``await ballot.wait()`` for the votes."""
     script = EXTEND if len(keys) == 1 else EXTEND_ALL
-    return Ballot(nodes, vote_of_script, timeout).script(script, keys, (token, ttl_ms), limited=True).start()
+    ballot = Ballot(nodes, vote_of_script, timeout)
+    return ballot.script(script, keys, (token, ttl_ms), limited=True, clock=clock).start()
 
 
 def send_keep(nodes: Sequence[Node], slot: bytes, widest: bytes, token: bytes, margin_ms: int) -> None:

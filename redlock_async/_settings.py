@@ -123,6 +123,11 @@ class Settings:
     ttl this Redlock uses, plus drift, which is enough when every client of
     the nodes uses this Redlock's ttls or shorter ones; give the largest ttl of
     any client otherwise. 0 turns it off (only for nodes that never lose data)."""
+    clock_guard: bool = True
+    """Each acquire and extension reads the nodes' clocks (``TIME``, in the same write: no extra round
+    trip); a node whose clock jumped ahead or runs fast beyond the drift factor counts toward no quorum
+    for the longest ttl plus drift, and held locks count it as lost at once (docs/algorithm.md, "Clock
+    faults"). A clock that stepped back or froze is reported. False turns it off."""
     ttl_ms: int = field(init=False, repr=False, compare=False)
     """The ttl as the servers get it (:func:`ttl_to_ms`), worked out once."""
     fence_ttl_ms: int | None = field(init=False, repr=False, compare=False)
@@ -165,7 +170,7 @@ class Settings:
             raise TypeError(f"max_queued must be an int, got {type(self.max_queued).__name__}")
         if self.max_queued < 1:
             raise ValueError(f"max_queued must be at least 1, got {self.max_queued}")
-        for name in ("wait_for_release", "queue", "fencing", "auto_extend", "adaptive_timeout"):
+        for name in ("wait_for_release", "queue", "fencing", "auto_extend", "adaptive_timeout", "clock_guard"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {type(getattr(self, name)).__name__}")
         if self.queue and self.fencing:

@@ -30,7 +30,7 @@ from redlock_async._fanout import Deadline, sitting_out
 from redlock_async._lease import Lease
 from redlock_async._node import Node
 from redlock_async._scripts import EXTEND_MANY
-from redlock_async._wire import Failure, Reply
+from redlock_async._wire import Failure, Receiver, Reply, Resolve, pack_script
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,8 @@ class Watchdog:
         """Rounds started (each is one call per node per chunk): for statistics."""
         self.retries = 0
         """Extensions tried again after a round neither confirmed nor refused: for statistics."""
+        self.reading: Callable[[], Receiver | None] = _no_reading
+        """The clock guard's reading for one round's ``TIME`` (set by the Cluster), None without guard."""
 
     def schedule(self, lock: Lease, due: float) -> None:
         """Extend *lock* at monotonic time *due* (replacing any earlier schedule)."""
@@ -165,6 +167,10 @@ class Watchdog:
             _Round(self, extend, now)
 
 
+def _no_reading() -> Receiver | None:
+    return None
+
+
 def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -222,8 +228,15 @@ class _Round:
                     spans = [1] * at  # the leases before it had one key each
                 if spans is not None:
                     spans.append(len(lock.keys))
+            clock = watchdog.reading()
             for i, node in enumerate(nodes):
-                fut = node.send_script(EXTEND_MANY, tuple(keys), tuple(args), limited=True)
+                if clock is None:
+                    fut = node.send_script(EXTEND_MANY, tuple(keys), tuple(args), limited=True)
+                else:  # the node's TIME first: a clock that jumped ahead is judged before its votes count
+                    fut = loop.create_future()
+                    packed = pack_script(EXTEND_MANY, tuple(keys), tuple(args))
+                    fallback = (EXTEND_MANY, tuple(keys), tuple(args))
+                    node.send_timed(clock, Resolve(fut), i, packed, limited=True, fallback=fallback)
                 fut.add_done_callback(partial(self._on_reply, i, start, len(chunk), spans))
             for lock in chunk:
                 if lock.keeps is not None:  # a permit: its semaphore's limit key lives on with it

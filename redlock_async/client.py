@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from redlock_async._algorithm import Vote, quorum
 from redlock_async._cleanup import complete
+from redlock_async._clock_guard import ClockGuard
 from redlock_async._cluster import Cluster, describe, require_asyncio
 from redlock_async._endpoint import endpoints_for
 from redlock_async._fanout import sitting_out
@@ -86,6 +87,7 @@ class Redlock:
         max_hold: float = _DEFAULTS.max_hold,
         max_extensions: int | None = _DEFAULTS.max_extensions,
         restart_quarantine: float | None = _DEFAULTS.restart_quarantine,
+        clock_guard: bool = _DEFAULTS.clock_guard,
         on_event: OnEvent | Sequence[OnEvent] | None = None,
     ) -> None:
         self.settings = Settings(
@@ -109,6 +111,7 @@ class Redlock:
             max_hold=max_hold,
             max_extensions=max_extensions,
             restart_quarantine=restart_quarantine,
+            clock_guard=clock_guard,
         )
         hook = as_hook(on_event)
         endpoints = endpoints_for(nodes)
@@ -162,6 +165,10 @@ class Redlock:
         if on_ready is not None:
             quarantine = Quarantine(self.settings.key_prefix.encode(), cluster.quarantine_period, self._nodes)
         self._quarantine = quarantine
+        if self.settings.clock_guard:
+            cluster.clock = ClockGuard(
+                self._nodes, self.settings.drift_factor, cluster.longest_lease, cluster.clock_fault
+            )
         # Read-only connections, opened on first inspect(), judging the restart quarantine as the locks do.
         self._inspector = Inspector(endpoints, self.settings, cluster.quarantine_period)
 

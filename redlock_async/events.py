@@ -39,6 +39,11 @@ class EventKind(enum.Enum):
     """The holder released the lock."""
     LOST = "lost"
     """The lease could not be kept: expired, taken, or not extended in time."""
+    CLOCK = "clock"
+    """A node's clock jumped or races (the clock guard, ``clock_guard=True``): not about one lock, so
+    :attr:`LockEvent.resource` is empty and :attr:`LockEvent.nodes` names the node; ``clock_fault``
+    says what it did (``ahead``: it sits out every quorum for the longest ttl plus drift; ``behind``,
+    ``frozen``: reported only), ``clock_jump`` by how much (seconds), ``reason`` in words."""
 
 
 _FIELDS = (
@@ -54,6 +59,8 @@ _FIELDS = (
     "grant",
     "handoff",
     "quarantined",
+    "clock_fault",
+    "clock_jump",
 )
 
 
@@ -70,6 +77,8 @@ class LockEvent:
         "_details",
         "_outcomes",
         "attempts",
+        "clock_fault",
+        "clock_jump",
         "duration",
         "fencing_token",
         "grant",
@@ -105,6 +114,8 @@ class LockEvent:
         handoff: float | None = None,
         quarantined: tuple[str, ...] = (),
         *,
+        clock_fault: str = "",
+        clock_jump: float | None = None,
         nodes: tuple[str, ...] = (),
         votes: tuple[Vote, ...] = (),
         details: Sequence[str] | None = None,
@@ -136,6 +147,10 @@ class LockEvent:
         was not woken by a release (it got the lock at once, on its fallback timer, or with ``queue=True``)."""
         self.quarantined = quarantined
         """The Redlock's nodes (``host:port``) in restart quarantine when the event was made."""
+        self.clock_fault = clock_fault
+        """Clock: ``ahead``, ``behind`` or ``frozen`` (:class:`EventKind` ``CLOCK``); empty otherwise."""
+        self.clock_jump = clock_jump
+        """Clock: how far the node's clock left the real time, at least (seconds; negative behind)."""
         if outcomes:
             self._outcomes: tuple[NodeOutcome, ...] | None = tuple(outcomes)
             nodes = tuple(o.node for o in outcomes)
@@ -194,12 +209,15 @@ class LockEvent:
             "fencing_token",
             "grant",
             "handoff",
+            "clock_jump",
         ):
             value = getattr(self, name)
             if value is not None:
                 fields[name] = value
         if self.reason:
             fields["reason"] = self.reason
+        if self.clock_fault:
+            fields["clock_fault"] = self.clock_fault
         if self.watchdog:
             fields["watchdog"] = True
         if self.votes:

@@ -509,8 +509,14 @@ class Lock:
     def _presend(self) -> _requests.Sent:
         """Send this lock's next round now (synchronous): a release of this Redlock hands the lock over
         to its oldest waiter by queueing the waiter's round right behind the release on every node."""
+        cluster = self._cluster
         return _requests.send_attempt(
-            self._cluster.nodes, self._keys, self._fence_keys, self._settings, self._owner or default_owner()
+            cluster.nodes,
+            self._keys,
+            self._fence_keys,
+            self._settings,
+            self._owner or default_owner(),
+            cluster.reading(),
         )
 
     def _give_back(self, sent: _requests.Sent) -> None:
@@ -572,7 +578,8 @@ class Lock:
                     )
                 # Votes after the old validity ends prove nothing: stop waiting then.
                 timeout = min(settings.node_timeout, self._lease.expires - started)
-                ballot = _requests.send_extend(nodes, self._lease.keys, token, ttl_ms, timeout)
+                clock = self._cluster.reading()
+                ballot = _requests.send_extend(nodes, self._lease.keys, token, ttl_ms, timeout, clock)
                 if self._lease.keeps is not None:
                     _requests.send_keep(nodes, self._lease.keys[0], self._lease.keeps, token, ttl_ms)
                 await ballot.wait()
@@ -761,6 +768,29 @@ class Lock:
             self._watchdog_lost(why)  # the body is cancelled (or on_lost told), as for any loss
         else:
             self._mark_lost(why, ())
+
+    def on_node_lost(self, node: int, why: str) -> None:
+        """Told by the Redlock (not for users): node *node*'s clock jumped ahead, so the key may be gone
+        there. It no longer counts as a holder; the lock is lost at once when fewer than a majority may
+        still hold it, and extended at once (a round trip decides) when only nodes whose answer came
+        after the grant (late yes or no) could make up the majority."""
+        lease = self._lease
+        if self._state is not _HELD or lease.token is None or node not in lease.holders:
+            return
+        lease.holders = [i for i in lease.holders if i != node]
+        need = _algorithm.quorum(len(self._cluster.nodes))
+        if len(lease.holders) >= need:
+            return
+        late = sum(1 for i, vote in enumerate(self._last_votes) if vote is _algorithm.PENDING and i != node)
+        if self._watched and len(lease.holders) + late >= need:
+            self._cluster.watchdog.schedule(lease, _clock.now())
+            return
+        name = self._cluster.names[node]
+        lost = f"lock {self.resource!r} is lost: node {name} may have dropped it ({why}); no majority holds it"
+        if self._watched:
+            self._watchdog_lost(lost)
+        else:
+            self._mark_lost(lost, ())
 
     # -- release ----------------------------------------------------------------
 

@@ -118,6 +118,7 @@ class Semaphore(Lock):
                 self._keys[0],
                 self._settings,
                 self._owner or default_owner(),
+                self._cluster.reading(),
             )
             if result.validity is not None:
                 return result

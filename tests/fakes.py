@@ -57,6 +57,7 @@ class FakeNode:
     name: str
     quarantined_until: float = 0.0
     quarantine_reason: str = ""
+    clock_held_until: float = 0.0
     connect_started: float = 0.0
     load: NodeLoad = field(default_factory=_fresh_load)
     respond: Callable[[Request], Reply] | None = None
@@ -79,6 +80,11 @@ class FakeNode:
             self.waiting.append(request)
         else:
             receiver.deliver(index, reply)
+
+    def send_timed(self, clock: Receiver, receiver: Receiver, index: int, packed: bytes, **options: Any) -> None:
+        """A TIME, then the command (as ``Node.send_timed``): two requests here."""
+        self.send_packed(clock, index, pack((b"TIME",)))
+        self.send_packed(receiver, index, packed, **options)
 
     def send(self, *args: bytes | str | int, **options: Any) -> asyncio.Future[Reply]:
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
