@@ -60,7 +60,8 @@ class _Reading:
         self._sent = sent
 
     def deliver(self, index: int, reply: Reply, /) -> None:
-        self._guard.observe(index, reply, self._sent, _clock.now())
+        if type(reply) is list:  # else the request failed (or TIME was refused): nothing read
+            self._guard.observe(index, reply, self._sent, _clock.now())
 
 
 class ClockGuard:
@@ -87,16 +88,17 @@ class ClockGuard:
 
     def observe(self, i: int, reply: Reply, sent: float, received: float) -> None:
         """Node *i* read its clock (*reply*, ``TIME``) between *sent* and *received* (ours)."""
-        if type(reply) is not list:
-            return  # the request failed (or TIME was refused): nothing read
         try:
             now = int(reply[0]) + int(reply[1]) * 1e-6
         except (ValueError, TypeError, IndexError):
             return
-        before = self._times[i]
+        times = self._times
+        before = times[i]
+        times[i] = now
         shortest = sent - self._received[i]
+        self._received[i] = received
         longest = received - self._sent[i]
-        self._times[i], self._sent[i], self._received[i] = now, sent, received
+        self._sent[i] = sent
         if before is None:
             return
         judged = judge_clock(before, now, shortest, longest, self._drift)
@@ -104,8 +106,7 @@ class ClockGuard:
             if self._faulty[i] is not None and shortest >= SETTLED:
                 self._faulty[i] = None
             return
-        fault, size = judged
-        self._fault(i, fault, size, received)
+        self._fault(i, judged[0], judged[1], received)
 
     def _fault(self, i: int, fault: ClockFault, size: float, now: float) -> None:
         node = self._nodes[i]

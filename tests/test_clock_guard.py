@@ -1,0 +1,153 @@
+"""The clock guard against the clock nemesis, on real servers and real processes (issue 28, item 3).
+
+Five nodes with libfaketime (``LocalNodes(5, clock=True)``). One process holds a lock in ``async
+with`` (the watchdog extends it); a long-lived client in another process (it talked to every node
+before the fault) contends for it. Then 1, 2, 3 or 5 of the nodes step their clocks +60 s, or run
+four times as fast. Every critical section goes to one ``History``: no two may overlap. Without the
+guard, the contender takes the lock while the holder still runs (shown below: the test fails then).
+
+The holder's loss is measured in its own process: the monotonic time at which its guard parsed the
+first reply that showed the jump (its ``clock`` event) and the time its lock was declared lost
+(``lost`` event). They must be within one node round trip: the reply that shows the jump comes just
+before the node's vote, in the same write, so the round that carries it decides the loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from redlock_async.testing import History, LocalNodes, faketime_library
+from redlock_async.testing._history import Section
+
+pytestmark = pytest.mark.skipif(
+    faketime_library() is None and not os.environ.get("REDLOCK_REQUIRE_FAKETIME"),
+    reason="no libfaketime here (apt-get install faketime); .ci/run sets REDLOCK_REQUIRE_FAKETIME where it installs it",
+)
+
+CHILD = str(Path(__file__).with_name("_clock_client.py"))
+TTL = 3.0  # the watchdog extends 2 s after the grant: the holder's next look at the nodes
+RUN = 3.5  # seconds each child runs once ready: past the holder's extension
+NODE_TIMEOUT = 0.05  # the default: the longest a round trip is waited for
+
+
+@pytest.fixture(scope="module")
+def clocked() -> Iterator[LocalNodes]:
+    with LocalNodes(5, clock=True) as nodes:
+        yield nodes
+
+
+@pytest.fixture(autouse=True)
+def fresh(clocked: LocalNodes) -> None:
+    for node in clocked:
+        node.clock.reset()
+        node.command("FLUSHALL")
+
+
+class Child:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.lines: list[dict[str, Any]] = []
+
+    async def ready(self) -> None:
+        assert self.proc.stdout is not None
+        async with asyncio.timeout(20):
+            while True:
+                line = await self.proc.stdout.readline()
+                assert line, (await self.proc.stderr.read()).decode() if self.proc.stderr else "no output"
+                event = json.loads(line)
+                if event["event"] == "ready":
+                    return
+                self.lines.append(event)
+
+    async def finish(self) -> None:
+        async with asyncio.timeout(30):
+            out, err = await self.proc.communicate()
+        assert self.proc.returncode == 0, err.decode()
+        self.lines += [json.loads(line) for line in out.decode().splitlines()]
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        return [line for line in self.lines if line["event"] == kind]
+
+
+async def spawn(role: str, name: str, guard: bool, urls: list[str]) -> Child:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, CHILD, role, name, str(TTL), str(RUN), "1" if guard else "0", *urls,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    child = Child(proc)
+    await child.ready()
+    return child
+
+
+async def fault_run(nodes: LocalNodes, fault: str, faulty: int, *, guard: bool = True) -> tuple[Child, Child, History]:
+    """The holder takes the lock, the contender is ready, then *faulty* nodes get *fault*; both run out."""
+    name = f"clocked-{fault}-{faulty}-{guard}"
+    children: list[Child] = []
+    try:
+        holder = await spawn("hold", name, guard, nodes.urls)
+        children.append(holder)
+        contender = await spawn("contend", name, guard, nodes.urls)
+        children.append(contender)
+        for node in list(nodes)[:faulty]:
+            if fault == "step":
+                await asyncio.to_thread(node.clock.step, 60.0)
+            else:
+                await asyncio.to_thread(node.clock.run_at, 4.0)
+        await asyncio.gather(holder.finish(), contender.finish())
+    finally:
+        for child in children:
+            if child.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.kill()
+                await child.proc.wait()
+    history = History()
+    for child in (holder, contender):
+        history.sections += [
+            Section(s["client"], s["token"], s["fencing_token"], s["start"], s["end"]) for s in child.events("section")
+        ]
+    return holder, contender, history
+
+
+@pytest.mark.parametrize("fault", ["step", "rate"])
+@pytest.mark.parametrize("faulty", [1, 2, 3, 5])
+async def test_no_overlap_when_nodes_clocks_jump_or_race(clocked: LocalNodes, fault: str, faulty: int) -> None:
+    holder, contender, history = await fault_run(clocked, fault, faulty)
+    assert history.overlaps() == []
+    assert [s.client for s in history.sections if s.client == "holder"] == ["holder"]
+    faulted = {node.url.split("//")[1] for node in list(clocked)[:faulty]}
+    # The contender saw each faulted node ahead, and nothing of the sound ones. (Setting a rate may
+    # step a faulted node's clock back a few ms as the nemesis writes its spec: reported, harmless.)
+    clock_events = contender.events("clock")
+    assert {e["node"] for e in clock_events if e["fault"] == "ahead"} == faulted
+    assert {e["node"] for e in clock_events} == faulted
+    assert all(e["jump"] > -0.1 for e in clock_events if e["fault"] != "ahead"), clock_events
+    lost = holder.events("lost")
+    if faulty < 3:
+        # A majority of sound nodes keeps the lease: no false loss.
+        assert lost == []
+        return
+    # A majority jumped: the holder lost the lock, within one node round trip of the first reply that showed it.
+    assert len(lost) == 1
+    seen = min(e["at"] for e in holder.events("clock"))
+    late = lost[0]["at"] - seen
+    round_trip = holder.events("rtt")[0]["round_trip"]
+    print(f"{fault} x{faulty}: lost {late * 1e3:.2f} ms after the first reply that showed the jump (srtt {round_trip * 1e3:.2f} ms)")
+    assert 0 <= late <= NODE_TIMEOUT
+    holder_section = next(s for s in history.sections if s.client == "holder")
+    assert holder_section.end >= lost[0]["at"] - 0.001
+
+
+async def test_without_the_guard_the_same_fault_overlaps(clocked: LocalNodes) -> None:
+    """The fault matrix's worst case with ``clock_guard=False``: the test above would fail without the guard."""
+    holder, contender, history = await fault_run(clocked, "step", 3, guard=False)
+    assert holder.events("clock") == contender.events("clock") == []
+    assert [(a.client, b.client) for a, b in history.overlaps()][:1] == [("holder", "contender")]
