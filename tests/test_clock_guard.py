@@ -151,3 +151,45 @@ async def test_without_the_guard_the_same_fault_overlaps(clocked: LocalNodes) ->
     holder, contender, history = await fault_run(clocked, "step", 3, guard=False)
     assert holder.events("clock") == contender.events("clock") == []
     assert [(a.client, b.client) for a, b in history.overlaps()][:1] == [("holder", "contender")]
+
+
+async def test_a_fresh_client_cannot_see_a_jump_from_before_it_started_and_fencing_refuses_the_late_writer(
+    clocked: LocalNodes,
+) -> None:
+    """The guard's limit: a client sees a jump only across two of its own exchanges with the node. One
+    made after the jump takes the lock (no overlap protection from the clocks); the fenced resource
+    refuses the first holder's late write. A long-lived client, by contrast, refuses the jumped votes."""
+    from redis.asyncio import Redis
+
+    from redlock_async import Redlock, StaleFencingToken, fenced_set
+
+    with LocalNodes(1) as store:
+        resource = Redis.from_url(store.urls[0])
+        async with (
+            Redlock(clocked.urls, ttl=10.0, fencing=True) as first,
+            Redlock(clocked.urls, ttl=10.0, fencing=True, retry_delay=0.02) as long_lived,
+        ):
+            warm = long_lived.lock("fresh:warm")
+            await warm.acquire()  # it has a reading of every node's clock
+            await warm.release()
+            held = first.lock("fresh", auto_extend=False)
+            assert await held.acquire(blocking=False)
+            assert held.fencing_token is not None
+            await fenced_set(resource, "report", "first", held.fencing_token)
+            for node in list(clocked)[:3]:
+                await asyncio.to_thread(node.clock.step, 60.0)  # the holder's keys expire on 3 of 5
+
+            # A client that talked to the nodes before: it sees the jump and counts none of those votes.
+            assert not await long_lived.lock("fresh").acquire(timeout=0.3)
+            # A fresh client cannot tell: it gets the lock while the first holder still believes it holds it.
+            async with Redlock(clocked.urls, ttl=10.0, fencing=True) as fresh:
+                late = fresh.lock("fresh", auto_extend=False)
+                assert await late.acquire(blocking=False)
+                assert held.held  # (its validity has not run out: only fencing can tell them apart)
+                assert late.fencing_token is not None and late.fencing_token > held.fencing_token
+                await fenced_set(resource, "report", "second", late.fencing_token)
+                with pytest.raises(StaleFencingToken):
+                    await fenced_set(resource, "report", "first, late", held.fencing_token)
+                assert await resource.get("report") == b"second"
+                await late.release()
+        await resource.aclose()
