@@ -140,7 +140,10 @@ async def test_no_overlap_when_nodes_clocks_jump_or_race(clocked: LocalNodes, fa
     seen = min(e["at"] for e in holder.events("clock"))
     late = lost[0]["at"] - seen
     round_trip = holder.events("rtt")[0]["round_trip"]
-    print(f"{fault} x{faulty}: lost {late * 1e3:.2f} ms after the first reply that showed the jump (srtt {round_trip * 1e3:.2f} ms)")
+    print(
+        f"{fault} x{faulty}: lost {late * 1e3:.2f} ms after the first reply showing the jump "
+        f"(srtt {round_trip * 1e3:.2f} ms)"
+    )
     assert 0 <= late <= NODE_TIMEOUT
     holder_section = next(s for s in history.sections if s.client == "holder")
     assert holder_section.end >= lost[0]["at"] - 0.001
@@ -186,7 +189,8 @@ async def test_a_fresh_client_cannot_see_a_jump_from_before_it_started_and_fenci
                 late = fresh.lock("fresh", auto_extend=False)
                 assert await late.acquire(blocking=False)
                 assert held.held  # (its validity has not run out: only fencing can tell them apart)
-                assert late.fencing_token is not None and late.fencing_token > held.fencing_token
+                assert late.fencing_token is not None
+                assert late.fencing_token > held.fencing_token
                 await fenced_set(resource, "report", "second", late.fencing_token)
                 with pytest.raises(StaleFencingToken):
                     await fenced_set(resource, "report", "first, late", held.fencing_token)
