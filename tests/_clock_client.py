@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 
@@ -66,4 +67,10 @@ async def main(role: str, name: str, ttl: float, seconds: float, guard: bool, ur
 
 if __name__ == "__main__":
     role, name, ttl, seconds, guard, *urls = sys.argv[1:]
-    asyncio.run(main(role, name, float(ttl), float(seconds), guard == "1", urls))
+    run = main(role, name, float(ttl), float(seconds), guard == "1", urls)
+    if os.environ.get("REDLOCK_TEST_LOOP") == "uvloop":  # the loop the tests run on (the parent's setting)
+        import uvloop
+
+        uvloop.run(run)
+    else:
+        asyncio.run(run)
