@@ -12,6 +12,7 @@ the 1 % drift allowance), still runs; the row says how long the two overlapped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ FAULTS: tuple[tuple[str, int], ...] = tuple(
 TRY_FOR = {"step +60 s": 1.0, "run x4": 3.5}  # x4 expires a 10 s lease in 2.5 s
 """Seconds the second client keeps trying after the fault."""
 DRIFT = 0.01
+NEMESIS_SLOW = "RuntimeError: the node's clock did not take the change"
 
 
 @dataclass
@@ -112,10 +114,12 @@ async def _one(library: str, make: Any, fault: str, count: int) -> ClockOutcome:
                     at = time.monotonic()
                     outcome.granted_to_second = True
                     outcome.overlap = max(0.0, believed_until - at)
-                    await other.release()
+                    with contextlib.suppress(Exception):  # (pottery raises when the key went meanwhile)
+                        await other.release()
                     break
                 await asyncio.sleep(0.02)
-            await held.release()
+            with contextlib.suppress(Exception):  # a holder that lost its keys may say so here: not a failure
+                await held.release()
         except Exception as exc:  # a peer's own failure is a row, not a crash of the report
             outcome.error = f"{type(exc).__name__}: {exc}"[:120]
         finally:
@@ -129,7 +133,10 @@ async def clock_matrix() -> list[ClockOutcome]:
     for library, make in LIBRARIES:
         for fault, count in FAULTS:
             print(f"-- clock: {library}, {count} of 5 {fault}", file=sys.stderr, flush=True)
-            outcomes.append(await _one(library, make, fault, count))
+            outcome = await _one(library, make, fault, count)
+            if outcome.error.startswith(NEMESIS_SLOW):  # the machine too loaded for the nemesis to settle: again
+                outcome = await _one(library, make, fault, count)
+            outcomes.append(outcome)
     return outcomes
 
 
