@@ -440,7 +440,7 @@ class Listener:
 
         Waking on the first node's word would send the waiter's SETs ahead of
         the release on slower nodes: it would lose, and the rest of the words,
-        arriving while it tried, would be ignored. A grant word (``g<digest>:<node time>``,
+        arriving while it tried, would be ignored. A grant word (``g<digest>:<node time>:<counter>``,
         from a node's grant queue) goes to the claim it names, with the index of the *node*
         whose subscriber connection heard it.
         """
@@ -449,8 +449,10 @@ class Listener:
         # A grant is routed by its word alone: a claim listens from its first entry on, before its
         # waiter counts as a user of the channel (a subscription kept from earlier users carries it).
         claim = self._claims.get(token[1:41]) if grant and node is not None else None
-        if claim is not None and node is not None and token[41:42] == b":" and token[42:].isdigit():
-            claim.heard(node, int(token[42:]))
+        if claim is not None and node is not None and token[41:42] == b":":
+            grant_us, _, counter = token[42:].partition(b":")  # g<digest>:<node us>[:<fencing counter>]
+            if grant_us.isdigit():
+                claim.heard(node, int(grant_us), int(counter) if counter.isdigit() else None)
         if channel not in self._subscribed:
             return  # a late word for a channel no waiter of ours wants any more: remember nothing
         watchers = self._watchers.get(channel)

@@ -60,7 +60,7 @@ from collections.abc import Callable, Sequence
 from redlock_async import _algorithm, _clock
 from redlock_async._fanout import sitting_out
 from redlock_async._node import Node
-from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE, QUEUE_STAY
+from redlock_async._scripts import ACQUIRE_FENCED, FENCED_BY, QUEUE_ENTER, QUEUE_FENCE, QUEUE_LEAVE, QUEUE_STAY
 from redlock_async._settings import Settings
 from redlock_async._wire import IGNORED, Failure, Receiver, Reply, pack, pack_script
 
@@ -76,9 +76,11 @@ SUFFIXES = (b"\x00queue", b"\x00waits")
 """What a lock key's line and waits add to it: no resource name may end so (``_names.resource_key``)."""
 
 
-def queue_keys(key: bytes) -> tuple[bytes, bytes, bytes]:
-    """The lock key, its line and its waits (see the module's docstring)."""
-    return key, key + SUFFIXES[0], key + SUFFIXES[1]
+def queue_keys(key: bytes, fence_key: bytes | None = None) -> tuple[bytes, ...]:
+    """The lock key, its line and its waits (see the module's docstring), and the name's fencing counter
+    when given: the grant scripts read it for a fenced waiter they grant the key to."""
+    keys = (key, key + SUFFIXES[0], key + SUFFIXES[1])
+    return keys if fence_key is None else (*keys, fence_key)
 
 
 def entry_life_ms(settings: Settings) -> int:
@@ -104,11 +106,12 @@ class _Had:
         self._into.deliver(index, reply[0] if isinstance(reply, list) and reply else reply)
 
 
-def release(nodes: Sequence[Node], key: bytes, token: bytes, into: Receiver | None) -> None:
+def release(nodes: Sequence[Node], key: bytes, fence_key: bytes, token: bytes, into: Receiver | None) -> None:
     """Release a lease taken through the queue, on every node (synchronous: survives cancellation): the
-    key goes to the next live waiter there, or is deleted and the release published. Its entries
-    still in a line (nodes that granted late, or never) go too."""
-    keys = queue_keys(key)
+    key goes to the next live waiter there (with the name's fencing counter in the grant's word), or is
+    deleted and the release published. Its entries still in a line (nodes that granted late, or never)
+    go too."""
+    keys = queue_keys(key, fence_key)
     args: tuple[bytes | int, ...] = (token,)
     packed = pack_script(QUEUE_LEAVE, keys, args)
     receiver: Receiver = IGNORED if into is None else _Had(into)
@@ -133,13 +136,21 @@ class _Request:
 class Claim:
     """One acquire's standing in the grant queues of one key, on every node.
 
-    The waiter's token is fixed for the whole acquire: every grant names it.
+    The waiter's token is fixed for the whole acquire: every grant names it. *fence_key*, the name's
+    fencing counter, goes with every script (a grant to a fenced waiter reads it); a fenced claim
+    (``settings.fencing``) keeps each node's counter beside the grant it came with, and counts only
+    once a fence round raised the counters of a majority (:meth:`fence`; docs/fencing.md).
     """
 
-    def __init__(self, nodes: Sequence[Node], key: bytes, settings: Settings, token: bytes) -> None:
+    def __init__(
+        self, nodes: Sequence[Node], key: bytes, settings: Settings, token: bytes, fence_key: bytes | None = None
+    ) -> None:
         self.nodes = nodes
         self.token = token
-        self.keys = queue_keys(key)
+        self.keys = queue_keys(key, fence_key)
+        self.fenced = settings.fencing and fence_key is not None
+        self._fence_key = fence_key or b""
+        self._fence_ttl = settings.fence_ttl_ms
         self._ttl = settings.ttl_ms / 1000
         self._ttl_ms = settings.ttl_ms
         self._life_ms = entry_life_ms(settings)
@@ -151,10 +162,16 @@ class Claim:
         """Per node: until when its key holds our token for sure (our clock); -inf: not ours."""
         self.since = [math.inf] * n
         """Per node: when we learnt it holds our token (for the split grace); inf: it does not."""
+        self.counters: list[int | None] = [None] * n
+        """Per node (a fenced claim): the largest fencing counter read there while the key held our token,
+        since the node last stopped holding it for us (with fence_ttl, at least the node's clock then)."""
+        self.fenced_to = [0] * n
+        """Per node (a fenced claim): the fencing token our fence round raised its counter to, while the
+        key held our token (0: none since the node last stopped holding it for us)."""
         self._ref: list[tuple[float, int] | None] = [None] * n  # (our send time, node us when it ran)
         self._floor = [math.inf] * n  # words of grants at node times <= this are stale
         self._busy = [0] * n  # our scripts on the wire per node: words heard meanwhile wait for the reply
-        self._stash: list[int | None] = [None] * n  # the latest grant word (node us) heard while busy
+        self._stash: list[tuple[int, int | None] | None] = [None] * n  # latest grant word heard while busy
         self._failed: list[Failure | None] = [None] * n  # how each node's latest script failed (for outcomes)
         self.pending = 0
         """Our scripts not answered yet, on all nodes."""
@@ -175,15 +192,24 @@ class Claim:
     # -- sending ------------------------------------------------------------------
 
     def take(self) -> None:
-        """The first try, as cheap as a plain acquire: ``SET NX PX`` of our token on every node. A node
-        that sets it holds it from our send (Redlock's own validity); none joins a line. Its replies
-        carry no node time, so no grant word of a node counts until an entry's reply there."""
-        packed = pack((b"SET", self.keys[0], self.token, b"NX", b"PX", self._ttl_ms))
+        """The first try, as cheap as a plain acquire: ``SET NX PX`` of our token on every node (fenced:
+        ``ACQUIRE_FENCED``, which reads the counter in the same step). A node that sets it holds it from
+        our send (Redlock's own validity); none joins a line. Its replies carry no node time, so no
+        grant word of a node counts until an entry's reply there."""
+        fallback = None
+        if self.fenced:
+            keys = (self.keys[0], self._fence_key)
+            args: tuple[bytes | int, ...] = (self.token, self._ttl_ms)
+            if self._fence_ttl is not None:
+                args += (b"floor",)  # at least the node's clock (fence_ttl: counters expire)
+            packed, fallback = pack_script(ACQUIRE_FENCED, keys, args), (ACQUIRE_FENCED, keys, args)
+        else:
+            packed = pack((b"SET", self.keys[0], self.token, b"NX", b"PX", self._ttl_ms))
         receiver = _Request(self._set_answered, _clock.now())
         for i, node in enumerate(self.nodes):
             self._busy[i] += 1
             self.pending += 1
-            node.send_packed(receiver, i, packed, limited=True)
+            node.send_packed(receiver, i, packed, limited=True, fallback=fallback)
 
     def enter(self) -> None:
         """Join (or stay in) every node's line; a node whose key is free grants it to its first waiter."""
@@ -192,7 +218,7 @@ class Claim:
     def give_back(self, nodes: Sequence[int]) -> None:
         """Give back what *nodes* granted us, and stay in their lines (a split: no majority came)."""
         for i in nodes:
-            self.ends[i], self.since[i] = -math.inf, math.inf
+            self._drop(i)
         self._send(nodes, QUEUE_STAY, (self.token, self._score, self._life_ms, self._ttl_ms))
 
     def leave(self) -> None:
@@ -200,13 +226,39 @@ class Claim:
         cancellation). Nothing of ours stays on the nodes once these ran, and nothing counts any more."""
         self.left = True
         self.ends = [-math.inf] * len(self.nodes)
+        self.fenced_to = [0] * len(self.nodes)
         self._send(range(len(self.nodes)), QUEUE_LEAVE, (self.token,))
 
-    def _send(self, nodes: Sequence[int], script: object, args: tuple[bytes | int, ...]) -> None:
-        assert script is QUEUE_ENTER or script is QUEUE_LEAVE or script is QUEUE_STAY
-        packed = pack_script(script, self.keys, args)
-        fallback = (script, self.keys, args)
-        receiver = _Request(self._answered, _clock.now())
+    def fence(self, held: Sequence[int]) -> int:
+        """Choose the fencing token (one more than the largest counter read on *held*, a majority that
+        holds the key for us) and send QUEUE_FENCE on every node: it raises the counter to it where the
+        key still holds our token (:attr:`fenced_to`), and its reply says where things stand, as an
+        entry's does. Returns the token; the claim counts once a majority raised it (:meth:`fenced_on`)."""
+        chosen = 1 + max(self.counters[i] or 0 for i in held)
+        keys = (self.keys[0], self._fence_key, self._fence_key + FENCED_BY)
+        args: tuple[bytes | int, ...] = (self.token, chosen)
+        if self._fence_ttl is not None:
+            args += (self._fence_ttl,)
+        self._send(range(len(self.nodes)), QUEUE_FENCE, args, keys, functools.partial(self._fence_answered, chosen))
+        return chosen
+
+    def fenced_on(self, now: float, chosen: int) -> list[int]:
+        """The nodes that hold the key for us at *now* (and count) and raised their counter to *chosen*."""
+        return [i for i in self.held(now) if self.fenced_to[i] >= chosen]
+
+    def _send(
+        self,
+        nodes: Sequence[int],
+        script: object,
+        args: tuple[bytes | int, ...],
+        keys: tuple[bytes, ...] | None = None,
+        answer: Callable[[int, float, Reply], None] | None = None,
+    ) -> None:
+        assert script is QUEUE_ENTER or script is QUEUE_LEAVE or script is QUEUE_STAY or script is QUEUE_FENCE
+        keys = self.keys if keys is None else keys
+        packed = pack_script(script, keys, args)
+        fallback = (script, keys, args)
+        receiver = _Request(self._answered if answer is None else answer, _clock.now())
         for i in nodes:
             self._busy[i] += 1
             self.pending += 1
@@ -221,9 +273,9 @@ class Claim:
         new = False
         if self.left:
             pass  # out of every line: what a node says now grants us nothing
-        elif isinstance(reply, Failure) or not isinstance(reply, list) or len(reply) != 3 or reply[1] == b"0":
+        elif isinstance(reply, Failure) or not isinstance(reply, list) or len(reply) < 3 or reply[1] == b"0":
             # Did it run? A word from this node counts again only after a reply says where things stand.
-            self.ends[i], self.since[i] = -math.inf, math.inf
+            self._drop(i)
             self._floor[i] = math.inf
             self._ref[i] = None
         else:
@@ -233,6 +285,9 @@ class Claim:
             if self._busy[i]:
                 pass  # a later script of ours is on the wire (a give-back?): its reply says where things stand
             elif isinstance(pttl, int) and pttl > 0:
+                if self.fenced:
+                    # Read while the key held our token: every grant before ours there had ended.
+                    self._count(i, reply[3] if len(reply) > 3 else None, node_us)
                 end = _algorithm.held_until(sent, pttl / 1000, self._drift)
                 if end > self.ends[i]:
                     if self.ends[i] == -math.inf:
@@ -240,40 +295,61 @@ class Claim:
                         new = True
                     self.ends[i] = end
             else:
-                self.ends[i], self.since[i] = -math.inf, math.inf
+                self._drop(i)
         if not self._busy[i] and (stashed := self._stash[i]) is not None:
             self._stash[i] = None
-            new = self._granted(i, stashed) or new
+            new = self._granted(i, *stashed) or new
         if new or not self.pending:
             self._wake_for_grant()
+
+    def _fence_answered(self, chosen: int, i: int, sent: float, reply: Reply) -> None:
+        """A reply to our fence round: as an entry's, and where it raised the counter, say so."""
+        self._answered(i, sent, reply)
+        raised = isinstance(reply, list) and len(reply) > 3 and reply[0] == 1
+        if raised and not self._busy[i] and not self.left and self.ends[i] > -math.inf:
+            self.fenced_to[i] = max(self.fenced_to[i], chosen)
+        if not self.pending:
+            self._wake()
 
     def _set_answered(self, i: int, sent: float, reply: Reply) -> None:
         self._busy[i] -= 1
         self.pending -= 1
         self._failed[i] = reply if isinstance(reply, Failure) else None
         new = False
-        if reply == b"OK" and not self.left and not self._busy[i]:
+        if self.fenced:
+            # ACQUIRE_FENCED: the counter when it set the key (-1: held), read in the same step
+            ours = isinstance(reply, int) and not isinstance(reply, bool) and reply >= 0
+            if isinstance(reply, int) and ours and not self.left and not self._busy[i]:
+                self.counters[i] = max(self.counters[i] or 0, reply)
+        else:
+            ours = reply == b"OK"
+        if ours and not self.left and not self._busy[i]:
             self.ends[i] = _algorithm.held_until(sent, self._ttl, self._drift)
             self.since[i] = _clock.now()
             new = True
         if new or not self.pending:
             self._wake_for_grant()
 
-    def heard(self, i: int, grant_us: int) -> None:
-        """Node *i* published a grant of the key to us, at its time *grant_us*."""
+    def heard(self, i: int, grant_us: int, counter: int | None = None) -> None:
+        """Node *i* published a grant of the key to us, at its time *grant_us*, with the fencing counter
+        it read in the same step (None: the word carries none, from a client before fenced grants)."""
         if self._busy[i]:
             stashed = self._stash[i]
-            if stashed is None or grant_us > stashed:
-                self._stash[i] = grant_us
+            if stashed is None or grant_us > stashed[0]:
+                self._stash[i] = (grant_us, counter)
             return
-        if self._granted(i, grant_us):
+        if self._granted(i, grant_us, counter):
             self._wake_for_grant()
 
-    def _granted(self, i: int, grant_us: int) -> bool:
+    def _granted(self, i: int, grant_us: int, counter: int | None = None) -> bool:
         """Count a grant word of node *i*; True when node *i* newly holds the key for us."""
         ref = self._ref[i]
         if ref is None or grant_us <= self._floor[i] or self.left:
             return False  # stale: a grant from before what the node's latest reply told us
+        if self.fenced:
+            if counter is None:
+                return False  # no counter with it: the next entry's reply says where things stand
+            self._count(i, counter, grant_us)
         sent, node_us = ref
         end = _algorithm.held_until(sent, (grant_us - node_us) / 1e6 + self._ttl, self._drift)
         if end <= self.ends[i]:
@@ -283,6 +359,19 @@ class Claim:
             self.since[i] = _clock.now()
         self.ends[i] = end
         return new
+
+    def _count(self, i: int, counter: object, node_us: int) -> None:
+        """Keep a fencing counter node *i* read while its key held our token (with fence_ttl, at least
+        the node's clock *node_us* then: counters expire, and a token never goes back; docs/fencing.md)."""
+        value = int(counter) if isinstance(counter, (int, bytes)) else 0
+        if self._fence_ttl is not None:
+            value = max(value, node_us)
+        self.counters[i] = max(self.counters[i] or 0, value)
+
+    def _drop(self, i: int) -> None:
+        """Node *i* no longer holds the key for us (or we cannot tell): what we knew of it goes."""
+        self.ends[i], self.since[i] = -math.inf, math.inf
+        self.counters[i], self.fenced_to[i] = None, 0
 
     def _wake_for_grant(self) -> None:
         """Wake the waiter if what changed may decide: every script answered, a majority holds, or (eager)
@@ -343,6 +432,8 @@ class Claim:
             details.append(detail)
         return votes, details
 
-    def until(self, now: float) -> float:
-        """Until when a majority of the nodes that count hold the key for us (-inf: no majority)."""
-        return _algorithm.majority_until((self.ends[i] for i in self.held(now)), len(self.nodes))
+    def until(self, now: float, holders: Sequence[int] | None = None) -> float:
+        """Until when a majority of the nodes that count (or of *holders*) hold the key for us (-inf: no
+        majority)."""
+        nodes = self.held(now) if holders is None else holders
+        return _algorithm.majority_until((self.ends[i] for i in nodes), len(self.nodes))

@@ -430,7 +430,14 @@ end
 """
 
 _GRANT_NEXT = b"""
--- SET the key to the first live waiter (expired entries are dropped) and publish the grant;
+-- The key's fencing counter (KEYS[4], when given), as a string: what a fenced waiter granted the key
+-- now reads, in the same step as the grant (docs/fencing.md, "Fenced grants from the queue").
+local function counter_now()
+    return KEYS[4] and redis.call('GET', KEYS[4]) or '0'
+end
+
+-- SET the key to the first live waiter (expired entries are dropped) and publish the grant:
+-- g<sha1 of its token>:<node time of the grant, us>:<the fencing counter then>;
 -- returns that waiter's token, or nil when no one waits.
 local function grant_next(key, queue, waits)
     while true do
@@ -444,7 +451,8 @@ local function grant_next(key, queue, waits)
             local space = string.find(entry, ' ', 1, true)
             if tonumber(string.sub(entry, 1, space - 1)) > now_us() / 1000 then
                 redis.call('SET', key, head, 'PX', string.sub(entry, space + 1))
-                redis.call('PUBLISH', key, 'g' .. redis.sha1hex(head) .. ':' .. string.format('%.0f', now_us()))
+                local word = 'g' .. redis.sha1hex(head) .. ':' .. string.format('%.0f', now_us())
+                redis.call('PUBLISH', key, word .. ':' .. counter_now())
                 return head
             end
         end
@@ -458,11 +466,13 @@ QUEUE_ENTER = Script(
 -- KEYS[1]  the lock key (and the channel)
 -- KEYS[2]  its line: a sorted set of waiting tokens
 -- KEYS[3]  its waits: token -> "<entry expiry, node ms> <ttl ms>"
+-- KEYS[4]  optional: the key's fencing counter (read when the key holds the token, and for grants)
 -- ARGV[1]  the waiter's token
 -- ARGV[2]  the ttl it wants, integer milliseconds
 -- ARGV[3]  its score (the same on every node: its place in line)
 -- ARGV[4]  how long the entry lives unless entered again, integer milliseconds
--- returns  {1 the key holds the token now / 0 queued, the node's time in us, the key's pttl in ms}
+-- returns  {1 the key holds the token now / 0 queued, the node's time in us, the key's pttl in ms,
+--          the fencing counter (a string) when the key holds the token, else 0}
 """
     + _NOW
     + _GRANT_NEXT
@@ -470,11 +480,11 @@ QUEUE_ENTER = Script(
 local time = string.format('%.0f', now_us())
 local held = redis.call('GET', KEYS[1])
 if held == ARGV[1] then
-    return {1, time, redis.call('PTTL', KEYS[1])}
+    return {1, time, redis.call('PTTL', KEYS[1]), counter_now()}
 end
 if not held and redis.call('EXISTS', KEYS[2]) == 0 then  -- free, and no one in line: ours, told by this reply
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    return {1, time, tonumber(ARGV[2])}
+    return {1, time, tonumber(ARGV[2]), counter_now()}
 end
 local life = tonumber(ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
@@ -484,9 +494,9 @@ if redis.call('PTTL', KEYS[2]) < life then  -- the line outlives its entries (se
     redis.call('PEXPIRE', KEYS[3], 2 * life)
 end
 if not held and grant_next(KEYS[1], KEYS[2], KEYS[3]) == ARGV[1] then
-    return {1, time, tonumber(ARGV[2])}
+    return {1, time, tonumber(ARGV[2]), counter_now()}
 end
-return {0, time, 0}
+return {0, time, 0, 0}
 """,
     creates=True,
 )
@@ -502,9 +512,10 @@ QUEUE_LEAVE = Script(
 -- KEYS[1]  the lock key (and the channel)
 -- KEYS[2]  its line
 -- KEYS[3]  its waits
+-- KEYS[4]  optional: the key's fencing counter (a grant's word carries it)
 -- ARGV[1]  the token
 -- returns  {1 the key held the token / 0 it did not, the node's time in us when it granted the key
---          to the next waiter (else 0: no one counts on it), 0}
+--          to the next waiter (else 0: no one counts on it), 0, 0}
 """
     + _NOW
     + _GRANT_NEXT
@@ -517,7 +528,7 @@ if had and not grant_next(KEYS[1], KEYS[2], KEYS[3]) then
     redis.call('DEL', KEYS[1])
     redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
 end
-return {had and 1 or 0, clock_us and string.format('%.0f', now_us()) or '0', 0}
+return {had and 1 or 0, clock_us and string.format('%.0f', now_us()) or '0', 0, 0}
 """
 )
 
@@ -530,10 +541,12 @@ QUEUE_STAY = Script(
 -- KEYS[1]  the lock key (and the channel)
 -- KEYS[2]  its line
 -- KEYS[3]  its waits
+-- KEYS[4]  optional: the key's fencing counter (as for QUEUE_ENTER)
 -- ARGV[1]  the token
 -- ARGV[2]  its score, ARGV[3] the entry's life and ARGV[4] its ttl (as for QUEUE_ENTER)
 -- returns  {1 the key held the token / 0 it did not, the node's time in us, the key's pttl when
---          it holds the token again (given back to the first waiter: us), else 0}
+--          it holds the token again (given back to the first waiter: us), else 0, and then the
+--          fencing counter, else 0}
 """
     + _NOW
     + _GRANT_NEXT
@@ -551,17 +564,47 @@ if had and not head then  -- (our entry was there already, and expired)
 end
 local time = string.format('%.0f', now_us())
 if head == ARGV[1] then
-    return {1, time, tonumber(ARGV[4])}
+    return {1, time, tonumber(ARGV[4]), counter_now()}
 end
-return {had and 1 or 0, time, 0}
+return {had and 1 or 0, time, 0, 0}
 """,
     creates=True,
+)
+
+QUEUE_FENCE = Script(
+    b"""
+-- FENCE for a waiter of the grant queue that holds the key on a majority (however each node gave it
+-- the key: its own SET, an entry, a grant): raise the counter to the chosen fencing token only while
+-- the key holds the waiter's token, and name the fencer; reply as QUEUE_ENTER does, so the reply also
+-- says where things stand (docs/fencing.md, "Fenced grants from the queue"). It only writes while the
+-- key is its token's: run late, it does no harm (a counter raised for a grant that never counted).
+-- KEYS[1]  the lock key
+-- KEYS[2]  the resource's fencing counter
+-- KEYS[3]  the counter's fencer: KEYS[2] followed by FENCED_BY
+-- ARGV[1]  the waiter's token
+-- ARGV[2]  the fencing token chosen for it
+-- ARGV[3]  optional: the counter's ttl in integer milliseconds (fence_ttl); none: it never expires
+-- returns  {1 raised (or already higher) / 0 the key is gone or not ours, the node's time in us,
+--          the key's pttl when ours, else 0, the counter now when ours, else 0}
+"""
+    + _NOW
+    + _RAISE
+    + b"""
+local time = string.format('%.0f', now_us())
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    raise_counter(KEYS[2], ARGV[2], ARGV[3])
+    name_fencer(KEYS[3], ARGV[1], ARGV[3])
+    return {1, time, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+end
+return {0, time, 0, 0}
+"""
 )
 
 SCRIPTS = (
     QUEUE_ENTER,
     QUEUE_LEAVE,
     QUEUE_STAY,
+    QUEUE_FENCE,
     HANDED_RELEASE,
     RELEASE,
     EXTEND,

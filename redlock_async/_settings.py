@@ -89,7 +89,8 @@ class Settings:
     queue: bool = False
     """Waiters queue on the nodes, and a release hands the key straight to the first of them, in any
     process: the lock changes hands in one round trip instead of two (docs/algorithm.md, "The grant
-    queue"). For single-name locks without fencing; lock_many and semaphores wait as before. Needs
+    queue"). For single-name locks and elections, fenced or not (a fenced grant from the queue then
+    raises the counters as any fenced grant does: docs/fencing.md); lock_many and semaphores wait as before. Needs
     wait_for_release (the grants are published). Every client of a name should use the same setting:
     one without it still excludes correctly, but does not queue."""
     fencing: bool = False
@@ -173,11 +174,6 @@ class Settings:
         for name in ("wait_for_release", "queue", "fencing", "auto_extend", "adaptive_timeout", "clock_guard"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {type(getattr(self, name)).__name__}")
-        if self.queue and self.fencing:
-            raise ValueError(
-                "queue=True does not combine with fencing=True (a grant from the queue reads no fencing "
-                "counter): use one of the two for this lock"
-            )
         if self.queue and not self.wait_for_release:
             raise ValueError("queue=True needs wait_for_release=True: the nodes publish their grants")
         threshold = self.extend_threshold

@@ -311,8 +311,8 @@ class Redlock:
         if not isinstance(name, (str, bytes)):
             raise TypeError(f"election name must be str or bytes, got {type(name).__name__}")
         overrides = _given(ttl=ttl, max_hold=max_hold)
-        # Fenced (the term), so it waits as before, not in the grant queue.
-        settings = self._cluster.lease_settings(self.settings, fencing=True, queue=False, auto_extend=True, **overrides)
+        # Fenced (the term); with queue=True, candidates wait in the nodes' grant queue as any lock's waiters.
+        settings = self._cluster.lease_settings(self.settings, fencing=True, auto_extend=True, **overrides)
         return Election(self._cluster, name, settings, owner, self._inspect_lock)
 
     def synchronized(

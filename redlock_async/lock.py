@@ -381,7 +381,8 @@ class Lock:
         key = self._keys[0]
         settings = self._settings
         nodes = self._cluster.nodes
-        claim = _queue.Claim(nodes, key, settings, _requests.new_token(self._owner or default_owner()))
+        token = _requests.new_token(self._owner or default_owner())
+        claim = _queue.Claim(nodes, key, settings, token, self._fence_keys[0])
         expecting = subscribed = done = False
         try:
             while True:
@@ -440,8 +441,20 @@ class Lock:
             now = _clock.now()
             held = claim.held(now)
             if len(held) >= _algorithm.quorum(len(claim.nodes)) and (end := claim.until(now)) > now:
-                self._take_claim(claim, held, now, end)
-                return True
+                if not claim.fenced:
+                    self._take_claim(claim, held, now, end)
+                    return True
+                # Fenced: a majority must raise its counter to our token while the key is ours first.
+                chosen = claim.fence(held)
+                await claim.settled(grace)
+                now = _clock.now()
+                held = claim.fenced_on(now, chosen)
+                if len(held) >= _algorithm.quorum(len(claim.nodes)) and (end := claim.until(now, held)) > now:
+                    self._take_claim(claim, held, now, end, chosen)
+                    return True
+                if now >= until:
+                    return False
+                continue  # not on a majority: the replies said where things stand; on in line
             if now >= until or (until_answered and not claim.pending) or (not until_answered and claim.poked):
                 return False
             wake = until
@@ -453,13 +466,16 @@ class Lock:
                 wake = min(wake, split)
             await claim.changed(wake - now)
 
-    def _take_claim(self, claim: _queue.Claim, holders: list[int], now: float, end: float) -> None:
+    def _take_claim(
+        self, claim: _queue.Claim, holders: list[int], now: float, end: float, fencing_token: int | None = None
+    ) -> None:
         yes, pending = _algorithm.YES, _algorithm.PENDING  # the others may grant it later
         self._last_votes = [yes if i in holders else pending for i in range(len(claim.nodes))]
         self._last_details = None
         self._lease = Lease(
             self._keys, claim.token, ttl_ms=self._settings.ttl_ms, acquired_at=now, expires=end,
-            holders=holders, skip=[],
+            holders=holders, skip=[], fencing_token=fencing_token,
+            fencing_tokens=None if fencing_token is None else (fencing_token,),
         )  # fmt: skip
         self._lost = None
         self._state = move(self._state, _HELD)
@@ -542,7 +558,7 @@ class Lock:
     ) -> None:
         """Queue compare-and-delete on every node but *skip* (synchronous: survives cancellation)."""
         if self._queued():
-            _queue.release(self._cluster.nodes, self._lease.keys[0], token, into)  # to the next in line
+            _queue.release(self._cluster.nodes, self._lease.keys[0], self._fence_keys[0], token, into)  # to the next
             return
         _requests.send_release(self._cluster.nodes, self._lease.keys, token, skip, into=into, handed=handed)
 
