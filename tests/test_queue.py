@@ -806,14 +806,12 @@ def test_contention_on_uvloop(cluster: Cluster) -> None:
 # -- 8. bad input -------------------------------------------------------------------------------------------------
 
 
-def test_the_queue_refuses_fencing_and_non_bools(cluster: Cluster) -> None:
-    with pytest.raises(ValueError, match=r"queue=True does not combine with fencing=True.*use one of the two"):
-        Redlock(cluster.urls, queue=True, fencing=True)
+def test_the_queue_takes_fencing_and_refuses_non_bools(cluster: Cluster) -> None:
+    # queue=True with fencing=True: tests/test_queue_fencing.py.
+    Redlock(cluster.urls, queue=True, fencing=True)
     redlock = Redlock(cluster.urls, queue=True)
-    with pytest.raises(ValueError, match=r"queue=True does not combine with fencing=True"):
-        redlock.lock("fenced", fencing=True)
-    with pytest.raises(ValueError, match=r"queue=True does not combine with fencing=True"):
-        redlock.lock_many(["a", "b"], fencing=True)
+    redlock.lock("fenced", fencing=True)
+    redlock.lock_many(["a", "b"], fencing=True)
     with pytest.raises(TypeError, match=r"queue must be True or False, got str"):
         Redlock(cluster.urls, queue="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"queue must be True or False, got int"):

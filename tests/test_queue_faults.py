@@ -590,8 +590,8 @@ async def test_lock_many_and_semaphores_share_names_with_queued_locks(
 
 
 async def test_an_election_runs_on_a_queue_redlock(cluster: Cluster, make_redlock: MakeRedlock) -> None:
-    """``redlock.election(name)`` on a queue=True Redlock: elections are fenced and do not use the queue
-    (as lock_many and semaphores do not), so two candidates take turns leading, with growing terms,
+    """``redlock.election(name)`` on a queue=True Redlock: candidates campaign through the grant queue
+    (fenced: tests/test_queue_fencing.py), so two candidates take turns leading, with growing terms,
     and a queued lock of another name works alongside."""
     redlocks = [await make_redlock(queue=True, retry_delay=0.05) for _ in range(2)]
     elections = [r.election("leader", owner=f"c{n}") for n, r in enumerate(redlocks)]
