@@ -35,6 +35,13 @@ timed out, cancelled) leaves every node's line at once, handing on any key a
 node granted it meanwhile; one that dies leaves entries that expire unless
 entered again (every retry delay).
 
+**Fenced claims** (``fencing=True``). Every script that sets the key to a waiter's token reads the
+name's fencing counter in the same step (the grant's word carries it as ``:<counter>``, a reply as its
+fourth element); the claim keeps per node the largest counter read while the node held the key for it,
+forgotten with the node's holding. Once a majority holds, it chooses one more than their largest and
+raises a majority's counters to it (``QUEUE_FENCE``) before it counts (docs/fencing.md, "Fenced grants
+from the queue").
+
 **Scripts the server lost.** After a ``SCRIPT FLUSH`` each of these EVALSHAs is
 answered NOSCRIPT and sent again as EVAL, behind whatever went on the wire
 meanwhile (``Script.creates``). A leave always is: it only takes away what is
