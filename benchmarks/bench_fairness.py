@@ -53,8 +53,6 @@ RESOURCE = "bench:fairness"
 MODES = ("default", "fencing", "queue", "queue+fencing")
 
 
-
-
 # -- the child processes -----------------------------------------------------------------------
 
 

@@ -67,9 +67,9 @@ from collections.abc import Callable, Sequence
 from redlock_async import _algorithm, _clock
 from redlock_async._fanout import sitting_out
 from redlock_async._node import Node
-from redlock_async._scripts import ACQUIRE_FENCED, FENCED_BY, QUEUE_ENTER, QUEUE_FENCE, QUEUE_LEAVE, QUEUE_STAY
+from redlock_async._scripts import FENCED_BY, QUEUE_ENTER, QUEUE_FENCE, QUEUE_LEAVE, QUEUE_STAY
 from redlock_async._settings import Settings
-from redlock_async._wire import IGNORED, Failure, Receiver, Reply, pack, pack_script
+from redlock_async._wire import IGNORED, Failure, Receiver, Reply, pack_script
 
 ENTRY_LIFE_MIN_MS = 1000
 """Shortest life of a waiter's entry on a node (it is entered again every retry delay)."""
@@ -101,16 +101,9 @@ def patience(nodes: Sequence[Node], timeout: float) -> float:
     return max(timeout, rtos[_algorithm.quorum(len(nodes)) - 1])
 
 
-class _Had:
-    """Passes on a QUEUE_LEAVE reply to a release's ballot as RELEASE's would read: 1 deleted, 0 not ours."""
-
-    __slots__ = ("_into",)
-
-    def __init__(self, into: Receiver) -> None:
-        self._into = into
-
-    def deliver(self, index: int, reply: Reply, /) -> None:
-        self._into.deliver(index, reply[0] if isinstance(reply, list) and reply else reply)
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def release(nodes: Sequence[Node], key: bytes, fence_key: bytes, token: bytes, into: Receiver | None) -> None:
@@ -121,14 +114,14 @@ def release(nodes: Sequence[Node], key: bytes, fence_key: bytes, token: bytes, i
     keys = queue_keys(key, fence_key)
     args: tuple[bytes | int, ...] = (token,)
     packed = pack_script(QUEUE_LEAVE, keys, args)
-    receiver: Receiver = IGNORED if into is None else _Had(into)
+    receiver: Receiver = IGNORED if into is None else into  # replies as RELEASE's: 1 deleted, 0 not ours
     for i, node in enumerate(nodes):
         node.send_packed(receiver, i, packed, fallback=(QUEUE_LEAVE, keys, args))
 
 
 class _Request:
     """The receiver of one of our requests on one node: it knows when it was sent, and which of the
-    claim's methods reads its replies (a script's, or the first try's SET)."""
+    claim's methods reads its replies."""
 
     __slots__ = ("_answer", "_sent")
 
@@ -197,26 +190,6 @@ class Claim:
         return hashlib.sha1(self.token).hexdigest().encode()
 
     # -- sending ------------------------------------------------------------------
-
-    def take(self) -> None:
-        """The first try, as cheap as a plain acquire: ``SET NX PX`` of our token on every node (fenced:
-        ``ACQUIRE_FENCED``, which reads the counter in the same step). A node that sets it holds it from
-        our send (Redlock's own validity); none joins a line. Its replies carry no node time, so no
-        grant word of a node counts until an entry's reply there."""
-        fallback = None
-        if self.fenced:
-            keys = (self.keys[0], self._fence_key)
-            args: tuple[bytes | int, ...] = (self.token, self._ttl_ms)
-            if self._fence_ttl is not None:
-                args += (b"floor",)  # at least the node's clock (fence_ttl: counters expire)
-            packed, fallback = pack_script(ACQUIRE_FENCED, keys, args), (ACQUIRE_FENCED, keys, args)
-        else:
-            packed = pack((b"SET", self.keys[0], self.token, b"NX", b"PX", self._ttl_ms))
-        receiver = _Request(self._set_answered, _clock.now())
-        for i, node in enumerate(self.nodes):
-            self._busy[i] += 1
-            self.pending += 1
-            node.send_packed(receiver, i, packed, limited=True, fallback=fallback)
 
     def enter(self) -> None:
         """Join (or stay in) every node's line; a node whose key is free grants it to its first waiter."""
@@ -318,25 +291,6 @@ class Claim:
         if not self.pending:
             self._wake()
 
-    def _set_answered(self, i: int, sent: float, reply: Reply) -> None:
-        self._busy[i] -= 1
-        self.pending -= 1
-        self._failed[i] = reply if isinstance(reply, Failure) else None
-        new = False
-        if self.fenced:
-            # ACQUIRE_FENCED: the counter when it set the key (-1: held), read in the same step
-            ours = isinstance(reply, int) and not isinstance(reply, bool) and reply >= 0
-            if isinstance(reply, int) and ours and not self.left and not self._busy[i]:
-                self.counters[i] = max(self.counters[i] or 0, reply)
-        else:
-            ours = reply == b"OK"
-        if ours and not self.left and not self._busy[i]:
-            self.ends[i] = _algorithm.held_until(sent, self._ttl, self._drift)
-            self.since[i] = _clock.now()
-            new = True
-        if new or not self.pending:
-            self._wake_for_grant()
-
     def heard(self, i: int, grant_us: int, counter: int | None = None) -> None:
         """Node *i* published a grant of the key to us, at its time *grant_us*, with the fencing counter
         it read in the same step (None: the word carries none, from a client before fenced grants)."""
@@ -383,7 +337,7 @@ class Claim:
     def _wake_for_grant(self) -> None:
         """Wake the waiter if what changed may decide: every script answered, a majority holds, or (eager)
         any new grant."""
-        if self.eager or not self.pending or sum(end > -math.inf for end in self.ends) >= self._quorum:
+        if self.eager or not self.pending or len(self.ends) - self.ends.count(-math.inf) >= self._quorum:
             self._wake()
 
     async def settled(self, timeout: float) -> None:
@@ -402,14 +356,15 @@ class Claim:
             changed.set_result(None)
 
     async def changed(self, timeout: float) -> None:
-        """Return at the next reply or grant word, or after *timeout* seconds."""
-        self._changed = asyncio.get_running_loop().create_future()
+        """Return at the next reply or grant word, or after *timeout* seconds (a timer resolving the
+        future: lighter than ``asyncio.timeout``, on the uncontended acquire's path)."""
+        loop = asyncio.get_running_loop()
+        changed = self._changed = loop.create_future()
+        timer = loop.call_later(max(timeout, 0.0), _resolve, changed)
         try:
-            async with asyncio.timeout(max(timeout, 0.0)):
-                await self._changed
-        except TimeoutError:
-            pass
+            await changed
         finally:
+            timer.cancel()
             self._changed = None
 
     # -- deciding ---------------------------------------------------------------------

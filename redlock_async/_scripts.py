@@ -514,8 +514,15 @@ QUEUE_LEAVE = Script(
 -- KEYS[3]  its waits
 -- KEYS[4]  optional: the key's fencing counter (a grant's word carries it)
 -- ARGV[1]  the token
--- returns  {1 the key held the token / 0 it did not, the node's time in us when it granted the key
---          to the next waiter (else 0: no one counts on it), 0, 0}
+-- returns  1 the key held the token; 0 it did not (as RELEASE)
+if redis.call('EXISTS', KEYS[2]) == 0 then  -- no one in line (nor us): RELEASE's work, and no more
+    if redis.call('GET', KEYS[1]) == ARGV[1] then
+        redis.call('DEL', KEYS[1])
+        redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
+        return 1
+    end
+    return 0
+end
 """
     + _NOW
     + _GRANT_NEXT
@@ -528,7 +535,7 @@ if had and not grant_next(KEYS[1], KEYS[2], KEYS[3]) then
     redis.call('DEL', KEYS[1])
     redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
 end
-return {had and 1 or 0, clock_us and string.format('%.0f', now_us()) or '0', 0, 0}
+return had and 1 or 0
 """
 )
 

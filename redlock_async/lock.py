@@ -374,48 +374,46 @@ class Lock:
         return self._settings.queue and self._queues and len(self._keys) == 1
 
     async def _acquire_queued(self, blocking: bool, give_up: float) -> bool:
-        """:meth:`_acquire` through the nodes' grant queue (``queue=True``, docs/algorithm.md): one claim,
-        entered on every node at each try, held once a majority holds the key for its token, whether a
-        node set it at once or granted it later (a release handing it on)."""
+        """:meth:`_acquire` through the nodes' grant queue (``queue=True``, docs/algorithm.md). The first try
+        is the default path's own round (:meth:`_attempt`: SET NX, or fenced, ACQUIRE_FENCED and its fence):
+        uncontended, the queue costs nothing more. A try that finds the key held joins the lines with one
+        claim, entered on every node at each try, held once a majority holds the key for its token, whether
+        a node set it at once or granted it later (a release handing it on)."""
         listener = self._cluster.listener
         key = self._keys[0]
         settings = self._settings
         nodes = self._cluster.nodes
-        token = _requests.new_token(self._owner or default_owner())
-        claim = _queue.Claim(nodes, key, settings, token, self._fence_keys[0])
+        claim: _queue.Claim | None = None
         expecting = subscribed = done = False
         try:
+            if await self._attempt() or not blocking or _clock.now() >= give_up:
+                done = True
+                return self._state is _HELD
+            token = _requests.new_token(self._owner or default_owner())
+            claim = _queue.Claim(nodes, key, settings, token, self._fence_keys[0])
+            expecting = True  # before our first entry: a grant word heard from then on is ours
+            listener.expect(key, claim)
+            # Each node's confirmation of a subscription made after our entry pokes the claim: a grant
+            # published before it went unheard, so we enter again at once.
+            subscribed = True
+            await listener.enter(key)
             while True:
-                first = not self._attempts
                 self._attempts += 1
                 claim.poked = False
-                if first:
-                    claim.take()  # a plain SET NX first: uncontended, that is all it takes
-                else:
-                    claim.enter()
+                claim.enter()
                 # One try: until a majority holds the key for us, or every node answered (or timed out).
-                round_ends = _clock.now() + _queue.patience(nodes, settings.node_timeout)
-                won = await self._claimed(claim, round_ends, until_answered=True)
+                grace = _queue.patience(nodes, settings.node_timeout)
+                won = await self._claimed(claim, _clock.now() + grace, grace, until_answered=True)
                 now = _clock.now()
-                if not won and blocking and now < give_up:
-                    if not expecting:
-                        expecting = True  # before our first entry: a grant word heard from then on is ours
-                        listener.expect(key, claim)
-                    if not subscribed:
-                        # Each node's confirmation of a subscription made after our entry pokes the
-                        # claim: a grant published before it went unheard, so we enter again at once.
-                        subscribed = True
-                        await listener.enter(key)
-                    if first:
-                        continue  # the key is held: join the lines now (keeping the nodes our SET took)
+                if not won and now < give_up:
                     # Wait in line: grant words (a release handing the key on) until the next try.
                     delay = _algorithm.retry_delay(settings.retry_delay, _random.random(), give_up - now)
-                    won = await self._claimed(claim, now + delay, until_answered=False)
+                    won = await self._claimed(claim, now + delay, grace, until_answered=False)
                 if won:
                     done = True
                     return True
                 self._cluster.check_open()  # closed meanwhile, or a background task failed: say so now
-                if not blocking or _clock.now() >= give_up:
+                if _clock.now() >= give_up:
                     done = True
                     self._last_votes, self._last_details = claim.votes(_clock.now())  # before leave() drops them
                     claim.leave()  # out of every line, and whatever a node granted us meanwhile goes on
@@ -424,18 +422,18 @@ class Lock:
         finally:
             if self._state is _ACQUIRING:
                 self._state = move(self._state, _IDLE)
-            if expecting:
-                listener.unexpect(key, claim)
+            if claim is not None:
+                if expecting:
+                    listener.unexpect(key, claim)
+                if not done:
+                    claim.leave()  # cancelled, or failed: queued now, before the exception goes on
             if subscribed:
                 listener.leave(key)
-            if not done:
-                claim.leave()  # cancelled, or failed: queued now, before the exception goes on
 
-    async def _claimed(self, claim: _queue.Claim, until: float, *, until_answered: bool) -> bool:
+    async def _claimed(self, claim: _queue.Claim, until: float, grace: float, *, until_answered: bool) -> bool:
         """Wait until *claim* holds a majority (then take the lease: True), or until *until* (or, with
         *until_answered*, every node answered, or a release word pokes it). Grants that stay short of a
-        majority for the split grace are given back (the claim stays in line)."""
-        grace = _queue.patience(claim.nodes, self._settings.node_timeout)
+        majority for the split *grace* are given back (the claim stays in line)."""
         claim.eager = not until_answered  # in line, each grant may start the split grace
         while True:
             now = _clock.now()
