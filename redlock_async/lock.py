@@ -785,19 +785,27 @@ class Lock:
 
     def on_node_lost(self, node: int, why: str) -> None:
         """Told by the Redlock (not for users): node *node*'s clock jumped ahead, so the key may be gone
-        there. It no longer counts as a holder; the lock is lost at once when fewer than a majority may
-        still hold it, and extended at once (a round trip decides) when only nodes whose answer came
-        after the grant (late yes or no) could make up the majority."""
+        there. It no longer counts as a holder. When fewer than a majority of confirmed holders remain,
+        the lock is lost at once; inside ``async with``, if nodes whose answer came after the grant (not
+        counted, yes or no) could make up the majority, the watchdog extends it at once instead, and that
+        round decides."""
         lease = self._lease
-        if self._state is not _HELD or lease.token is None or node not in lease.holders:
+        if self._state is not _HELD or lease.token is None:
             return
-        lease.holders = [i for i in lease.holders if i != node]
-        need = _algorithm.quorum(len(self._cluster.nodes))
+        votes = self._last_votes
+        if node in lease.holders:
+            lease.holders = [i for i in lease.holders if i != node]
+        elif not (node < len(votes) and votes[node] is _algorithm.PENDING):
+            return  # it never counted for this lease
+        nodes = self._cluster.nodes
+        need = _algorithm.quorum(len(nodes))
         if len(lease.holders) >= need:
             return
-        late = sum(1 for i, vote in enumerate(self._last_votes) if vote is _algorithm.PENDING and i != node)
+        now = _clock.now()
+        # Nodes that answered after the grant (their yes not counted) may hold it too, unless their clock jumped.
+        late = sum(1 for i, vote in enumerate(votes) if vote is _algorithm.PENDING and nodes[i].clock_held_until <= now)
         if self._watched and len(lease.holders) + late >= need:
-            self._cluster.watchdog.schedule(lease, _clock.now())
+            self._cluster.watchdog.schedule(lease, now)
             return
         name = self._cluster.names[node]
         lost = f"lock {self.resource!r} is lost: node {name} may have dropped it ({why}); no majority holds it"

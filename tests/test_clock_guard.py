@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -197,3 +198,42 @@ async def test_a_fresh_client_cannot_see_a_jump_from_before_it_started_and_fenci
                 assert await resource.get("report") == b"second"
                 await late.release()
         await resource.aclose()
+
+
+async def test_a_holder_drops_a_jumped_node_as_soon_as_any_request_of_its_redlock_sees_it(
+    clocked: LocalNodes,
+) -> None:
+    """Not at its next extension (6.7 s away here): another lock's acquire in the same Redlock reads the
+    jumped clocks, and both held locks are lost within that round trip (watched: body cancelled)."""
+    from redlock_async import LockLost, Redlock
+
+    lost_at: list[float] = []
+    async with Redlock(clocked.urls, ttl=10.0) as redlock:
+        manual = redlock.lock("held:manual", auto_extend=False)
+        assert await manual.acquire(blocking=False)
+        watched = redlock.lock("held:watched")
+
+        async def body() -> None:
+            try:
+                async with watched:
+                    started.set_result(None)
+                    await asyncio.sleep(30)
+            except LockLost:
+                lost_at.append(time.monotonic())
+
+        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        holder = asyncio.create_task(body())
+        await started
+        for node in list(clocked)[:3]:
+            await asyncio.to_thread(node.clock.step, 60.0)
+        sent = time.monotonic()
+        other = redlock.lock("held:other")
+        assert not await other.acquire(blocking=False)  # 3 jumped nodes quarantined: no majority
+        async with asyncio.timeout(1):
+            await holder
+        assert lost_at
+        print(f"watched holder lost {(lost_at[0] - sent) * 1e3:.2f} ms after the other acquire was sent")
+        assert lost_at[0] - sent < 3 * NODE_TIMEOUT  # the acquire's round trip, then an extension's at most
+        assert not manual.held
+        with pytest.raises(LockLost, match="clock jumped"):
+            await manual.extend()
