@@ -288,7 +288,8 @@ class Claim:
         raised = isinstance(reply, list) and len(reply) > 3 and reply[0] == 1
         if raised and not self._busy[i] and not self.left and self.ends[i] > -math.inf:
             self.fenced_to[i] = max(self.fenced_to[i], chosen)
-        if not self.pending:
+            self._wake()
+        elif not self.pending:
             self._wake()
 
     def heard(self, i: int, grant_us: int, counter: int | None = None) -> None:
@@ -339,6 +340,15 @@ class Claim:
         any new grant."""
         if self.eager or not self.pending or len(self.ends) - self.ends.count(-math.inf) >= self._quorum:
             self._wake()
+
+    async def raised(self, chosen: int, timeout: float) -> None:
+        """Wait until a majority raised its counter to *chosen* for us, every script of ours was answered,
+        or *timeout* seconds passed (a dead minority does not hold the grant up)."""
+        ends = _clock.now() + timeout
+        while self.pending and (left := ends - _clock.now()) > 0:
+            if sum(raised >= chosen for raised in self.fenced_to) >= self._quorum:
+                return
+            await self.changed(left)
 
     async def settled(self, timeout: float) -> None:
         """Wait until every script of ours was answered, at most *timeout* seconds."""

@@ -444,7 +444,7 @@ class Lock:
                     return True
                 # Fenced: a majority must raise its counter to our token while the key is ours first.
                 chosen = claim.fence(held)
-                await claim.settled(grace)
+                await claim.raised(chosen, grace)
                 now = _clock.now()
                 held = claim.fenced_on(now, chosen)
                 if len(held) >= _algorithm.quorum(len(claim.nodes)) and (end := claim.until(now, held)) > now:

@@ -7,6 +7,7 @@ matter: a word late behind a reply, a word while our own script is on the wire, 
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
@@ -213,3 +214,72 @@ async def test_nothing_counts_once_the_claim_left(clock: Clock) -> None:
     claim.heard(0, 5_100_000)  # a late word of a grant our leave handed on
     assert claim.ends[0] == -math.inf
     assert claim.pending == 0
+
+
+# -- a fenced claim (queue=True, fencing=True) ------------------------------------------------------
+
+
+def make_fenced_claim(n: int = 5, fence_ttl: float | None = None) -> tuple[Claim, list[FakeNode]]:
+    nodes = fake_nodes(n)
+    settings = Settings(ttl=TTL, drift_factor=DRIFT, fencing=True, fence_ttl=fence_ttl)
+    claim = Claim(as_nodes(nodes), b"redlock:r", settings, b"tok~me", b"redlock-fence:r")
+    return claim, nodes
+
+
+def fenced_reply(held: bool, node_us: int, counter: int, pttl: int = 9_000) -> list[Any]:
+    return [1, str(node_us).encode(), pttl, str(counter).encode()] if held else [0, str(node_us).encode(), 0, 0]
+
+
+async def test_a_fenced_claim_chooses_one_more_than_the_largest_counter_read_while_held(clock: Clock) -> None:
+    """Counters come with the holding they were read in: a reply's, a word's (``:<counter>``); a word
+    without one does not count; a give-back forgets the node's counter with its holding."""
+    claim, nodes = make_fenced_claim()
+    assert claim.keys[3] == b"redlock-fence:r"  # every script of the claim carries the counter's key
+    claim.enter()
+    nodes[0].answer(fenced_reply(True, 1_000_000, 41))
+    for i in (1, 2, 3, 4):
+        nodes[i].answer(fenced_reply(False, 1_000_000, 0))
+    claim.heard(1, 1_100_000, 40)
+    claim.heard(2, 1_100_000)  # a word without a counter (an older client): not counted
+    assert claim.held(clock.t) == [0, 1]
+    assert claim.counters[:3] == [41, 40, None]
+    claim.heard(3, 1_200_000, 7)
+    assert claim.held(clock.t) == [0, 1, 3]
+    assert claim.fence([0, 1, 3]) == 42
+    claim.give_back([0])
+    assert claim.counters[0] is None
+    assert claim.fenced_to[0] == 0
+
+
+async def test_fence_ttl_floors_a_counter_at_the_nodes_clock(clock: Clock) -> None:
+    claim, nodes = make_fenced_claim(3, fence_ttl=300)
+    claim.enter()
+    nodes[0].answer(fenced_reply(True, 1_700_000_000_000_000, 5))
+    nodes[1].answer(fenced_reply(False, 1_700_000_000_000_000, 0))
+    nodes[2].answer(fenced_reply(False, 1_700_000_000_000_000, 0))
+    claim.heard(1, 1_700_000_000_100_000, 1_800_000_000_000_000)  # a counter ahead of the clock counts as is
+    assert claim.counters[:2] == [1_700_000_000_000_000, 1_800_000_000_000_000]
+    assert claim.fence([0, 1]) == 1_800_000_000_000_001
+    assert claim.keys[3] == b"redlock-fence:r"
+    assert nodes[0].waiting[-1].args[-1] == b"300000"  # QUEUE_FENCE writes the counter with fence_ttl
+
+
+async def test_the_fence_round_counts_at_a_majority_not_waiting_for_a_dead_node(clock: Clock) -> None:
+    """Three of five nodes raised the counter to our token (the other two never answer): the wait for the
+    fence round ends at once, as a Ballot decides at a majority; a node that said "not ours" is dropped."""
+    claim, nodes = make_fenced_claim()
+    claim.enter()
+    for node in nodes:
+        node.answer(fenced_reply(True, 1_000_000, 10))
+    chosen = claim.fence([0, 1, 2, 3, 4])
+    assert chosen == 11
+    nodes[0].answer(fenced_reply(True, 1_000_100, 11))
+    nodes[1].answer(fenced_reply(False, 1_000_100, 0))  # no longer ours there
+    nodes[2].answer(fenced_reply(True, 1_000_100, 11))
+    assert claim.fenced_on(clock.t, chosen) == [0, 2]
+    nodes[3].answer(fenced_reply(True, 1_000_100, 11))
+    async with asyncio.timeout(1.0):  # the waiting of the dead node 4 would take the whole 10 s
+        await claim.raised(chosen, 10.0)
+    assert claim.fenced_on(clock.t, chosen) == [0, 2, 3]
+    assert claim.ends[1] == -math.inf
+    assert claim.pending == 1
