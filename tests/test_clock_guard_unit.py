@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from redlock_async import _clock
 from redlock_async._algorithm import CLOCK_PRECISION, WON, YES, ClockFault, Vote, judge_clock
 from redlock_async._clock_guard import ClockGuard
-from redlock_async._fanout import Ballot, vote_of_set
+from redlock_async._fanout import Ballot, sitting_out, vote_of_set
 from redlock_async._wire import Failure, Reply, pack
 from tests.fakes import NO_ANSWER, FakeNode, Request, as_nodes, fake_nodes, virtual
 
@@ -177,5 +178,39 @@ def test_the_yes_that_follows_a_jump_is_not_counted() -> None:
         ballot = await vote()
         assert ballot.verdict is WON
         assert ballot.votes == [Vote.QUARANTINED, Vote.QUARANTINED, YES, YES, YES]
+
+    virtual(scenario)
+
+
+def test_a_clock_quarantine_outlives_a_shorter_restart_quarantine_and_a_reconnect() -> None:
+    """Both sit a node out through ``quarantined_until``: the restart quarantine's end (or a reconnect
+    judged in service) must not end a clock quarantine that runs longer."""
+    from tests.test_quarantine_unit import cluster, connect
+
+    async def scenario() -> None:
+        quarantine, nodes = cluster(marked=True)
+        for node in nodes:
+            connect(quarantine, node)
+        await asyncio.sleep(0)
+        guard = ClockGuard(as_nodes(nodes), DRIFT, lambda: 3 * PERIOD, Recorded())
+        now = _clock.now()
+        guard.observe(2, time_reply(1000.0), now, now)
+        guard.observe(2, time_reply(1060.0), now + 0.001, now + 0.001)  # 60 s ahead: out for 30 s
+        held = nodes[2].clock_held_until
+        assert held == pytest.approx(now + 0.001 + 3 * PERIOD)
+        # It restarts (a new run_id, no marker): the restart quarantine is 10 s, the clock's 30 s.
+        nodes[2].run_id, nodes[2].uptime, nodes[2].marker = b"f" * 40, 3.0, None
+        connect(quarantine, nodes[2])
+        await asyncio.sleep(0)
+        assert nodes[2].quarantined_until == held
+        await asyncio.sleep(PERIOD + 0.1)  # the restart quarantine is over, the clock's is not
+        assert nodes[2].quarantined_until == held
+        # A reconnect judged in service at once leaves it out too.
+        connect(quarantine, nodes[2])
+        await asyncio.sleep(0)
+        assert nodes[2].quarantined_until == held
+        await asyncio.sleep(held - _clock.now() + 0.1)
+        assert sitting_out(as_nodes(nodes)[2]) is None
+        quarantine.close()
 
     virtual(scenario)
