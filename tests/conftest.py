@@ -312,6 +312,19 @@ async def start_module(module: str, *args: str) -> asyncio.subprocess.Process:
     )
 
 
+INTERRUPTIBLE = (
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])",
+)
+"""Put before the argv of a child that the test sends SIGINT (Ctrl-C): it runs the argv with SIGINT at its default.
+
+A shell without job control (``pytest &`` in a script, CI runners) starts background commands with SIGINT
+ignored, their children inherit that, and a Python started so installs no KeyboardInterrupt handler: Ctrl-C
+would do nothing. (The disposition is reset before exec, so the child's own Python sees the default.)
+"""
+
+
 async def kill_child(process: asyncio.subprocess.Process) -> None:
     if process.returncode is None:
         process.kill()

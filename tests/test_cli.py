@@ -30,6 +30,7 @@ from redlock_async.cli import (
 from redlock_async.cli._run import waiting_note
 
 from .conftest import (
+    INTERRUPTIBLE,
     Cluster,
     MakeRedlock,
     assert_empty,
@@ -448,8 +449,8 @@ async def test_ctrl_c_while_waiting_is_one_line_and_130(
     redlock = await make_redlock()
     async with redlock.lock("interrupted", ttl=30.0) as holder:
         process = await asyncio.create_subprocess_exec(
-            PY, "-m", "redlock_async", "run", "interrupted", "--nodes", ",".join(cluster.urls), "--wait", "30",
-            *(["--quiet"] if quiet else []), "--", PY, "-c", "print('ran')",
+            *INTERRUPTIBLE, PY, "-m", "redlock_async", "run", "interrupted", "--nodes", ",".join(cluster.urls),
+            "--wait", "30", *(["--quiet"] if quiet else []), "--", PY, "-c", "print('ran')",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         await asyncio.sleep(1.5)  # it waits for the lock
