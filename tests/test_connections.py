@@ -94,17 +94,33 @@ def tls_binary() -> str:
 
 
 @pytest.fixture(scope="module")
-def tls_nodes(tls_binary: str, certs: Certs) -> Iterator[LocalNodes]:
-    """3 TLS-only nodes (client certificates optional), with user alice besides the default user."""
+def _tls_servers(tls_binary: str, certs: Certs) -> Iterator[LocalNodes]:
     with LocalNodes(3, binary=tls_binary, tls=certs.server, acl=[ALICE]) as nodes:
         yield nodes
 
 
+@pytest.fixture
+def tls_nodes(_tls_servers: LocalNodes) -> LocalNodes:
+    """3 TLS-only nodes (client certificates optional), with user alice besides the default user.
+
+    Started once per module, flushed for each test: no test depends on which ran before it on the
+    same servers (a restart-quarantine marker on some nodes only, say), whatever order xdist picks.
+    """
+    _tls_servers.flush()
+    return _tls_servers
+
+
 @pytest.fixture(scope="module")
-def acl_nodes() -> Iterator[LocalNodes]:
-    """3 plain nodes whose default user needs a password, with users alice and noscripts."""
+def _acl_servers() -> Iterator[LocalNodes]:
     with LocalNodes(3, password=SECRET, acl=[ALICE, NO_SCRIPTS]) as nodes:
         yield nodes
+
+
+@pytest.fixture
+def acl_nodes(_acl_servers: LocalNodes) -> LocalNodes:
+    """3 plain nodes whose default user needs a password, with users alice and noscripts (flushed as tls_nodes)."""
+    _acl_servers.flush()
+    return _acl_servers
 
 
 @pytest.fixture
