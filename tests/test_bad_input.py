@@ -160,6 +160,7 @@ def test_a_synchronous_client_is_named_as_such() -> None:
 # -- names on real nodes -----------------------------------------------------------------------------
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize(
     "name",
     [b"\xff\xfe", b"\x00\x01\x00", b"a\r\n*1\r\n$4\r\nPING\r\n", "caf\u00e9 \U0001f512", b"x" * 4096],
@@ -305,6 +306,7 @@ FAKES = {
 }
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("how", list(FAKES))
 async def test_a_node_that_is_not_redis_is_a_failed_vote_with_its_reason(
     how: str, cluster: Cluster, make_redlock: MakeRedlock

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # seconds each: the developer loop (-m 'not slow') leaves them out
+
 ROOT = Path(__file__).resolve().parent.parent
 SIDES = ("machine", "redlock_async")
 FIGURES = (

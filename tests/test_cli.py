@@ -125,6 +125,7 @@ async def test_signals_reach_the_command_and_the_lock_is_released(cluster: Clust
     assert [cluster[i].command("GET", "redlock:signalled-job") for i in range(len(cluster))] == [None] * len(cluster)
 
 
+@pytest.mark.slow
 async def test_a_lost_lock_stops_the_command(faulty: Cluster) -> None:
     script = "import time; print('ready', flush=True); time.sleep(60)"
     process = await redlock_run(faulty.urls, "doomed-job", "--ttl", "1", "--grace", "2", "--", PY, "-c", script)
@@ -283,6 +284,8 @@ async def standby(urls: list[str], owner: str, hold: float) -> asyncio.subproces
     )  # fmt: skip
 
 
+@pytest.mark.slow
+@pytest.mark.serial
 async def test_standby_takes_over_from_a_killed_leader_with_a_larger_term(cluster: Cluster) -> None:
     """Two hot standbys; the leader's redlock run is SIGKILLed (its command dies with it): the other
     runs its command once the lease is over, with a larger term, and never beside the first."""
@@ -317,6 +320,7 @@ async def test_standby_takes_over_from_a_killed_leader_with_a_larger_term(cluste
                 await process.wait()
 
 
+@pytest.mark.serial
 async def test_a_resigning_leader_hands_over_to_the_standby_at_once(cluster: Cluster) -> None:
     first = await standby(cluster.urls, "first", 1.0)
     assert first.stdout is not None
@@ -442,6 +446,7 @@ async def run_cli(*args: str | bytes) -> tuple[int, str, str]:
     return await finish(process)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("quiet", [True, False], ids=["quiet", "waiting-lines"])
 async def test_ctrl_c_while_waiting_is_one_line_and_130(
     cluster: Cluster, make_redlock: MakeRedlock, quiet: bool
@@ -505,6 +510,7 @@ async def test_wait_zero_says_one_try(cluster: Cluster, make_redlock: MakeRedloc
     assert "0.0 s" not in err
 
 
+@pytest.mark.slow
 async def test_every_subcommand_explains_itself() -> None:
     for command in ("run", "status", "demo"):
         code, out, _ = await run_cli(command, "--help")
@@ -683,6 +689,7 @@ SEMAPHORE_LIMIT_KEY = b"redlock:\x00semaphore\x00pool\x00limit"
 """The semaphore's widest limit ever used: kept on the nodes (a few bytes, no ttl)."""
 
 
+@pytest.mark.slow
 async def test_limit_lets_that_many_commands_run_at_once(cluster: Cluster, tmp_path: Path) -> None:
     gos = [tmp_path / f"go{i}" for i in range(2)]
     running = [await redlock_run(cluster.urls, "--limit", "2", "pool", "--", PY, "-c", HOLD, str(go)) for go in gos]
@@ -715,6 +722,7 @@ async def test_limit_lets_that_many_commands_run_at_once(cluster: Cluster, tmp_p
     await assert_empty(cluster, SEMAPHORE_LIMIT_KEY)
 
 
+@pytest.mark.slow
 async def test_a_limit_other_than_the_holders_is_one_line_and_exit_2(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:

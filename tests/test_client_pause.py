@@ -47,6 +47,7 @@ async def wait_state(pid: int, stopped: bool) -> None:
             await asyncio.sleep(0.001)
 
 
+@pytest.mark.slow
 async def test_client_paused_longer_than_its_validity_overlaps_and_then_reports_lock_lost(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:

@@ -599,6 +599,7 @@ def test_harness_options_that_cannot_work_are_refused() -> None:
         LocalNode(tls=ServerTLS("cert.pem", "key.pem"), unix_socket=True)
 
 
+@pytest.mark.serial
 async def test_plain_server_refuses_tls(acl_nodes: LocalNodes, certs: Certs) -> None:
     """rediss:// to a plain server: the handshake fails and says so, per node, without hanging."""
     tls_url = acl_nodes.urls[0].replace("redis://", "rediss://")

@@ -165,6 +165,7 @@ async def test_snippet_runs(snippet: Snippet, nodes: LocalNodes, etc_redlock: Pa
     await run_snippet(localise(snippet.code, nodes, etc_redlock), nodes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("snippet", [s for s in RUN_HERE if is_test_module(s.code)], ids=lambda s: s.id)
 def test_test_module_snippet_passes_under_pytest(snippet: Snippet, tmp_path: Path) -> None:
     """Pasted into a user's tests with the plugin enabled, in pytest-asyncio's default (strict) mode."""

@@ -111,6 +111,7 @@ class Observer:
 # -- in process ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.serial
 async def test_successor_is_pushed_leadership_with_a_larger_term(make_redlock: MakeRedlock) -> None:
     first = (await make_redlock(retry_delay=SLOW)).election("jobs", owner="A")
     second = (await make_redlock(retry_delay=SLOW)).election("jobs", owner="B")
@@ -148,6 +149,7 @@ async def test_terms_grow_across_leaders_and_repeated_campaigns(make_redlock: Ma
     assert len(terms) == 6
 
 
+@pytest.mark.serial
 async def test_campaign_with_a_timeout_while_someone_leads_raises_lock_not_acquired(make_redlock: MakeRedlock) -> None:
     leader = (await make_redlock()).election("busy", owner="leader")
     other = (await make_redlock(retry_delay=0.05)).election("busy", owner="other")
@@ -195,6 +197,7 @@ async def test_default_owner_and_leader_info(make_redlock: MakeRedlock) -> None:
         assert (inspected.state, inspected.owner, inspected.holder) == ("held", info.owner, info.holder)
 
 
+@pytest.mark.serial
 async def test_a_body_that_raises_resigns_and_hands_over(make_redlock: MakeRedlock) -> None:
     first = (await make_redlock(retry_delay=SLOW)).election("crashy", owner="A")
     second = (await make_redlock(retry_delay=SLOW)).election("crashy", owner="B")
@@ -214,6 +217,8 @@ async def test_a_body_that_raises_resigns_and_hands_over(make_redlock: MakeRedlo
     await b.step_down()
 
 
+@pytest.mark.slow
+@pytest.mark.serial
 async def test_observer_sees_each_new_leader_once_in_order(make_redlock: MakeRedlock) -> None:
     first = (await make_redlock(retry_delay=SLOW)).election("observed", owner="A", ttl=1.0)
     second = (await make_redlock(retry_delay=SLOW)).election("observed", owner="B", ttl=1.0)
@@ -274,6 +279,7 @@ async def test_observe_starts_with_the_current_leader(make_redlock: MakeRedlock)
             await observing.aclose()
 
 
+@pytest.mark.serial
 async def test_observe_yields_nothing_while_no_one_leads(make_redlock: MakeRedlock) -> None:
     watcher = (await make_redlock(retry_delay=SLOW)).election("vacant")
     candidate = (await make_redlock()).election("vacant", owner="late")
@@ -400,6 +406,7 @@ async def wait_state(pid: int, stopped: bool) -> None:
             await asyncio.sleep(0.001)
 
 
+@pytest.mark.serial
 async def test_killed_leader_process_is_succeeded_after_its_lease(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     observer = Observer((await make_redlock(retry_delay=SLOW)).election(NAME))
     try:
@@ -441,6 +448,7 @@ async def succeed(
     return took
 
 
+@pytest.mark.serial
 async def test_frozen_leader_process_loses_to_a_standby_and_is_told_on_resume(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:

@@ -12,6 +12,7 @@ from redlock_async import EventKind, LockEvent, LockLost, Vote
 from .conftest import Cluster, MakeRedlock
 
 
+@pytest.mark.serial
 async def test_a_lost_lock_is_told_by_event_and_by_a_warning_with_fields(
     cluster: Cluster, make_redlock: MakeRedlock, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # seconds each: the developer loop (-m 'not slow') leaves them out
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 

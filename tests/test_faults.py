@@ -57,6 +57,7 @@ async def test_a_set_whose_reply_was_lost_is_released(redlock_nodes: LocalNodes)
         assert await eventually(lambda: holders(redlock_nodes, "lost-replies") == [], SLACK)
 
 
+@pytest.mark.serial
 async def test_lost_replies_on_a_majority_grant_nothing_and_leave_nothing(redlock_nodes: LocalNodes) -> None:
     """Replies lost on 3 of 5: every attempt's SETs ran there, yet no lock and, afterwards, no key."""
     async with Redlock(redlock_nodes.urls, ttl=10.0, retry_delay=0.05) as redlock:
@@ -96,6 +97,7 @@ async def test_a_slow_node_never_slows_the_acquire(redlock_nodes: LocalNodes) ->
         assert await eventually(lambda: holders(redlock_nodes, "slow-node") == [], 0.6 + SLACK)
 
 
+@pytest.mark.serial
 async def test_a_slow_node_needed_for_the_quorum_costs_at_most_its_timeout(redlock_nodes: LocalNodes) -> None:
     """Nodes 3 and 4 are silent, so node 0 decides: slow within the timeout it is waited for, far past it not.
 
@@ -162,6 +164,8 @@ async def contend(
     assert await eventually(lambda: all(holders(redlock_nodes, r) == [] for r in resources), 1.0 + SLACK)
 
 
+@pytest.mark.slow
+@pytest.mark.serial
 async def test_black_holed_minorities_during_contention_never_break_mutual_exclusion(
     redlock_nodes: LocalNodes,
 ) -> None:
@@ -193,6 +197,7 @@ async def test_black_holed_minorities_during_contention_never_break_mutual_exclu
     assert len(starved) <= 1, f"no lock granted while {[w[0] for w in starved]} were silent"
 
 
+@pytest.mark.slow
 async def test_a_black_holed_minority_throughout_contention(
     redlock_nodes: LocalNodes, redlock_history: History
 ) -> None:
@@ -209,6 +214,7 @@ async def test_a_black_holed_minority_throughout_contention(
     # The plugin checks redlock_history once more after the test.
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("fault", ["blackhole", "pause"])
 async def test_a_silent_majority_grants_nothing_and_leaves_nothing(redlock_nodes: LocalNodes, fault: str) -> None:
     """3 of 5 nodes black-holed (or frozen): acquire fails within its timeout; once back, no key remains."""
@@ -251,6 +257,7 @@ async def test_a_silent_majority_grants_nothing_and_leaves_nothing(redlock_nodes
 # -- slow networks: nodes 50-100 ms away ------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("one_way", [0.05, 0.1])
 async def test_default_settings_work_with_nodes_far_away(one_way: float) -> None:
     """With the nodes 100-200 ms away (a round trip), the defaults (node_timeout 50 ms) still acquire:
@@ -286,6 +293,7 @@ async def test_without_adaptive_timeout_the_error_names_the_round_trip() -> None
 # -- a late SET of the same acquisition is no proof of holding throughout -----------------------
 
 
+@pytest.mark.slow
 async def test_a_late_set_of_our_own_acquisition_is_no_proof_of_a_clean_exit() -> None:
     """A's SETs to nodes 3 and 4 are held in a partition when it is granted on 0, 1 and 2. A's body
     stalls past its validity; B takes 2, 3 and 4 and lets go; the partition heals and A's old SETs

@@ -93,6 +93,7 @@ async def asgi_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     assert_no_library_tasks()
 
 
+@pytest.mark.serial
 @pytest.mark.usefixtures("nodes_env")
 async def test_fastapi_fail_fast_route_answers_409_while_the_job_runs() -> None:
     witness = Witness()
@@ -205,6 +206,7 @@ async def aiohttp_client(app: web.Application) -> AsyncIterator[TestClient[web.R
     assert_no_library_tasks()
 
 
+@pytest.mark.serial
 @pytest.mark.usefixtures("nodes_env")
 async def test_aiohttp_fail_fast_route_answers_409_while_the_job_runs() -> None:
     witness = Witness()
@@ -366,6 +368,7 @@ def test_aiohttp_main_refuses_arguments_it_does_not_take() -> None:
 # -- scripts ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_long_job_example_extends_between_chunks_and_stops_when_lost(cluster: Cluster) -> None:
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / "long_job.py")],

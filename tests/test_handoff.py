@@ -79,6 +79,7 @@ async def test_one_release_wakes_one_waiter_oldest_first(make_redlock: MakeRedlo
     assert waiters.statistics().wakeups == 4  # one per release, no stampede
 
 
+@pytest.mark.serial
 async def test_waiter_still_acquires_when_notifications_are_lost(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     holder, waiter = await make_redlock(), await make_redlock(retry_delay=0.3)
     first = holder.lock("lost-word")
@@ -277,6 +278,7 @@ async def test_late_release_words_leave_no_memory_behind() -> None:
     assert listener.remembered() == 0
 
 
+@pytest.mark.slow
 async def test_impatient_acquirers_never_leave_the_queue_stuck(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     """Looping workers, and a stream of acquirers that give up at random (asyncio.timeout):
     afterwards a release still wakes a waiter at once."""

@@ -149,6 +149,7 @@ async def test_hand_overs_happen_and_cost_no_extra_round(cluster: Cluster, make_
 ORDERS = ("cancel-after-the-hand-over", "cancel-before-the-hand-over", "cancel-once-released")
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("order", ORDERS)
 async def test_a_waiter_cancelled_as_it_is_handed_the_lock_leaves_nothing(
     cluster: Cluster, make_redlock: MakeRedlock, monkeypatch: pytest.MonkeyPatch, order: str
@@ -213,6 +214,8 @@ OFFSETS_MS = (-3.0, -1.5, -1.0, -0.5, -0.25, 0.0, 0.0, 0.0, 0.25, 0.5, 1.0, 1.5,
 """When the impatient waiter gives up, relative to the release that hands it the lock."""
 
 
+@pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("how", IMPATIENCE)
 async def test_waiters_giving_up_as_the_lock_is_handed_to_them(
     cluster: Cluster, make_redlock: MakeRedlock, how: str
@@ -350,6 +353,7 @@ async def contend_against_a_child(
     return Contention(history, dict(longest), dict(grants), statistics["wakeups"])
 
 
+@pytest.mark.slow
 async def test_another_process_is_not_starved_by_hand_overs(
     cluster: Cluster, make_redlock: MakeRedlock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -368,6 +372,7 @@ async def test_another_process_is_not_starved_by_hand_overs(
     await assert_no_lock_key(cluster)
 
 
+@pytest.mark.slow
 async def test_a_waiter_of_another_process_is_served_when_a_chain_ends(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:
@@ -389,6 +394,7 @@ async def test_a_waiter_of_another_process_is_served_when_a_chain_ends(
     assert max(run.longest.values()) < 1.0, run.longest
 
 
+@pytest.mark.slow
 async def test_two_redlocks_and_another_process_exclude_each_other(
     cluster: Cluster, make_redlock: MakeRedlock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -414,6 +420,7 @@ async def test_two_redlocks_and_another_process_exclude_each_other(
 # -- a lock_many waiter handed a round it cannot win ----------------------------------------------------
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("waiter_in", ["another-redlock", "the-releasers-redlock"])
 async def test_a_release_handed_to_a_lock_many_waiter_that_loses_still_frees_the_key_for_others(
     cluster: Cluster, make_redlock: MakeRedlock, monkeypatch: pytest.MonkeyPatch, waiter_in: str
@@ -462,6 +469,7 @@ async def test_a_release_handed_to_a_lock_many_waiter_that_loses_still_frees_the
 # -- 4. faults while the lock is handed over --------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_hand_overs_under_paused_and_wiped_nodes_keep_exclusion_and_fencing(
     faulty: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -243,6 +243,7 @@ async def test_unfenced_lock_has_no_fencing_counter(make_redlock: MakeRedlock) -
         assert info.owner == lock.owner == default_label()
 
 
+@pytest.mark.serial
 async def test_unknown_when_the_silent_nodes_could_make_a_majority(faulty: Cluster) -> None:
     for i in (0, 1):  # a holder on 2 of 5, 2 nodes down: 2 + 2 could be a majority of it
         faulty[i].command("SET", "redlock:split", "c29tZXRva2Vu~someone", "PX", 60_000)

@@ -97,6 +97,7 @@ async def wait_leading(*clients: httpx.AsyncClient, within: float) -> list[dict[
         await asyncio.sleep(0.01)
 
 
+@pytest.mark.serial
 @pytest.mark.usefixtures("nodes_env")
 async def test_two_replicas_elect_one_and_hand_over_when_it_shuts_down(cluster: Cluster) -> None:
     witness = Witness()
@@ -138,6 +139,7 @@ async def test_two_replicas_elect_one_and_hand_over_when_it_shuts_down(cluster: 
     assert await eventually(lambda: holders(cluster, leader.ELECTION) == [], 1.0)
 
 
+@pytest.mark.serial
 @pytest.mark.usefixtures("nodes_env")
 async def test_a_replica_waits_while_another_leads_and_shuts_down_cleanly(cluster: Cluster) -> None:
     witness = Witness()

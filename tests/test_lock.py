@@ -297,6 +297,7 @@ async def test_two_of_five_paused_still_acquires(faulty: Cluster) -> None:
         faulty[3].resume()
 
 
+@pytest.mark.serial
 async def test_three_of_five_paused_fails_fast_and_leaves_no_keys(faulty: Cluster) -> None:
     async with Redlock(faulty.urls, node_timeout=0.05, retry_delay=0.01) as redlock:
         for i in (0, 1, 2):
@@ -320,6 +321,7 @@ async def test_three_of_five_paused_fails_fast_and_leaves_no_keys(faulty: Cluste
         await lock.release()
 
 
+@pytest.mark.serial
 async def test_three_of_five_killed_fails_at_once(faulty: Cluster) -> None:
     async with Redlock(faulty.urls, node_timeout=0.5, ttl=10.0) as redlock:
         for i in (0, 1, 2):
@@ -408,6 +410,7 @@ async def test_paused_before_connect_still_acquires(faulty: Cluster) -> None:
         faulty[1].resume()
 
 
+@pytest.mark.slow
 async def test_extend_with_majority_down_is_lost(faulty: Cluster) -> None:
     async with Redlock(faulty.urls) as redlock:
         lock = redlock.lock("extend-down", ttl=2.0)

@@ -212,6 +212,7 @@ def sections(histories: dict[str, History], client: str, lock: Lock) -> Iterator
             histories[name].sections.append(Section(client, token, tokens.get(name), start, end))
 
 
+@pytest.mark.slow
 async def test_overlapping_lock_manys_and_single_locks_while_minorities_are_slow_or_silent() -> None:
     """Fenced lock_many of [a, b], [b, c], [c, a] and single locks of each, on 3 Redlocks, for 3 s while a
     changing pair of nodes is slow or black-holed: per name, no two holders at once and tokens that grow."""
@@ -287,6 +288,7 @@ async def test_nothing_is_left_after_a_lock_many_that_failed(cluster: Cluster, m
     await assert_empty(cluster)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("fencing", [False, True], ids=["plain", "fenced"])
 async def test_nothing_is_left_after_a_lock_many_cancelled_mid_vote(fencing: bool) -> None:
     """Nodes 0 and 1 answer 0.3 s late and node 4 holds b, so the vote waits for a slow node:
@@ -372,6 +374,7 @@ async def test_fencing_tokens_are_the_single_locks_counters(make_redlock: MakeRe
 # -- the watchdog and losses ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_the_watchdog_keeps_a_lock_many_held(cluster: Cluster, redlock: Redlock) -> None:
     lock = redlock.lock_many(["a", "b", "c"], ttl=0.5)
     async with lock:
@@ -386,6 +389,7 @@ async def test_the_watchdog_keeps_a_lock_many_held(cluster: Cluster, redlock: Re
     await assert_empty(cluster)
 
 
+@pytest.mark.serial
 async def test_losing_one_name_loses_them_all(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     """b deleted on a majority while the body runs: the body is cancelled with LockLost, and the keys of
     a and c are released, not left to expire."""

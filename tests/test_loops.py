@@ -404,6 +404,7 @@ async def test_a_scope_cancelled_from_another_task_while_the_watchdog_declares_a
     assert_no_library_tasks()
 
 
+@pytest.mark.slow
 async def test_an_anyio_cancel_right_after_the_lease_ran_out_still_reports_the_loss(faulty: Cluster) -> None:
     """The exit's confirmation round is not cut short by anyio's repeated cancellation."""
     events: list[LockEvent] = []

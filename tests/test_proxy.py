@@ -87,6 +87,7 @@ def test_forwards_both_ways(node: LocalNode, proxy: Proxy) -> None:
     assert proxy.state.healthy
 
 
+@pytest.mark.serial
 def test_latency_delays_each_direction_and_heals_at_once(proxy: Proxy) -> None:
     with _connect(proxy) as sock:
         assert _round_trip(sock)[0] == b"+PONG\r\n"
@@ -204,6 +205,7 @@ def test_reset_cuts_every_connection(proxy: Proxy) -> None:
         assert _round_trip(sock)[0] == b"+PONG\r\n"
 
 
+@pytest.mark.serial
 def test_a_server_that_is_down_refuses_through_the_proxy(node: LocalNode, proxy: Proxy) -> None:
     node.kill()
     started = time.monotonic()
@@ -233,6 +235,7 @@ def _open_fds() -> set[str] | None:
         return None
 
 
+@pytest.mark.serial
 def test_close_leaves_no_thread_socket_or_port(node: LocalNode) -> None:
     node.command("PING")  # the harness's own client connects before the count
     threads_before = set(threading.enumerate())
@@ -326,6 +329,7 @@ def test_overlap_fails_the_test(redlock_history):
 """
 
 
+@pytest.mark.slow
 def test_pytest_plugin_as_users_enable_it(pytester: pytest.Pytester) -> None:
     pytester.makeconftest('pytest_plugins = ["redlock_async.testing.pytest_plugin"]\n')
     pytester.makepyfile(test_user=PLUGIN_USER_TESTS)

@@ -33,6 +33,7 @@ async def _hold_on_first_three(faulty: Cluster, a: Redlock) -> tuple[float, obje
     return expires, lock
 
 
+@pytest.mark.slow
 async def test_the_analysis_sequence_gives_no_second_holder(faulty: Cluster) -> None:
     async with Redlock(faulty.urls) as a, Redlock(faulty.urls) as b_before:
         expires, _ = await _hold_on_first_three(faulty, a)
@@ -92,6 +93,7 @@ async def test_a_new_cluster_serves_at_once_and_is_marked(faulty: Cluster) -> No
         await lock.release()
 
 
+@pytest.mark.slow
 async def test_a_node_without_its_marker_sits_out_for_a_new_client(faulty: Cluster) -> None:
     async with Redlock(faulty.urls) as a:
         await a.connect()
@@ -120,6 +122,7 @@ async def test_a_node_without_its_marker_sits_out_for_a_new_client(faulty: Clust
     assert faulty[1].command("GET", "redlock:") is not None  # marked again once served
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("keep_data", [True, False], ids=["with-data", "without-data"])
 async def test_a_restarted_node_sits_out_then_counts_again(faulty: Cluster, keep_data: bool) -> None:
     """Kept data may be a stale snapshot: a restart costs the quarantine either way, and only that."""
@@ -192,6 +195,7 @@ async def test_a_marker_written_under_a_shorter_period_vouches_for_no_longer_lea
         await held.release()
 
 
+@pytest.mark.slow
 async def test_an_empty_spare_behind_the_same_address_is_not_trusted(faulty: Cluster) -> None:
     """A VIP or DNS name re-pointed at a spare that has been up for longer than the period: empty,
     without our marker while the other nodes have theirs. Its uptime must not vouch for it."""

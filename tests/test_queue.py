@@ -180,6 +180,7 @@ def child_main(argv: list[str]) -> None:
 # -- 1. the lock changes hands by the grant: no retry -----------------------------------------------------
 
 
+@pytest.mark.serial
 async def test_a_waiter_in_another_process_gets_the_lock_by_the_grant(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:
@@ -215,6 +216,7 @@ async def test_a_waiter_in_another_process_gets_the_lock_by_the_grant(
     await assert_nothing_left(cluster)
 
 
+@pytest.mark.serial
 async def test_two_redlocks_of_one_process_hand_off_by_the_grant(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     """Holder in one Redlock, a chain of 3 waiters in 3 others (retry delay SLOW): each release hands the
     key to the next in line (by their order of arrival), which holds it at once; the nodes run one SET per
@@ -248,6 +250,7 @@ async def test_two_redlocks_of_one_process_hand_off_by_the_grant(cluster: Cluste
     await assert_nothing_left(cluster)
 
 
+@pytest.mark.serial
 async def test_a_waiter_joining_a_subscription_still_being_made_hears_its_grant(
     cluster: Cluster, make_redlock: MakeRedlock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -365,6 +368,8 @@ async def contend(
     return history, dict(longest), dict(grants), timeouts[0]
 
 
+@pytest.mark.slow
+@pytest.mark.serial
 async def test_two_redlocks_and_another_process_exclude_each_other(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     """3 + 1 tasks of two Redlocks and 2 tasks of another process, all queue=True, on one key for 2 s
     (retry delay SLOW: the lock moves by grants only): one history across processes with no overlap,
@@ -385,6 +390,7 @@ async def test_two_redlocks_and_another_process_exclude_each_other(cluster: Clus
     await assert_nothing_left(cluster)
 
 
+@pytest.mark.slow
 async def test_clients_with_and_without_the_queue_exclude_each_other_and_all_progress(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:
@@ -442,6 +448,7 @@ async def give_up(how: str, lock: Lock, after: float) -> str:
     return "held it"
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("how", GIVE_UPS)
 async def test_a_waiter_that_gives_up_leaves_nothing_behind(
     cluster: Cluster, make_redlock: MakeRedlock, how: str
@@ -472,6 +479,7 @@ async def test_a_waiter_that_gives_up_leaves_nothing_behind(
     await assert_nothing_left(cluster)
 
 
+@pytest.mark.serial
 async def test_a_non_blocking_try_on_a_held_key_leaves_no_entry(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     """acquire(blocking=False) on a held key joins each node's line for its one try: it must leave again,
     so that the holder's release frees the key instead of granting it to a try long over."""
@@ -497,6 +505,8 @@ TURNS = range(-1, 16)
 loop iterations (asyncio.sleep(0)) once the release was sent; its grant comes ~0.2-1 ms later."""
 
 
+@pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("waiter_in", ["the-holders-redlock", "another-redlock"])
 async def test_a_waiter_cancelled_around_its_grant_never_leaves_the_key_to_no_one(
     cluster: Cluster, make_redlock: MakeRedlock, waiter_in: str
@@ -662,6 +672,7 @@ async def contend_through_faults(
     return history, votes, timeouts[0]
 
 
+@pytest.mark.slow
 async def test_contention_with_a_paused_node(faulty: Cluster) -> None:
     """Node 4 is SIGSTOPped for 1.5 s, then node 0 for 1 s, mid-contention: no overlap, grants keep
     coming while a node is paused, and no key is left once the runs are over (a paused node's keys
@@ -691,6 +702,7 @@ async def test_contention_with_a_paused_node(faulty: Cluster) -> None:
     assert await eventually(lambda: keys_everywhere(faulty) == [[]] * len(faulty), 3.0), keys_everywhere(faulty)
 
 
+@pytest.mark.slow
 async def test_contention_with_a_node_restarted_empty(faulty: Cluster) -> None:
     """Node 2 is restarted without its data mid-contention (its keys and lines are gone), then node 3:
     no overlap, grants go on, and a restarted node counts toward no grant for its quarantine (ttl)."""
@@ -718,6 +730,7 @@ async def test_contention_with_a_node_restarted_empty(faulty: Cluster) -> None:
     assert await eventually(lambda: keys_everywhere(faulty) == [[]] * len(faulty), 3.0), keys_everywhere(faulty)
 
 
+@pytest.mark.slow
 async def test_the_restart_quarantine_holds_for_grants_from_the_queue(faulty: Cluster) -> None:
     """The analysis sequence, queued: A holds nodes 0, 1, 2 (ttl 2 s, no watchdog; 3 and 4 free and
     their lines empty); B waits in line. Node 2 restarts empty: B's entry there is granted at once, as
@@ -746,6 +759,7 @@ async def test_the_restart_quarantine_holds_for_grants_from_the_queue(faulty: Cl
     assert await eventually(lambda: keys_everywhere(faulty) == [[]] * len(faulty), 2.0), keys_everywhere(faulty)
 
 
+@pytest.mark.serial
 async def test_nodes_wiped_under_a_holder_grant_nothing_to_the_waiter(faulty: Cluster) -> None:
     """A holds on all 5 nodes (ttl 30 s); B waits in line (re-entering every ~0.2 s); nodes 0 and 1
     are wiped (FLUSHALL: A's key and B's entries go). B's next entries are granted there at once: 2
@@ -777,6 +791,7 @@ async def test_nodes_wiped_under_a_holder_grant_nothing_to_the_waiter(faulty: Cl
 # -- 7. uvloop ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.serial
 def test_contention_on_uvloop(cluster: Cluster) -> None:
     """On uvloop, whatever REDLOCK_TEST_LOOP says: two queue=True Redlocks (3 + 2 tasks, retry delay
     SLOW) on one key for 1 s: no overlap, every task served many times (with SLOW, only grants move the

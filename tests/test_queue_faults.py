@@ -187,6 +187,7 @@ async def contend(
 # -- 1. a slow network ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_on_a_slow_network_hand_offs_go_by_the_grant_and_exclude() -> None:
     """Every node 50-100 ms away (a round trip; each proxy holds each chunk 25-50 ms each way, on the
     command and the subscriber connections of every client). Two queue=True Redlocks of this process
@@ -219,6 +220,8 @@ async def test_on_a_slow_network_hand_offs_go_by_the_grant_and_exclude() -> None
         await nothing_left(nodes, 3.0)
 
 
+@pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("offset", [-0.05, 0.0])  # just before W1 gives up, and at the moment
 async def test_on_a_slow_network_a_give_up_crossing_its_grant_hands_the_key_on(offset: float) -> None:
     """Nodes 100 ms away (a round trip). H holds; W1 (acquire timeout 0.8 s) is first in line, W2 (20 s)
@@ -278,6 +281,7 @@ async def test_on_a_slow_network_a_give_up_crossing_its_grant_hands_the_key_on(o
         await nothing_left(nodes, 2.0)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("fault", ["reset", "blackhole"])
 async def test_a_waiter_whose_connections_are_cut_as_its_grant_goes_out_still_gets_it(fault: str) -> None:
     """H (straight to the servers) holds; W (through proxies, retry delay SLOW) waits in line. All of W's
@@ -326,6 +330,8 @@ async def test_a_waiter_whose_connections_are_cut_as_its_grant_goes_out_still_ge
 # -- 2. nodes restarted behind the same address while waiters are in line ------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("keep_data", [False, True], ids=["empty", "with-data"])
 async def test_a_majority_restarted_under_a_line_keeps_exclusion_and_the_line_recovers(
     faulty: Cluster, keep_data: bool
@@ -397,6 +403,7 @@ async def test_a_majority_restarted_under_a_line_keeps_exclusion_and_the_line_re
 # -- 3. different ttls in one line ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_each_waiter_is_granted_its_own_ttl_and_keeps_the_lock_it_was_granted(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:
@@ -471,6 +478,8 @@ async def test_each_waiter_is_granted_its_own_ttl_and_keeps_the_lock_it_was_gran
 # -- 4. long waits -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.serial
 async def test_a_wait_longer_than_an_entry_life_keeps_its_place_and_gets_a_sane_lease(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:
@@ -532,6 +541,8 @@ async def test_a_wait_longer_than_an_entry_life_keeps_its_place_and_gets_a_sane_
 # -- 5. lock_many, semaphores and elections on a queue=True Redlock ----------------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.serial
 async def test_lock_many_and_semaphores_share_names_with_queued_locks(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:
@@ -623,6 +634,7 @@ async def start_term_child(
     return child
 
 
+@pytest.mark.serial
 async def test_a_holder_terminated_with_sigterm_handled_hands_the_lock_on_at_once(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:
@@ -691,6 +703,7 @@ async def test_a_waiter_terminated_with_sigterm_handled_leaves_its_line_at_once(
     await nothing_left(cluster, PROMPT)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["hold", "wait"])
 async def test_a_process_killed_by_an_unhandled_sigterm_blocks_for_a_ttl_at_most(
     cluster: Cluster, make_redlock: MakeRedlock, mode: str
@@ -791,6 +804,7 @@ async def test_closing_a_redlock_takes_its_queued_waiters_out_of_line(
 # -- 7. many waiters ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_many_waiters_in_four_processes_are_all_served(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     """3 other processes x 4 tasks and 2 Redlocks x 2 tasks of this one (16 tasks, all queue=True, retry
     delay 0.2 s) take one key for 3.5 s: no overlap across the four processes, every task served, no

@@ -37,6 +37,7 @@ def test_checker_passes_a_clean_history() -> None:
     history.check()
 
 
+@pytest.mark.slow
 async def test_minority_faults_during_contention_never_break_mutual_exclusion(faulty: Cluster) -> None:
     """4 clients x 3 tasks contend for one fenced lock for 6 s while minorities of nodes fail."""
     history = History()
@@ -89,6 +90,7 @@ async def test_minority_faults_during_contention_never_break_mutual_exclusion(fa
     assert len(history.sections) > 200  # locks kept being granted through the faults
 
 
+@pytest.mark.slow
 async def test_several_processes_under_minority_faults_never_overlap() -> None:
     """OS processes, not tasks: each its own Redlock, connections and event loop; pauses, wipes and
     slow nodes one at a time; every critical section of every process checked as one history."""

@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # seconds each: the developer loop (-m 'not slow') leaves them out
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -124,6 +124,7 @@ async def test_limits_are_checked_with_a_message_that_says_what_to_do(redlock: R
 # -- the bound -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_never_more_than_limit_holders_under_contention(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     """3 Redlocks x 8 tasks take permits of a semaphore of 3 for 3 s: never 4 inside, often 3."""
     limit = 3
@@ -175,6 +176,7 @@ async def test_free_permits_are_all_granted_at_once(cluster: Cluster, redlock: R
     assert await eventually(lambda: keys_everywhere(cluster) == expected, 1.0), keys_everywhere(cluster)
 
 
+@pytest.mark.serial
 async def test_another_limit_while_held_is_a_value_error(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     one, other = await make_redlock(), await make_redlock(retry_delay=0.05)
     three = one.semaphore("pool", limit=3)
@@ -263,6 +265,7 @@ async def test_permits_released_at_once_wake_as_many_waiters(make_redlock: MakeR
         assert all(task.result() for task in done)
 
 
+@pytest.mark.serial
 async def test_a_lost_permit_cancels_the_body_with_lock_lost(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     redlock, other = await make_redlock(), await make_redlock()
     neighbour = other.semaphore("lossy", limit=2)
@@ -318,6 +321,7 @@ async def test_nothing_is_left_after_failed_or_cancelled_acquires(cluster: Clust
     assert await eventually(lambda: keys_everywhere(cluster) == expected, 1.0), keys_everywhere(cluster)
 
 
+@pytest.mark.serial
 async def test_nothing_is_left_after_an_acquire_cancelled_mid_vote() -> None:
     """Nodes 0 and 1 answer 0.3 s late and node 4's only slot is taken, so the vote waits for a slow node:
     cancelled then, the late scripts still reach nodes 0 and 1, and are given back there."""
@@ -344,6 +348,7 @@ async def test_nothing_is_left_after_an_acquire_cancelled_mid_vote() -> None:
         assert await eventually(lambda: keys_everywhere(nodes) == [[widest("one")]] * 5, 1.0)
 
 
+@pytest.mark.serial
 async def test_a_full_semaphore_of_the_largest_limit_keeps_the_acquire_timeout(
     cluster: Cluster, redlock: Redlock
 ) -> None:
@@ -364,6 +369,7 @@ async def test_a_full_semaphore_of_the_largest_limit_keeps_the_acquire_timeout(
 # -- the bound under faults ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_never_more_than_limit_holders_while_minorities_fail(faulty: Cluster) -> None:
     """3 Redlocks x 5 tasks contend for a semaphore of 2 for 4 s while minorities of nodes are paused,
     restarted, or restarted without their data (the restart quarantine keeps those out of quorums)."""
@@ -415,6 +421,7 @@ async def test_never_more_than_limit_holders_while_minorities_fail(faulty: Clust
     assert len(history.sections) > 100, faults
 
 
+@pytest.mark.slow
 async def test_never_more_than_limit_holders_while_a_minority_is_slow_or_silent() -> None:
     """3 Redlocks x 4 tasks contend for a semaphore of 3 for 3 s while a changing pair of nodes is slow
     (past the node timeout) or black-holed."""
@@ -467,6 +474,7 @@ async def test_never_more_than_limit_holders_while_a_minority_is_slow_or_silent(
 # -- several OS processes, and anyio's cancel scopes ---------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_several_processes_never_exceed_the_limit_under_minority_faults() -> None:
     """OS processes, each its own Redlock and event loop, contend for permits of one semaphore while
     nodes are paused, wiped and slowed one at a time: one history, never more than the limit inside."""

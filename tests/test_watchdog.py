@@ -29,6 +29,7 @@ def assert_clean_task() -> None:
     assert watchdog_tasks() == []
 
 
+@pytest.mark.slow
 async def test_lease_is_kept_for_many_ttls_and_others_never_get_it(make_redlock: MakeRedlock) -> None:
     holder, prober = await make_redlock(), await make_redlock()
     lock = holder.lock("kept", ttl=0.5)
@@ -107,6 +108,7 @@ async def test_stall_until_the_body_returns_is_reported_on_exit(redlock: Redlock
     assert_clean_task()
 
 
+@pytest.mark.serial
 async def test_max_hold_ends_the_lock(redlock: Redlock) -> None:
     lock = redlock.lock("hold-limit", ttl=0.5, max_hold=1.2)
     started = time.monotonic()
