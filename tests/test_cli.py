@@ -446,6 +446,7 @@ async def run_cli(*args: str | bytes) -> tuple[int, str, str]:
     return await finish(process)
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.parametrize("quiet", [True, False], ids=["quiet", "waiting-lines"])
 async def test_ctrl_c_while_waiting_is_one_line_and_130(

@@ -197,6 +197,7 @@ async def test_black_holed_minorities_during_contention_never_break_mutual_exclu
     assert len(starved) <= 1, f"no lock granted while {[w[0] for w in starved]} were silent"
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 async def test_a_black_holed_minority_throughout_contention(
     redlock_nodes: LocalNodes, redlock_history: History

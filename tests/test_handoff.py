@@ -31,6 +31,7 @@ async def hold_then_release(lock_holder: Redlock, name: str, after: float) -> as
     return asyncio.create_task(release())
 
 
+@pytest.mark.serial
 async def test_waiter_is_woken_by_the_release(make_redlock: MakeRedlock) -> None:
     holder, waiter = await make_redlock(), await make_redlock(retry_delay=SLOW_POLL)
     releasing = await hold_then_release(holder, "pushed", after=0.2)

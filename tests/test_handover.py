@@ -539,6 +539,7 @@ async def test_hand_overs_under_paused_and_wiped_nodes_keep_exclusion_and_fencin
 # -- 5. uvloop ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.serial
 def test_hand_overs_on_uvloop(cluster: Cluster) -> None:
     """On uvloop, whatever REDLOCK_TEST_LOOP says: two Redlocks' tasks contend (hand-overs within each),
     no overlap, hand-overs happen; then a waiter cancelled in the turn it is handed the lock leaves

@@ -400,6 +400,7 @@ async def test_busy_node_is_never_skipped(make_redlock: MakeRedlock) -> None:
     await asyncio.gather(*(lock.release() for lock in locks))
 
 
+@pytest.mark.serial
 async def test_paused_before_connect_still_acquires(faulty: Cluster) -> None:
     faulty[1].pause()
     async with Redlock(faulty.urls, connect_timeout=0.2) as redlock:

@@ -29,6 +29,7 @@ def assert_clean_task() -> None:
     assert watchdog_tasks() == []
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 async def test_lease_is_kept_for_many_ttls_and_others_never_get_it(make_redlock: MakeRedlock) -> None:
     holder, prober = await make_redlock(), await make_redlock()
@@ -119,6 +120,7 @@ async def test_max_hold_ends_the_lock(redlock: Redlock) -> None:
     assert_clean_task()
 
 
+@pytest.mark.serial
 async def test_max_extensions_ends_the_lock(redlock: Redlock) -> None:
     lock = redlock.lock("extension-limit", ttl=0.5, max_extensions=2)
     with pytest.raises(LockLost, match="hold limit"):
