@@ -618,6 +618,7 @@ async def test_plain_server_refuses_tls(acl_nodes: LocalNodes, certs: Certs) -> 
 # -- one server, two spellings; a paused node at connect; scripts lost mid-stream ------------------
 
 
+@pytest.mark.serial
 async def test_the_same_server_under_two_spellings_is_refused_at_connect() -> None:
     """localhost and 127.0.0.1 look like two nodes; the server's run_id says they are one."""
     with LocalNodes(2) as nodes:

@@ -212,6 +212,7 @@ def sections(histories: dict[str, History], client: str, lock: Lock) -> Iterator
             histories[name].sections.append(Section(client, token, tokens.get(name), start, end))
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 async def test_overlapping_lock_manys_and_single_locks_while_minorities_are_slow_or_silent() -> None:
     """Fenced lock_many of [a, b], [b, c], [c, a] and single locks of each, on 3 Redlocks, for 3 s while a
