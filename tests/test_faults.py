@@ -276,6 +276,7 @@ async def test_default_settings_work_with_nodes_far_away(one_way: float) -> None
             )
 
 
+@pytest.mark.serial
 async def test_without_adaptive_timeout_the_error_names_the_round_trip() -> None:
     with LocalNodes(3, proxied=True) as nodes:
         for node in nodes:

@@ -368,6 +368,7 @@ def test_aiohttp_main_refuses_arguments_it_does_not_take() -> None:
 # -- scripts ------------------------------------------------------------------
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_long_job_example_extends_between_chunks_and_stops_when_lost(cluster: Cluster) -> None:
     result = subprocess.run(

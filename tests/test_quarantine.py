@@ -151,6 +151,7 @@ async def test_a_restarted_node_sits_out_then_counts_again(faulty: Cluster, keep
             faulty[i].command("DEL", "redlock:restarted")
 
 
+@pytest.mark.serial
 async def test_quarantined_votes_do_not_extend_a_lease(faulty: Cluster) -> None:
     """A holder whose majority includes a quarantined node cannot extend on it."""
     async with Redlock(faulty.urls, restart_quarantine=5.0, reconnect_delay=0.0) as redlock:

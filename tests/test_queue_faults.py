@@ -403,6 +403,7 @@ async def test_a_majority_restarted_under_a_line_keeps_exclusion_and_the_line_re
 # -- 3. different ttls in one line ------------------------------------------------------------------------------
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 async def test_each_waiter_is_granted_its_own_ttl_and_keeps_the_lock_it_was_granted(
     cluster: Cluster, make_redlock: MakeRedlock
@@ -703,6 +704,7 @@ async def test_a_waiter_terminated_with_sigterm_handled_leaves_its_line_at_once(
     await nothing_left(cluster, PROMPT)
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["hold", "wait"])
 async def test_a_process_killed_by_an_unhandled_sigterm_blocks_for_a_ttl_at_most(
