@@ -339,6 +339,7 @@ async def test_a_blocking_acquire_tries_at_once_behind_waiters_that_wait_for_the
     assert redlock.statistics().wakeups == before + 1
 
 
+@pytest.mark.serial
 async def test_a_newcomer_joins_the_line_when_this_redlock_holds_the_lock(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:
