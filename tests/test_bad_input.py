@@ -306,6 +306,7 @@ FAKES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 @pytest.mark.parametrize("how", list(FAKES))
 async def test_a_node_that_is_not_redis_is_a_failed_vote_with_its_reason(

@@ -49,6 +49,7 @@ def worker(tmp_path: Path) -> Iterator[tuple[list[str], Path]]:
                 process.wait()
 
 
+@pytest.mark.slow
 def test_the_same_task_sent_twice_at_once_runs_once(worker: tuple[list[str], Path], tmp_path: Path) -> None:
     urls, log = worker
     journal = tmp_path / "journal"

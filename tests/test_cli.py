@@ -167,6 +167,7 @@ async def test_waiting_is_shown_on_stderr_in_plain_lines(cluster: Cluster, make_
     assert re.fullmatch(r"redlock: acquired lock 'queued-job' after \d+\.\d s\n", err)
 
 
+@pytest.mark.slow
 async def test_a_wait_that_runs_out_says_so(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     redlock = await make_redlock()
     async with redlock.lock("queued-job"):
@@ -320,6 +321,7 @@ async def test_standby_takes_over_from_a_killed_leader_with_a_larger_term(cluste
                 await process.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 async def test_a_resigning_leader_hands_over_to_the_standby_at_once(cluster: Cluster) -> None:
     first = await standby(cluster.urls, "first", 1.0)
@@ -338,6 +340,7 @@ async def test_a_resigning_leader_hands_over_to_the_standby_at_once(cluster: Clu
     assert (await finish(second))[0] == 0
 
 
+@pytest.mark.slow
 async def test_standby_says_what_to_change() -> None:
     for args, says in (
         (["a", "b", "--standby"], "--standby takes one NAME"),
@@ -575,6 +578,7 @@ def test_cli_bad_names(
     assert [lock_keys(cluster[i]) for i in range(len(cluster))] == [[]] * len(cluster)  # nothing was sent
 
 
+@pytest.mark.slow
 async def test_cli_locks_a_name_that_is_not_utf8_as_its_bytes(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     nodes = ",".join(cluster.urls)
     redlock = await make_redlock()

@@ -279,6 +279,7 @@ async def test_observe_starts_with_the_current_leader(make_redlock: MakeRedlock)
             await observing.aclose()
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 async def test_observe_yields_nothing_while_no_one_leads(make_redlock: MakeRedlock) -> None:
     watcher = (await make_redlock(retry_delay=SLOW)).election("vacant")
@@ -406,6 +407,7 @@ async def wait_state(pid: int, stopped: bool) -> None:
             await asyncio.sleep(0.001)
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 async def test_killed_leader_process_is_succeeded_after_its_lease(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     observer = Observer((await make_redlock(retry_delay=SLOW)).election(NAME))
@@ -448,6 +450,7 @@ async def succeed(
     return took
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 async def test_frozen_leader_process_loses_to_a_standby_and_is_told_on_resume(
     cluster: Cluster, make_redlock: MakeRedlock

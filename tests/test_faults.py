@@ -57,6 +57,7 @@ async def test_a_set_whose_reply_was_lost_is_released(redlock_nodes: LocalNodes)
         assert await eventually(lambda: holders(redlock_nodes, "lost-replies") == [], SLACK)
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 async def test_lost_replies_on_a_majority_grant_nothing_and_leave_nothing(redlock_nodes: LocalNodes) -> None:
     """Replies lost on 3 of 5: every attempt's SETs ran there, yet no lock and, afterwards, no key."""
@@ -97,6 +98,7 @@ async def test_a_slow_node_never_slows_the_acquire(redlock_nodes: LocalNodes) ->
         assert await eventually(lambda: holders(redlock_nodes, "slow-node") == [], 0.6 + SLACK)
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 async def test_a_slow_node_needed_for_the_quorum_costs_at_most_its_timeout(redlock_nodes: LocalNodes) -> None:
     """Nodes 3 and 4 are silent, so node 0 decides: slow within the timeout it is waited for, far past it not.
@@ -215,6 +217,7 @@ async def test_a_black_holed_minority_throughout_contention(
     # The plugin checks redlock_history once more after the test.
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 @pytest.mark.parametrize("fault", ["blackhole", "pause"])
 async def test_a_silent_majority_grants_nothing_and_leaves_nothing(redlock_nodes: LocalNodes, fault: str) -> None:
@@ -276,6 +279,7 @@ async def test_default_settings_work_with_nodes_far_away(one_way: float) -> None
             )
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 async def test_without_adaptive_timeout_the_error_names_the_round_trip() -> None:
     with LocalNodes(3, proxied=True) as nodes:

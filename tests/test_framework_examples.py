@@ -326,6 +326,7 @@ def listening(port: int) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", ["script", "aiohttp.web"])
 async def test_aiohttp_app_runs_as_two_replicas_on_loopback(cluster: Cluster, runner: str) -> None:
     """Two processes of the app, each on a port of its own (loopback), share the lock through the nodes:

@@ -420,6 +420,7 @@ async def test_two_redlocks_and_another_process_exclude_each_other(
 # -- a lock_many waiter handed a round it cannot win ----------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 @pytest.mark.parametrize("waiter_in", ["another-redlock", "the-releasers-redlock"])
 async def test_a_release_handed_to_a_lock_many_waiter_that_loses_still_frees_the_key_for_others(
@@ -539,6 +540,7 @@ async def test_hand_overs_under_paused_and_wiped_nodes_keep_exclusion_and_fencin
 # -- 5. uvloop ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 def test_hand_overs_on_uvloop(cluster: Cluster) -> None:
     """On uvloop, whatever REDLOCK_TEST_LOOP says: two Redlocks' tasks contend (hand-overs within each),

@@ -80,6 +80,7 @@ async def test_a_refused_wider_limit_with_a_shorter_ttl_does_not_cut_the_limit_k
     await sem.release()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extended_by", ["watchdog", "extend"])
 async def test_a_limit_key_outlives_every_permit_held_by_extensions(
     cluster: Cluster, make_redlock: MakeRedlock, extended_by: str

@@ -297,6 +297,7 @@ async def test_two_of_five_paused_still_acquires(faulty: Cluster) -> None:
         faulty[3].resume()
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 async def test_three_of_five_paused_fails_fast_and_leaves_no_keys(faulty: Cluster) -> None:
     async with Redlock(faulty.urls, node_timeout=0.05, retry_delay=0.01) as redlock:

@@ -289,6 +289,7 @@ async def test_nothing_is_left_after_a_lock_many_that_failed(cluster: Cluster, m
     await assert_empty(cluster)
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 @pytest.mark.parametrize("fencing", [False, True], ids=["plain", "fenced"])
 async def test_nothing_is_left_after_a_lock_many_cancelled_mid_vote(fencing: bool) -> None:

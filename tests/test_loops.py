@@ -311,6 +311,7 @@ async def test_a_failing_subscriber_task_fails_the_waiting_acquire(
     assert_no_library_tasks()
 
 
+@pytest.mark.slow
 async def test_a_fault_ends_a_polling_acquire_s_pause_at_once(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -122,6 +122,7 @@ async def test_a_node_without_its_marker_sits_out_for_a_new_client(faulty: Clust
     assert faulty[1].command("GET", "redlock:") is not None  # marked again once served
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 @pytest.mark.parametrize("keep_data", [True, False], ids=["with-data", "without-data"])
 async def test_a_restarted_node_sits_out_then_counts_again(faulty: Cluster, keep_data: bool) -> None:
@@ -151,6 +152,7 @@ async def test_a_restarted_node_sits_out_then_counts_again(faulty: Cluster, keep
             faulty[i].command("DEL", "redlock:restarted")
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 async def test_quarantined_votes_do_not_extend_a_lease(faulty: Cluster) -> None:
     """A holder whose majority includes a quarantined node cannot extend on it."""

@@ -180,6 +180,7 @@ def child_main(argv: list[str]) -> None:
 # -- 1. the lock changes hands by the grant: no retry -----------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 async def test_a_waiter_in_another_process_gets_the_lock_by_the_grant(
     cluster: Cluster, make_redlock: MakeRedlock
@@ -448,6 +449,7 @@ async def give_up(how: str, lock: Lock, after: float) -> str:
     return "held it"
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 @pytest.mark.parametrize("how", GIVE_UPS)
 async def test_a_waiter_that_gives_up_leaves_nothing_behind(
@@ -597,6 +599,7 @@ async def test_a_holder_killed_without_releasing_is_followed_after_its_ttl(
     await assert_nothing_left(cluster)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("release", ["at-once", "after-the-entry-life"])
 async def test_a_waiter_killed_in_line_delays_the_others_by_a_ttl_at_most(
     cluster: Cluster, make_redlock: MakeRedlock, release: str
@@ -759,6 +762,7 @@ async def test_the_restart_quarantine_holds_for_grants_from_the_queue(faulty: Cl
     assert await eventually(lambda: keys_everywhere(faulty) == [[]] * len(faulty), 2.0), keys_everywhere(faulty)
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 async def test_nodes_wiped_under_a_holder_grant_nothing_to_the_waiter(faulty: Cluster) -> None:
     """A holds on all 5 nodes (ttl 30 s); B waits in line (re-entering every ~0.2 s); nodes 0 and 1
@@ -791,6 +795,7 @@ async def test_nodes_wiped_under_a_holder_grant_nothing_to_the_waiter(faulty: Cl
 # -- 7. uvloop ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 def test_contention_on_uvloop(cluster: Cluster) -> None:
     """On uvloop, whatever REDLOCK_TEST_LOOP says: two queue=True Redlocks (3 + 2 tasks, retry delay

@@ -281,6 +281,7 @@ async def test_on_a_slow_network_a_give_up_crossing_its_grant_hands_the_key_on(o
         await nothing_left(nodes, 2.0)
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 @pytest.mark.parametrize("fault", ["reset", "blackhole"])
 async def test_a_waiter_whose_connections_are_cut_as_its_grant_goes_out_still_gets_it(fault: str) -> None:

@@ -321,6 +321,7 @@ async def test_nothing_is_left_after_failed_or_cancelled_acquires(cluster: Clust
     assert await eventually(lambda: keys_everywhere(cluster) == expected, 1.0), keys_everywhere(cluster)
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 async def test_nothing_is_left_after_an_acquire_cancelled_mid_vote() -> None:
     """Nodes 0 and 1 answer 0.3 s late and node 4's only slot is taken, so the vote waits for a slow node:

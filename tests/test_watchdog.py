@@ -109,6 +109,7 @@ async def test_stall_until_the_body_returns_is_reported_on_exit(redlock: Redlock
     assert_clean_task()
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 async def test_max_hold_ends_the_lock(redlock: Redlock) -> None:
     lock = redlock.lock("hold-limit", ttl=0.5, max_hold=1.2)
