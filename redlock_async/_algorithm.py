@@ -106,6 +106,19 @@ def tally(n_nodes: int, votes: Iterable[Vote]) -> Verdict:
     return verdict(n_nodes, yes, failed)
 
 
+def to_regain(votes: Sequence[Vote]) -> list[int]:
+    """The nodes a lease's next extension takes where its key is free, after a grant or extension
+    with these *votes*: those that answered without a yes (refused: another holder's key, or gone;
+    failed; in quarantine).
+
+    Not the nodes that said yes, nor those still pending (their yes likely came after the
+    decision): a key found missing there before it could expire was lost (a restart, a
+    deletion), not freed, and an extension says no there instead of hiding it. Nor, whatever
+    these votes, a node the lease's validity counts on (``Lease.holders``): the caller skips those.
+    """
+    return [i for i, vote in enumerate(votes) if vote is not YES and vote is not PENDING]
+
+
 def refused(votes: Iterable[Vote]) -> bool:
     """True when so many nodes answered no that no majority can ever accept the request.
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 import enum
 import itertools
 from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias
 
-from redlock_async._algorithm import Vote
+from redlock_async._algorithm import PENDING, YES, Vote
 
 
 class Phase(enum.Enum):
@@ -65,15 +66,20 @@ def move(current: Phase, to: Phase) -> Phase:
 
 _serials = itertools.count(1)
 
+Late: TypeAlias = "tuple[Sequence[Vote], Sequence[Any], Callable[[Any], Vote]]"
+"""A decided request's votes at the decision, its replies as they come (a ``Ballot``'s ``replies``,
+which late ones still fill) and how a reply votes."""
+
 
 class Lease:
     """One acquisition's lease: its token on the nodes, how long it can be trusted, who holds it.
 
     A Lock gets a new Lease at each grant (and an empty one, without a token, when made).
-    The watchdog keeps Leases, not Locks: it reads ``keys``, ``token``, ``ttl_ms`` and
-    ``expires``, and calls the two hooks the lock set when it began to watch (``due`` at a
-    round's start, ``result`` with the round's votes). A round that answers for a lease the
-    lock has since replaced finds it superseded, and changes nothing.
+    The watchdog keeps Leases, not Locks: it reads ``keys``, ``token``, ``ttl_ms``, ``expires``,
+    what the next extension takes (``holders``, ``regain``, ``late``) and the fence fields, and calls
+    the two hooks the lock set when it began to watch (``due`` at a round's start, ``result`` with
+    the round's votes). A round that answers for a lease the lock has since replaced finds it
+    superseded, and changes nothing.
     """
 
     __slots__ = (
@@ -81,11 +87,15 @@ class Lease:
         "due",
         "expires",
         "extensions",
+        "fence_keys",
+        "fence_ttl_ms",
         "fencing_token",
         "fencing_tokens",
         "holders",
         "keeps",
         "keys",
+        "late",
+        "regain",
         "result",
         "serial",
         "skip",
@@ -106,6 +116,10 @@ class Lease:
         fencing_token: int | None = None,
         fencing_tokens: tuple[int, ...] | None = None,
         keeps: bytes | None = None,
+        fence_keys: tuple[bytes, ...] = (),
+        fence_ttl_ms: int | None = None,
+        regain: list[int] | None = None,
+        late: Late | None = None,
     ) -> None:
         self.serial = next(_serials)
         """This acquisition's number, unique in the process: events name their grant by it."""
@@ -130,10 +144,37 @@ class Lease:
         self.keeps = keeps
         """A key every extension keeps alive a lease longer than this lease's (a permit's: its
         semaphore's widest-limit key, which must exist while any permit may be held); None for most."""
+        self.fence_keys = fence_keys
+        """Per key, its fencing counter (fenced locks; else empty): an extension that takes a node
+        raises them there to ``fencing_tokens`` (with ``fence_ttl_ms``, the counters' ttl)."""
+        self.fence_ttl_ms = fence_ttl_ms
+        self.regain: list[int] = regain if regain is not None else []
+        """Nodes that answered the last watchdog round without a yes (``_algorithm.to_regain``, and late
+        noes as they come): the next extension takes them where the key is free, but for the holders
+        (:meth:`to_take`)."""
+        self.late = late
+        """The grant's (or the last explicit extension's) votes and replies, read only by the next
+        extension (:meth:`to_take`): nothing is worked out for them on the acquire's path."""
         self.due: Callable[[Lease, float], bool] = _never_due
         """The watchdog asks at a round's start: True to extend now (the lock handles every other case)."""
         self.result: Callable[[Lease, float, float, Sequence[Vote], Sequence[str] | None], None] = _ignore
         """The watchdog's round for this lease was decided: (lease, started, decided_at, votes, details)."""
+
+    def to_take(self) -> list[int]:
+        """The nodes the next extension takes where the keys are free: :attr:`regain`, and the nodes of
+        :attr:`late` that answered without a yes (``_algorithm.to_regain``) or, pending at its
+        decision, whose reply came since without one; never a holder (a key missing there was lost,
+        not freed: taking it would hide that)."""
+        regain = self.regain
+        if self.late is not None:
+            votes, replies, vote_of = self.late
+            regain = regain + [
+                i
+                for i, vote in enumerate(votes)
+                if vote is not YES and (vote is not PENDING or vote_of(replies[i]) not in (YES, PENDING))
+            ]
+        holders = self.holders
+        return [i for i in regain if i not in holders]
 
 
 def _never_due(lease: Lease, now: float) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from redlock_async import _algorithm, _clock
 from redlock_async._algorithm import PENDING, SKIPPED, WON, YES, Vote
 from redlock_async._fanout import Ballot, vote_of_counters, vote_of_fenced, vote_of_script, vote_of_set
+from redlock_async._lease import Late, Lease
 from redlock_async._node import Node
 from redlock_async._scripts import (
     ACQUIRE_ALL,
@@ -22,7 +23,7 @@ from redlock_async._scripts import (
     ACQUIRE_FENCED,
     ACQUIRE_PERMIT,
     EXTEND,
-    EXTEND_ALL,
+    EXTEND_MANY,
     FENCE,
     FENCE_ALL,
     FENCED_BY,
@@ -30,9 +31,10 @@ from redlock_async._scripts import (
     KEEP_LIMIT,
     RELEASE,
     RELEASE_ALL,
+    Script,
 )
 from redlock_async._settings import Settings
-from redlock_async._wire import IGNORED, Failure, Receiver, pack, pack_script
+from redlock_async._wire import IGNORED, Failure, Receiver, Reply, pack, pack_script
 
 TOKEN_BYTES = 20
 """Random bytes in each acquisition's token (the Redlock spec asks for 20)."""
@@ -65,6 +67,9 @@ class Attempt:
     """A permit's round that was not granted: slot -> how many nodes said it is free there."""
     keeps: bytes | None = None
     """A permit's: its semaphore's widest-limit key, which every extension keeps alive (:func:`send_keep`)."""
+    late: Late | None = None
+    """The votes and replies of the request that decided it (the fence round, for a fenced grant):
+    its lease's first extension reads them (``Lease.late``)."""
 
 
 OWNER_SEPARATOR = b"~"
@@ -252,6 +257,7 @@ async def _decide(
         skip=skip,
         fencing_tokens=fencing_tokens if validity is not None else None,
         codes=codes,
+        late=answers(ballot),
     )
 
 
@@ -287,18 +293,105 @@ async def _fence(
     return chosen, fenced
 
 
+def pack_extend(
+    leases: Sequence[Lease], n: int, ttl_ms: int | None = None
+) -> tuple[list[bytes], tuple[Script, tuple[bytes, ...], tuple[bytes | int, ...]]]:
+    """One EXTEND_MANY of *leases* (each with its own ``ttl_ms``, or *ttl_ms* for all), packed for each
+    of the *n* nodes, and its fallback (the EVAL sent again if a node lost the script).
+
+    A lease takes the nodes of ``Lease.to_take`` where its keys are free, never its ``holders`` (the
+    nodes whose yes its validity counts on: a missing key there was lost, not freed; see
+    docs/algorithm.md, "Regaining the free nodes"). So the command differs per node only while
+    some lease has nodes to regain; the same bytes go to every node otherwise. The fallback takes
+    nothing (``EXTEND_MANY``).
+    """
+    keys: list[bytes] = []
+    args: list[bytes | int] = []
+    takes: list[tuple[int, bytes | int, list[int]]] | None = None  # (where its spec is, the spec taking, nodes)
+    for lease in leases:
+        token = lease.token
+        assert token is not None
+        ttl = lease.ttl_ms if ttl_ms is None else ttl_ms
+        at = len(args) + 2
+        lease_keys = lease.keys
+        fence_keys = lease.fence_keys
+        taking: bytes | int
+        if len(lease_keys) == 1 and not fence_keys:  # most leases: "0" extends, "1" also takes
+            keys.append(lease_keys[0])
+            args += (token, ttl, 0)
+            taking = 1
+        elif fence_keys and lease.fencing_tokens is not None:
+            count = -len(lease_keys)
+            keys += lease_keys
+            keys += fence_keys
+            keys += (fence_key + FENCED_BY for fence_key in fence_keys)
+            args += (token, ttl, b"0:%d" % count)
+            args += lease.fencing_tokens
+            args.append(b"" if lease.fence_ttl_ms is None else lease.fence_ttl_ms)
+            taking = b"1:%d" % count
+        else:
+            keys += lease_keys
+            args += (token, ttl, b"0:%d" % len(lease_keys))
+            taking = b"1:%d" % len(lease_keys)
+        if lease.regain or lease.late is not None:
+            regain = lease.to_take()
+            if regain:
+                if takes is None:
+                    takes = []
+                takes.append((at, taking, regain))
+    names, plain = tuple(keys), tuple(args)
+    fallback = (EXTEND_MANY, names, plain)
+    if takes is None:
+        return [pack_script(EXTEND_MANY, names, plain)] * n, fallback
+    packed = []
+    for i in range(n):
+        mine = args.copy()
+        for at, taking, regain in takes:
+            if i in regain:
+                mine[at] = taking
+        packed.append(pack_script(EXTEND_MANY, names, tuple(mine)))
+    return packed, fallback
+
+
+def answers(ballot: Ballot) -> Late:
+    """A decided *ballot*'s votes and replies, for the lease's next extension (``Lease.late``)."""
+    return ballot.votes, ballot.replies, ballot.classify
+
+
+def vote_of_extend(reply: Reply) -> Vote:
+    """EXTEND_MANY of one lease answers [1] when the node holds every key for it now, [0] when not."""
+    if isinstance(reply, Failure):
+        return reply.vote
+    return YES if reply == [1] else Vote.NO
+
+
 def send_extend(
-    nodes: Sequence[Node],
-    keys: tuple[bytes, ...],
-    token: bytes,
-    ttl_ms: int,
-    timeout: float,
-    clock: Receiver | None = None,
+    nodes: Sequence[Node], lease: Lease, ttl_ms: int, timeout: float, clock: Receiver | None = None
 ) -> Ballot:
-    """Compare-and-PEXPIRE (of every key, all or none) on every node; ``await ballot.wait()`` for the votes."""
-    script = EXTEND if len(keys) == 1 else EXTEND_ALL
-    ballot = Ballot(nodes, vote_of_script, timeout)
-    return ballot.script(script, keys, (token, ttl_ms), limited=True, clock=clock).start()
+    """Extend *lease* to *ttl_ms* on every node, taking those of ``Lease.to_take`` where its keys are
+    free (all keys or none); ``await ballot.wait()`` for the votes. One unfenced key: EXTEND (the
+    cheapest script); otherwise EXTEND_MANY of this one lease. *clock*: the clock guard's reading,
+    whose ``TIME`` goes right before each node's vote."""
+    keys = lease.keys
+    if len(keys) > 1 or lease.fence_keys:
+        packed, fallback = pack_extend((lease,), len(nodes), ttl_ms)
+        ballot = Ballot(nodes, vote_of_extend, timeout)
+    else:
+        token = lease.token
+        assert token is not None
+        args: tuple[bytes | int, ...] = (token, ttl_ms, 0)
+        extend = pack_script(EXTEND, keys, args)
+        take = lease.to_take() if lease.regain or lease.late is not None else None
+        taking = pack_script(EXTEND, keys, (token, ttl_ms, 1)) if take else extend
+        packed = [taking if take and i in take else extend for i in range(len(nodes))]
+        fallback = (EXTEND, keys, args)
+        ballot = Ballot(nodes, vote_of_script, timeout)
+    for i, node in enumerate(nodes):
+        if clock is None:
+            node.send_packed(ballot, i, packed[i], limited=True, fallback=fallback)
+        else:
+            node.send_timed(clock, ballot, i, packed[i], limited=True, fallback=fallback)
+    return ballot.start()
 
 
 def send_keep(nodes: Sequence[Node], slot: bytes, widest: bytes, token: bytes, margin_ms: int) -> None:

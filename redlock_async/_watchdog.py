@@ -29,8 +29,8 @@ from redlock_async._algorithm import Vote
 from redlock_async._fanout import Deadline, sitting_out
 from redlock_async._lease import Lease
 from redlock_async._node import Node
-from redlock_async._scripts import EXTEND_MANY
-from redlock_async._wire import Failure, Receiver, Reply, Resolve, pack_script
+from redlock_async._requests import pack_extend
+from redlock_async._wire import Failure, Receiver, Reply, Resolve
 
 log = logging.getLogger(__name__)
 
@@ -215,29 +215,16 @@ class _Round:
         self._timer: Deadline | None = None
         for start in range(0, len(locks), CHUNK):
             chunk = locks[start : start + CHUNK]
-            keys: list[bytes] = []
-            args: list[bytes | int] = []
-            spans: list[int] | None = None  # keys per lease, when some lease has several (lock_many)
-            for at, lock in enumerate(chunk):
-                token, ttl_ms = lock.token, lock.ttl_ms
-                assert token is not None
-                keys += lock.keys
-                for _ in lock.keys:
-                    args += (token, ttl_ms)
-                if len(lock.keys) > 1 and spans is None:
-                    spans = [1] * at  # the leases before it had one key each
-                if spans is not None:
-                    spans.append(len(lock.keys))
+            # One EXTEND_MANY per node: each lease also takes the nodes where its keys are free (not its holders).
+            packed, fallback = pack_extend(chunk, n)
             clock = watchdog.reading()
             for i, node in enumerate(nodes):
+                fut = loop.create_future()
                 if clock is None:
-                    fut = node.send_script(EXTEND_MANY, tuple(keys), tuple(args), limited=True)
+                    node.send_packed(Resolve(fut), i, packed[i], limited=True, fallback=fallback)
                 else:  # the node's TIME first: a clock that jumped ahead is judged before its votes count
-                    fut = loop.create_future()
-                    packed = pack_script(EXTEND_MANY, tuple(keys), tuple(args))
-                    fallback = (EXTEND_MANY, tuple(keys), tuple(args))
-                    node.send_timed(clock, Resolve(fut), i, packed, limited=True, fallback=fallback)
-                fut.add_done_callback(partial(self._on_reply, i, start, len(chunk), spans))
+                    node.send_timed(clock, Resolve(fut), i, packed[i], limited=True, fallback=fallback)
+                fut.add_done_callback(partial(self._on_reply, i, start, len(chunk)))
             for lock in chunk:
                 if lock.keeps is not None:  # a permit: its semaphore's limit key lives on with it
                     assert lock.token is not None
@@ -262,15 +249,8 @@ class _Round:
             wait = max(wait, self._node_timeout)
         self._timer = Deadline(self._loop, max(wait, 0.0), self._on_timeout, rearm=0.0)
 
-    def _on_reply(self, node: int, start: int, count: int, spans: list[int] | None, fut: asyncio.Future[Reply]) -> None:
+    def _on_reply(self, node: int, start: int, count: int, fut: asyncio.Future[Reply]) -> None:
         reply = fut.result()
-        if spans is not None and not isinstance(reply, Failure):
-            # A lease of several keys is extended on this node only if every one of its keys was.
-            folded, at = [], 0
-            for span in spans:
-                folded.append(1 if all(r == 1 for r in reply[at : at + span]) else 0)
-                at += span
-            reply = folded
         now = _clock.now()
         failure = reply if isinstance(reply, Failure) else None
         decided, votes, yes, failed, need = self._decided, self._votes, self._yes, self._failed, self._need
@@ -278,6 +258,8 @@ class _Round:
         quarantined = failure is None and self._nodes[node].quarantined_until and sitting_out(self._nodes[node])
         for j in range(start, start + count):
             if decided[j]:
+                if failure is not None or reply[j - start] != 1:
+                    self._locks[j].regain.append(node)  # a late no: the next extension takes it where free
                 continue
             if failure is not None:
                 vote = failure.vote
@@ -302,7 +284,9 @@ class _Round:
         now = _clock.now()
         for j, votes in enumerate(self._votes):
             if not self._decided[j] and self._locks[j].expires <= now + self._node_timeout / 10:
+                timed_out = votes.count(Vote.PENDING)
                 votes[:] = [Vote.TIMEOUT if v is Vote.PENDING else v for v in votes]
+                self._failed[j] += timed_out
                 self._decide(j, now)
         if self._open:
             self._arm()
@@ -311,6 +295,11 @@ class _Round:
         self._decided[j] = True
         self._open -= 1
         lease = self._locks[j]
+        # The nodes its next extension takes where the key is free (whatever the verdict: taking them
+        # may bring a majority back); late noes join them in _on_reply. None when every node said yes
+        # or is still pending: the common case costs no scan of the votes.
+        lease.regain = _algorithm.to_regain(self._votes[j]) if self._failed[j] else []
+        lease.late = None
         lease.result(lease, self._started, decided_at, self._votes[j], self._details.get(j))
         if not self._open and self._timer is not None:
             self._timer.cancel()

@@ -474,6 +474,8 @@ class Lock:
             self._keys, claim.token, ttl_ms=self._settings.ttl_ms, acquired_at=now, expires=end,
             holders=holders, skip=[], fencing_token=fencing_token,
             fencing_tokens=None if fencing_token is None else (fencing_token,),
+            fence_keys=() if fencing_token is None else self._fence_keys, fence_ttl_ms=self._settings.fence_ttl_ms,
+            regain=[i for i in range(len(claim.nodes)) if i not in holders],
         )  # fmt: skip
         self._lost = None
         self._state = move(self._state, _HELD)
@@ -501,6 +503,9 @@ class Lock:
             fencing_token=tokens[0] if tokens else None,
             fencing_tokens=tokens,
             keeps=result.keeps,
+            fence_keys=self._fence_keys if tokens else (),
+            fence_ttl_ms=self._settings.fence_ttl_ms,
+            late=result.late,
         )
         self._lost = None
         self._state = move(self._state, _HELD)
@@ -563,7 +568,8 @@ class Lock:
     # -- extend -------------------------------------------------------------------
 
     async def extend(self, ttl: float | None = None) -> None:
-        """Reset the lease to *ttl* seconds from now (default: the lock's ttl) on a majority.
+        """Reset the lease to *ttl* seconds from now (default: the lock's ttl) on a majority, and take
+        the nodes where its key is free (held on a bare majority, it regains the others).
 
         Raises :class:`LockLost` when no majority extended it before the
         current validity ran out; the lock is then lost for good (a later
@@ -584,6 +590,10 @@ class Lock:
         first_sent = _clock.now()
         try:
             while True:
+                if self._state is not _HELD or self._lease.token != token:
+                    # Lost (the watchdog, or the Redlock closed) or released during our retry's sleep:
+                    # an extension now would take free nodes for a lease no one holds.
+                    raise self._lost or LockLost(f"lock {self.resource!r} was lost", resource=self._name)
                 started = _clock.now()
                 if started >= self._lease.expires:
                     raise await self._lose(
@@ -593,7 +603,7 @@ class Lock:
                 # Votes after the old validity ends prove nothing: stop waiting then.
                 timeout = min(settings.node_timeout, self._lease.expires - started)
                 clock = self._cluster.reading()
-                ballot = _requests.send_extend(nodes, self._lease.keys, token, ttl_ms, timeout, clock)
+                ballot = _requests.send_extend(nodes, self._lease, ttl_ms, timeout, clock)
                 if self._lease.keeps is not None:
                     _requests.send_keep(nodes, self._lease.keys[0], self._lease.keeps, token, ttl_ms)
                 await ballot.wait()
@@ -610,6 +620,7 @@ class Lock:
                 if self._state is not _HELD or self._lease.token != token:
                     # The watchdog declared it lost (or the Redlock closed) while we waited.
                     raise self._lost or LockLost(f"lock {self.resource!r} was lost", resource=self._name)
+                self._lease.regain, self._lease.late = [], _requests.answers(ballot)
                 if validity is not None:
                     margin = self._lease.expires - ballot.decided_at
                     self._lease.expires = ballot.decided_at + validity

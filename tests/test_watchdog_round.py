@@ -1,6 +1,6 @@
 """The watchdog's rounds without servers, on virtual time.
 
-The nodes are fakes whose EXTEND_MANY replies the test resolves; the event loop is looptime's,
+The nodes are fakes whose EXTEND replies the test resolves; the event loop is looptime's,
 whose clock only moves when the loop would otherwise wait, and the library reads that same
 clock (``_clock.use(loop.time)``). So a test can say "node 4 answers 30 ms after the others"
 or "the loop stalls 2 s" and get exact, repeatable times.
