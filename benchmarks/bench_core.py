@@ -210,7 +210,7 @@ def record_failure(into: list[dict[str, Any]], lock: Lock, acquire_ns: int) -> N
     if len(into) < 10:
         into.append(
             {
-                "resource": lock.resource,
+                "resource": lock.name,
                 "acquire_us": round(us(acquire_ns), 1),
                 "votes": [o.vote.value for o in lock.outcomes],
                 "details": [o.detail for o in lock.outcomes],

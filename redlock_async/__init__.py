@@ -7,10 +7,10 @@ from redlock_async.election import Election
 from redlock_async.errors import LockLost, LockNotAcquired, NestedAcquire, NodeOutcome, NodesUnavailable, RedlockError
 from redlock_async.events import EventKind, LockEvent
 from redlock_async.fencing import StaleFencingToken, fenced_set
-from redlock_async.inspection import LockInfo, NodeInfo
+from redlock_async.inspection import LockInfo, LockState, NodeInfo, NodeState
 from redlock_async.lock import Lock
 from redlock_async.semaphore import Semaphore
-from redlock_async.statistics import LockStatistics, NodeStatistics, RedlockStatistics
+from redlock_async.statistics import LockPhase, LockStatistics, NodeStatistics, RedlockStatistics
 
 __version__ = "0.2.0"
 """This release (see CHANGELOG.md); before 1.0, a minor version may change behaviour."""
@@ -23,10 +23,13 @@ __all__ = [
     "LockInfo",
     "LockLost",
     "LockNotAcquired",
+    "LockPhase",
+    "LockState",
     "LockStatistics",
     "NestedAcquire",
     "NodeInfo",
     "NodeOutcome",
+    "NodeState",
     "NodeStatistics",
     "NodesUnavailable",
     "Redlock",

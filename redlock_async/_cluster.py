@@ -38,7 +38,7 @@ class Kept(Protocol):
     """A held lock as its Redlock keeps it (``Cluster.held``): what the Redlock and its Cluster tell it."""
 
     @property
-    def resource(self) -> object:
+    def name(self) -> object:
         """The name (or names) it holds, for messages."""
 
     @property
@@ -122,7 +122,7 @@ class Cluster:
             raise RedlockError(
                 f"redlock_async stopped on an internal error ({describe(self.fault)}; its traceback is in the "
                 "log): make a new Redlock",
-                resource="",
+                name="",
             ) from self.fault
         if self.closed:
             raise RuntimeError("this Redlock is closed: make a new one")

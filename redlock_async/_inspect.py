@@ -30,7 +30,7 @@ from redlock_async._requests import owner_of
 from redlock_async._scripts import FENCED_BY
 from redlock_async._settings import Settings
 from redlock_async._wire import Failure, Reply
-from redlock_async.inspection import LockInfo, NodeInfo
+from redlock_async.inspection import LockInfo, LockState, NodeInfo
 
 
 def digest(token: bytes) -> str:
@@ -260,7 +260,7 @@ def judge(views: tuple[NodeInfo, ...]) -> LockInfo:
 def combine(lock: LockInfo, permits: tuple[LockInfo, ...], limit: int) -> LockInfo:
     """The lock's verdict with its semaphore's: held when either is; free only when both are."""
     states = {lock.state, *(permit.state for permit in permits)}
-    state = "held" if "held" in states else "unknown" if "unknown" in states else "free"
+    state: LockState = "held" if "held" in states else "unknown" if "unknown" in states else "free"
     return LockInfo(
         state=state,
         owner=lock.owner,

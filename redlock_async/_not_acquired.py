@@ -19,7 +19,7 @@ from redlock_async.errors import LockNotAcquired, NodesUnavailable
 
 
 def not_acquired(
-    resource: str,
+    name: str,
     shown: str,
     timeout: float,
     nodes: Sequence[Node],
@@ -30,7 +30,7 @@ def not_acquired(
     head = f"could not acquire lock {shown} within {timeout:g} s"
     found = outcomes(nodes, votes, details) if votes else ()
     if not votes or not _algorithm.unavailable(votes):
-        return LockNotAcquired(head, resource=resource, outcomes=found)
+        return LockNotAcquired(head, name=name, outcomes=found)
     n, need = len(votes), _algorithm.quorum(len(votes))
     answered = sum(vote in (Vote.YES, Vote.NO, Vote.QUARANTINED) for vote in votes)
     failed = sum(vote in (Vote.ERROR, Vote.TIMEOUT, Vote.SKIPPED) for vote in votes)
@@ -45,7 +45,7 @@ def not_acquired(
     held = sum(vote is Vote.NO for vote in votes)
     if held:
         text += f"; {held} found it held"
-    return NodesUnavailable(text, resource=resource, outcomes=found, retry_after=retry_after)
+    return NodesUnavailable(text, name=name, outcomes=found, retry_after=retry_after)
 
 
 def reason(votes: Sequence[Vote], blocking: bool) -> str:

@@ -435,7 +435,7 @@ class Redlock:
                 f"{len(refused)} of {len(self._nodes)} nodes answer the Lua scripts with an error, so no majority "
                 "could release or extend a lock: let the user run EVAL, EVALSHA and SCRIPT (ACL +@scripting), "
                 "unrenamed",
-                resource="",
+                name="",
                 outcomes=refused,
             )
 
@@ -455,10 +455,10 @@ class Redlock:
         self._cluster.wake_waiters()
         if self._quarantine is not None:
             self._quarantine.close()
-        held = sorted(self._cluster.held, key=lambda lock: repr(lock.resource))
+        held = sorted(self._cluster.held, key=lambda lock: repr(lock.name))
         if held:
             # Released, not left to expire; a body still inside `async with` is cancelled (LockLost).
-            names = ", ".join(repr(lock.resource) for lock in held[:5]) + (", ..." if len(held) > 5 else "")
+            names = ", ".join(repr(lock.name) for lock in held[:5]) + (", ..." if len(held) > 5 else "")
             log.warning(
                 "redlock: closed while %d %s held (%s): releasing them",
                 len(held),
@@ -466,7 +466,7 @@ class Redlock:
                 names,
             )
             for lock in held:
-                lock.on_redlock_closed(f"lock {lock.resource!r} was given up: its Redlock was closed while it was held")
+                lock.on_redlock_closed(f"lock {lock.name!r} was given up: its Redlock was closed while it was held")
         try:
             asyncio.get_running_loop()
         except RuntimeError:

@@ -18,8 +18,10 @@ import asyncio
 import contextlib
 import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
+from redlock_async._deprecated import keyword_timeout
 from redlock_async._names import check_owner, resource_key
 from redlock_async._settings import check_duration
 from redlock_async.errors import NestedAcquire
@@ -64,17 +66,29 @@ class Election:
     def __repr__(self) -> str:
         return f"<redlock_async.Election {self.name!r}>"
 
-    @contextlib.asynccontextmanager
-    async def campaign(self, timeout: float | None = None) -> AsyncIterator[int]:
-        """Wait until this candidate leads (no time limit by default), then yield its term.
+    if TYPE_CHECKING:  # type checkers see timeout keyword-only; a positional one works, warned, until 0.3.0
 
-        The term is larger than every earlier leader's. Leaving the block resigns, and the
-        next candidate takes over at once. If leadership is lost meanwhile, the block is
-        cancelled and raises ``LockLost``. With *timeout* (seconds), ``LockNotAcquired`` when
-        another candidate led the whole time (``NodesUnavailable`` when too few nodes could vote). A
-        campaign nested in one of the same election (or in ``async with`` of its lock) in the same task
-        raises ``NestedAcquire`` at once.
-        """
+        def campaign(self, *, timeout: float | None = None) -> AbstractAsyncContextManager[int]: ...
+
+    else:
+
+        def campaign(self, *positional: float | None, timeout: float | None = None) -> AbstractAsyncContextManager[int]:
+            """Wait until this candidate leads (no time limit by default), then yield its term.
+
+            The term is larger than every earlier leader's. Leaving the block resigns, and the
+            next candidate takes over at once. If leadership is lost meanwhile, the block is
+            cancelled and raises ``LockLost``. With *timeout* (seconds), ``LockNotAcquired`` when
+            another candidate led the whole time (``NodesUnavailable`` when too few nodes could vote). A
+            campaign nested in one of the same election (or in ``async with`` of its lock) in the same task
+            raises ``NestedAcquire`` at once.
+
+            *timeout* is keyword-only, as ``Lock.acquire``'s; ``campaign(5)`` still works in this release,
+            with a ``DeprecationWarning``.
+            """
+            return self._campaign(keyword_timeout("campaign", positional, timeout))
+
+    @contextlib.asynccontextmanager
+    async def _campaign(self, timeout: float | None) -> AsyncIterator[int]:
         limit = math.inf if timeout is None else check_duration("timeout", timeout, zero_ok=True, inf_ok=True)
         task = asyncio.current_task()
         if self._cluster.held_by(self._key, task):
@@ -84,7 +98,7 @@ class Election:
                 f"this task ({task.get_name() if task else '?'}) already leads election {self.name!r} (or holds "
                 "its lock) in an enclosing `async with` of this Redlock: a nested campaign() would wait for "
                 "itself. Use the term already held, or resign first",
-                resource=self.name if isinstance(self.name, str) else repr(self.name),
+                name=self.name if isinstance(self.name, str) else repr(self.name),
             )
         settings = self._cluster.lease_settings(self._settings, acquire_timeout=limit)
         lock = Lock(self._cluster, self.name, settings, owner=self.owner)

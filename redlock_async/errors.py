@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from redlock_async._algorithm import Vote
+from redlock_async._deprecated import renamed
 
 __all__ = ["LockLost", "LockNotAcquired", "NestedAcquire", "NodeOutcome", "NodesUnavailable", "RedlockError"]
 
@@ -39,12 +40,31 @@ class NodeOutcome:
 
 
 class RedlockError(Exception):
-    """Root of every deliberate failure; carries the resource and the per-node outcomes."""
+    """Root of every deliberate failure; carries the lock's name and the per-node outcomes."""
 
-    def __init__(self, message: str, *, resource: str, outcomes: Sequence[NodeOutcome] = ()) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str | None = None,
+        outcomes: Sequence[NodeOutcome] = (),
+        resource: str | None = None,
+    ) -> None:
         super().__init__(message)
-        self.resource = resource
+        if resource is not None:
+            renamed(f"{type(self).__name__}(resource=)", "name=")
+            name = resource if name is None else name
+        if name is None:
+            raise TypeError(f"{type(self).__name__}() needs name=: the name of the lock it is about")
+        self.name: str = name
+        """The lock's name, as text (``lock_many``: its names joined by ``+``; bytes: their repr)."""
         self.outcomes: tuple[NodeOutcome, ...] = tuple(outcomes)
+
+    @property
+    def resource(self) -> str:
+        """Deprecated spelling of :attr:`name`."""
+        renamed(f"{type(self).__name__}.resource", ".name")
+        return self.name
 
     def __str__(self) -> str:
         text = str(self.args[0]) if self.args else ""
@@ -78,11 +98,12 @@ class NodesUnavailable(LockNotAcquired):
         self,
         message: str,
         *,
-        resource: str,
+        name: str | None = None,
         outcomes: Sequence[NodeOutcome] = (),
         retry_after: float | None = None,
+        resource: str | None = None,
     ) -> None:
-        super().__init__(message, resource=resource, outcomes=outcomes)
+        super().__init__(message, name=name, outcomes=outcomes, resource=resource)
         self.retry_after = retry_after
         """Seconds until enough nodes leave restart quarantine for a majority to vote again, when
         quarantine is all that stood in the way; None when nodes could not be reached (no one

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeAlias, final
 
 from redlock_async._algorithm import Vote
+from redlock_async._deprecated import renamed
 from redlock_async.errors import NodeOutcome
 
 __all__ = ["EventKind", "LockEvent", "OnEvent", "as_hook", "combine"]
@@ -41,7 +42,7 @@ class EventKind(enum.Enum):
     """The lease could not be kept: expired, taken, or not extended in time."""
     CLOCK = "clock"
     """A node's clock jumped or races (the clock guard, ``clock_guard=True``): not about one lock, so
-    :attr:`LockEvent.resource` is empty and :attr:`LockEvent.nodes` names the node; ``clock_fault``
+    :attr:`LockEvent.name` is empty and :attr:`LockEvent.nodes` names the node; ``clock_fault``
     says what it did (``ahead``: it sits out every quorum for the longest ttl plus drift; ``behind``,
     ``frozen``: reported only), ``clock_jump`` by how much (seconds), ``reason`` in words."""
 
@@ -87,10 +88,10 @@ class LockEvent:
         "kind",
         "late_by",
         "margin",
+        "name",
         "nodes",
         "quarantined",
         "reason",
-        "resource",
         "validity",
         "votes",
         "watchdog",
@@ -99,7 +100,7 @@ class LockEvent:
     def __init__(
         self,
         kind: EventKind,
-        resource: str,
+        name: str | None = None,
         outcomes: Sequence[NodeOutcome] = (),
         duration: float | None = None,
         attempts: int | None = None,
@@ -119,9 +120,17 @@ class LockEvent:
         nodes: tuple[str, ...] = (),
         votes: tuple[Vote, ...] = (),
         details: Sequence[str] | None = None,
+        resource: str | None = None,
     ) -> None:
+        if resource is not None:
+            renamed("LockEvent(resource=)", "name=")
+            name = resource if name is None else name
+        if name is None:
+            raise TypeError("LockEvent() needs a name: the lock's name (empty for a clock event)")
         self.kind = kind
-        self.resource = resource
+        self.name: str = name
+        """The lock's name, as text (``lock_many``: its names joined by ``+``; bytes: their repr); empty
+        for a clock event."""
         self.duration = duration
         """Acquire: from the call to the grant or the give-up (latency). Extend and release: the round trip."""
         self.attempts = attempts
@@ -165,6 +174,12 @@ class LockEvent:
         self._details = details
 
     @property
+    def resource(self) -> str:
+        """Deprecated spelling of :attr:`name`."""
+        renamed("LockEvent.resource", ".name")
+        return self.name
+
+    @property
     def outcomes(self) -> tuple[NodeOutcome, ...]:
         """Per-node votes of the request that decided it (the last attempt, for an acquire), with details."""
         if self._outcomes is None:
@@ -180,7 +195,7 @@ class LockEvent:
             return NotImplemented
         return (
             self.kind is other.kind
-            and self.resource == other.resource
+            and self.name == other.name
             and self.outcomes == other.outcomes
             and all(getattr(self, name) == getattr(other, name) for name in _FIELDS)
         )
@@ -188,7 +203,7 @@ class LockEvent:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        shown = [f"{self.kind!r}", f"{self.resource!r}"]
+        shown = [f"{self.kind!r}", f"{self.name!r}"]
         shown += [
             f"{name}={getattr(self, name)!r}" for name in _FIELDS if getattr(self, name) not in (None, "", False, ())
         ]
@@ -197,8 +212,11 @@ class LockEvent:
         return f"LockEvent({', '.join(shown)})"
 
     def fields(self) -> dict[str, Any]:
-        """Plain values (str, float, int, dict) for structured logs and exporters."""
-        fields: dict[str, Any] = {"event": self.kind.value, "resource": self.resource}
+        """Plain values (str, float, int, dict) for structured logs and exporters.
+
+        The lock's name is under ``"name"``, and for this release under ``"resource"`` too (deprecated:
+        that key goes in 0.3.0)."""
+        fields: dict[str, Any] = {"event": self.kind.value, "name": self.name, "resource": self.name}
         for name in (
             "duration",
             "attempts",
@@ -227,7 +245,7 @@ class LockEvent:
         return fields
 
     def __str__(self) -> str:
-        parts = [f"redlock {self.resource!r} {self.kind.value}"]
+        parts = [f"redlock {self.name!r} {self.kind.value}"]
         parts += [f"{key}={value:.6f}" for key, value in self.fields().items() if isinstance(value, float)]
         if self.attempts is not None:
             parts.append(f"attempts={self.attempts}")
@@ -258,7 +276,7 @@ def combine(*callbacks: OnEvent) -> OnEvent:
             try:
                 hook(event)
             except Exception:
-                log.exception("redlock %r: on_event callback %r failed", event.resource, hook)
+                log.exception("redlock %r: on_event callback %r failed", event.name, hook)
 
     return each
 

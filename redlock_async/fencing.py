@@ -28,8 +28,10 @@ class StaleFencingToken(RedlockError):
     ``token`` is the refused one, ``seen`` the largest the resource accepted.
     """
 
-    def __init__(self, message: str, *, resource: str, token: int, seen: int) -> None:
-        super().__init__(message, resource=resource)
+    def __init__(
+        self, message: str, *, name: str | None = None, token: int, seen: int, resource: str | None = None
+    ) -> None:
+        super().__init__(message, name=name, resource=resource)
         self.token = token
         self.seen = seen
 
@@ -69,7 +71,7 @@ async def fenced_set(
         name = key if isinstance(key, str) else repr(key)
         raise StaleFencingToken(
             f"write to {name} refused: fencing token {token} is older than {seen}, already written",
-            resource=name,
+            name=name,
             token=token,
             seen=int(seen),
         )

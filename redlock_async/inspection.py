@@ -13,8 +13,16 @@ neither confirm nor rule out a holder: it counts as a node that did not answer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, TypeAlias
 
 from redlock_async._algorithm import quorum
+
+__all__ = ["LockInfo", "LockState", "NodeInfo", "NodeState"]
+
+LockState: TypeAlias = Literal["held", "free", "unknown"]
+"""The verdict over every node (:attr:`LockInfo.state`)."""
+NodeState: TypeAlias = Literal["held", "free", "unreachable", "quarantined"]
+"""One node's answer (:attr:`NodeInfo.state`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +31,7 @@ class NodeInfo:
 
     address: str
     """host:port or unix path, as ``Redlock.nodes`` names it."""
-    state: str
+    state: NodeState
     """``"held"``, ``"free"``, ``"unreachable"``, or ``"quarantined"`` (in restart quarantine: what it
     holds is not read, and it counts as unreachable)."""
     owner: str | None = None
@@ -35,7 +43,7 @@ class NodeInfo:
     holder: str | None = None
     """A digest of the holder's token: tells holders apart, useless to extend or release a lease."""
     fencing_counter: int | None = None
-    """The resource's fencing counter on this node, None when there is none."""
+    """The lock's fencing counter on this node, None when there is none."""
     fenced_by: str | None = None
     """The digest (as *holder*) of the acquisition whose fence last wrote this node's counter: when it
     is the holder's, the counter was raised by the holder."""
@@ -45,7 +53,7 @@ class NodeInfo:
 class LockInfo:
     """The verdict over every node, by the majority rule."""
 
-    state: str
+    state: LockState
     """``"held"`` when one holder's key is on a majority (the lock's, or a permit's of the semaphore of
     the same name); ``"free"`` when a majority answered and no holder could have a majority even
     with every unanswered or quarantined node; ``"unknown"`` otherwise."""

@@ -18,6 +18,7 @@ from typing import Any, Self
 from redlock_async import _algorithm, _clock, _handoff, _queue, _requests
 from redlock_async._cleanup import complete
 from redlock_async._cluster import Cluster
+from redlock_async._deprecated import renamed
 from redlock_async._fanout import Ballot, outcomes, sitting_out, vote_of_script
 from redlock_async._lease import Lease, Phase, move
 from redlock_async._names import Name, check_owner, default_owner, released_word, resource_key
@@ -73,14 +74,14 @@ class Lock:
         "_watched",
         "_woken_at",
         "cooldown",
+        "name",
         "on_lost",
-        "resource",
     )
 
     def __init__(
         self,
         cluster: Cluster,
-        resource: Name | tuple[Name, ...],
+        name: Name | tuple[Name, ...],
         settings: Settings,
         *,
         on_lost: Callable[[LockLost], object] | None = None,
@@ -89,11 +90,11 @@ class Lock:
     ) -> None:
         self._owner = check_owner(owner)
         # One name, or lock_many's canonical tuple of names: every key is taken, all or none.
-        self._names: tuple[Name, ...] = resource if isinstance(resource, tuple) else (resource,)
-        self._keys = tuple(resource_key(settings.key_prefix, name) for name in self._names)
-        self._fence_keys = tuple(resource_key(settings.fence_prefix, name) for name in self._names)
+        self._names: tuple[Name, ...] = name if isinstance(name, tuple) else (name,)
+        self._keys = tuple(resource_key(settings.key_prefix, one) for one in self._names)
+        self._fence_keys = tuple(resource_key(settings.fence_prefix, one) for one in self._names)
         self._blocked = self._keys[0]  # the key a failed attempt found held: the one its waiter listens on
-        self.resource: Name | tuple[Name, ...] = resource
+        self.name: Name | tuple[Name, ...] = name
         """The name given to ``lock()``; for ``lock_many``, the tuple of names (as :attr:`names`)."""
         self._cluster = cluster
         self._settings = settings
@@ -121,7 +122,7 @@ class Lock:
         """Seconds the keys are kept after release (at most once per period), None: release deletes them."""
 
     def __repr__(self) -> str:
-        return f"<redlock_async.Lock {self.resource!r} {self._state.value} validity={self.validity:.3f}s>"
+        return f"<redlock_async.Lock {self.name!r} {self._state.value} validity={self.validity:.3f}s>"
 
     # -- state ----------------------------------------------------------------
 
@@ -150,7 +151,7 @@ class Lock:
                 f"enclosing `async with` of this Redlock: {asking} would wait for itself until the acquire "
                 "timeout. Use the lock already held, or release it first (reentrant locks, "
                 "redlock.lock(name, reentrant=True), are planned for a later release)",
-                resource=self._name,
+                name=self._label,
             )
 
     def _held_words(self, name: Name) -> str:
@@ -220,7 +221,7 @@ class Lock:
         """A snapshot of this lock and its current (or last) acquisition; reads no node."""
         held = self.held
         return LockStatistics(
-            resource=self.resource,
+            name=self.name,
             phase=self._state.value,
             held=held,
             validity=self.validity,
@@ -248,11 +249,11 @@ class Lock:
                 f"blocking must be True or False, got {type(blocking).__name__}: for a time limit, pass timeout="
             )
         if self._state is _ACQUIRING:
-            raise RuntimeError(f"lock {self.resource!r} is already being acquired: use one Lock per task")
+            raise RuntimeError(f"lock {self.name!r} is already being acquired: use one Lock per task")
         if self._cluster.bound:  # some lock of this Redlock is held inside `async with`
             self._refuse_nested()
         if self.held:
-            raise RuntimeError(f"lock {self.resource!r} is already held: a Lock is not reentrant")
+            raise RuntimeError(f"lock {self.name!r} is already held: a Lock is not reentrant")
         if not blocking and timeout is not None:
             raise ValueError("acquire(blocking=False) makes one attempt: a timeout means nothing there; drop one")
         limit = (
@@ -267,7 +268,7 @@ class Lock:
             self._state = move(self._state, _IDLE)
             self._drop()
             if self._heard(EventKind.LOST):  # it ended without a release: told as a loss, as the watchdog's are
-                self._emit_lost(f"lock {self.resource!r} ran out before it was extended or released", watchdog=False)
+                self._emit_lost(f"lock {self.name!r} ran out before it was extended or released", watchdog=False)
         if self._lease.token is not None:
             self._send_release(self._lease.token, skip=self._lease.skip)  # a stale lease of an earlier acquisition
         self._lease.token = None
@@ -489,7 +490,7 @@ class Lock:
         self._last_votes, self._last_details = result.votes, result.details
         if result.validity is None:
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("redlock %r not acquired: %s", self.resource, ", ".join(map(str, self.outcomes)))
+                log.debug("redlock %r not acquired: %s", self.name, ", ".join(map(str, self.outcomes)))
             return False
         tokens = result.fencing_tokens
         self._lease = Lease(
@@ -576,9 +577,9 @@ class Lock:
         extend cannot bring it back) and its keys are released.
         """
         if self._state is _LOST:
-            raise self._lost or LockLost(f"lock {self.resource!r} was lost", resource=self._name)
+            raise self._lost or LockLost(f"lock {self.name!r} was lost", name=self._label)
         if self._state is not _HELD or self._lease.token is None:
-            raise RuntimeError(f"extend() of lock {self.resource!r}, which is not held: acquire it first")
+            raise RuntimeError(f"extend() of lock {self.name!r}, which is not held: acquire it first")
         await self._extend(self._settings if ttl is None else self._cluster.lease_settings(self._settings, ttl=ttl))
 
     async def _extend(self, settings: Settings) -> None:
@@ -593,11 +594,11 @@ class Lock:
                 if self._state is not _HELD or self._lease.token != token:
                     # Lost (the watchdog, or the Redlock closed) or released during our retry's sleep:
                     # an extension now would take free nodes for a lease no one holds.
-                    raise self._lost or LockLost(f"lock {self.resource!r} was lost", resource=self._name)
+                    raise self._lost or LockLost(f"lock {self.name!r} was lost", name=self._label)
                 started = _clock.now()
                 if started >= self._lease.expires:
                     raise await self._lose(
-                        f"lock {self.resource!r} could not be extended on a majority before it ran out",
+                        f"lock {self.name!r} could not be extended on a majority before it ran out",
                         self._lease.holders,
                     )
                 # Votes after the old validity ends prove nothing: stop waiting then.
@@ -619,7 +620,7 @@ class Lock:
                 )
                 if self._state is not _HELD or self._lease.token != token:
                     # The watchdog declared it lost (or the Redlock closed) while we waited.
-                    raise self._lost or LockLost(f"lock {self.resource!r} was lost", resource=self._name)
+                    raise self._lost or LockLost(f"lock {self.name!r} was lost", name=self._label)
                 self._lease.regain, self._lease.late = [], _requests.answers(ballot)
                 if validity is not None:
                     margin = self._lease.expires - ballot.decided_at
@@ -635,12 +636,12 @@ class Lock:
                     return
                 if verdict is _algorithm.Extension.REFUSED:
                     raise await self._lose(
-                        f"lock {self.resource!r} is gone from a majority of nodes (expired or taken)",
+                        f"lock {self.name!r} is gone from a majority of nodes (expired or taken)",
                         ballot.voted(_algorithm.YES, _algorithm.PENDING),
                     )
                 if verdict is _algorithm.Extension.EXPIRED:
                     raise await self._lose(
-                        f"lock {self.resource!r} could not be extended on a majority before it ran out",
+                        f"lock {self.name!r} could not be extended on a majority before it ran out",
                         self._lease.holders,
                     )
                 # RETRY: neither confirmed nor refused (timeouts, errors), and validity is left.
@@ -670,7 +671,7 @@ class Lock:
         assert self._lease.token is not None
         self._state = move(self._state, _LOST)
         self._drop()
-        self._lost = LockLost(why, resource=self._name, outcomes=self.outcomes)
+        self._lost = LockLost(why, name=self._label, outcomes=self.outcomes)
         wait_for = sorted(set(holders) | set(self._lease.holders)) if wait else []
         releases = (
             Ballot(self._cluster.nodes, vote_of_script, self._settings.node_timeout, majority=False, wait_for=wait_for)
@@ -702,15 +703,15 @@ class Lock:
             votes = self._last_votes
             if votes and sum(1 for vote in votes if vote is _algorithm.YES) < _algorithm.quorum(len(votes)):
                 # The last extension failed (nodes silent or refusing) and its retry came too late.
-                self._watchdog_lost(f"lock {self.resource!r} could not be extended on a majority before it ran out")
+                self._watchdog_lost(f"lock {self.name!r} could not be extended on a majority before it ran out")
             else:
                 # The event loop stalled past the validity (or the process was paused): too late.
-                self._watchdog_lost(f"lock {self.resource!r} expired before the watchdog could extend it (loop stall?)")
+                self._watchdog_lost(f"lock {self.name!r} expired before the watchdog could extend it (loop stall?)")
             return False
         if now >= self._lease.acquired_at + settings.max_hold or (
             settings.max_extensions is not None and self._lease.extensions >= settings.max_extensions
         ):
-            self._watchdog_lost(f"lock {self.resource!r} reached its hold limit (max_hold / max_extensions)")
+            self._watchdog_lost(f"lock {self.name!r} reached its hold limit (max_hold / max_extensions)")
             return False
         return True
 
@@ -749,14 +750,14 @@ class Lock:
             )
             return
         if verdict is _algorithm.Extension.REFUSED:
-            self._watchdog_lost(f"lock {self.resource!r} is gone from a majority of nodes (expired or taken)")
+            self._watchdog_lost(f"lock {self.name!r} is gone from a majority of nodes (expired or taken)")
         elif verdict is _algorithm.Extension.RETRY:
             # Not confirmed, not refused: try again soon, while validity is left.
             retry = _algorithm.extend_retry_delay(settings.ttl, settings.node_timeout, self._lease.expires - now)
             watchdog.retries += 1
             watchdog.schedule(lease, min(now + retry, self._lease.acquired_at + settings.max_hold))
         else:
-            self._watchdog_lost(f"lock {self.resource!r} could not be extended on a majority before it ran out")
+            self._watchdog_lost(f"lock {self.name!r} could not be extended on a majority before it ran out")
 
     def _watchdog_lost(self, why: str, *, cause: BaseException | None = None) -> None:
         self._mark_lost(why, (), watchdog=True)
@@ -768,7 +769,7 @@ class Lock:
                 return
             except Exception:
                 # Not told: the body must not run on believing it holds the lock.
-                log.exception("redlock %r: on_lost callback failed: cancelling the body", self.resource)
+                log.exception("redlock %r: on_lost callback failed: cancelling the body", self.name)
         if self._host is not None and not self._host.done():
             self._cancelled_host = True
             self._host.cancel(msg=f"redlock: {why}")
@@ -779,7 +780,7 @@ class Lock:
         if self._state is not _HELD or not self._watched:
             return
         self._watchdog_lost(
-            f"lock {self.resource!r} is given up: the watchdog stopped on an internal error "
+            f"lock {self.name!r} is given up: the watchdog stopped on an internal error "
             f"({type(exc).__name__}: {exc}; its traceback is in the log)",
             cause=exc,
         )
@@ -819,7 +820,7 @@ class Lock:
             self._cluster.watchdog.schedule(lease, now)
             return
         name = self._cluster.names[node]
-        lost = f"lock {self.resource!r} is lost: node {name} may have dropped it ({why}); no majority holds it"
+        lost = f"lock {self.name!r} is lost: node {name} may have dropped it ({why}); no majority holds it"
         if self._watched:
             self._watchdog_lost(lost)
         else:
@@ -839,7 +840,7 @@ class Lock:
             self._lease.token = None
             return
         if self._state is not _HELD or self._lease.token is None:
-            raise RuntimeError(f"release() of lock {self.resource!r}, which is not held")
+            raise RuntimeError(f"release() of lock {self.name!r}, which is not held")
         if self.cooldown is not None:
             # Kept, not deleted: the keys expire `cooldown` s from now (compare-and-PEXPIRE on a majority, or
             # LockLost). Unwatched first, so the watchdog sends no later extension (its rounds out went first).
@@ -882,7 +883,7 @@ class Lock:
         error = _algorithm.ERROR
         if error in ballot.votes and any(ballot.votes[i] is error for i in holders):
             failed = [str(o) for i, o in enumerate(self.outcomes) if i in holders and o.vote is error]
-            log.warning("redlock %r not released on %s: the key stays until it expires", self.resource, failed)
+            log.warning("redlock %r not released on %s: the key stays until it expires", self.name, failed)
         if self._heard(_RELEASED):
             now = _clock.now()
             self._emit(_RELEASED, duration=now - began, held_for=now - self._lease.acquired_at)
@@ -901,8 +902,8 @@ class Lock:
     async def __aenter__(self) -> Self:
         if not await self.acquire():
             raise not_acquired(
-                self._name,
-                repr(self.resource),
+                self._label,
+                repr(self.name),
                 self._settings.acquire_timeout,
                 self._cluster.nodes,
                 self._last_votes,
@@ -970,8 +971,8 @@ class Lock:
             self._state = move(self._state, _LOST)
             self._drop()
             self._lost = LockLost(
-                f"lock {self.resource!r} ran out while the body ran" + self._overrun_cause(holders),
-                resource=self._name,
+                f"lock {self.name!r} ran out while the body ran" + self._overrun_cause(holders),
+                name=self._label,
                 outcomes=self.outcomes,
             )
             self._emit_lost(str(self._lost.args[0]), watchdog=True)
@@ -989,7 +990,7 @@ class Lock:
             # Never let a release problem mask what the body raised.
             if exc is None:
                 raise
-            log.exception("redlock %r: release failed after the body raised", self.resource)
+            log.exception("redlock %r: release failed after the body raised", self.name)
 
     def _overrun_cause(self, holders: Sequence[int]) -> str:
         """Why an overrun lease was not confirmed at release: the nodes were silent, or the key was gone."""
@@ -1053,7 +1054,7 @@ class Lock:
                 quarantined += (node.name,)
         event = LockEvent(
             kind,
-            self._name,
+            self._label,
             grant=None if kind is _NOT_ACQUIRED else self._lease.serial,
             quarantined=quarantined,
             nodes=cluster.names,
@@ -1067,7 +1068,7 @@ class Lock:
             try:
                 hook(event)
             except Exception:
-                log.exception("redlock %r: on_event callback failed", self.resource)
+                log.exception("redlock %r: on_event callback failed", self.name)
 
     def _emit_lost(self, why: str, *, watchdog: bool) -> None:
         self._emit(EventKind.LOST, held_for=_clock.now() - self._lease.acquired_at, reason=why, watchdog=watchdog)
@@ -1078,7 +1079,13 @@ class Lock:
         self._cluster.watchdog.discard(self._lease)
 
     @property
-    def _name(self) -> str:
-        if isinstance(self.resource, tuple):
-            return "+".join(name if isinstance(name, str) else repr(name) for name in self.resource)
-        return self.resource if isinstance(self.resource, str) else repr(self.resource)
+    def resource(self) -> Name | tuple[Name, ...]:
+        """Deprecated spelling of :attr:`name`."""
+        renamed("Lock.resource", ".name")
+        return self.name
+
+    @property
+    def _label(self) -> str:
+        if isinstance(self.name, tuple):
+            return "+".join(name if isinstance(name, str) else repr(name) for name in self.name)
+        return self.name if isinstance(self.name, str) else repr(self.name)

@@ -79,7 +79,7 @@ class Semaphore(Lock):
         self._blocked = base
 
     def __repr__(self) -> str:
-        return f"<redlock_async.Semaphore {self.resource!r} limit={self._limit} {self.statistics().phase}>"
+        return f"<redlock_async.Semaphore {self.name!r} limit={self._limit} {self.statistics().phase}>"
 
     @property
     def limit(self) -> int:
@@ -126,7 +126,7 @@ class Semaphore(Lock):
             if len(other) > len(nodes) - _algorithm.quorum(len(nodes)):
                 # Enough nodes hold a permit under another limit that no majority could grant one.
                 raise ValueError(
-                    f"semaphore {self.resource!r} is held under limit {max(set(other), key=other.count)}, not "
+                    f"semaphore {self.name!r} is held under limit {max(set(other), key=other.count)}, not "
                     f"{self._limit}: every client of one semaphore must use the same limit (a new limit may be "
                     "used once no permit is held)"
                 )

@@ -8,6 +8,15 @@ benchmarks: nothing outside the library needs to read its private state.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from redlock_async._deprecated import renamed
+
+__all__ = ["LockPhase", "LockStatistics", "NodeStatistics", "RedlockStatistics"]
+
+LockPhase: TypeAlias = Literal["idle", "acquiring", "held", "lost"]
+"""The phase of a Lock (:attr:`LockStatistics.phase`): never acquired or released, an acquire under
+way, granted, or its lease could not be kept (until the next acquire). See docs/algorithm.md."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +65,9 @@ class RedlockStatistics:
 class LockStatistics:
     """A Lock now, and its current (or last) acquisition."""
 
-    resource: str | bytes | tuple[str | bytes, ...]
+    name: str | bytes | tuple[str | bytes, ...]
     """The lock's name (lock_many: its names)."""
-    phase: str
+    phase: LockPhase
     """``idle``, ``acquiring``, ``held`` or ``lost`` (see docs/algorithm.md)."""
     held: bool
     validity: float
@@ -72,3 +81,9 @@ class LockStatistics:
     fencing_token: int | None
     watched: bool
     """The watchdog keeps its lease now."""
+
+    @property
+    def resource(self) -> str | bytes | tuple[str | bytes, ...]:
+        """Deprecated spelling of :attr:`name`."""
+        renamed("LockStatistics.resource", ".name")
+        return self.name

@@ -27,7 +27,7 @@ async def test_a_lost_lock_is_told_by_event_and_by_a_warning_with_fields(
     assert kinds[0] is EventKind.ACQUIRED
     assert kinds[-1] is EventKind.LOST
     lost = events[-1]
-    assert lost.resource == "doomed"
+    assert lost.name == "doomed"
     assert lost.watchdog
     assert "gone from a majority" in lost.reason
     assert [o.vote for o in lost.outcomes].count(Vote.NO) >= 3
@@ -37,7 +37,7 @@ async def test_a_lost_lock_is_told_by_event_and_by_a_warning_with_fields(
     assert len(records) == 1
     assert records[0].levelno == logging.WARNING
     fields = records[0].redlock  # type: ignore[attr-defined]
-    assert fields["resource"] == "doomed"
+    assert fields["name"] == fields["resource"] == "doomed"
     assert fields["watchdog"] is True
     assert list(fields["votes"].values()).count("no") >= 3
 

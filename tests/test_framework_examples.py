@@ -53,7 +53,7 @@ class Witness:
         self._entered: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
 
     async def work(self, lock: Lock) -> None:
-        name = str(lock.resource)
+        name = str(lock.name)
         assert lock.held
         self.inside[name] += 1
         self.runs[name] += 1

@@ -138,7 +138,7 @@ async def test_async_with_raises_lock_not_acquired_with_votes(make_redlock: Make
             async with b.lock("busy", acquire_timeout=0.1):
                 pytest.fail("the body must not run")
     error = caught.value
-    assert error.resource == "busy"
+    assert error.name == "busy"
     assert len(error.outcomes) == 5
     assert all(o.vote in (Vote.NO, Vote.PENDING) for o in error.outcomes)
     assert "busy" in str(error)

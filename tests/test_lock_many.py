@@ -27,7 +27,7 @@ SLOW_POLL = 2.0  # a retry delay so long that a grant within a fraction of it ca
 
 async def test_names_are_deduplicated_and_sorted_by_their_bytes(cluster: Cluster, redlock: Redlock) -> None:
     assert redlock.lock_many(["b", "a", "b", "a"]).names == ("a", "b")
-    assert redlock.lock_many(("b", "a")).resource == ("a", "b")
+    assert redlock.lock_many(("b", "a")).name == ("a", "b")
     assert redlock.lock_many(name for name in ["c", "b"]).names == ("b", "c")  # any iterable
     # str and bytes mix; the order is the encoded bytes' (b"\xff" is no UTF-8, and sorts last).
     assert redlock.lock_many([b"\xff", "\u00e9", "z", b"A"]).names == (b"A", "z", "\u00e9", b"\xff")
@@ -38,7 +38,7 @@ async def test_names_are_deduplicated_and_sorted_by_their_bytes(cluster: Cluster
     # One name left: a lock on it, the same as lock().
     single = redlock.lock_many(["a", b"a"])
     assert single.names == ("a",)
-    assert single.resource == "a"
+    assert single.name == "a"
 
     # The keys are the single locks' keys, whatever the spelling.
     lock = redlock.lock_many([b"b", "a", "a"])
@@ -411,7 +411,7 @@ async def test_losing_one_name_loses_them_all(cluster: Cluster, make_redlock: Ma
     assert not reached_the_end
     assert lost_at - started < ttl
     assert not lock.held
-    assert caught.value.resource == "a+b+c"
+    assert caught.value.name == "a+b+c"
     # Released at the loss: gone well before the ttl of the grant could run out.
     await assert_empty(cluster)
     assert time.monotonic() - lost_at < 1.0

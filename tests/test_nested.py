@@ -36,7 +36,7 @@ async def test_two_locks_of_one_name_nested_in_one_task(cluster: Cluster, make_r
             async with inner:
                 pass
         refused(exc, "lock 'a'")
-        assert exc.value.resource == "a"
+        assert exc.value.name == "a"
         # The same with acquire(), blocking or not: none of them sent a round.
         with pytest.raises(NestedAcquire):
             await inner.acquire()
@@ -201,7 +201,7 @@ async def test_a_nested_campaign_fails_at_once(make_redlock: MakeRedlock) -> Non
             with pytest.raises(NestedAcquire, match="already leads election 'leader'") as exc:
                 async with election.campaign():
                     pass
-            assert exc.value.resource == "leader"
+            assert exc.value.name == "leader"
             with pytest.raises(NestedAcquire):  # another Election object of the name: the same
                 async with redlock.election("leader").campaign():
                     pass

@@ -238,7 +238,7 @@ def test_redlock_construction_needs_no_loop_no_server_and_leaves_nothing_to_clos
         assert redlock.nodes == ("127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3")
         assert redlock.quorum == 2
         lock = redlock.lock("resource")
-        assert lock.resource == "resource"
+        assert lock.name == "resource"
         assert not lock.held
         del lock, redlock
         gc.collect()
@@ -441,7 +441,7 @@ def test_lock_bad_names(redlock: Redlock, name: Any, error: type[Exception], pat
 )
 def test_lock_good_names(redlock: Redlock, name: str | bytes) -> None:
     lock = redlock.lock(name)
-    assert lock.resource == name
+    assert lock.name == name
     assert lock.ttl == redlock.settings.ttl
 
 

@@ -69,7 +69,7 @@ async def test_majority_stopped_inside_the_block_raises_lock_lost_within_the_ttl
         lost_after = time.monotonic() - stopped_at
         assert not reached
         assert lost_after < 0.6
-        assert caught.value.resource == "stopped"
+        assert caught.value.name == "stopped"
         assert [o.vote for o in caught.value.outcomes].count(Vote.TIMEOUT) >= 3
         assert not lock.held
         assert_clean_task()
@@ -143,7 +143,7 @@ async def test_on_lost_tells_instead_of_cancelling(cluster: Cluster, redlock: Re
         finished = True
     assert finished
     assert len(told) == 1
-    assert told[0].resource == "told"
+    assert told[0].name == "told"
     assert not lock.held
     assert_clean_task()
 

@@ -62,7 +62,7 @@ class EventMeter:
     def __call__(self, event: LockEvent) -> None:
         # Written flat (few calls): it runs at every acquire and release, on the event loop.
         kind = event.kind
-        group = None if self._group is None else str(self._group(event.resource))
+        group = None if self._group is None else str(self._group(event.name))
         grant = event.grant
         counted = True  # the votes of this event are counted (all but a loss's)
         if kind is _ACQUIRED:

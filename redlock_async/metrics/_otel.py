@@ -156,7 +156,7 @@ class OpenTelemetry(EventMeter):
         caller = self._callers.pop(event.grant, None) if event.grant is not None else None
         if caller is not None and caller.is_recording():
             attributes: dict[str, AttributeValue] = {
-                "redlock.lock.name": event.resource,
+                "redlock.lock.name": event.name,
                 "redlock.reason": event.reason,
                 "redlock.watchdog": event.watchdog,
             }
@@ -187,7 +187,7 @@ class OpenTelemetry(EventMeter):
 
 def _acquire_attributes(event: LockEvent, outcome: str) -> dict[str, AttributeValue]:
     attributes: dict[str, AttributeValue] = {
-        "redlock.lock.name": event.resource,
+        "redlock.lock.name": event.name,
         "redlock.outcome": outcome,
         "redlock.attempts": event.attempts or 0,
         "redlock.wait": event.duration or 0.0,

@@ -7,11 +7,13 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, ParamSpec, Self, TypeVar, final
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, final
 
 from redis.asyncio import Redis
 
+from redlock_async._deprecated import keyword_timeout
 from redlock_async._settings import Settings
 from redlock_async._synchronized import OnBusy, check_call, decorate_sync
 from redlock_async.client import Redlock as AsyncRedlock
@@ -274,18 +276,28 @@ class Election:
         """A ``threading.Event`` set when the current term's leadership is lost."""
         return self._fresh().lost
 
-    @contextlib.contextmanager
-    def campaign(self, timeout: float | None = None) -> Iterator[int]:
-        """Wait until this candidate leads (no time limit by default), then yield its term.
+    if TYPE_CHECKING:  # type checkers see timeout keyword-only; a positional one works, warned, until 0.3.0
 
-        Leaving the block resigns. If leadership is lost meanwhile, :attr:`lost` is set and leaving
-        the block raises ``LockLost``. With *timeout*, ``LockNotAcquired`` when another led throughout.
-        """
+        def campaign(self, *, timeout: float | None = None) -> AbstractContextManager[int]: ...
+
+    else:
+
+        def campaign(self, *positional: float | None, timeout: float | None = None) -> AbstractContextManager[int]:
+            """Wait until this candidate leads (no time limit by default), then yield its term.
+
+            Leaving the block resigns. If leadership is lost meanwhile, :attr:`lost` is set and leaving
+            the block raises ``LockLost``. With *timeout*, ``LockNotAcquired`` when another led throughout.
+            *timeout* is keyword-only (``campaign(5)`` still works in this release, with a ``DeprecationWarning``).
+            """
+            return self._campaign(keyword_timeout("campaign", positional, timeout))
+
+    @contextlib.contextmanager
+    def _campaign(self, timeout: float | None) -> Iterator[int]:
         runtime = self._runtime
         portal = runtime.portal()
         holding = self._fresh()
         election = self._make(runtime.current())
-        term = holding.enter(portal, lambda: election.campaign(timeout), runtime.holders)
+        term = holding.enter(portal, lambda: election.campaign(timeout=timeout), runtime.holders)
         try:
             yield term
         except BaseException as exc:

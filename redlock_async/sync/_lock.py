@@ -168,7 +168,7 @@ class Lock:
         if not current.held:
             raise LockLost(
                 f"lock {self.name!r}: its validity ran out (not extended in time)",
-                resource=str(self.name),
+                name=str(self.name),
                 outcomes=current.outcomes,
             )
 

@@ -14,5 +14,5 @@ def lose(lock: Lock, why: str = "lost (redlock_async.testing.lose)") -> None:
     for testing how your code handles a lost lock at a moment you choose.
     """
     if not lock.held:
-        raise RuntimeError(f"lose() of lock {lock.resource!r}, which is not held")
-    lock._watchdog_lost(f"lock {lock.resource!r} {why}")
+        raise RuntimeError(f"lose() of lock {lock.name!r}, which is not held")
+    lock._watchdog_lost(f"lock {lock.name!r} {why}")
