@@ -307,3 +307,38 @@ def test_no_module_of_the_library_imports_itself_back_at_run_time() -> None:
     """No run-time import cycle among redlock_async's modules (imports under TYPE_CHECKING are types only)."""
     cycle = find_cycle(import_graph(Path(redlock_async.__file__).parent))
     assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+
+
+def test_the_locked_thing_is_called_name_and_resource_is_only_a_deprecated_alias() -> None:
+    """One word on the public face: ``name``. ``resource`` survives (for 0.2.0) only as a property that
+    warns and as a keyword-only ``resource=None`` of a constructor (tests/test_deprecated.py checks both warn)."""
+    import dataclasses
+    import inspect
+
+    from redlock_async import sync
+
+    checked = 0
+    for module in (redlock_async, sync):
+        for public in module.__all__:
+            cls = getattr(module, public)
+            if not isinstance(cls, type):
+                continue
+            fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+            slots = {slot for klass in cls.__mro__ for slot in getattr(klass, "__slots__", ())}
+            assert not {n for n in fields | slots if "resource" in n}, public
+            for attribute in dir(cls):
+                if "resource" in attribute:
+                    alias = inspect.getattr_static(cls, attribute)
+                    assert isinstance(alias, property), (public, attribute)
+                    assert (alias.__doc__ or "").startswith("Deprecated spelling of :attr:`name`"), public
+                    checked += 1
+            try:
+                parameters = inspect.signature(cls).parameters
+            except ValueError:
+                continue
+            for parameter in parameters.values():
+                if "resource" in parameter.name:
+                    assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, public
+                    assert parameter.default is None, public
+                    assert "name" in parameters, public
+    assert checked >= 8  # Lock, Semaphore, LockEvent, LockStatistics and the errors keep the alias
