@@ -264,6 +264,7 @@ def test_fence_ttl_is_checked_with_a_message_that_says_what_to_change() -> None:
         redlock.lock("long", fencing=True, ttl=400.0)
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(
     faketime_library() is None and not os.environ.get("REDLOCK_REQUIRE_FAKETIME"),
     reason="no libfaketime here (apt-get install faketime); .ci/run sets REDLOCK_REQUIRE_FAKETIME where it fetches it",

@@ -461,6 +461,7 @@ async def test_a_release_of_the_second_name_wakes_a_lock_many_waiter(make_redloc
     await many.release()
 
 
+@pytest.mark.serial
 async def test_a_lock_many_waiter_blocked_on_one_name_then_another_is_woken_by_each_release(
     make_redlock: MakeRedlock,
 ) -> None:
