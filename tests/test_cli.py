@@ -311,7 +311,9 @@ async def test_standby_takes_over_from_a_killed_leader_with_a_larger_term(cluste
             second_term = int(await second.stdout.readline())
         took = time.monotonic() - killed_at
         assert second_term > first_term
-        assert 0.5 < took < 5, took  # after the lease (ttl 1 s), not before it
+        # After the lease, not before it: the watchdog extends a third of the ttl before the end, so at the
+        # kill at least ~0.33 s of the 1 s lease was left (0.43 s was seen); well within 5 s.
+        assert 0.3 < took < 5, took
         code, _, err = await finish(second)
         assert code == 0, err
     finally:
