@@ -8,7 +8,10 @@ these out (``-m "not docker"``): without an engine they would only skip.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
+import tarfile
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -136,3 +139,64 @@ async def test_the_watchdog_keeps_a_lock_across_container_faults(nodes: DockerNo
                 tokens.append(again.fencing_token)
     assert first is not None
     assert first < tokens[0] < tokens[1] < tokens[2]  # fencing tokens only grow
+
+
+@pytest.fixture(scope="module", params=IMAGES)
+def clocked(request: pytest.FixtureRequest) -> Iterator[DockerNodes]:
+    """Two containers under the clock nemesis: libfaketime preloaded from the image."""
+    if reason := docker_unavailable():
+        pytest.skip(reason)
+    with DockerNodes(2, image=request.param, clock=True) as nodes:
+        yield nodes
+
+
+@pytest.fixture
+def clocks(clocked: DockerNodes) -> Iterator[DockerNodes]:
+    for node in clocked:
+        node.clock.reset()
+        node.command("FLUSHALL")
+    yield clocked
+    for node in clocked:
+        node.clock.reset()
+
+
+def test_a_container_stepped_forward_expires_a_key_on_that_node_only(clocks: DockerNodes) -> None:
+    for node in clocks:
+        node.command("SET", "k", "v", "PX", 10_000)
+    clocks[0].clock.step(30)
+    assert clocks[0].time() - time.time() == pytest.approx(30, abs=0.2)
+    assert abs(clocks[1].time() - time.time()) < 0.2  # the other container's clock is real
+    assert clocks[0].command("EXISTS", "k") == 0
+    assert clocks[1].command("EXISTS", "k") == 1
+
+
+def test_a_container_clock_running_fast_shortens_a_lease(clocks: DockerNodes) -> None:
+    clocks[0].clock.run_at(4.0)
+    for node in clocks:
+        node.command("SET", "k", "v", "PX", 2_000)
+    time.sleep(0.6)  # 2.4 s on node 0's clock: its key is gone; 0.6 s on node 1's
+    assert clocks[0].command("EXISTS", "k") == 0
+    assert clocks[1].command("EXISTS", "k") == 1
+    assert clocks[0].time() - time.time() > 1.5  # 3x the time since run_at, ahead of ours
+
+
+def test_clock_control_fails_at_start_on_an_image_without_libfaketime() -> None:
+    """An image without libfaketime (here: one file, imported) cannot take the nemesis: a clear error."""
+    if reason := docker_unavailable():
+        pytest.skip(reason)
+    import docker
+
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        info = tarfile.TarInfo("nothing")
+        tar.addfile(info, io.BytesIO(b""))
+    client = docker.from_env()
+    try:
+        client.api.import_image_from_data(archive.getvalue(), repository="local/no-faketime", tag="1")
+        with pytest.raises(RuntimeError, match=r"clock=True needs libfaketime in the image, and local/no-faketime:1"):
+            DockerNodes(1, image="local/no-faketime:1", clock=True).start()
+        with pytest.raises(RuntimeError, match="no clock control"):
+            DockerNodes(1, image="local/no-faketime:1").nodes[0].clock  # noqa: B018
+    finally:
+        client.images.remove("local/no-faketime:1", force=True)
+        client.close()

@@ -10,6 +10,8 @@ shortens them, and one that steps back or freezes keeps them too long.
 
 The library comes from Debian's ``faketime`` package (``apt-get install faketime``), or from
 ``$REDLOCK_FAKETIME_LIB``; without it, ``clock=True`` raises and says how to get it.
+``DockerNode(clock=True)`` does the same in a container whose image carries the library at one
+of :data:`LIBRARY_PATHS`, with the spec in a host directory bind-mounted into it.
 """
 
 from __future__ import annotations
@@ -58,17 +60,25 @@ def require_faketime() -> str:
     return library
 
 
+def faketime_settings(library: str, spec: str) -> dict[str, str]:
+    """libfaketime's settings for a server: *library* preloaded, reading its fake time from *spec*
+    at every clock read, ``CLOCK_MONOTONIC`` left alone (also a container's environment)."""
+    return {
+        "LD_PRELOAD": library,
+        "FAKETIME_TIMESTAMP_FILE": spec,
+        "FAKETIME_NO_CACHE": "1",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "TZ": "UTC",  # the spec's dates are UTC
+    }
+
+
 def server_environment(library: str, spec: str) -> dict[str, str]:
-    """The environment a server under the nemesis starts with (ours, plus libfaketime's settings)."""
+    """The environment a local server under the nemesis starts with (ours, plus libfaketime's settings)."""
     env = dict(os.environ)
-    preload = env.get("LD_PRELOAD")
-    env.update(
-        LD_PRELOAD=f"{library} {preload}" if preload else library,
-        FAKETIME_TIMESTAMP_FILE=spec,
-        FAKETIME_NO_CACHE="1",
-        FAKETIME_DONT_FAKE_MONOTONIC="1",
-        TZ="UTC",  # the spec's dates are UTC
-    )
+    settings = faketime_settings(library, spec)
+    if preload := env.get("LD_PRELOAD"):
+        settings["LD_PRELOAD"] = f"{library} {preload}"
+    env.update(settings)
     return env
 
 
@@ -77,7 +87,8 @@ def _stamp(seconds: float) -> str:
 
 
 class NodeClock:
-    """One node's wall clock (``LocalNode.clock``): step it, run it at a rate, freeze it, reset it.
+    """One node's wall clock (``LocalNode.clock``, ``DockerNode.clock``): step it, run it at a rate, freeze it,
+    reset it.
 
     Each change starts from where the node's clock is now (a rate or a freeze causes no jump) and
     returns once the node's ``TIME`` shows it, so a test can act right after. :meth:`offset` says

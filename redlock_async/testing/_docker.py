@@ -11,14 +11,19 @@ Faults map onto the engine, as real as they come:
 * ``kill()``: SIGKILL; ``restart(keep_data=...)``: stop and start again, with its
   data saved first or flushed first;
 * ``partition()`` / ``heal()``: the container is disconnected from its network
-  (``docker network disconnect``): a real partition, no proxy in the way.
+  (``docker network disconnect``): a real partition, no proxy in the way;
+* ``clock=True``: the clock nemesis (``node.clock``, as on ``LocalNode``), where the image
+  carries libfaketime: the server starts with it preloaded, reading its fake time from a host
+  directory bind-mounted into the container, so the engine must run on this machine.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Iterator
 from types import TracebackType
@@ -28,9 +33,14 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from redlock_async.testing._clocks import LIBRARY_PATHS, SPEC_NAME, NodeClock, faketime_settings
+
 DEFAULT_IMAGE = os.environ.get("REDLOCK_DOCKER_IMAGE", "redis:7")
 """The image when none is given: ``$REDLOCK_DOCKER_IMAGE``, else ``redis:7`` (from a registry)."""
 _READY_TIMEOUT = 30.0
+_CLOCK_DIR = "/redlock-clock"
+"""Where a ``clock=True`` container sees the host directory holding its libfaketime spec."""
+_image_libraries: dict[str, str | None] = {}  # image id -> the libfaketime it carries (None: none)
 
 
 def docker_unavailable() -> str | None:
@@ -58,10 +68,13 @@ def docker_unavailable() -> str | None:
 class DockerNode:
     """One Redis-protocol server in a container, published on 127.0.0.1 at a fixed host port."""
 
-    def __init__(self, image: str = DEFAULT_IMAGE, *, network: Any = None) -> None:
+    def __init__(self, image: str = DEFAULT_IMAGE, *, network: Any = None, clock: bool = False) -> None:
         from testcontainers.core.container import DockerContainer
 
         self.image = image
+        self.clock_control = clock
+        self._clock: NodeClock | None = None
+        self._clock_dir: str | None = None
         self.port = _free_port()
         container: Any = DockerContainer(image)
         # Published on 127.0.0.1 only, at a fixed port (kept across restarts): the Docker SDK takes
@@ -82,9 +95,45 @@ class DockerNode:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
 
+    @property
+    def clock(self) -> NodeClock:
+        """This node's wall clock, to step, speed up, slow down or freeze (``DockerNode(clock=True)``, started)."""
+        if not self.clock_control:
+            raise RuntimeError(f"{self!r} has no clock control: make it with clock=True (libfaketime preloaded)")
+        if self._clock is None:
+            raise RuntimeError(f"{self!r} has not started yet: its clock comes with the container")
+        return self._clock
+
+    def time(self) -> float:
+        """The server's wall clock (``TIME``), in seconds since the epoch."""
+        reply = self.command("TIME")
+        assert isinstance(reply, (list, tuple)), reply  # redis-py parses TIME into (seconds, microseconds)
+        return int(reply[0]) + int(reply[1]) / 1e6
+
     def start(self) -> None:
+        if self.clock_control and self._clock is None:
+            self._prepare_clock()
         self._container.start()
         self._wait_ready()
+
+    def _prepare_clock(self) -> None:
+        """The nemesis (testing/_clocks.py) in the container: the image's libfaketime preloaded, its spec
+        in a host directory that the container sees at ``/redlock-clock``; a clear error if the image has none."""
+        library = _image_faketime(self._container.get_docker_client().client, self.image)
+        if library is None:
+            raise RuntimeError(
+                f"clock=True needs libfaketime in the image, and {self.image} has none (looked for "
+                f"{', '.join(LIBRARY_PATHS)}): use an image built FROM {self.image} with "
+                "`RUN apt-get update && apt-get install -y faketime` (Debian or Ubuntu based), or one with "
+                "libfaketime.so.1 copied to one of those paths (as this repository's .ci/docker-tests does)"
+            )
+        directory = tempfile.mkdtemp(prefix="redlock-clock-")
+        os.chmod(directory, 0o755)  # the server may run as another user (the redis image's does)
+        self._clock_dir = directory
+        self._clock = NodeClock(os.path.join(directory, SPEC_NAME), self.time)
+        spec = f"{_CLOCK_DIR}/{SPEC_NAME}"
+        self._container.with_volume_mapping(directory, _CLOCK_DIR, "ro")
+        self._container.with_envs(**faketime_settings(library, spec))
 
     def pause(self) -> None:
         self._container.get_wrapped_container().pause()
@@ -131,7 +180,12 @@ class DockerNode:
         if self.paused:
             self.resume()
         self._close_client()
-        self._container.stop()
+        try:
+            self._container.stop()
+        finally:
+            if self._clock_dir is not None:
+                shutil.rmtree(self._clock_dir, ignore_errors=True)
+                self._clock_dir, self._clock = None, None
 
     def command(self, *args: str | bytes | int) -> object:
         if self._client is None:
@@ -160,6 +214,36 @@ class DockerNode:
             self._client = None
 
 
+def _image_faketime(client: Any, image: str) -> str | None:
+    """The libfaketime *image* carries (the first of LIBRARY_PATHS in it), or None: looked up in a
+    container created from it and never started (images built by ``docker import`` have no shell)."""
+    import docker.errors
+
+    try:
+        found = client.images.get(image)
+    except docker.errors.ImageNotFound:
+        found = client.images.pull(image)
+    if found.id not in _image_libraries:
+        probe = client.containers.create(found.id, command=["/nonexistent"])
+        try:
+            _image_libraries[found.id] = next((path for path in LIBRARY_PATHS if _has_file(probe, path)), None)
+        finally:
+            probe.remove(force=True)
+    return _image_libraries[found.id]
+
+
+def _has_file(container: Any, path: str) -> bool:
+    import docker.errors
+
+    try:
+        stream, _ = container.get_archive(path)
+    except docker.errors.NotFound:
+        return False
+    for _ in stream:  # drained, so the connection is free again
+        pass
+    return True
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -170,12 +254,12 @@ def _free_port() -> int:
 class DockerNodes:
     """N containers (default 5) on a network of their own: the container twin of :class:`LocalNodes`."""
 
-    def __init__(self, count: int = 5, *, image: str = DEFAULT_IMAGE) -> None:
+    def __init__(self, count: int = 5, *, image: str = DEFAULT_IMAGE, clock: bool = False) -> None:
         from testcontainers.core.network import Network
 
         self.image = image
         self._network: Any = Network()
-        self.nodes = [DockerNode(image, network=self._network) for _ in range(count)]
+        self.nodes = [DockerNode(image, network=self._network, clock=clock) for _ in range(count)]
 
     @property
     def urls(self) -> list[str]:
