@@ -8,10 +8,11 @@ connects, reconnects, non-blocking sends): ``SUBSCRIBE`` answers with one
 confirmation, and pub/sub messages are handed to the listener. After a
 reconnect, the node re-subscribes to every channel still wanted.
 
-Waiters of a channel queue in order. A release wakes only the oldest
-waiter, and further messages for that channel (the same release, published
-by the other nodes) are ignored until it has tried: no stampede, and no
-split votes between waiters of the same Redlock. Notifications can be lost
+Waiters of a channel queue in order, in a :class:`~redlock_async._line.Line`. A
+release heard from a majority wakes only the oldest waiter, and further
+messages for that channel (the same release, published by the other nodes)
+are ignored until it has tried: no stampede, and no split votes between
+waiters of the same Redlock. Notifications can be lost
 (a node restarts, a connection drops, a lease expires instead of being
 released), so every wait also ends after a bounded, jittered delay.
 """
@@ -20,26 +21,27 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple
 
 from redlock_async._algorithm import Vote, quorum
 from redlock_async._fanout import Ballot
+from redlock_async._line import Line, Waits
 from redlock_async._node import Node
 from redlock_async._queue import Claim
 from redlock_async._requests import Sent
 from redlock_async._wire import Failure, Reply
 
 
-class Taker(Protocol):
+class Taker(NamedTuple):
     """A waiting lock that a release of its own Redlock can hand the lock over to."""
 
-    def _presend(self) -> Sent: ...
-
-    def _give_back(self, sent: Sent) -> None: ...
+    presend: Callable[[], Sent]
+    """Send the lock's next round now (synchronous)."""
+    give_back: Callable[[Sent], None]
+    """Give back a round sent for it that its waiter will never count."""
 
 
 YIELD_ROUND_TRIPS = 4
@@ -61,15 +63,7 @@ release, ahead of any other client's, so without this bound a busy process would
 class _Queue:
     """The waiters of one key, shared by every Redlock of this event loop on the same nodes."""
 
-    # ticket -> the future its waiter awaits, or None between two waits (its fallback timer fired:
-    # it tries, then waits again). A waiter keeps its place until it quits; the oldest ticket goes first.
-    waiters: dict[int, asyncio.Future[None] | None] = field(default_factory=dict)
-    woken: bool = False  # a waiter was woken and is trying; the others wait their turn
-    turn: int | None = None  # the ticket woken between two of its waits: its next wait returns at once
-    released: bool = False  # a release came while no one was queued: the next waiter goes at once
-    # Releases heard (from a majority) while a woken waiter was still trying: each wakes the next
-    # waiter when that one is done. A semaphore's permits can be released several at once.
-    missed: int = 0
+    line: Line = field(default_factory=Line)  # in ticket order; a release wakes the oldest
     users: int = 0  # waiters between enter() and leave(), across Redlocks
     # Releases already heard from a majority (by any Redlock's listener): the late
     # words of those are stale, and must not wake anyone again.
@@ -86,13 +80,6 @@ class _Queue:
 # same nodes share their waiters' order, so a release wakes one waiter, not one
 # per Redlock racing each other (the same one would win every time).
 _queues: dict[tuple[asyncio.AbstractEventLoop, tuple[str, ...], bytes], _Queue] = {}
-
-_tickets = itertools.count()
-
-
-def ticket() -> int:
-    """A waiter's place in line, taken once per acquire: older tickets are woken first."""
-    return next(_tickets)
 
 
 def vote_of_subscribe(reply: Reply) -> Vote:
@@ -112,11 +99,8 @@ class Listener:
         # channel -> released token -> nodes that announced it: a waiter is woken
         # once a majority did, so its attempt finds a majority free.
         self._heard: dict[bytes, dict[bytes, int]] = {}
-        self.wakeups = 0
-        """Waiters woken by a notification (for tests and benchmarks)."""
-        # The futures this Redlock's waiters await now: interrupt() ends their waits at once.
-        self._waiting: set[asyncio.Future[None]] = set()
-        self._interrupted = False
+        # This Redlock's waits: interrupt() ends them at once; they count the waiters woken.
+        self._waits = Waits()
         # channel -> the timer that unsubscribes it: no one uses it, but it is kept a while (LINGER).
         self._lingering: dict[bytes, asyncio.TimerHandle] = {}
         # channel -> callbacks told of every message on it (election observers); no waiter queue.
@@ -126,6 +110,11 @@ class Listener:
         self._claims: dict[bytes, Claim] = {}
         self._claimants: dict[bytes, list[Claim]] = {}
 
+    @property
+    def wakeups(self) -> int:
+        """Waiters woken by a notification (for tests and benchmarks)."""
+        return self._waits.wakeups
+
     def _queue(self, channel: bytes) -> _Queue | None:
         return _queues.get((asyncio.get_running_loop(), self._scope, channel))
 
@@ -134,7 +123,7 @@ class Listener:
     def waiting(self, channel: bytes) -> bool:
         """True when waiters already queue for *channel* (one of them may be trying now)."""
         queue = self._queue(channel)
-        return queue is not None and (bool(queue.waiters) or queue.woken)
+        return queue is not None and queue.line.waiting
 
     def taking(self, channel: bytes) -> bool:
         """True when the line for *channel* is taking the key now: a release woke (or handed the lock to)
@@ -143,7 +132,7 @@ class Listener:
         once: waiters that only wait for their timer (the key expired, or its release went unheard)
         may be waiting for a word that never comes."""
         queue = self._queue(channel)
-        return queue is not None and (queue.woken or queue.turn is not None or queue.yielding)
+        return queue is not None and (queue.line.taking or queue.yielding)
 
     async def enter(self, channel: bytes) -> bool:
         """Listen for releases on *channel*; True when this subscribed anew (then look again once).
@@ -208,57 +197,13 @@ class Listener:
         if taker is not None:
             queue.takers[place] = (self, taker)
         if again:
-            queue.woken = False
-            self._missed(queue)
-        if queue.released and not queue.woken:
-            # A release came between our last attempt and now (nobody was queued to hear it).
-            queue.released = False
-            queue.woken = True
-            return True
-        if queue.turn == place:
-            queue.turn = None  # woken while between two waits: it is our turn now
-            return True
-        if self._interrupted:
-            return False
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue.waiters[place] = fut
-        self._waiting.add(fut)
-        try:
-            async with asyncio.timeout(timeout):
-                await fut
-            if self._interrupted and queue.waiters.get(place) is fut:
-                del queue.waiters[place]  # ended by interrupt(), not woken: no turn was given
-                return False
-        except TimeoutError:
-            if fut.done() and not fut.cancelled():
-                return True  # woken in the loop turn the timer fired: the wake-up counts (_wake took us off)
-            # The fallback: no word came. Keep our place in line until we quit.
-            if queue.turn == place:
-                queue.turn = None  # woken in the same loop turn as the timer: our turn
-                return True
-            if place in queue.waiters:
-                queue.waiters[place] = None
-            return False
-        except BaseException:
-            if (fut.done() and not fut.cancelled()) or queue.turn == place:
-                # Woken, and cancelled in the same loop turn (its own timeout, a task group):
-                # it will not try, so the turn passes on, or the queue would stay "woken" for good.
-                queue.turn = None
-                queue.woken = False
-                self._wake(queue)
-            queue.waiters.pop(place, None)
-            raise
-        finally:
-            self._waiting.discard(fut)
-        return True  # woken: _wake took us off the line
+            self._waits.wakeups += queue.line.done()
+        return await queue.line.wait(place, timeout, self._waits)
 
     def interrupt(self) -> None:
         """End every wait of this Redlock's waiters now, as not woken (its Redlock stopped on a fault):
         they look at their Redlock at once instead of after their fallback delay."""
-        self._interrupted = True
-        for fut in self._waiting:
-            if not fut.done():
-                fut.set_result(None)
+        self._waits.interrupt()
 
     def quit(self, channel: bytes, place: int) -> None:
         """The waiter with ticket *place* stops waiting (acquired, gave up, cancelled): it leaves the line.
@@ -268,16 +213,12 @@ class Listener:
         queue = self._queue(channel)
         if queue is None:
             return
-        queue.waiters.pop(place, None)
         queue.takers.pop(place, None)
         handed = queue.handed.pop(place, None)
         if handed is not None:
             sent, taker = handed
-            taker._give_back(sent)  # sent for us, never counted: nothing may stay behind
-        if queue.turn == place:
-            queue.turn = None
-            queue.woken = False
-            self._wake(queue)
+            taker.give_back(sent)  # sent for us, never counted: nothing may stay behind
+        self._waits.wakeups += queue.line.quit(place)
 
     def handed(self, channel: bytes, place: int) -> Sent | None:
         """The round a release sent for the waiter with ticket *place* when it handed it the lock, if one did."""
@@ -296,10 +237,9 @@ class Listener:
         waiter is woken a grace later (:meth:`_yield`). Otherwise this busy process, awake when the
         release's replies come, would hear its words first and win that race too."""
         queue = self._queue(channel)
-        if queue is None or queue.woken or queue.turn is not None or not queue.waiters:
+        if queue is None or queue.line.taking or (place := queue.line.first()) is None:
             return False
-        place = min(queue.waiters)
-        if queue.waiters[place] is None:
+        if not queue.line.parked(place):
             return False  # between two waits (its fallback timer fired): it is trying, the release is its turn
         owner = queue.takers.get(place)
         if owner is None or owner[0] is not self:
@@ -322,8 +262,8 @@ class Listener:
 
         def wake() -> None:
             queue.yielding = False
-            if _queues.get(key) is queue and not queue.woken and queue.turn is None:
-                self._wake(queue)
+            if _queues.get(key) is queue and not queue.line.taking:
+                self._waits.wakeups += queue.line.wake()
 
         loop.call_later(grace, wake)
 
@@ -340,26 +280,20 @@ class Listener:
         """
         queue = self._queue(channel)
         assert queue is not None, "hand_over() only right after may_hand_over()"
-        place = min(queue.waiters)
+        place = queue.line.first()
+        assert place is not None, "hand_over() only right after may_hand_over()"
         taker = queue.takers[place][1]
-        sent = taker._presend()
+        sent = taker.presend()
         sent.announce = (channel, word)
         queue.handed[place] = (sent, taker)
         queue.chain += 1
-        self._wake(queue)
+        self._waits.wakeups += queue.line.wake()
 
     def done(self, channel: bytes) -> None:
         """The woken waiter finished trying (acquired or gave up): the next release wakes the next one."""
         queue = self._queue(channel)
         if queue is not None:
-            queue.woken = False
-            self._missed(queue)
-
-    def _missed(self, queue: _Queue) -> None:
-        """The woken waiter is done trying: a release heard meanwhile wakes the next one now."""
-        if queue.missed and not queue.woken:
-            queue.missed -= 1
-            self._wake(queue)
+            self._waits.wakeups += queue.line.done()
 
     def _release(self, channel: bytes) -> None:
         """One user of *channel* less (a waiter, or the watchers): the last one unsubscribes."""
@@ -484,24 +418,7 @@ class Listener:
             return
         queue.heard.append(token)
         queue.chain = 0
-        if not queue.woken:
-            self._wake(queue)
-        else:
-            queue.missed += 1
-
-    def _wake(self, queue: _Queue) -> None:
-        """Wake the oldest waiter; with none queued, let the next one go at once."""
-        if not queue.waiters:
-            queue.released = True  # heard by no one yet: the next waiter must not wait for the next one
-            return
-        place = min(queue.waiters)
-        fut = queue.waiters.pop(place)
-        queue.woken = True
-        self.wakeups += 1
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-        else:
-            queue.turn = place  # between two waits (its timer just fired): its next wait returns at once
+        self._waits.wakeups += queue.line.release()
 
     def on_connect(self, node: Node) -> None:
         """A subscriber connection (re)connected: subscribe it to every channel still wanted."""

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
-from redlock_async import _algorithm, _clock, _handoff, _queue, _requests
+from redlock_async import _algorithm, _clock, _handoff, _line, _queue, _requests
 from redlock_async._cleanup import complete
 from redlock_async._cluster import Cluster
 from redlock_async._deprecated import renamed
@@ -303,7 +303,7 @@ class Lock:
     async def _acquire(self, blocking: bool, give_up: float) -> bool:
         listener = self._cluster.listener if self._settings.wait_for_release and blocking else None
         listening = woken = attempted = False
-        place = _handoff.ticket()
+        place = _line.ticket()
         try:
             # Try at once (the key may be free while waiters of this process wait for their timers),
             # unless the line is taking it now or a lock of this Redlock holds it: then join the line.
@@ -345,7 +345,7 @@ class Lock:
                     # Woken by a release (our turn among this process's waiters), or after
                     # the jittered delay if no word came: notifications can be lost. A release
                     # of this Redlock may have sent our next round already (handed it over).
-                    taker = self if self._takes_hand_over else None
+                    taker = _handoff.Taker(self._presend, self._give_back) if self._takes_hand_over else None
                     woken = await listener.wait(channel, delay, place, again=woken, taker=taker)
                     self._woken_at = _clock.now() if woken else None  # the hand-off latency starts here
                     queued = False

@@ -10,7 +10,8 @@ import asyncio
 import itertools
 import time
 
-from redlock_async._handoff import LINGER, Listener, ticket
+from redlock_async._handoff import LINGER, Listener
+from redlock_async._line import ticket
 from redlock_async._wire import Reply
 
 from .fakes import FakeNode, Request, as_nodes, fake_nodes, virtual
