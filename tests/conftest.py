@@ -29,7 +29,7 @@ import pytest
 from redlock_async import Lock, Redlock
 from redlock_async._endpoint import endpoint_for
 from redlock_async._node import Node as LibraryNode
-from redlock_async.testing import LocalNode, LocalNodes
+from redlock_async.testing import LocalNode, LocalNodes, faketime_library
 from redlock_async.testing._docker import DockerNodes, docker_unavailable
 
 NODES = 5
@@ -62,6 +62,13 @@ if LOOP != "asyncio":
 
 # The fault kit's fixtures (redlock_nodes, redlock_history), as users enable them; pytester runs pytest in tests.
 pytest_plugins = ["redlock_async.testing.pytest_plugin", "pytester"]
+
+
+needs_faketime = pytest.mark.skipif(
+    faketime_library() is None and not os.environ.get("REDLOCK_REQUIRE_FAKETIME"),
+    reason="no libfaketime here (apt-get install faketime); .ci/run fetches it and sets REDLOCK_REQUIRE_FAKETIME",
+)
+"""The clock nemesis's tests: skipped where libfaketime cannot be had, never in CI (it requires them)."""
 
 
 class Node(Protocol):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -26,13 +25,12 @@ from typing import Any
 
 import pytest
 
-from redlock_async.testing import History, LocalNodes, faketime_library
+from redlock_async.testing import History, LocalNodes
 from redlock_async.testing._history import Section
 
-pytestmark = pytest.mark.skipif(
-    faketime_library() is None and not os.environ.get("REDLOCK_REQUIRE_FAKETIME"),
-    reason="no libfaketime here (apt-get install faketime); .ci/run sets REDLOCK_REQUIRE_FAKETIME where it installs it",
-)
+from .conftest import needs_faketime
+
+pytestmark = needs_faketime
 
 CHILD = str(Path(__file__).with_name("_clock_client.py"))
 TTL = 3.0  # the watchdog extends 2 s after the grant: the holder's next look at the nodes

@@ -6,18 +6,16 @@ survive, on one node whose clock alone is faked (libfaketime), as the issue meas
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from redlock_async.testing import LocalNodes, faketime_library
+from redlock_async.testing import LocalNodes
 
-pytestmark = pytest.mark.skipif(
-    faketime_library() is None and not os.environ.get("REDLOCK_REQUIRE_FAKETIME"),
-    reason="no libfaketime here (apt-get install faketime); .ci/run sets REDLOCK_REQUIRE_FAKETIME where it installs it",
-)
+from .conftest import needs_faketime
+
+pytestmark = needs_faketime
 
 
 @pytest.fixture(scope="module")

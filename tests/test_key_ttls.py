@@ -11,16 +11,15 @@ clock, so they never go backwards across an expiry. Checked with PTTL on every n
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import pytest
 
 from redlock_async import Redlock
 from redlock_async.semaphore import Semaphore
-from redlock_async.testing import LocalNodes, faketime_library
+from redlock_async.testing import LocalNodes
 
-from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere
+from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere, needs_faketime
 
 # -- semaphores ---------------------------------------------------------------------------------------
 
@@ -265,10 +264,7 @@ def test_fence_ttl_is_checked_with_a_message_that_says_what_to_change() -> None:
 
 
 @pytest.mark.serial
-@pytest.mark.skipif(
-    faketime_library() is None and not os.environ.get("REDLOCK_REQUIRE_FAKETIME"),
-    reason="no libfaketime here (apt-get install faketime); .ci/run sets REDLOCK_REQUIRE_FAKETIME where it fetches it",
-)
+@needs_faketime
 async def test_with_fence_ttl_counters_expired_by_the_nodes_clocks_still_give_larger_tokens() -> None:
     """Real expiry, by the nodes' own clocks (libfaketime), with one node 30 s ahead of the others (well
     within fence_ttl). Its clock sets the first token; every clock then moves on past fence_ttl, so the

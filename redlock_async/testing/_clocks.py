@@ -171,3 +171,9 @@ class NodeClock:
                     "(is libfaketime preloaded? the server must start with clock=True)"
                 )
             time.sleep(0.01)
+
+
+def time_of(reply: object) -> float:
+    """A ``TIME`` reply (redis-py parses it into (seconds, microseconds)) as seconds since the epoch."""
+    assert isinstance(reply, (list, tuple)), reply
+    return int(reply[0]) + int(reply[1]) / 1e6

@@ -33,7 +33,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from redlock_async.testing._clocks import LIBRARY_PATHS, SPEC_NAME, NodeClock, faketime_settings
+from redlock_async.testing._clocks import LIBRARY_PATHS, SPEC_NAME, NodeClock, faketime_settings, time_of
 
 DEFAULT_IMAGE = os.environ.get("REDLOCK_DOCKER_IMAGE", "redis:7")
 """The image when none is given: ``$REDLOCK_DOCKER_IMAGE``, else ``redis:7`` (from a registry)."""
@@ -106,9 +106,7 @@ class DockerNode:
 
     def time(self) -> float:
         """The server's wall clock (``TIME``), in seconds since the epoch."""
-        reply = self.command("TIME")
-        assert isinstance(reply, (list, tuple)), reply  # redis-py parses TIME into (seconds, microseconds)
-        return int(reply[0]) + int(reply[1]) / 1e6
+        return time_of(self.command("TIME"))
 
     def start(self) -> None:
         if self.clock_control and self._clock is None:

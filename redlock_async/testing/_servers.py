@@ -19,7 +19,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from redlock_async import _reaper
-from redlock_async.testing._clocks import SPEC_NAME, NodeClock, require_faketime, server_environment
+from redlock_async.testing._clocks import SPEC_NAME, NodeClock, require_faketime, server_environment, time_of
 from redlock_async.testing._process import (
     ADDR_IN_USE,
     COMMAND_TIMEOUT,
@@ -294,9 +294,7 @@ class LocalNode:
 
     def time(self) -> float:
         """The server's wall clock (``TIME``), in seconds since the epoch."""
-        reply = self.command("TIME")
-        assert isinstance(reply, (list, tuple)), reply  # redis-py parses TIME into (seconds, microseconds)
-        return int(reply[0]) + int(reply[1]) / 1e6
+        return time_of(self.command("TIME"))
 
     def command(self, *args: str | bytes | int) -> object:
         """Send one command to the server (never through the proxy) and return its (undecoded) reply."""
