@@ -209,8 +209,8 @@ async def contend(
     histories = {key: History() for key in (*MANY_NAMES, RESOURCE)}
     began = time.monotonic()
     with LocalNodes(NODES, proxied=True) as nodes:
-        # Fenced where the primitive can be: the grant queue and semaphores have no fencing tokens.
-        fenced = primitive in ("lock", "lock_many", "election") and not settings.get("queue")
+        # Fenced where the primitive can be (semaphores have no fencing tokens); the grant queue is fenced too.
+        fenced = primitive in ("lock", "lock_many", "election")
         redlocks = [
             Redlock(nodes.urls, fencing=fenced, retry_delay=0.02, acquire_timeout=0.5, **settings)
             for _ in range(CLIENTS)
@@ -357,7 +357,7 @@ def render(outcomes: list[Outcome], seconds: float, clocks: list[ClockOutcome] |
         "Then, with the faults healed and two ttls later, no lease, permit or line may be left on any node.",
         "",
         "The rows named after a primitive run the same contention through it instead of one lock: the grant",
-        "queue (`queue=True`, not fenced); `lock_many` of two of three names, so any two acquisitions share a",
+        "queue (`queue=True`, fenced); `lock_many` of two of three names, so any two acquisitions share a",
         f"name (each name checked on its own); a semaphore of limit {SEMAPHORE_LIMIT} (an *overlap* there is a moment",
         f"with more than {SEMAPHORE_LIMIT} permits held, fencing tokens are not checked); an election, each",
         "leader resigning after ~1 ms (its term checked as a fencing token).",
