@@ -127,6 +127,7 @@ async def test_one_warning_per_node_it_cannot_reach(caplog: pytest.LogCaptureFix
         assert len(said) == 1, [r.message for r in caplog.records]
 
 
+@pytest.mark.serial  # a 200 ms round trip against timers: load skews it
 async def test_a_timeout_says_what_timed_out_and_which_setting_to_change() -> None:
     """adaptive_timeout=False and a long round trip: each node's timeout says node_timeout waits less than
     its round trip, and how to fix it (the detail was empty). 200 ms: beyond even the second window a

@@ -171,6 +171,7 @@ def check_fenced(history: History, fenced: set[str] | None = None) -> None:
 # -- 1. across processes ------------------------------------------------------------------------------------
 
 
+@pytest.mark.serial  # asserts shares and changes of process: load skews them
 async def test_fenced_tokens_grow_in_the_order_bodies_ran_across_four_processes(cluster: Cluster) -> None:
     """This process (2 tasks) and 3 others (2 tasks each), all queue=True and fencing=True, retry delay SLOW
     (only grants move the lock promptly), for 3 s: no overlap, every token strictly larger than the one of

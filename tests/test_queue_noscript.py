@@ -15,6 +15,7 @@ import contextlib
 import random
 import time
 
+import pytest
 import redis
 import redis.asyncio
 
@@ -38,6 +39,7 @@ def line_lengths(cluster: Cluster, name: str) -> list[int]:
     return [int(cluster[i].command("ZCARD", queue)) for i in range(len(cluster))]  # type: ignore[call-overload]
 
 
+@pytest.mark.serial  # bounds on gaps and waits: load skews them
 async def test_a_waiter_cancelled_as_the_holder_releases_after_a_script_flush_leaves_the_line(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:
@@ -87,6 +89,7 @@ async def _flush_scripts(urls: list[str], every: float, stop: asyncio.Event) -> 
     return rounds
 
 
+@pytest.mark.serial  # bounds on gaps and waits: load skews them
 async def test_under_a_script_flush_every_few_ms_the_lock_is_never_left_to_no_one(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:
@@ -175,6 +178,7 @@ def test_a_late_leave_only_takes_away_what_is_its_own(cluster: Cluster) -> None:
     r.close()
 
 
+@pytest.mark.serial  # bounds on gaps and waits: load skews them
 async def test_under_a_script_flush_every_few_ms_processes_exclude_and_all_progress(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:
