@@ -114,13 +114,14 @@ async def start_child(urls: list[str], *args: str) -> asyncio.subprocess.Process
 
 
 async def child_contend(
-    urls: list[str], name: str, seconds: float, tasks: int, retry_delay: float, queue: bool
+    urls: list[str], name: str, seconds: float, tasks: int, retry_delay: float, queue: bool, fencing: bool = False
 ) -> None:
     """Tasks taking *name* for *seconds*; prints each critical section and how long its acquire
-    waited: [client, token, None, start, end, waited]; then {"timeouts": n}."""
+    waited: [client, token, fencing token (None unfenced), start, end, waited]; then {"timeouts": n}.
+    (tests/test_queue_fencing.py runs it fenced.)"""
     rows: list[list[Any]] = []
     timeouts = 0
-    async with Redlock(urls, retry_delay=retry_delay, queue=queue) as redlock:
+    async with Redlock(urls, retry_delay=retry_delay, queue=queue, fencing=fencing) as redlock:
         stop = time.monotonic() + seconds
 
         async def task(n: int) -> None:
@@ -132,7 +133,7 @@ async def child_contend(
                     async with lock:
                         start = time.monotonic()
                         await asyncio.sleep(0.0005)
-                        row = [f"pid{os.getpid()}.{n}", lock.token, None, start, time.monotonic()]
+                        row = [f"pid{os.getpid()}.{n}", lock.token, lock.fencing_token, start, time.monotonic()]
                         rows.append([*row, start - wanted])
                 except LockNotAcquired:
                     timeouts += 1
@@ -171,8 +172,8 @@ async def child_wait(urls: list[str], name: str, retry_delay: float, ttl: float,
 def child_main(argv: list[str]) -> None:
     mode, urls = argv[0], argv[1].split(",")
     if mode == "contend":
-        queue = argv[6] == "queue"
-        asyncio.run(child_contend(urls, argv[2], float(argv[3]), int(argv[4]), float(argv[5]), queue))
+        queue, fencing = argv[6] == "queue", argv[7:] == ["fenced"]
+        asyncio.run(child_contend(urls, argv[2], float(argv[3]), int(argv[4]), float(argv[5]), queue, fencing))
     else:
         asyncio.run(child_wait(urls, argv[2], float(argv[3]), float(argv[4]), float(argv[5])))
 

@@ -10,7 +10,7 @@ any loop turn around its grant (fence round included) leaves no key for no one a
 a node restarted empty (its quarantine keeps its empty counter out of the choice); a slow network; uvloop;
 elections campaigning through the queue; and fence_ttl's counters with their ttl and clock floor.
 
-``python -m tests.test_queue_fencing contend URLS NAME SECONDS TASKS QUEUE FENCING`` is the other OS process.
+The other OS processes run tests/test_queue.py's child (``python -m tests.test_queue contend ... fenced``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ import asyncio
 import collections
 import hashlib
 import itertools
-import json
-import os
-import sys
 import time
 from typing import Any
 
@@ -78,36 +75,7 @@ def no_lock_keys(cluster: Any) -> bool:
     return all(not any(k.startswith(b"redlock:") for k in keys) for keys in keys_everywhere(cluster))
 
 
-# -- the other OS process ------------------------------------------------------------------------------
-
-
-async def child_contend(urls: list[str], name: str, seconds: float, tasks: int, queue: bool, fencing: bool) -> None:
-    """Tasks taking *name* for *seconds*; prints each critical section [client, token, fencing token, start,
-    end, waited], then {"timeouts": n}."""
-    rows: list[list[Any]] = []
-    timeouts = 0
-    async with Redlock(urls, retry_delay=SLOW if queue else 0.2, queue=queue, fencing=fencing) as redlock:
-        stop = time.monotonic() + seconds
-
-        async def task(n: int) -> None:
-            nonlocal timeouts
-            lock = redlock.lock(name, acquire_timeout=BOUND)
-            while time.monotonic() < stop:
-                wanted = time.monotonic()
-                try:
-                    async with lock:
-                        start = time.monotonic()
-                        await asyncio.sleep(0.0005)
-                        row = [f"pid{os.getpid()}.{n}", lock.token, lock.fencing_token, start, time.monotonic()]
-                        rows.append([*row, start - wanted])
-                except LockNotAcquired:
-                    timeouts += 1
-                await asyncio.sleep(0.001)
-
-        await asyncio.gather(*(task(n) for n in range(tasks)))
-    for row in rows:
-        print(json.dumps(row))
-    print(json.dumps({"timeouts": timeouts}))
+# -- contention with other OS processes ------------------------------------------------------------------
 
 
 async def contend(
@@ -122,8 +90,9 @@ async def contend(
     timeouts = [0]
     processes = [
         await start_module(
-            *("tests.test_queue_fencing", "contend", ",".join(urls), NAME, str(seconds), str(tasks)),
-            *("queue" if queue else "plain", "fenced" if fencing else "unfenced"),
+            # The child of tests/test_queue.py, which records each section's fencing token too.
+            *("tests.test_queue", "contend", ",".join(urls), NAME, str(seconds), str(tasks)),
+            *(str(SLOW if queue else 0.2), "queue" if queue else "plain", "fenced" if fencing else "unfenced"),
         )
         for tasks, queue, fencing in children
     ]
@@ -493,13 +462,3 @@ async def test_fence_ttl_counters_of_queued_grants_expire_and_never_go_back(clus
         assert third.fencing_token is not None
         assert third.fencing_token > second
         await third.release()
-
-
-def child_main(argv: list[str]) -> None:
-    mode, urls = argv[0], argv[1].split(",")
-    assert mode == "contend", mode
-    asyncio.run(child_contend(urls, argv[2], float(argv[3]), int(argv[4]), argv[5] == "queue", argv[6] == "fenced"))
-
-
-if __name__ == "__main__":
-    child_main(sys.argv[1:])
