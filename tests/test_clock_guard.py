@@ -77,6 +77,14 @@ class Child:
         return [line for line in self.lines if line["event"] == kind]
 
 
+async def answered(redlock: Any) -> None:
+    """Until every node has answered all that *redlock* sent: an early quorum leaves the slowest pending,
+    and a reply still on its way when a test steps a clock may read the jumped clock and make it the
+    guard's first reading, which no client can tell from drift (seen under CI's load)."""
+    while any(node.queued for node in redlock.statistics().nodes):
+        await asyncio.sleep(0.005)
+
+
 async def spawn(role: str, name: str, guard: bool, urls: list[str]) -> Child:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, CHILD, role, name, str(TTL), str(RUN), "1" if guard else "0", *urls,
@@ -174,6 +182,7 @@ async def test_a_fresh_client_cannot_see_a_jump_from_before_it_started_and_fenci
             warm = long_lived.lock("fresh:warm")
             await warm.acquire()  # it has a reading of every node's clock
             await warm.release()
+            await answered(long_lived)
             held = first.lock("fresh", auto_extend=False)
             assert await held.acquire(blocking=False)
             assert held.fencing_token is not None
@@ -222,6 +231,7 @@ async def test_a_holder_drops_a_jumped_node_as_soon_as_any_request_of_its_redloc
         started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         holder = asyncio.create_task(body())
         await started
+        await answered(redlock)
         for node in list(clocked)[:3]:
             await asyncio.to_thread(node.clock.step, 60.0)
         sent = time.monotonic()
