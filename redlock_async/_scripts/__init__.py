@@ -1,0 +1,110 @@
+"""The Lua scripts, one constant each, with the SHA1 that EVALSHA names them by.
+
+Every script checks the token before it touches the key, so a client can
+only ever delete or extend its own lease, never another holder's.
+
+The sources live by primitive (``_lock``: release and extension of one key;
+``_fencing``; ``_many``: lock_many; ``_semaphore``; ``_queue``: the grant
+queue), each with its KEYS / ARGV / returns header. This module is the one
+place that makes them scripts: which of them can create (see
+:attr:`Script.creates`), and which a node loads on every new connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from redlock_async._scripts import _fencing, _lock, _many, _queue, _semaphore
+from redlock_async._scripts._fencing import FENCED_BY
+
+__all__ = [
+    "ACQUIRE_ALL",
+    "ACQUIRE_ALL_FENCED",
+    "ACQUIRE_FENCED",
+    "ACQUIRE_PERMIT",
+    "EXTEND",
+    "EXTEND_MANY",
+    "FENCE",
+    "FENCED_BY",
+    "FENCED_SET",
+    "FENCE_ALL",
+    "HANDED_RELEASE",
+    "KEEP_LIMIT",
+    "QUEUE_ENTER",
+    "QUEUE_FENCE",
+    "QUEUE_LEAVE",
+    "QUEUE_STAY",
+    "RELEASE",
+    "RELEASE_ALL",
+    "SCRIPTS",
+    "Script",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A Lua source and its SHA1 digest (what EVALSHA sends instead of the source)."""
+
+    source: bytes
+    creates: bool = False
+    """It can give its own token something (a lock key, a place in a line). Sent again as EVAL
+    after the server lost it, a script runs after the commands sent later; for such a script, one
+    of those may be its own release or leave, which it would undo for a client that has gone (a
+    key or an entry held for no one). So it is not sent again when a command on the wire names
+    one of its keys, and fails instead (nothing ran). Every other script only takes away what is
+    its token's (a release, a leave, an extension, which is sent again asking to take no free
+    node): run late, it does no harm, and it is always sent again, since not running can (a leave
+    that never ran leaves its waiter in line)."""
+    sha: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source).hexdigest().encode())
+
+
+# One key: release and extension.
+RELEASE = Script(_lock.RELEASE)
+HANDED_RELEASE = Script(_lock.HANDED_RELEASE)
+EXTEND = Script(_lock.EXTEND)
+EXTEND_MANY = Script(_lock.EXTEND_MANY)
+
+# Fencing.
+ACQUIRE_FENCED = Script(_fencing.ACQUIRE_FENCED, creates=True)
+FENCE = Script(_fencing.FENCE)
+FENCED_SET = Script(_fencing.FENCED_SET)
+
+# lock_many.
+ACQUIRE_ALL = Script(_many.ACQUIRE_ALL, creates=True)
+ACQUIRE_ALL_FENCED = Script(_many.ACQUIRE_ALL_FENCED, creates=True)
+FENCE_ALL = Script(_many.FENCE_ALL)
+RELEASE_ALL = Script(_many.RELEASE_ALL)
+
+# Semaphores.
+ACQUIRE_PERMIT = Script(_semaphore.ACQUIRE_PERMIT, creates=True)
+KEEP_LIMIT = Script(_semaphore.KEEP_LIMIT)
+
+# The grant queue.
+QUEUE_ENTER = Script(_queue.QUEUE_ENTER, creates=True)
+QUEUE_LEAVE = Script(_queue.QUEUE_LEAVE)
+QUEUE_STAY = Script(_queue.QUEUE_STAY, creates=True)
+QUEUE_FENCE = Script(_queue.QUEUE_FENCE)
+
+SCRIPTS = (
+    QUEUE_ENTER,
+    QUEUE_LEAVE,
+    QUEUE_STAY,
+    QUEUE_FENCE,
+    HANDED_RELEASE,
+    RELEASE,
+    EXTEND,
+    EXTEND_MANY,
+    ACQUIRE_FENCED,
+    FENCE,
+    ACQUIRE_ALL,
+    ACQUIRE_ALL_FENCED,
+    FENCE_ALL,
+    RELEASE_ALL,
+    ACQUIRE_PERMIT,
+    KEEP_LIMIT,
+)
+"""The scripts a node loads on every new connection (FENCED_SET runs on the protected resource)."""
