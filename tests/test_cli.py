@@ -518,7 +518,7 @@ async def test_wait_zero_says_one_try(cluster: Cluster, make_redlock: MakeRedloc
 
 @pytest.mark.slow
 async def test_every_subcommand_explains_itself() -> None:
-    for command in ("run", "status", "demo"):
+    for command in ("run", "status", "break", "demo"):
         code, out, _ = await run_cli(command, "--help")
         assert code == 0
         assert "exit status" in " ".join(out.split()).lower(), command  # argparse wraps lines

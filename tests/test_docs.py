@@ -191,8 +191,8 @@ async def test_docker_snippet_runs(snippet: Snippet, nodes: LocalNodes, etc_redl
     await run_snippet(localise(snippet.code, nodes, etc_redlock), nodes)
 
 
-def test_the_readme_exit_status_table_is_the_clis() -> None:
-    text = (ROOT / "README.md").read_text()
+def test_the_cli_page_exit_status_table_is_the_clis() -> None:
+    text = (ROOT / "docs" / "cli.md").read_text()
     table = text.split("<!-- exit-status:start", 1)[1].split("<!-- exit-status:end -->", 1)[0]
     rows = re.findall(r"^\| (\d+) \| (.*) \|$", table, re.M)
     assert rows == list(EXIT_STATUSES)

@@ -1,7 +1,7 @@
-"""The ``redlock`` command (also ``python -m redlock_async``): ``run``, ``status``, ``demo``.
+"""The ``redlock`` command (also ``python -m redlock_async``): ``run``, ``status``, ``break``, ``demo``.
 
 The parser and the checks of its options live here; each command in a module of its own
-(``_run.py``, ``_status.py``), the exit statuses in ``_codes.py``.
+(``_run.py``, ``_status.py``, ``_break.py``), the exit statuses in ``_codes.py``.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from collections.abc import Sequence
 from redlock_async import __version__
 from redlock_async._names import check_owner
 from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
+from redlock_async.cli._break import break_command, confirm_on_terminal
 from redlock_async.cli._codes import (
     EXIT_HELD,
     EXIT_LOST,
     EXIT_NOT_ACQUIRED,
+    EXIT_NOT_CONFIRMED,
     EXIT_STATUSES,
     EXIT_UNAVAILABLE,
     EXIT_UNKNOWN,
@@ -35,6 +37,7 @@ __all__ = [
     "EXIT_HELD",
     "EXIT_LOST",
     "EXIT_NOT_ACQUIRED",
+    "EXIT_NOT_CONFIRMED",
     "EXIT_STATUSES",
     "EXIT_UNAVAILABLE",
     "EXIT_UNKNOWN",
@@ -134,6 +137,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the longest ttl NAME's clients use (10): a node that restarted less than that long ago may have "
         "lost a holder's key, so it counts as silent (restart quarantine)",
     )
+    breaking = commands.add_parser(
+        "break",
+        help="delete a lock's lease on every node, whoever holds it (a lock left by a dead process)",
+        description=(
+            "Shows who holds NAME on each node (as redlock status does), asks, then deletes what it showed on "
+            "every node that answers: the lock's key (also one of a lock_many holder's), and the permits of "
+            "semaphore NAME. A value that changed since it was shown is left alone. Waiters are told as at a "
+            "release; fencing counters are kept, so the next holder's token is still larger. The broken holder "
+            "finds out at its next extension (LockLost). Exit status: 0 broken (or nothing was held), "
+            f"{EXIT_NOT_CONFIRMED} not confirmed (nothing deleted), {EXIT_USAGE} usage error (also: no terminal "
+            f"to ask on and no --yes), {EXIT_UNAVAILABLE} too few nodes answered to clear a majority."
+        ),
+    )
+    breaking.add_argument("name", metavar="NAME", help="the resource")
+    breaking.add_argument("--nodes", help="comma-separated node URLs (default: $REDLOCK_NODES)")
+    breaking.add_argument(
+        "-y", "--yes", action="store_true", help="break without asking (needed when there is no terminal to ask on)"
+    )
+    breaking.add_argument(
+        "--ttl",
+        type=float,
+        default=10.0,
+        help="the longest ttl NAME's clients use (10): the table shows a node that restarted less than that long "
+        "ago as in restart quarantine (it may have lost keys); break deletes there too",
+    )
     demo = commands.add_parser(
         "demo",
         help="start 5 local nodes and show workers taking turns on one lock",
@@ -149,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Everything after the first -- is the command, options and all (argparse would take them).
     cmd = argv[argv.index("--") + 1 :] if "--" in argv else []
     args, extra = parser.parse_known_args(argv[: argv.index("--")] if "--" in argv else argv)
-    sub = {"run": run, "status": status, "demo": demo}[args.command]
+    sub = {"run": run, "status": status, "break": breaking, "demo": demo}[args.command]
     if extra:
         hint = ""
         if args.command == "run" and not cmd:
@@ -179,6 +207,17 @@ def _command(args: argparse.Namespace, sub: argparse.ArgumentParser, cmd: list[s
         try:
             check_duration("--ttl", args.ttl, zero_ok=False, inf_ok=False)
             return asyncio.run(status_command(args.name, nodes, ttl=args.ttl))
+        except (ValueError, TypeError) as exc:
+            sub.error(str(exc))
+    if args.command == "break":
+        if not nodes:
+            sub.error("name the nodes with --nodes URL,URL,... or $REDLOCK_NODES")
+        ask = None if args.yes else confirm_on_terminal()
+        if not args.yes and ask is None:
+            sub.error("there is no terminal to ask on: add --yes to break the lock without asking")
+        try:
+            check_duration("--ttl", args.ttl, zero_ok=False, inf_ok=False)
+            return asyncio.run(break_command(args.name, nodes, ttl=args.ttl, yes=args.yes, ask=ask))
         except (ValueError, TypeError) as exc:
             sub.error(str(exc))
     if args.command == "run":

@@ -16,7 +16,7 @@ from redlock_async.cli._codes import EXIT_HELD, EXIT_UNAVAILABLE, EXIT_UNKNOWN
 from redlock_async.cli._run import resource_name
 from redlock_async.client import Redlock
 from redlock_async.errors import LockNotAcquired
-from redlock_async.inspection import NodeInfo
+from redlock_async.inspection import LockInfo, NodeInfo
 
 
 async def status_command(name: str, nodes: list[str], *, ttl: float = 10.0) -> int:
@@ -32,27 +32,14 @@ async def status_command(name: str, nodes: list[str], *, ttl: float = 10.0) -> i
         found = await inspect(endpoints_for(nodes), keys_of(settings, resource), settings)
     finally:
         quiet.setLevel(level)
-    print(f"{name} on {len(nodes)} nodes (a majority is {found.quorum}):")
-    _print_nodes(found.nodes)
-    if found.limit is not None:
-        held = [permit for permit in found.permits if permit.state == "held"]
-        full = " (full)" if len(held) >= found.limit else ""
-        print(f"semaphore {name}: {len(held)} of {found.limit} permits held{full}")
-        for permit in found.permits:
-            if permit.state == "held":
-                count = sum(view.holder == permit.holder for view in permit.nodes)
-                left = f", ttl {permit.ttl:.1f} s" if permit.ttl is not None else ""
-                print(f"  permit held by {_holder(permit.holder, permit.owner)} on {count} of {len(nodes)} nodes{left}")
-            else:
-                print("  a permit may be held: too few nodes answered for it")
+    print_found(name, found)
     answered = sum(view.state not in ("unreachable", "quarantined") for view in found.nodes)
     sitting_out = sum(view.state == "quarantined" for view in found.nodes)
     if found.state == "held":
         if found.holder is not None:
             count = sum(view.holder == found.holder for view in found.nodes)
-            print(
-                f"verdict: held by {_holder(found.holder, found.owner)} on {count} of {len(nodes)} nodes (a majority)"
-            )
+            who = holder_label(found.holder, found.owner)
+            print(f"verdict: held by {who} on {count} of {len(nodes)} nodes (a majority)")
         else:
             print(f"verdict: held (permits of semaphore {name})")
         return EXIT_HELD
@@ -67,6 +54,24 @@ async def status_command(name: str, nodes: list[str], *, ttl: float = 10.0) -> i
     return EXIT_UNKNOWN
 
 
+def print_found(name: str, found: LockInfo) -> None:
+    """The table of *found*: each node's view of lock *name*, then the permits of semaphore *name*."""
+    n = len(found.nodes)
+    print(f"{name} on {n} nodes (a majority is {found.quorum}):")
+    _print_nodes(found.nodes)
+    if found.limit is not None:
+        held = [permit for permit in found.permits if permit.state == "held"]
+        full = " (full)" if len(held) >= found.limit else ""
+        print(f"semaphore {name}: {len(held)} of {found.limit} permits held{full}")
+        for permit in found.permits:
+            if permit.state == "held":
+                count = sum(view.holder == permit.holder for view in permit.nodes)
+                left = f", ttl {permit.ttl:.1f} s" if permit.ttl is not None else ""
+                print(f"  permit held by {holder_label(permit.holder, permit.owner)} on {count} of {n} nodes{left}")
+            else:
+                print("  a permit may be held: too few nodes answered for it")
+
+
 def _print_nodes(views: Sequence[NodeInfo]) -> None:
     for view in views:
         counter = f"  fencing counter {view.fencing_counter}" if view.fencing_counter is not None else ""
@@ -76,10 +81,10 @@ def _print_nodes(views: Sequence[NodeInfo]) -> None:
             print(f"  {view.address:<24} free{counter}")
         else:
             ttl = f"ttl {view.ttl:.1f} s" if view.ttl is not None else "no ttl"
-            print(f"  {view.address:<24} held by {_holder(view.holder, view.owner)}  {ttl}{counter}")
+            print(f"  {view.address:<24} held by {holder_label(view.holder, view.owner)}  {ttl}{counter}")
 
 
-def _holder(digest: str | None, owner: str | None) -> str:
+def holder_label(digest: str | None, owner: str | None) -> str:
     """A holder as status shows it: the digest of its token (never the token) and its owner label."""
     return f"{digest} ({owner})" if owner is not None else f"{digest}"
 

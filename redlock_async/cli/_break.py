@@ -1,0 +1,201 @@
+"""``redlock break NAME``: delete the lease of NAME on every node that answers, whoever holds it.
+
+For an operator whose lock was left by a process that died with a long ttl. It shows who holds
+NAME (the table of ``redlock status``), asks, then on each node sends the holder's own release
+for the value it read there: the compare-and-delete a release sends (``QUEUE_LEAVE`` for a lock
+key: the next waiter in the grant queue's line, if any, is granted the key, else the release is
+published; ``RELEASE`` on the permits' channel for a semaphore's permit). So:
+
+* only what was shown is deleted: a value that changed since the table was read (its holder
+  released, and someone else took the key) is left alone, and said so;
+* waiters are woken as by a release, and the grant queue's line keeps its order;
+* fencing counters are never written (the next holder's token is still larger than the broken
+  holder's), nor the grant queue's line, nor a semaphore's limit key.
+
+The broken holder learns it at its next extension: its key is gone from the nodes whose yes it
+counted on, where an extension never takes a free key back, so it cannot extend on a majority
+and gets ``LockLost`` (inside ``async with``: its body is cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from redlock_async._algorithm import quorum
+from redlock_async._endpoint import endpoints_for
+from redlock_async._inspect import Keys, digest, inspect, keys_of
+from redlock_async._names import semaphore_keys
+from redlock_async._node import Node
+from redlock_async._queue import queue_keys
+from redlock_async._scripts import QUEUE_LEAVE, RELEASE
+from redlock_async._settings import Settings
+from redlock_async._wire import Failure
+from redlock_async.cli._codes import EXIT_NOT_CONFIRMED, EXIT_UNAVAILABLE
+from redlock_async.cli._run import resource_name
+from redlock_async.cli._status import print_found
+from redlock_async.client import Redlock
+from redlock_async.inspection import LockInfo
+
+Ask = Callable[[str], str]
+"""How the question is put to the operator (``input`` on a terminal)."""
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """The table says which nodes could not be reached, and why: no log lines on top of it."""
+    logger = logging.getLogger("redlock_async")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def holders_shown(found: LockInfo) -> dict[str, str]:
+    """Every holder the table shows, on any node, of the lock or of a permit: digest -> its label."""
+    shown: dict[str, str] = {}
+    for info in (found, *found.permits):
+        for view in info.nodes:
+            if view.holder is not None:
+                shown.setdefault(view.holder, f"{view.holder} ({view.owner})" if view.owner else view.holder)
+    return shown
+
+
+async def break_command(name: str, nodes: list[str], *, ttl: float, yes: bool, ask: Ask | None) -> int:
+    """Show who holds *name*, ask (unless *yes*), then delete what was shown on every node that answers.
+
+    *ask* is None when there is no terminal to ask on: then *yes* is required (checked by the caller).
+    """
+    redlock = Redlock(nodes, ttl=ttl)  # checks the URLs and settings; connects nowhere
+    resource, shown_name = resource_name(name)
+    settings = redlock.settings
+    keys = keys_of(settings, resource)
+    with _quiet():
+        found = await inspect(endpoints_for(nodes), keys, settings)
+    print_found(shown_name, found)
+    targets = holders_shown(found)
+    answered = sum(view.state != "unreachable" for view in found.nodes)
+    if not targets:
+        if answered >= quorum(len(nodes)):
+            print(f"nothing to break: no node that answered holds {shown_name}")
+            return 0
+        print(f"nothing to break on the {answered} of {len(nodes)} nodes that answered: too few to tell")
+        return EXIT_UNAVAILABLE
+    who = ", ".join(targets.values())
+    if not yes:
+        assert ask is not None
+        reply = ask(f"break {shown_name}: delete the lease of {who} on every node that has it? [y/N] ")
+        if reply.strip().lower() not in ("y", "yes"):
+            print("not broken: nothing was deleted")
+            return EXIT_NOT_CONFIRMED
+    with _quiet():
+        results = await _delete(nodes, settings, resource, found, set(targets))
+    cleared = 0
+    for address, result in results:
+        if isinstance(result, str):
+            print(f"  {address:<24} {result}")
+            continue
+        deleted, others = result
+        cleared += 1
+        said = [f"deleted {', '.join(targets[d] for d in deleted)}"] if deleted else ["nothing to delete"]
+        said += [f"left alone {d} (it took the key after the table was read)" for d in others]
+        print(f"  {address:<24} {'; '.join(said)}")
+    need = quorum(len(nodes))
+    if cleared < need:
+        print(
+            f"partly broken: {cleared} of {len(nodes)} nodes are clear of it (a majority is {need}): "
+            "it may still be held on the others; run redlock break again once they answer"
+        )
+        return EXIT_UNAVAILABLE
+    print(
+        f"broken: {cleared} of {len(nodes)} nodes are clear of {who}; fencing counters are kept (the next "
+        "holder's token is larger). The holder finds out at its next extension (LockLost)"
+    )
+    return 0
+
+
+Result = tuple[list[str], list[str]] | str
+"""One node's outcome: (digests deleted, digests of holders that were not shown: left alone), or why it
+did not answer (then it may still hold the lease)."""
+
+
+async def _delete(
+    nodes: list[str], settings: Settings, resource: str | bytes, found: LockInfo, targets: set[str]
+) -> list[tuple[str, Result]]:
+    """On every node at once: read the lock key and the permits' slots, and release each value shown."""
+    keys = keys_of(settings, resource)
+    slots: list[bytes] = []
+    if found.limit is not None and keys.slot_prefix is not None:
+        slots = [keys.slot_prefix + b"%d" % i for i in range(found.limit)]
+    channel = semaphore_keys(settings.key_prefix, resource)[0]  # the permits' channel
+    connections = [
+        Node(
+            endpoint,
+            max_queued=settings.max_queued,
+            stall_after=settings.connect_timeout,
+            connect_timeout=settings.connect_timeout,
+            reconnect_delay=settings.reconnect_delay,
+        )
+        for endpoint in endpoints_for(nodes)
+    ]
+    try:
+        return list(
+            await asyncio.gather(*(_delete_on(node, settings, keys, slots, channel, targets) for node in connections))
+        )
+    finally:
+        for node in connections:
+            node.close_now()
+        await asyncio.sleep(0)  # the transports close their sockets on the next loop turn
+
+
+async def _delete_on(
+    node: Node, settings: Settings, keys: Keys, slots: Sequence[bytes], channel: bytes, targets: set[str]
+) -> tuple[str, Result]:
+    limit = settings.connect_timeout * 2  # a connect, then a round trip (as the inspection waits)
+    try:
+        async with asyncio.timeout(limit):
+            values = await node.send(b"MGET", keys.lock, *slots)
+            if isinstance(values, Failure):
+                return node.name, f"unreachable ({values.detail or values.vote.value}): nothing deleted here"
+            assert isinstance(values, list)
+            deleted: list[str] = []
+            others: list[str] = []
+            for i, value in enumerate(values):
+                if not isinstance(value, bytes):
+                    continue
+                holder = digest(value)
+                if holder not in targets:
+                    others.append(holder)  # a holder that came after the table was read: not ours to break
+                    continue
+                if i == 0:  # the lock key: the holder's own leave (the line's next waiter gets the key)
+                    reply = await node.send_script(QUEUE_LEAVE, queue_keys(keys.lock, keys.fence), (value,))
+                else:  # a permit: its release, told on the permits' channel
+                    reply = await node.send_script(RELEASE, (slots[i - 1], channel), (value,))
+                if isinstance(reply, Failure):
+                    return node.name, f"failed ({reply.detail or reply.vote.value}): it may still hold {holder}"
+                if reply == 1:
+                    deleted.append(holder)
+                # 0: released or expired between the read and the delete; gone all the same
+            return node.name, (deleted, others)
+    except TimeoutError:
+        return node.name, f"no answer within {limit:g} s: it may still hold the lease"
+
+
+def confirm_on_terminal() -> Ask | None:
+    """A question put on the terminal (end of input answers no), or None without one (then ``--yes`` is needed)."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return None
+
+    def ask(question: str) -> str:
+        try:
+            return input(question)
+        except EOFError:
+            print()
+            return ""
+
+    return ask
