@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from redlock_async._node import FLUSH_BUFFER_LIMIT
+from redlock_async._outbox import FLUSH_BUFFER_LIMIT
 from redlock_async._wire import Failure
 from redlock_async.testing import LocalNodes
 
