@@ -1,41 +1,28 @@
-"""``Redlock``: the nodes and the settings; makes Locks."""
+"""``Redlock``: the settings, and the makers of locks, semaphores and elections on its nodes
+(whose connections are ``_connections.py``'s)."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
-import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, ParamSpec, Self, TypeVar, final
 
 from redis.asyncio import Redis
 
-from redlock_async._algorithm import Vote, quorum
-from redlock_async._cleanup import complete
-from redlock_async._clock_guard import ClockGuard
-from redlock_async._cluster import Cluster, describe, require_asyncio
-from redlock_async._endpoint import endpoints_for
-from redlock_async._fanout import sitting_out
-from redlock_async._handoff import Listener
-from redlock_async._inspect import Inspector, keys_of
+from redlock_async._cluster import require_asyncio
+from redlock_async._connections import Connections
+from redlock_async._inspect import keys_of
 from redlock_async._names import canonical_names
-from redlock_async._node import Node
-from redlock_async._quarantine import Quarantine
-from redlock_async._scripts import RELEASE, SCRIPTS
-from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
+from redlock_async._settings import Settings, check_duration
 from redlock_async._synchronized import OnBusy, check_call, decorate_async
-from redlock_async._wire import Failure
 from redlock_async.election import Election
-from redlock_async.errors import LockLost, NodeOutcome, RedlockError
+from redlock_async.errors import LockLost
 from redlock_async.events import OnEvent, as_hook
 from redlock_async.inspection import LockInfo
 from redlock_async.lock import Lock
 from redlock_async.semaphore import Semaphore, check_limit
-from redlock_async.statistics import NodeStatistics, RedlockStatistics
-
-log = logging.getLogger(__name__)
+from redlock_async.statistics import RedlockStatistics
 
 _DEFAULTS = Settings()
 
@@ -113,64 +100,9 @@ class Redlock:
             restart_quarantine=restart_quarantine,
             clock_guard=clock_guard,
         )
-        hook = as_hook(on_event)
-        endpoints = endpoints_for(nodes)
-        built: list[Node] = []
-        subscribers: list[Node] = []
-        # Redlocks of this process on the same nodes share their waiters' queues.
-        listener = Listener(self.settings.node_timeout, scope=tuple(sorted(e.name for e in endpoints)))
-        cluster: Cluster  # made once the nodes are; their callbacks run only after that
-
-        def failed(node: Node, exc: BaseException) -> None:
-            cluster.failed(exc)
-
-        quarantine: Quarantine | None = None  # made once the nodes are; its probe starts only on connect
-
-        def probe(node: Node) -> None:
-            assert quarantine is not None
-            quarantine.on_ready(node)
-
-        node_settings: dict[str, Any] = {
-            "max_queued": self.settings.max_queued,
-            "stall_after": self.settings.connect_timeout,
-            "connect_timeout": self.settings.connect_timeout,
-            "reconnect_delay": self.settings.reconnect_delay,
-            "max_rto": self.settings.ttl / MIN_TTL_TO_NODE_TIMEOUT if self.settings.adaptive_timeout else 0.0,
-        }
-        on_ready = None if self.settings.restart_quarantine == 0 else probe
-        for index, endpoint in enumerate(endpoints):
-            built.append(
-                Node(
-                    endpoint,
-                    scripts=SCRIPTS,
-                    on_ready=on_ready,
-                    on_identified=self._same_server,
-                    on_fault=failed,
-                    **node_settings,
-                )
-            )
-            subscribers.append(
-                Node(
-                    endpoint,
-                    on_message=functools.partial(listener.on_message, node=index),
-                    on_connect=listener.on_connect,
-                    on_fault=failed,
-                    warn=False,  # the node's own connection (above) says it cannot connect, once
-                    **node_settings,
-                )
-            )
-        self._nodes: tuple[Node, ...] = tuple(built)
-        self._subscribers = listener.nodes = tuple(subscribers)
-        cluster = self._cluster = Cluster(self._nodes, self.settings, listener, hook)
-        if on_ready is not None:
-            quarantine = Quarantine(self.settings.key_prefix.encode(), cluster.quarantine_period, self._nodes)
-        self._quarantine = quarantine
-        if self.settings.clock_guard:
-            cluster.clock = ClockGuard(
-                self._nodes, self.settings.drift_factor, cluster.longest_lease, cluster.clock_fault
-            )
-        # Read-only connections, opened on first inspect(), judging the restart quarantine as the locks do.
-        self._inspector = Inspector(endpoints, self.settings, cluster.quarantine_period)
+        connections = self._connections = Connections(nodes, self.settings, as_hook(on_event))
+        self._nodes = connections.nodes
+        self._cluster = connections.cluster
 
     def __repr__(self) -> str:
         return f"<redlock_async.Redlock nodes={list(self.nodes)} ttl={self.settings.ttl}>"
@@ -183,7 +115,7 @@ class Redlock:
     @property
     def quorum(self) -> int:
         """How many nodes must agree: a strict majority."""
-        return quorum(len(self._nodes))
+        return self._connections.quorum
 
     def lock(
         self,
@@ -350,43 +282,19 @@ class Redlock:
         if not isinstance(name, (str, bytes)):
             raise TypeError(f"lock name must be str or bytes, got {type(name).__name__}")
         self._cluster.check_open()
-        return await self._inspector.inspect(keys_of(self.settings, name))
+        return await self._connections.inspector.inspect(keys_of(self.settings, name))
 
     async def _inspect_lock(self, name: str | bytes) -> LockInfo:
         """:meth:`inspect` of the lock alone (an election's leader: a semaphore of its name is another thing)."""
         self._cluster.check_open()
-        return await self._inspector.inspect(keys_of(self.settings, name, semaphore=False))
+        return await self._connections.inspector.inspect(keys_of(self.settings, name, semaphore=False))
 
     def statistics(self) -> RedlockStatistics:
         """A snapshot of the nodes' connections, the locks held and watched, the watchdog and the waiters.
 
         Reads no node (nothing is sent): a few attribute reads per node and per lock held.
         """
-        nodes = tuple(
-            NodeStatistics(
-                address=node.name,
-                connected=node.connected,
-                server_id=node.server_id.decode() if node.server_id else None,
-                quarantined=sitting_out(node) is not None,
-                round_trip=node.load.srtt or None,
-                timeout=node.load.rto,
-                queued=node.queued,
-                sent=node.load.sent,
-                fault=describe(node.fault) if node.fault is not None else None,
-            )
-            for node in self._nodes
-        )
-        cluster = self._cluster
-        held = list(cluster.held)
-        return RedlockStatistics(
-            nodes=nodes,
-            closed=cluster.closed,
-            held_locks=sum(1 for lock in held if lock.held),
-            watched_locks=sum(1 for lock in held if lock.statistics().watched),
-            watchdog_rounds=cluster.watchdog.rounds,
-            watchdog_retries=cluster.watchdog.retries,
-            wakeups=cluster.listener.wakeups,
-        )
+        return self._connections.statistics()
 
     async def connect(self) -> None:
         """Connect to every node now rather than on first use; a node that fails is logged and retried later.
@@ -394,50 +302,7 @@ class Redlock:
         Raises :class:`RedlockError` when so many nodes answer the Lua scripts with an error (an ACL
         user without ``+@scripting``, a renamed EVALSHA) that no majority could release or extend a lock.
         """
-        self._cluster.check_open()
-        failures = await asyncio.gather(*(node.connect() for node in self._nodes))
-        for index, failure in enumerate(failures):
-            if failure is not None and SAME_SERVER in failure.detail:
-                raise ValueError(f"nodes[{index}] ({self._nodes[index].name}): {failure.detail}")
-        up = [node for node, failure in zip(self._nodes, failures, strict=True) if failure is None]
-        if len(up) < len(self._nodes):
-            # Each node that failed has said why ("cannot connect: ..."); this says what it means.
-            down = ", ".join(node.name for node, failure in zip(self._nodes, failures, strict=True) if failure)
-            if len(up) >= self.quorum:
-                log.info("redlock: %d of %d nodes up at start (down: %s)", len(up), len(self._nodes), down)
-            else:
-                log.warning(
-                    "redlock: only %d of %d nodes up at start (down: %s): no lock can be granted "
-                    "until %d of them are up; the others are retried on each use",
-                    len(up),
-                    len(self._nodes),
-                    down,
-                    self.quorum,
-                )
-        await self._check_scripts(up)
-        self._cluster.check_open()  # a node's task failed while connecting: say so here
-
-    async def _check_scripts(self, nodes: list[Node]) -> None:
-        """Run the release script once on each node that is up (it deletes nothing): say at once if it is refused."""
-        probe = self.settings.key_prefix.encode() + b"\x00script-probe"
-        futures = [node.send_script(RELEASE, (probe,), (b"",)) for node in nodes]
-        if futures:
-            await asyncio.wait(futures, timeout=self.settings.connect_timeout)
-        refused = [
-            NodeOutcome(node.name, Vote.ERROR, reply.detail)
-            for node, fut in zip(nodes, futures, strict=True)
-            if fut.done() and isinstance(reply := fut.result(), Failure) and reply.answered
-        ]
-        for outcome in refused:
-            log.warning("redlock node %s answers the lock scripts with an error: %s", outcome.node, outcome.detail)
-        if len(refused) > len(self._nodes) - self.quorum:
-            raise RedlockError(
-                f"{len(refused)} of {len(self._nodes)} nodes answer the Lua scripts with an error, so no majority "
-                "could release or extend a lock: let the user run EVAL, EVALSHA and SCRIPT (ACL +@scripting), "
-                "unrenamed",
-                name="",
-                outcomes=refused,
-            )
+        await self._connections.connect()
 
     async def aclose(self) -> None:
         """Close the Redlock's own connections, after queued releases went out. Idempotent.
@@ -446,48 +311,7 @@ class Redlock:
         the connections and tasks are closed all the same, then the
         cancellation goes on.
         """
-        if self._cluster.closed:
-            return
-        self._cluster.closed = True
-        # Waiters still in the nodes' lines leave them now (a key granted meanwhile goes on), while the
-        # connections are open; every waiter is woken to find its Redlock closed, not at its next try.
-        self._cluster.listener.close()
-        self._cluster.wake_waiters()
-        if self._quarantine is not None:
-            self._quarantine.close()
-        held = sorted(self._cluster.held, key=lambda lock: repr(lock.name))
-        if held:
-            # Released, not left to expire; a body still inside `async with` is cancelled (LockLost).
-            names = ", ".join(repr(lock.name) for lock in held[:5]) + (", ..." if len(held) > 5 else "")
-            log.warning(
-                "redlock: closed while %d %s held (%s): releasing them",
-                len(held),
-                "lock was" if len(held) == 1 else "locks were",
-                names,
-            )
-            for lock in held:
-                lock.on_redlock_closed(f"lock {lock.name!r} was given up: its Redlock was closed while it was held")
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            # No asyncio loop (trio refused in __aenter__): nothing was started, close without awaiting.
-            for node in (*self._nodes, *self._subscribers):
-                node.close_now()
-            self._inspector.close_now()
-            return
-        await complete(self._close())
-
-    async def _close(self) -> None:
-        try:
-            await self._cluster.watchdog.aclose()
-            await asyncio.gather(
-                *(node.aclose(grace=self.settings.node_timeout) for node in self._nodes),
-                *(node.aclose(grace=0.0) for node in self._subscribers),
-            )
-        finally:
-            for node in (*self._nodes, *self._subscribers):
-                node.close_now()
-            await self._inspector.aclose()
+        await self._connections.aclose()
 
     async def __aenter__(self) -> Self:
         require_asyncio()
@@ -502,21 +326,6 @@ class Redlock:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-
-    def _same_server(self, node: Node) -> str | None:
-        """On each connect: refuse a node whose server is another node's (two spellings of one address)."""
-        if node.server_id is None:
-            return None
-        for index, other in enumerate(self._nodes):
-            if other is not node and other.server_id == node.server_id:
-                return (
-                    f"{SAME_SERVER} nodes[{index}] ({other.name}), run_id {node.server_id.decode(errors='replace')}: "
-                    "each node must be a distinct master, or the majority means nothing"
-                )
-        return None
-
-
-SAME_SERVER = "the same server as"
 
 
 def check_cooldown(settings: Settings, cooldown: object) -> None:
