@@ -12,11 +12,7 @@ keeping each connection in step.
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import math
-import weakref
-from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -37,191 +33,13 @@ from redlock_async._algorithm import (
     thresholds,
     verdict,
 )
+from redlock_async._deadline import Deadline
 from redlock_async._node import Node
 from redlock_async._scripts import Script
 from redlock_async._wire import Failure, Fallback, Receiver, Reply, pack_script
 from redlock_async.errors import NodeOutcome
 
 Classify = Callable[[Reply], Vote]
-
-LATE = 0.001
-"""A timer firing this many seconds late means the loop was blocked, not that the nodes were slow."""
-
-
-class _Timers:
-    """The deadlines of one event loop: ``(when, seq)`` in time order, the live deadlines by seq, one loop timer.
-
-    Each ballot has a deadline, and nearly every ballot is decided long before it:
-    a loop timer per ballot (a ``TimerHandle``, pushed on the loop's heap and
-    compared there by a Python ``__lt__``) cost more than the rest of the
-    ballot's bookkeeping. Here arming appends a tuple and cancelling drops the
-    deadline from ``pending``: a decided ballot is freed at once, not kept (with
-    its votes, replies and future) until the timer comes by, which under load kept
-    a node timeout's worth of ballots alive for the garbage collector to walk. The
-    one loop timer is armed for the earliest deadline, and on firing drops the
-    cancelled ones. So it fires about once per node timeout while ballots come and
-    go, not once per ballot.
-
-    Ballots nearly all wait one node timeout from now, so their deadlines come in time
-    order: those go to the end of a queue (no heap to sift through, in or out); one
-    earlier than the queue's last (a shorter wait) goes to a heap. Both are read in
-    ``(when, seq)`` order.
-    """
-
-    __slots__ = ("__weakref__", "_armed_at", "_handle", "_heap", "_loop", "_queue", "_seq", "_tail", "pending")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._queue: deque[tuple[float, int]] = deque()  # in time order, by construction
-        self._tail = -math.inf  # the queue's latest *when* so far
-        self._heap: list[tuple[float, int]] = []  # the others
-        self.pending: dict[int, Deadline] = {}
-        """The deadlines armed and not cancelled, by their seq."""
-        self._handle: asyncio.TimerHandle | None = None
-        self._armed_at = math.inf
-        self._seq = itertools.count()
-
-    def add(self, when: float, deadline: Deadline) -> int:
-        """Call ``deadline.expire`` at *when*, unless ``pending.pop(seq)`` (seq: what this returns) comes first."""
-        seq = next(self._seq)
-        if when >= self._tail:
-            self._queue.append((when, seq))
-            self._tail = when
-        else:
-            heapq.heappush(self._heap, (when, seq))
-        self.pending[seq] = deadline
-        if when < self._armed_at:
-            self._arm(when)
-        return seq
-
-    def _arm(self, when: float) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        self._armed_at = when
-        self._handle = self._loop.call_later(max(when - _clock.now(), 0.0), self._fire)
-
-    def _fire(self) -> None:
-        self._handle = None
-        now = _clock.now()
-        # Due: everything up to now, and up to the time this timer was for (a loop's timer
-        # may fire a hair early by our clock, or the clock may be a test's, standing still).
-        due = max(now, self._armed_at)
-        self._armed_at = math.inf
-        queue, heap, pending = self._queue, self._heap, self.pending
-        while True:
-            if queue and queue[0][0] <= due and not (heap and heap[0] < queue[0]):
-                when, seq = queue.popleft()
-            elif heap and heap[0][0] <= due:
-                when, seq = heapq.heappop(heap)
-            else:
-                break
-            deadline = pending.pop(seq, None)
-            if deadline is not None:
-                deadline.expire(now - when)
-        while queue and queue[0][1] not in pending:
-            queue.popleft()
-        while heap and heap[0][1] not in pending:
-            heapq.heappop(heap)
-        if queue or heap:
-            first = min(queue[0][0] if queue else math.inf, heap[0][0] if heap else math.inf)
-            if first < self._armed_at:
-                self._arm(first)
-        else:
-            _timers.pop(self._loop, None)
-
-
-_timers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Timers] = weakref.WeakKeyDictionary()
-
-
-_last: _Timers | None = None  # the last one asked for: nearly always the one asked for next
-
-
-def _timers_of(loop: asyncio.AbstractEventLoop) -> _Timers:
-    global _last
-    timers = _last
-    if timers is not None and timers._loop is loop and timers._armed_at != math.inf:
-        return timers
-    timers = _timers.get(loop)
-    if timers is None:
-        timers = _timers[loop] = _Timers(loop)
-    _last = timers
-    return timers
-
-
-class Deadline:
-    """Calls back once the nodes had *timeout* seconds of a running event loop to answer.
-
-    Timeline of the case it exists for::
-
-        send() ── loop blocked 60 ms (GC, a blocking call, a burst) ──► timer fires
-                  replies sat unread in the sockets all along; none was parsed yet
-
-    Deciding there would count answered nodes as timed out. So a timer that
-    fires late gives the nodes one fresh window, and any timer, late or not,
-    waits three loop turns before it calls back: a reply already in a socket
-    needs one turn for the socket event (``data_received`` parses it and
-    counts it) and the others are spare. Waiting longer never makes a lock
-    unsafe: validity is counted from the start of the attempt.
-
-    Armed on the loop's shared :class:`_Timers`; ``cancel()`` takes it off the pending ones.
-    """
-
-    __slots__ = ("_callback", "_handle", "_loop", "_rearm", "_rearmed", "_seq", "_timers", "_turns", "live")
-
-    TURNS = 3
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        timeout: float,
-        callback: Callable[[], None],
-        *,
-        rearm: float | None = None,
-    ) -> None:
-        self._callback = callback
-        self._arm(loop, timeout, rearm)
-
-    def _arm(self, loop: asyncio.AbstractEventLoop, timeout: float, rearm: float | None) -> None:
-        self._loop = loop
-        # The fresh window (one node timeout); 0 when waiting longer cannot help,
-        # as at a lease's end: votes after it are rejected anyway.
-        self._rearm = timeout if rearm is None else rearm
-        self._rearmed = False
-        self._turns = self.TURNS
-        self._handle: asyncio.Handle | None = None
-        self.live = True
-        timers = self._timers = _timers_of(loop)
-        self._seq = timers.add(_clock.now() + timeout, self)
-
-    def expire(self, late: float) -> None:
-        """Its time came, *late* seconds after it was due."""
-        if not self._rearmed and self._rearm and late > LATE:
-            self._rearmed = True
-            timers = self._timers = _timers_of(self._loop)
-            self._seq = timers.add(_clock.now() + self._rearm, self)
-            return
-        self._turn()
-
-    def _turn(self) -> None:
-        if not self.live:
-            return
-        if self._turns:
-            self._turns -= 1
-            self._handle = self._loop.call_soon(self._turn)
-            return
-        self.live = False
-        self._timed_out()
-
-    def _timed_out(self) -> None:
-        self._callback()
-
-    def cancel(self) -> None:
-        """Stop the timer (a ballot's requests are already sent, and stay sent)."""
-        if self.live:
-            self.live = False
-            self._timers.pending.pop(self._seq, None)  # (not there once it expired)
-        if self._handle is not None:
-            self._handle.cancel()
 
 
 def vote_of_set(reply: Reply) -> Vote:
@@ -365,7 +183,6 @@ class Ballot(Deadline):
         self._skipped = False  # a reply said the request was never sent (counted or not)
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.live = self._started = False
-        self._handle = None
         self._timeout = timeout
         self._window = rearm
         self._open = len(indices)
@@ -419,7 +236,7 @@ class Ballot(Deadline):
         """Every request is queued: arm the timer, unless the verdict is in already."""
         if self.verdict is UNDECIDED and not self._started:
             self._started = True
-            self._arm(self._done.get_loop(), self._timeout, self._window)
+            self.arm(self._done.get_loop(), self._timeout, self._window)
         return self
 
     def deliver(self, i: int, reply: Reply, /) -> None:
@@ -471,7 +288,7 @@ class Ballot(Deadline):
             return []
         return [i for i, reply in enumerate(self.replies) if type(reply) is Failure and reply.vote is SKIPPED]
 
-    def _timed_out(self) -> None:
+    def on_deadline(self) -> None:
         if self.verdict is not UNDECIDED:
             return
         for i, vote in enumerate(self.votes):

@@ -26,7 +26,8 @@ from functools import partial
 
 from redlock_async import _algorithm, _clock, _requests
 from redlock_async._algorithm import Vote
-from redlock_async._fanout import Deadline, sitting_out
+from redlock_async._deadline import Deadline
+from redlock_async._fanout import sitting_out
 from redlock_async._lease import Lease
 from redlock_async._node import Node
 from redlock_async._requests import pack_extend

@@ -13,7 +13,8 @@ from typing import Any, cast
 import pytest
 
 from redlock_async._algorithm import Verdict, Vote
-from redlock_async._fanout import Ballot, Deadline, vote_of_script, vote_of_set
+from redlock_async._deadline import Deadline
+from redlock_async._fanout import Ballot, vote_of_script, vote_of_set
 from redlock_async._node import Node
 from redlock_async._wire import Failure, Reply
 
