@@ -120,3 +120,23 @@ def semaphore_keys(key_prefix: str, name: str | bytes) -> tuple[bytes, bytes, by
     followed by i) and its widest-limit key."""
     base = key_prefix.encode() + SEMAPHORE_INFIX + resource_key("", name)
     return base, base + b"\x00", base + b"\x00limit"
+
+
+RW_INFIX = b"\x00rw\x00"
+"""Between the key prefix and the name: a read/write lock's keys never meet a lock's of the same name."""
+
+
+def rw_writer_key(key_prefix: str, name: str | bytes) -> bytes:
+    """Read/write lock *name*'s writer key (its channel too), after checking the name."""
+    return key_prefix.encode() + RW_INFIX + resource_key("", name)
+
+
+def rw_keys(writer_key: bytes) -> tuple[bytes, bytes, bytes]:
+    """A writer key's companions: its reader keys' prefix (a reader's key is this followed by the SHA1,
+    hex, of its token), its readers' index and its waiting writers."""
+    return writer_key + b"\x00r\x00", writer_key + b"\x00readers", writer_key + b"\x00writers"
+
+
+def reader_key(writer_key: bytes, token: bytes) -> bytes:
+    """The key of the reader holding *token* (what the scripts name ``prefix .. redis.sha1hex(token)``)."""
+    return rw_keys(writer_key)[0] + hashlib.sha1(token).hexdigest().encode()

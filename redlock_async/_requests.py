@@ -70,6 +70,8 @@ class Attempt:
     late: Late | None = None
     """The votes and replies of the request that decided it (the fence round, for a fenced grant):
     its lease's first extension reads them (``Lease.late``)."""
+    takes: bool = True
+    """False: its lease's extensions never take a free node (``Lease.takes``)."""
 
 
 OWNER_SEPARATOR = b"~"
@@ -201,6 +203,22 @@ async def attempt_permit(
                     free[other] = free.get(other, 0) + 1
         result.free = free
     return result
+
+
+async def count(
+    nodes: Sequence[Node],
+    keys: tuple[bytes, ...],
+    fence_keys: tuple[bytes, ...] | None,
+    token: bytes,
+    started: float,
+    sent: Ballot,
+    settings: Settings,
+    channel: bytes | None = None,
+) -> Attempt:
+    """Count an acquire round that another module's script sent (*sent*, not started: its replies answer
+    as ``ACQUIRE_FENCED``'s do), fence a won one on *fence_keys* (None: no fence round), and give a
+    failed or cancelled one back (compare-and-delete of *keys*, told on *channel*), as every acquire's."""
+    return await _decide(nodes, keys, fence_keys, token, started, sent, settings, channel)
 
 
 async def _decide(

@@ -5,7 +5,7 @@ only ever delete or extend its own lease, never another holder's.
 
 The sources live by primitive (``_lock``: release and extension of one key;
 ``_fencing``; ``_many``: lock_many; ``_semaphore``; ``_queue``: the grant
-queue), each with its KEYS / ARGV / returns header. This module is the one
+queue; ``_rw``: the read/write lock), each with its KEYS / ARGV / returns header. This module is the one
 place that makes them scripts: which of them can create (see
 :attr:`Script.creates`), and which a node loads on every new connection.
 """
@@ -15,8 +15,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from redlock_async._scripts import _fencing, _lock, _many, _queue, _semaphore
+from redlock_async._scripts import _fencing, _lock, _many, _queue, _rw, _semaphore
 from redlock_async._scripts._fencing import FENCED_BY
+from redlock_async._scripts._rw import READERS_HOLD, WRITER_HOLDS, WRITER_WAITS
 
 __all__ = [
     "ACQUIRE_ALL",
@@ -35,9 +36,18 @@ __all__ = [
     "QUEUE_FENCE",
     "QUEUE_LEAVE",
     "QUEUE_STAY",
+    "READERS_HOLD",
     "RELEASE",
     "RELEASE_ALL",
+    "RW_DOWNGRADE",
+    "RW_INSPECT",
+    "RW_LEAVE",
+    "RW_READ",
+    "RW_READ_RELEASE",
+    "RW_WRITE",
     "SCRIPTS",
+    "WRITER_HOLDS",
+    "WRITER_WAITS",
     "Script",
 ]
 
@@ -89,6 +99,14 @@ QUEUE_LEAVE = Script(_queue.QUEUE_LEAVE)
 QUEUE_STAY = Script(_queue.QUEUE_STAY, creates=True)
 QUEUE_FENCE = Script(_queue.QUEUE_FENCE)
 
+# The read/write lock (its readers and writer extend and release with RELEASE, EXTEND, EXTEND_MANY, FENCE).
+RW_READ = Script(_rw.RW_READ, creates=True)
+RW_WRITE = Script(_rw.RW_WRITE, creates=True)
+RW_LEAVE = Script(_rw.RW_LEAVE)
+RW_READ_RELEASE = Script(_rw.RW_READ_RELEASE)
+RW_DOWNGRADE = Script(_rw.RW_DOWNGRADE, creates=True)
+RW_INSPECT = Script(_rw.RW_INSPECT)
+
 SCRIPTS = (
     QUEUE_ENTER,
     QUEUE_LEAVE,
@@ -106,5 +124,11 @@ SCRIPTS = (
     RELEASE_ALL,
     ACQUIRE_PERMIT,
     KEEP_LIMIT,
+    RW_READ,
+    RW_WRITE,
+    RW_LEAVE,
+    RW_READ_RELEASE,
+    RW_DOWNGRADE,
+    RW_INSPECT,
 )
 """The scripts a node loads on every new connection (FENCED_SET runs on the protected resource)."""

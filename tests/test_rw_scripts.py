@@ -1,0 +1,203 @@
+"""The read/write lock's per-node scripts (redlock_async/_scripts/_rw.py), run directly on a real node.
+
+Each test states one clause of a script's contract: the rule on one node (W and a live reader key
+never together), readers' own leases, waiting writers keeping new readers out, the index's pruning,
+the downgrade in one step, and what inspection reads.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from redlock_async._names import reader_key, rw_keys
+from redlock_async._scripts import (
+    EXTEND,
+    FENCE,
+    FENCED_BY,
+    READERS_HOLD,
+    RELEASE,
+    RW_DOWNGRADE,
+    RW_INSPECT,
+    RW_LEAVE,
+    RW_READ,
+    RW_READ_RELEASE,
+    RW_WRITE,
+    WRITER_HOLDS,
+    WRITER_WAITS,
+    Script,
+)
+
+from .conftest import Cluster, Node
+
+W = b"redlock:\x00rw\x00doc"
+PREFIX, INDEX, WAITING = rw_keys(W)
+COUNTER = b"redlock-fence:doc"
+
+
+def run(node: Node, script: Script, keys: tuple[bytes, ...], *args: bytes | int) -> Any:
+    return node.command("EVAL", script.source, len(keys), *keys, *args)
+
+
+def read(node: Node, token: bytes, ttl: int = 10_000, *, fenced: bool = False) -> Any:
+    keys = (W, reader_key(W, token), INDEX, WAITING) + ((COUNTER,) if fenced else ())
+    return run(node, RW_READ, keys, token, ttl, PREFIX)
+
+
+def write(node: Node, token: bytes, ttl: int = 10_000, *, waiter: bytes = b"w1", life: int = 0) -> Any:
+    return run(node, RW_WRITE, (W, INDEX, WAITING), token, ttl, PREFIX, waiter, life)
+
+
+def test_readers_share_and_each_has_a_lease_of_its_own(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert read(node, b"r1", 10_000) == 0
+    assert read(node, b"r2", 300) == 0
+    assert node.command("GET", reader_key(W, b"r1")) == b"r1"
+    assert 0 < int(node.command("PTTL", reader_key(W, b"r2"))) <= 300  # type: ignore[call-overload]
+    assert node.command("SCARD", INDEX) == 2
+    time.sleep(0.35)  # r2 crashed: its share is gone with its own key, r1's is not
+    info = run(node, RW_INSPECT, (W, INDEX, WAITING), PREFIX)
+    assert info[2] == [b"r1"]
+
+
+def test_a_writer_is_refused_while_a_reader_lives_and_granted_once_its_key_is_gone(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert read(node, b"r1", 200) == 0
+    assert write(node, b"w") == READERS_HOLD
+    assert node.command("EXISTS", W) == 0
+    time.sleep(0.25)  # the reader died: its key expired, its index entry is left
+    assert node.command("SCARD", INDEX) == 1
+    assert write(node, b"w") == 0
+    assert node.command("GET", W) == b"w"
+    assert node.command("SCARD", INDEX) == 0  # the writer dropped the dead reader's entry
+
+
+def test_a_reader_is_refused_while_a_writer_holds(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert write(node, b"w") == 0
+    assert read(node, b"r1") == WRITER_HOLDS
+    assert node.command("EXISTS", reader_key(W, b"r1")) == 0
+    assert node.command("EXISTS", INDEX) == 0
+
+
+def test_a_second_writer_is_refused_as_by_a_mutex(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert write(node, b"w1") == 0
+    assert write(node, b"w2", waiter=b"x") == WRITER_HOLDS
+    assert node.command("GET", W) == b"w1"
+
+
+def test_a_waiting_writer_keeps_new_readers_out_until_it_leaves(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert read(node, b"r1") == 0
+    assert write(node, b"w", waiter=b"me", life=5_000) == READERS_HOLD
+    assert read(node, b"r2") == WRITER_WAITS  # a new reader waits behind the writer
+    assert node.command("EXISTS", reader_key(W, b"r2")) == 0
+    assert run(node, RW_LEAVE, (WAITING, W), b"me") == 1  # the writer gave up
+    assert run(node, RW_LEAVE, (WAITING, W), b"me") == 0
+    assert read(node, b"r2") == 0
+
+
+def test_a_non_blocking_writer_does_not_enter(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert read(node, b"r1") == 0
+    assert write(node, b"w", life=0) == READERS_HOLD
+    assert node.command("EXISTS", WAITING) == 0
+    assert read(node, b"r2") == 0
+
+
+def test_a_waiting_writer_that_died_is_forgotten_when_its_entry_expires(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert read(node, b"r1") == 0
+    assert write(node, b"w", life=200) == READERS_HOLD
+    assert read(node, b"r2") == WRITER_WAITS
+    time.sleep(0.25)
+    assert read(node, b"r2") == 0
+
+
+def test_the_last_reader_to_leave_tells_the_channel_once(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert read(node, b"r1") == 0
+    assert read(node, b"r2") == 0
+    channel = W
+    counts = []
+    for token in (b"r1", b"r2"):
+        before = _published(node)
+        assert run(node, RW_READ_RELEASE, (reader_key(W, token), INDEX, channel), token) == 1
+        counts.append(_published(node) - before)
+    assert counts == [0, 1]
+    assert run(node, RW_READ_RELEASE, (reader_key(W, b"r1"), INDEX, channel), b"r1") == 0
+    assert node.command("EXISTS", INDEX) == 0
+
+
+def _published(node: Node) -> int:
+    info = node.command("INFO", "commandstats")
+    assert isinstance(info, dict)
+    return int(info.get("cmdstat_publish", {}).get("calls", 0))
+
+
+def test_a_readers_lease_is_extended_and_released_by_the_mutex_scripts(cluster: Cluster) -> None:
+    node = cluster[0]
+    key = reader_key(W, b"r1")
+    assert read(node, b"r1", 1_000) == 0
+    assert run(node, EXTEND, (key,), b"r1", 60_000, 0) == 1
+    assert int(node.command("PTTL", key)) > 1_000  # type: ignore[call-overload]
+    assert run(node, EXTEND, (key,), b"other", 60_000, 0) == 0
+    assert run(node, RELEASE, (key, W), b"r1") == 1  # a give-back: the index entry is dropped later
+    assert write(node, b"w") == 0
+
+
+def test_the_downgrade_swaps_the_writer_for_a_reader_in_one_step(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert write(node, b"w") == 0
+    reader = reader_key(W, b"r")
+    assert run(node, RW_DOWNGRADE, (W, reader, INDEX), b"w", b"r", 10_000, PREFIX) == 0
+    assert node.command("EXISTS", W) == 0
+    assert node.command("GET", reader) == b"r"
+    assert read(node, b"r2") == 0  # readers share with it
+    assert write(node, b"w2") == READERS_HOLD  # writers wait for it
+    assert run(node, RW_DOWNGRADE, (W, reader_key(W, b"x"), INDEX), b"w", b"x", 10_000, PREFIX) == WRITER_HOLDS
+
+
+def test_fenced_readers_read_the_last_writers_token(cluster: Cluster) -> None:
+    node = cluster[0]
+    keys = (W, INDEX, WAITING, COUNTER)
+    assert run(node, RW_WRITE, keys, b"w", 10_000, PREFIX, b"x", 0) == 0  # the counter, before the fence
+    assert run(node, FENCE, (W, COUNTER, COUNTER + FENCED_BY), b"w", 7) == 1
+    assert run(node, RELEASE, (W,), b"w") == 1
+    assert read(node, b"r1", fenced=True) == 7
+    reader = reader_key(W, b"r1")
+    assert run(node, RELEASE, (reader, W), b"r1") == 1
+    assert run(node, RW_WRITE, keys, b"w2", 10_000, PREFIX, b"y", 0) == 7
+    reader2 = reader_key(W, b"r2")
+    assert run(node, RW_DOWNGRADE, (W, reader2, INDEX, COUNTER), b"w2", b"r2", 10_000, PREFIX) == 7
+
+
+def test_fenced_writer_with_a_floor_reads_at_least_the_nodes_clock(cluster: Cluster) -> None:
+    node = cluster[0]
+    keys = (W, INDEX, WAITING, COUNTER)
+    value = run(node, RW_WRITE, keys, b"w", 10_000, PREFIX, b"x", 0, b"floor")
+    assert value > time.time() * 1e6 - 60e6
+
+
+def test_inspection_reads_the_writer_the_live_readers_and_the_waiting_writers(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert run(node, RW_INSPECT, (W, INDEX, WAITING), PREFIX) == [b"", -2, [], [], 0]
+    assert read(node, b"r1") == 0
+    assert write(node, b"w", waiter=b"me", life=5_000) == READERS_HOLD
+    writer, pttl, values, ttls, waiting = run(node, RW_INSPECT, (W, INDEX, WAITING), PREFIX)
+    assert (writer, pttl, values, waiting) == (b"", -2, [b"r1"], 1)
+    assert 9_000 < ttls[0] <= 10_000
+    run(node, RW_READ_RELEASE, (reader_key(W, b"r1"), INDEX, W), b"r1")
+    assert write(node, b"w", waiter=b"me", life=5_000) == 0
+    writer, pttl, values, ttls, waiting = run(node, RW_INSPECT, (W, INDEX, WAITING), PREFIX)
+    assert (writer, values, waiting) == (b"w", [], 1)  # (its entry goes when its acquire ends: RW_LEAVE)
+    assert 9_000 < pttl <= 10_000
+
+
+def test_the_reader_index_stays_small_without_writers(cluster: Cluster) -> None:
+    node = cluster[0]
+    for i in range(40):  # readers that each die at once (1 ms leases), never a writer
+        assert read(node, b"dead%d" % i, 1) == 0
+        time.sleep(0.002)
+    assert int(node.command("SCARD", INDEX)) < 10  # type: ignore[call-overload]
