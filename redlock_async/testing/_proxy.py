@@ -34,16 +34,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import dataclasses
 import math
 import socket
-import struct
 import threading
-from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
+
+from redlock_async.testing._pipes import ProxyState, Switchboard
 
 __all__ = ["Fault", "Proxy", "ProxyState", "ProxyStats"]
 
@@ -51,29 +50,8 @@ Direction = Literal["both", "request", "reply"]
 
 _T = TypeVar("_T")
 
-_HELD_LIMIT = 4 * 1024 * 1024  # bytes held per direction (latency, blackhole) before reading from the sender pauses
 _CONTROL_TIMEOUT = 5.0  # seconds a fault switch may wait for the proxy's thread
 _JOIN_TIMEOUT = 5.0
-_RST = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST instead of FIN
-
-
-@dataclass(frozen=True, slots=True)
-class ProxyState:
-    """The faults in force on a proxy."""
-
-    request_delay: float = 0.0
-    """Seconds each chunk from client to server is held."""
-    reply_delay: float = 0.0
-    """Seconds each chunk from server to client is held."""
-    dropping_replies: bool = False
-    blackholed: bool = False
-
-    @property
-    def healthy(self) -> bool:
-        return self == _HEALTHY
-
-
-_HEALTHY = ProxyState()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,13 +92,13 @@ class Fault:
         """Whether this fault still sets part of the proxy's state."""
         if self._proxy.closed:
             return False
-        return self._proxy._call(lambda: self in self._proxy._owners.values())
+        return self._proxy._call(lambda: self in self._proxy._board.owners.values())
 
     def end(self) -> None:
         """Undo what this fault still sets. Idempotent, and a no-op once the proxy is closed."""
         if not self._proxy.closed:
             with contextlib.suppress(RuntimeError):  # closed meanwhile
-                self._proxy._call(lambda: self._proxy._end(self))
+                self._proxy._call(lambda: self._proxy._board.end(self))
 
     def __enter__(self) -> Self:
         return self
@@ -222,13 +200,7 @@ class Proxy:
     ) -> None:
         self._upstream_port = upstream_port
         self._upstream_host = upstream_host
-        self._connect_timeout = _check_seconds("connect_timeout", connect_timeout, zero_ok=False)
-        self._state = _HEALTHY
-        self._owners: dict[str, Fault] = {}  # ProxyState field -> the fault that set it
-        self._pipes: set[_Pipe] = set()
-        self._connecting: set[asyncio.Task[None]] = set()
-        self._accepted = self._request_bytes = self._reply_bytes = self._dropped = self._resets = 0
-        self._timers: set[asyncio.TimerHandle] = set()
+        timeout = _check_seconds("connect_timeout", connect_timeout, zero_ok=False)
         self._closed = False
         self._close_lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", port))
@@ -236,8 +208,10 @@ class Proxy:
         """The port the proxy listens on (127.0.0.1)."""
         self._runner = _Runner.attach()
         self._loop = self._runner.loop
+        # Its state on the proxies' loop: touched only there (control calls go through _call).
+        self._board = Switchboard(self._loop, upstream_host, self._upstream, timeout)
         try:
-            self._server = self._runner.run(self._start())
+            self._runner.run(self._board.start(self._listener))
         except BaseException:
             self._closed = True
             self._listener.close()
@@ -245,7 +219,7 @@ class Proxy:
             raise
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else repr(self._state)
+        state = "closed" if self._closed else repr(self._board.state)
         return f"<Proxy 127.0.0.1:{self.port} -> {self._upstream_host}:{self._upstream()} {state}>"
 
     @property
@@ -265,18 +239,19 @@ class Proxy:
     @property
     def state(self) -> ProxyState:
         """The faults in force now."""
-        return self._state
+        return self._board.state
 
     def stats(self) -> ProxyStats:
         """Connection and byte counters."""
+        board = self._board
         return self._call(
             lambda: ProxyStats(
-                open_connections=len(self._pipes),
-                accepted=self._accepted,
-                request_bytes=self._request_bytes,
-                reply_bytes=self._reply_bytes,
-                dropped_bytes=self._dropped,
-                resets=self._resets,
+                open_connections=len(board.pipes),
+                accepted=board.accepted,
+                request_bytes=board.request_bytes,
+                reply_bytes=board.reply_bytes,
+                dropped_bytes=board.dropped,
+                resets=board.resets,
             )
         )
 
@@ -312,11 +287,11 @@ class Proxy:
 
     def heal(self) -> None:
         """End every fault (held bytes flow again; connections that lost bytes are reset)."""
-        self._call(self._heal)
+        self._call(self._board.heal)
 
     def reset(self) -> int:
         """Cut every open connection now, with a reset to both sides; returns how many were cut."""
-        return self._call(self._reset_all)
+        return self._call(self._board.reset_all)
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -329,7 +304,7 @@ class Proxy:
         try:
             if threading.get_ident() == self._runner.thread.ident:
                 raise RuntimeError("a proxy cannot be closed from the proxies' own thread")
-            self._runner.run(self._shutdown())
+            self._runner.run(self._board.shutdown())
         finally:
             self._listener.close()
             self._runner.detach()
@@ -364,280 +339,9 @@ class Proxy:
     def _start_fault(self, description: str, changes: dict[str, Any], duration: float | None) -> Fault:
         limit = None if duration is None else _check_seconds("duration", duration, zero_ok=False)
         fault = Fault(self, description + (f" for {limit:g} s" if limit is not None else ""), changes)
-        self._call(lambda: self._apply(fault, limit))
+        self._call(lambda: self._board.apply(fault, changes, limit))
         return fault
-
-    # -- fault state (proxy loop only) ------------------------------------------------
-
-    def _apply(self, fault: Fault, duration: float | None) -> None:
-        for field in fault._changes:
-            self._owners[field] = fault
-        self._set_state(dataclasses.replace(self._state, **fault._changes))
-        if duration is not None:
-            handle: asyncio.TimerHandle
-
-            def expire() -> None:
-                self._timers.discard(handle)
-                self._end(fault)
-
-            handle = self._loop.call_later(duration, expire)
-            self._timers.add(handle)
-
-    def _end(self, fault: Fault) -> None:
-        ended = [field for field, owner in self._owners.items() if owner is fault]
-        for field in ended:
-            del self._owners[field]
-        if ended:
-            self._set_state(dataclasses.replace(self._state, **{field: getattr(_HEALTHY, field) for field in ended}))
-
-    def _heal(self) -> None:
-        self._owners.clear()
-        self._set_state(_HEALTHY)
-
-    def _set_state(self, state: ProxyState) -> None:
-        """Switch to *state*: held bytes due now go out, connections that lost replies are cut."""
-        old, self._state = self._state, state
-        for pipe in list(self._pipes):
-            if old.dropping_replies and not state.dropping_replies and pipe.tainted:
-                self._resets += 1
-                pipe.abort()
-            else:
-                pipe.pump(pipe.request)
-                pipe.pump(pipe.reply)
-
-    def _reset_all(self) -> int:
-        pipes = list(self._pipes)
-        for pipe in pipes:
-            pipe.abort()
-        self._resets += len(pipes)
-        return len(pipes)
-
-    # -- the proxy's thread ----------------------------------------------------------
 
     def _upstream(self) -> int:
         port = self._upstream_port
         return port() if callable(port) else port
-
-    async def _start(self) -> asyncio.Server:
-        return await self._loop.create_server(lambda: _Pipe(self).client, sock=self._listener)
-
-    async def _shutdown(self) -> None:
-        self._server.close()
-        for handle in self._timers:
-            handle.cancel()
-        self._timers.clear()
-        for pipe in list(self._pipes):
-            pipe.abort()
-        await asyncio.gather(*self._connecting, return_exceptions=True)
-        await self._server.wait_closed()
-        await asyncio.sleep(0)  # the aborted transports' connection_lost callbacks
-
-    def _accept(self, pipe: _Pipe) -> None:
-        self._accepted += 1
-        self._pipes.add(pipe)
-        task = self._loop.create_task(self._connect(pipe))
-        pipe.connecting = task
-        self._connecting.add(task)
-        task.add_done_callback(self._connecting.discard)
-
-    async def _connect(self, pipe: _Pipe) -> None:
-        try:
-            async with asyncio.timeout(self._connect_timeout):
-                await self._loop.create_connection(lambda: pipe.server, self._upstream_host, self._upstream())
-        except (OSError, TimeoutError):
-            # The server is down: the client's connection is refused, as it would be directly.
-            pipe.connecting = None
-            self._resets += 1
-            pipe.abort()
-        else:
-            pipe.connected()
-
-
-class _Side(asyncio.Protocol):
-    """One socket of a proxied connection: the client's, or the server's."""
-
-    __slots__ = ("is_server", "pipe", "transport")
-
-    def __init__(self, pipe: _Pipe, *, is_server: bool) -> None:
-        self.pipe = pipe
-        self.is_server = is_server
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.pipe.made(self)
-
-    def data_received(self, data: bytes) -> None:
-        self.pipe.received(self, data)
-
-    def eof_received(self) -> bool:
-        self.pipe.received(self, None)
-        return True  # keep the other direction open: a half-close is passed on as one
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.pipe.lost(self, exc)
-
-    def pause_writing(self) -> None:
-        self.pipe.throttle(self, paused=True)
-
-    def resume_writing(self) -> None:
-        self.pipe.throttle(self, paused=False)
-
-
-class _Flow:
-    """One direction of a connection: bytes received and not yet forwarded, with their arrival times."""
-
-    __slots__ = ("ended", "held", "held_bytes", "is_reply", "target_full", "timer")
-
-    def __init__(self, *, is_reply: bool) -> None:
-        self.is_reply = is_reply
-        self.held: deque[tuple[float, bytes | None]] = deque()  # None: end of stream
-        self.held_bytes = 0
-        self.timer: asyncio.TimerHandle | None = None
-        self.target_full = False  # the receiving socket's buffer is full
-        self.ended = False  # end of stream passed on
-
-
-class _Pipe:
-    """A client connection and its connection to the server, forwarding between them.
-
-    Callbacks only (no task per connection): bytes go straight through while the
-    proxy is healthy, and wait in their flow's queue while a latency or blackhole holds them.
-    """
-
-    __slots__ = ("client", "closed", "connecting", "proxy", "reply", "request", "server", "tainted")
-
-    def __init__(self, proxy: Proxy) -> None:
-        self.proxy = proxy
-        self.client = _Side(self, is_server=False)
-        self.server = _Side(self, is_server=True)
-        self.request = _Flow(is_reply=False)
-        self.reply = _Flow(is_reply=True)
-        self.connecting: asyncio.Task[None] | None = None
-        self.tainted = False  # reply bytes were dropped: the client is out of step
-        self.closed = False
-
-    def made(self, side: _Side) -> None:
-        if side is self.client:
-            assert side.transport is not None
-            side.transport.pause_reading()  # until the server is connected
-            self.proxy._accept(self)
-        elif self.closed:
-            _abort(side.transport)
-
-    def connected(self) -> None:
-        """The server accepted: start reading from both sides."""
-        self.connecting = None
-        if not self.closed:
-            self._update_reading(self.request)
-            self._update_reading(self.reply)
-
-    def received(self, side: _Side, data: bytes | None) -> None:
-        if self.closed:
-            return
-        flow = self.reply if side.is_server else self.request
-        if data is not None and flow.is_reply and self.proxy._state.dropping_replies:
-            self.tainted = True
-            self.proxy._dropped += len(data)
-            return
-        flow.held.append((self.proxy._loop.time(), data))
-        if data is not None:
-            flow.held_bytes += len(data)
-        self.pump(flow)
-
-    def pump(self, flow: _Flow) -> None:
-        """Forward what *flow* holds that is due; set a timer for the rest."""
-        if flow.timer is not None:
-            flow.timer.cancel()
-            flow.timer = None
-        if self.closed:
-            return
-        proxy = self.proxy
-        state = proxy._state
-        target = (self.client if flow.is_reply else self.server).transport
-        delay = state.reply_delay if flow.is_reply else state.request_delay
-        now = proxy._loop.time()
-        while flow.held and not state.blackholed and target is not None:
-            arrived, data = flow.held[0]
-            if arrived + delay > now:
-                flow.timer = proxy._loop.call_at(arrived + delay, self.pump, flow)
-                break
-            flow.held.popleft()
-            if data is None:
-                flow.ended = True
-                if self._other(flow).ended:
-                    self._finish()  # both sides said all they had to say
-                    return
-                target.write_eof()  # a half-close, passed on as one
-                break
-            flow.held_bytes -= len(data)
-            if target.is_closing():
-                continue  # the receiver is gone: so are its bytes
-            target.write(data)
-            if flow.is_reply:
-                proxy._reply_bytes += len(data)
-            else:
-                proxy._request_bytes += len(data)
-        self._update_reading(flow)
-
-    def throttle(self, side: _Side, *, paused: bool) -> None:
-        flow = self.request if side.is_server else self.reply  # the flow writing into *side*
-        flow.target_full = paused
-        self._update_reading(flow)
-
-    def _update_reading(self, flow: _Flow) -> None:
-        """Read from a flow's sender only while the receiver keeps up and not too much is held."""
-        source = (self.server if flow.is_reply else self.client).transport
-        if source is None or source.is_closing() or self.connecting is not None:
-            return
-        if flow.target_full or flow.held_bytes > _HELD_LIMIT:
-            source.pause_reading()
-        else:
-            source.resume_reading()
-
-    def _other(self, flow: _Flow) -> _Flow:
-        return self.request if flow.is_reply else self.reply
-
-    def lost(self, side: _Side, exc: Exception | None) -> None:
-        # Clean ends go through eof_received, and we close only once both flows ended:
-        # a loss while open is a reset or an error, passed on as a reset.
-        if not self.closed:
-            self.abort()
-
-    def abort(self) -> None:
-        """Cut both sides at once with a reset; held bytes are lost with the connection."""
-        if self.closed:
-            return
-        self.closed = True
-        for flow in (self.request, self.reply):
-            if flow.timer is not None:
-                flow.timer.cancel()
-            flow.held.clear()
-        if self.connecting is not None:
-            self.connecting.cancel()
-        for side in (self.client, self.server):
-            if side.transport is not None:
-                _abort(side.transport)
-        self.proxy._pipes.discard(self)
-
-    def _finish(self) -> None:
-        """Close both sides gracefully (what was written still goes out)."""
-        self.closed = True
-        for flow in (self.request, self.reply):
-            if flow.timer is not None:
-                flow.timer.cancel()
-        for side in (self.client, self.server):
-            if side.transport is not None:
-                side.transport.close()
-        self.proxy._pipes.discard(self)
-
-
-def _abort(transport: asyncio.Transport | None) -> None:
-    if transport is None:
-        return
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RST)
-    transport.abort()

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import signal
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -18,35 +14,21 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from redlock_async import _reaper
 from redlock_async.testing._clocks import SPEC_NAME, NodeClock, require_faketime, server_environment, time_of
 from redlock_async.testing._process import (
-    ADDR_IN_USE,
     COMMAND_TIMEOUT,
     DBFILENAME,
     LOG_NAME,
-    LOG_TAIL_LINES,
-    OUT_NAME,
-    PID_RE,
-    PROBE_INTERVAL,
     SOCKET_NAME,
     SPAWN_ATTEMPTS,
-    START_TIMEOUT,
-    STOP_TIMEOUT,
     PortInUse,
-    control_socket,
     issued_ports,
-    kill_proc,
-    live_dirs,
-    live_procs,
     pick_port,
-    probe,
     registry_lock,
-    resp,
     server_binary,
-    wait_stopped,
 )
 from redlock_async.testing._proxy import Proxy
+from redlock_async.testing._server_process import Address, ServerProcess
 
 __all__ = ["LocalNode", "LocalNodes", "ServerTLS", "server_binary"]
 
@@ -119,6 +101,7 @@ class LocalNode:
         self.proxied = proxied
         self._proxy: Proxy | None = None
         self.binary = binary if binary is not None else server_binary()
+        self._process = ServerProcess(self.binary)
         self.tls = tls
         self.unix_socket = unix_socket
         self.password = password
@@ -131,12 +114,7 @@ class LocalNode:
         self.port = port if port is not None else pick_port()
         # A port chosen by the caller, or one clients already know, never changes.
         self._port_fixed = port is not None
-        self._dir: str | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._paused = False
         self._client: redis.Redis | None = None
-        self._log_offset = 0
-        self._out_offset = 0
 
     def __enter__(self) -> Self:
         self.start()
@@ -186,28 +164,26 @@ class LocalNode:
         """The unix socket the server listens on (with *unix_socket* or *tls*), else None."""
         if not (self.unix_socket or self.tls):
             return None
-        return os.path.join(self._ensure_dir(), SOCKET_NAME)
+        return os.path.join(self._process.ensure_dir(), SOCKET_NAME)
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self.running and self._proc is not None else None
+        proc = self._process.proc
+        return proc.pid if self.running and proc is not None else None
 
     @property
     def running(self) -> bool:
         """Whether the process is alive; a paused process counts as running."""
-        alive = self._proc is not None and self._proc.poll() is None
-        if not alive:
-            self._paused = False
-        return alive
+        return self._process.running
 
     @property
     def paused(self) -> bool:
-        return self.running and self._paused
+        return self._process.paused
 
     @property
     def dir(self) -> str | None:
         """The node's temp dir (RDB file and server log), or None before the first start."""
-        return self._dir
+        return self._process.dir
 
     def start(self) -> None:
         """Start the server and wait until it answers PING."""
@@ -216,40 +192,21 @@ class LocalNode:
 
     def pause(self) -> None:
         """Freeze the process (SIGSTOP): connections are accepted but nothing is answered."""
-        proc = self._require_running()
-        proc.send_signal(signal.SIGSTOP)
-        self._paused = True
-        wait_stopped(proc.pid, stopped=True)
+        self._process.pause(repr(self))
 
     def resume(self) -> None:
         """Unfreeze a paused process (SIGCONT); no-op if not paused."""
-        if self._proc is not None and self._paused and self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGCONT)
-            wait_stopped(self._proc.pid, stopped=False)
-        self._paused = False
+        self._process.resume()
 
     def kill(self) -> None:
         """SIGKILL the process and reap it; data in memory is lost. No-op if not running."""
         self._close_client()
-        if self._proc is not None:
-            kill_proc(self._proc)
-            self._forget_proc()
+        self._process.kill()
 
     def stop(self) -> None:
         """Stop gracefully: SIGTERM, then SIGKILL if it does not exit in time. Idempotent."""
         self._close_client()
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            self.resume()
-            with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
-            try:
-                proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                kill_proc(proc)
-        self._forget_proc()
+        self._process.stop()
 
     def restart(self, *, keep_data: bool = True) -> None:
         """Restart on the same port.
@@ -260,13 +217,13 @@ class LocalNode:
         self._close_client()
         if keep_data:
             if self.running:
-                self._shutdown_save()
+                self._process.shutdown_save(self.url, self._control_address(), self.password)
         else:
             self.kill()
-            self._remove_rdb()
+            self._process.remove_rdb()
         self.start()
         # Consumed: a later kill()/stop() + start() must come back empty, as documented.
-        self._remove_rdb()
+        self._process.remove_rdb()
 
     def close(self) -> None:
         """Stop the server and its proxy, and remove its temp dir. Idempotent."""
@@ -276,12 +233,7 @@ class LocalNode:
             proxy, self._proxy = self._proxy, None
             if proxy is not None:
                 proxy.close()
-            if self._dir is not None:
-                shutil.rmtree(self._dir, ignore_errors=True)
-                with registry_lock:
-                    live_dirs.discard(self._dir)
-                _reaper.forget_dir(self._dir)
-                self._dir = None
+            self._process.remove_dir()
 
     @property
     def clock(self) -> NodeClock:
@@ -314,33 +266,17 @@ class LocalNode:
 
     # internals
 
-    def _control_address(self) -> tuple[str, int] | str:
+    def _control_address(self) -> Address:
         """Where the harness talks to the server in plain text: the unix socket if any, else the port."""
         return self.socket_path or ("127.0.0.1", self.port)
-
-    def _require_running(self) -> subprocess.Popen[bytes]:
-        if self._proc is None or self._proc.poll() is not None:
-            raise RuntimeError(f"{self!r} is not running")
-        return self._proc
-
-    def _ensure_dir(self) -> str:
-        if self._dir is None or not os.path.isdir(self._dir):
-            self._dir = tempfile.mkdtemp(prefix="redlock-node-")
-            with registry_lock:
-                live_dirs.add(self._dir)
-            _reaper.watch_dir(self._dir)  # removed even if this process is killed
-        return self._dir
 
     def _spawn(self) -> None:
         if self.running:
             raise RuntimeError(f"{self!r} is already running")
         if self.proxied:
             self.proxy  # noqa: B018 (made before the server starts, so its URL is known once it answers)
-        directory = self._ensure_dir()
+        directory = self._process.ensure_dir()
         log = os.path.join(directory, LOG_NAME)
-        out = os.path.join(directory, OUT_NAME)
-        self._log_offset = _size(log)
-        self._out_offset = _size(out)
         argv = [
             self.binary,
             "--port", str(self.port),
@@ -366,29 +302,20 @@ class LocalNode:
         for rule in self.acl:
             argv += ["--user", *rule.split()]
         argv += self.server_args
-        # Same process group as us on purpose: a signal sent to the whole test run's group
-        # (Ctrl-C, CI cancellation) reaches the servers even if our atexit hook never runs.
         env = None
         if self._faketime is not None:
             if self._clock is None:  # kept across restarts: a node comes back with the clock it had
                 self._clock = NodeClock(os.path.join(directory, SPEC_NAME), self.time)
             env = server_environment(self._faketime, self._clock.spec)
-        with open(out, "ab") as sink:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env)
-        self._proc = proc
-        self._paused = False
-        with registry_lock:
-            live_procs.add(proc)
-        # Dies with this process, however it ends (SIGTERM, SIGKILL): atexit alone does not run then.
-        _reaper.watch_pid(proc.pid)
+        self._process.spawn(argv, env)
 
     def _await_start(self) -> None:
         """Wait for the spawned server, relaunching when its port turned out to be taken."""
         for attempt in range(SPAWN_ATTEMPTS):
             try:
-                self._await_ready()
+                self._process.await_ready(self.port, self._control_address(), self.password)
             except PortInUse:
-                self._forget_proc()
+                self._process.forget()
                 if attempt == SPAWN_ATTEMPTS - 1:
                     break
                 if self._port_fixed:
@@ -403,104 +330,13 @@ class LocalNode:
                 self._port_fixed = True
                 return
         raise RuntimeError(
-            f"port {self.port} on 127.0.0.1 stayed in use after {SPAWN_ATTEMPTS} attempts{self._log_tail()}"
+            f"port {self.port} on 127.0.0.1 stayed in use after {SPAWN_ATTEMPTS} attempts{self._process.log_tail()}"
         )
-
-    def _await_ready(self) -> None:
-        proc = self._proc
-        assert proc is not None
-        deadline = time.monotonic() + START_TIMEOUT
-        last_error = "no answer"
-        while True:
-            code = proc.poll()
-            if code is not None:
-                tail = self._log_tail()
-                if any(marker in tail for marker in ADDR_IN_USE):
-                    raise PortInUse
-                raise RuntimeError(
-                    f"{self.binary} exited with code {code} before answering PING on port {self.port}{tail}"
-                )
-            try:
-                pong, info = probe(self._control_address(), timeout=0.25, password=self.password)
-            except OSError as exc:
-                last_error = repr(exc)
-            else:
-                match = PID_RE.search(info)
-                # Another server on this port answers too, until ours fails to bind.
-                if pong.startswith(b"+PONG") and match and int(match[1]) == proc.pid:
-                    return
-                last_error = f"reply {pong.strip()!r}"
-            if time.monotonic() >= deadline:
-                self.kill()
-                raise RuntimeError(
-                    f"{self.binary} did not answer PING on port {self.port} within "
-                    f"{START_TIMEOUT:g} s (last: {last_error}){self._log_tail()}"
-                )
-            time.sleep(PROBE_INTERVAL)
-
-    def _shutdown_save(self) -> None:
-        proc = self._require_running()
-        self.resume()
-        reply = b""
-        try:
-            with control_socket(self._control_address(), STOP_TIMEOUT, self.password) as sock:
-                sock.sendall(resp("SHUTDOWN", "SAVE"))
-                # On success the server closes the connection without replying.
-                with contextlib.suppress(ConnectionResetError):
-                    reply = sock.recv(4096)
-        except OSError as exc:
-            raise RuntimeError(f"SHUTDOWN SAVE failed on {self.url}: {exc!r}") from exc
-        if reply.startswith(b"-"):
-            raise RuntimeError(f"SHUTDOWN SAVE refused by {self.url}: {reply.strip()!r}")
-        try:
-            proc.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise RuntimeError(f"{self.url} did not exit after SHUTDOWN SAVE") from None
-        self._forget_proc()
-        if self._dir is None or not os.path.isfile(os.path.join(self._dir, DBFILENAME)):
-            raise RuntimeError(f"{self.url} wrote no RDB file on SHUTDOWN SAVE")
-
-    def _remove_rdb(self) -> None:
-        if self._dir is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(self._dir, DBFILENAME))
-
-    def _forget_proc(self) -> None:
-        if self._proc is not None:
-            with registry_lock:
-                live_procs.discard(self._proc)
-            _reaper.forget_pid(self._proc.pid)
-        self._proc = None
-        self._paused = False
 
     def _close_client(self) -> None:
         client, self._client = self._client, None
         if client is not None:
             client.close()
-
-    def _log_tail(self) -> str:
-        if self._dir is None:
-            return ""
-        lines: list[str] = []
-        for name, offset in ((OUT_NAME, self._out_offset), (LOG_NAME, self._log_offset)):
-            try:
-                with open(os.path.join(self._dir, name), "rb") as fh:
-                    fh.seek(offset)
-                    text = fh.read().decode(errors="replace")
-            except OSError:
-                continue
-            lines.extend(line for line in text.splitlines() if line.strip())
-        if not lines:
-            return ""
-        return "\nserver output:\n" + "\n".join(lines[-LOG_TAIL_LINES:])
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
 
 
 class LocalNodes:
