@@ -1,7 +1,8 @@
-"""Run the benchmarks the README quotes; write docs/performance.md and the README's figures from them.
+"""Run the benchmarks the docs quote; write docs/performance.md and the summary on docs/development.md.
 
     python benchmarks/report.py                 # ~8 min on 2 cores; rewrites docs/performance.{md,json},
-                                                # README.md and docs/benchmarks.md's reference section
+                                                # docs/development.md's summary and docs/benchmarks.md's
+                                                # reference section
     python benchmarks/report.py --quick         # a smoke run: prints, writes nothing
     python benchmarks/report.py --render        # only re-render the pages from docs/performance.json
     python benchmarks/report.py --only machine  # run one benchmark (repeatable), merge its figures into
@@ -9,7 +10,7 @@
 
 Each benchmark runs as its own process with ``--json`` (bench_core on both loops, bench_watchdog,
 bench_fencing, bench_handoff, bench_machine on both loops). Their raw figures, with the commit and the
-date, are kept in docs/performance.json; docs/performance.md, the README's block between
+date, are kept in docs/performance.json; docs/performance.md, docs/development.md's block between
 ``<!-- bench:start -->`` and ``<!-- bench:end -->`` and the section of docs/benchmarks.md between
 ``<!-- report.py: machine start -->`` and ``<!-- report.py: machine end -->`` (redlock_async against
 the raw-Protocol reference client, "the machine") are rendered from that file alone, so no figure is
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 PAGE = ROOT / "docs" / "performance.md"
 DATA = ROOT / "docs" / "performance.json"
-README = ROOT / "README.md"
+SUMMARY = ROOT / "docs" / "development.md"
 COMPARISON = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench:start -->", "<!-- bench:end -->"
 MACHINE_BEGIN, MACHINE_END = "<!-- report.py: machine start -->", "<!-- report.py: machine end -->"
@@ -124,7 +125,7 @@ def _x(value: float) -> str:
 
 
 def summary(figures: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(command, figure, result) rows: the same for the page and the README."""
+    """(command, figure, result) rows: the same for the page and the summary."""
     rows: list[tuple[str, str, str]] = []
     for loop, core in figures["core"].items():
         med, ratio = core["medians"], core["ratios"]
@@ -234,7 +235,7 @@ def _target(run: dict[str, Any], name: str) -> str:
 
 
 def machine_rows(figures: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """The summary's rows (page and README): per loop, the throughput and CPU-per-pair ratios to the machine."""
+    """The summary's rows (both pages): per loop, the throughput and CPU-per-pair ratios to the machine."""
     rows: list[tuple[str, str, str]] = []
     apart = _apart(figures, "machine")
     for loop in LOOPS:
@@ -369,23 +370,23 @@ def _table(rows: list[tuple[str, str, str]]) -> str:
     return "\n".join(lines)
 
 
-def render_readme_block(figures: dict[str, Any]) -> str:
+def render_summary_block(figures: dict[str, Any]) -> str:
     return (
         f"{BEGIN}\n"
         f"Made by `{figures['command']}` at commit {figures['commit']}, {figures['date']}, on the 2-core "
         "development box. Every figure is a ratio taken within one run (the box is noisy); absolute numbers "
-        "will differ on yours. Details: [docs/performance.md](docs/performance.md).\n\n"
+        "will differ on yours. Details: [performance](performance.md).\n\n"
         f"{_table(summary(figures))}\n"
         f"| `python benchmarks/compare.py` | against aioredlock, pottery, redis-py `Lock` | see "
-        "[docs/benchmarks.md](docs/benchmarks.md) |\n\n"
+        "[benchmarks](benchmarks.md) |\n\n"
         "*The floor*: the least a Redlock client on redis-py can do (`asyncio.gather` of `SET NX PX` on every "
         "node, then of the release script; no timeouts, retries or undo). *A bare reference client*: a Redlock "
         "client written for the benchmark on a raw asyncio protocol per node, with nothing but the quorum "
         "acquire and release: the most this box allows, so a ratio below 1x there is the price of per-node "
         "deadlines, cancellation safety and the watchdog "
-        "([details](docs/performance.md#against-a-bare-reference-client)). A *hand-off* is the time from a "
+        "([details](performance.md#against-a-bare-reference-client)). A *hand-off* is the time from a "
         "release to the next waiter holding the lock.\n\n"
-        "![latency against node count, and each scenario as a ratio to the raw floor](docs/img/compare.png)\n"
+        "![latency against node count, and each scenario as a ratio to the raw floor](img/compare.png)\n"
         f"{END}"
     )
 
@@ -395,7 +396,8 @@ def render_page(figures: dict[str, Any]) -> str:
     return (
         "# Performance\n\n"
         f"Made by `{figures['command']}` at commit {figures['commit']}, {figures['date']}; the raw figures are in "
-        "[performance.json](performance.json), and this page and the README's table are rendered from it.\n\n"
+        "[performance.json](performance.json), and this page and the summary on "
+        "[development](development.md#benchmarks) are rendered from it.\n\n"
         f"Machine: {env['cpu_count']} CPUs, {env['platform']}, Python {env['python']}, {env['server']} "
         f"({env['nodes']} nodes on 127.0.0.1), redis-py {env['redis_py']}.\n\n"
         "*The floor* is the least a Redlock client on redis-py can do: `asyncio.gather` of `SET NX PX` on "
@@ -417,10 +419,11 @@ def _replace(path: Path, begin: str, end: str, block: str) -> None:
 
 def write(figures: dict[str, Any]) -> None:
     PAGE.write_text(render_page(figures))
-    _replace(README, BEGIN, END, render_readme_block(figures))
+    _replace(SUMMARY, BEGIN, END, render_summary_block(figures))
     _replace(COMPARISON, MACHINE_BEGIN, MACHINE_END, render_comparison_section(figures))
     print(
-        f"wrote {PAGE.relative_to(ROOT)}, the README's figures and {COMPARISON.relative_to(ROOT)}'s reference section"
+        f"wrote {PAGE.relative_to(ROOT)}, {SUMMARY.relative_to(ROOT)}'s summary and "
+        f"{COMPARISON.relative_to(ROOT)}'s reference section"
     )
 
 

@@ -18,12 +18,15 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import importlib
 import importlib.util
+import inspect
 import json
 import os
 import re
 import subprocess
 import sys
+import textwrap
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +43,13 @@ from redlock_async.testing import LocalNodes, faketime_library
 from redlock_async.testing._docker import docker_unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# Every page of the documentation site (mkdocs.yml): the README is its home page, CHANGELOG.md its changelog.
+PAGES = [
+    ROOT / "README.md",
+    ROOT / "CHANGELOG.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "reference").glob("*.md")),
+]
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.M | re.S)
 EXAMPLE_NODE = re.compile(r"redis://10\.0\.0\.(\d+):6379")
 
@@ -68,7 +77,60 @@ def snippets(language: str = "python") -> list[Snippet]:
     return found
 
 
-PYTHON = snippets()
+REFERENCE_DIRECTIVE = re.compile(r"^::: (\S+)", re.M)
+
+
+def documented(ident: str) -> Any:
+    """The object a reference page's ``::: ident`` renders."""
+    parts = ident.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            found: Any = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
+            found = getattr(found, part)
+        return found
+    raise LookupError(ident)
+
+
+def literal_blocks(doc: str) -> list[str]:
+    """The reST literal blocks (after a line ending in ``::``) of a docstring that are Python code."""
+    lines, blocks, i = doc.splitlines(), [], 0
+    while i < len(lines):
+        if not lines[i].rstrip().endswith("::"):
+            i += 1
+            continue
+        base = len(lines[i]) - len(lines[i].lstrip())
+        j = i + 1
+        while j < len(lines) and (not lines[j].strip() or len(lines[j]) - len(lines[j].lstrip()) > base):
+            j += 1
+        code = textwrap.dedent("\n".join(lines[i + 1 : j])).strip()
+        if code:
+            with contextlib.suppress(SyntaxError):  # a timeline or a tree, not code
+                ast.parse(code)
+                blocks.append(code + "\n")
+        i = j
+    return blocks
+
+
+def docstring_snippets() -> list[Snippet]:
+    """The code in the docstrings the API reference renders (each ``::: ident``, its public members too)."""
+    found = []
+    for page in sorted((ROOT / "docs" / "reference").glob("*.md")):
+        for match in REFERENCE_DIRECTIVE.finditer(page.read_text()):
+            target = documented(match.group(1))
+            docs = [inspect.getdoc(target) or ""]
+            if inspect.isclass(target):
+                docs += [
+                    inspect.getdoc(value) or "" for name, value in vars(target).items() if not name.startswith("_")
+                ]
+            line = page.read_text().count("\n", 0, match.start()) + 1
+            found += [Snippet(page, line, (match.group(1),), code) for doc in docs for code in literal_blocks(doc)]
+    return found
+
+
+PYTHON = snippets() + docstring_snippets()
 RUN_HERE = [s for s in PYTHON if "docker" not in s.words]
 RUN_ON_DOCKER = [s for s in PYTHON if "docker" in s.words]
 
@@ -76,7 +138,7 @@ RUN_ON_DOCKER = [s for s in PYTHON if "docker" in s.words]
 def test_the_pages_have_snippets() -> None:
     """The collection itself can fail: a changed fence syntax would silently test nothing."""
     assert len(PYTHON) >= 12
-    assert {s.page.name for s in PYTHON} >= {"README.md", "guide.md", "testing.md", "fencing.md"}
+    assert {s.page.name for s in PYTHON} >= {"README.md", "guide.md", "testing.md", "fencing.md", "sync.md"}
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +175,10 @@ async def _noop(*args: object, **kwargs: object) -> None:
     await asyncio.sleep(0)
 
 
+def _blocking_noop(*args: object, **kwargs: object) -> None:
+    pass
+
+
 @contextlib.asynccontextmanager
 async def names_for(nodes: LocalNodes) -> AsyncIterator[dict[str, Any]]:
     """The names a snippet mentions without defining: an open Redlock, its nodes, stand-ins for your code."""
@@ -147,6 +213,8 @@ async def run_snippet(code: str, nodes: LocalNodes) -> None:
         # It runs its own loop, or is blocking code (the blocking API refuses a loop's thread): on a thread with none.
         async with names_for(nodes) as names:
             names.pop("redlock")
+            if "asyncio.run(" not in code:  # blocking code calls your functions without await
+                names.update(process_order=_blocking_noop, build_report=_blocking_noop)
             await asyncio.to_thread(exec, compiled, names)
         return
     async with names_for(nodes) as names:
@@ -232,16 +300,16 @@ def _report() -> Any:
     return report
 
 
-def test_the_readme_figures_and_the_performance_page_are_rendered_from_the_measured_json() -> None:
+def test_the_summary_and_the_performance_page_are_rendered_from_the_measured_json() -> None:
     """No figure typed by hand: all are exactly what benchmarks/report.py renders from docs/performance.json.
 
-    That is the README's block, docs/performance.md, and docs/benchmarks.md's table of redlock_async
+    That is docs/development.md's block, docs/performance.md, and docs/benchmarks.md's table of redlock_async
     against the raw-Protocol reference client (benchmarks/bench_machine.py).
     """
     report = _report()
     figures = json.loads((ROOT / "docs" / "performance.json").read_text())
-    readme = (ROOT / "README.md").read_text()
-    assert report.render_readme_block(figures) in readme
+    summary = (ROOT / "docs" / "development.md").read_text()
+    assert report.render_summary_block(figures) in summary
     assert (ROOT / "docs" / "performance.md").read_text() == report.render_page(figures)
     assert report.render_comparison_section(figures) in (ROOT / "docs" / "benchmarks.md").read_text()
     assert re.fullmatch(r"[0-9a-f]{7,}", figures["commit"])
@@ -273,5 +341,5 @@ def test_report_only_merges_one_benchmark_and_says_when_it_was_measured() -> Non
     assert "**1.23x**" in section
     assert "at commit abcdef0+dirty, 2030-01-01 00:00 UTC" in page
     assert "at commit abcdef0+dirty, 2030-01-01 00:00 UTC" in section
-    assert "measured apart, at commit abcdef0+dirty" in report.render_readme_block(merged)
-    assert "measured apart" not in report.render_readme_block(stored)
+    assert "measured apart, at commit abcdef0+dirty" in report.render_summary_block(merged)
+    assert "measured apart" not in report.render_summary_block(stored)

