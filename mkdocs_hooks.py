@@ -6,6 +6,8 @@
   in the README, ``examples/basic.py``) is served as that file, copied into the site under
   ``source/``, and the link is pointed there; links to the README and the changelog go to their pages.
   A link to a file that does not exist is left alone, so that ``mkdocs build --strict`` fails on it.
+* The docstrings' Sphinx roles (``:class:`Lock```, as Python's own docs write them) show as the code
+  they name, without the role.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from mkdocs.structure.pages import Page
 ROOT = Path(__file__).resolve().parent
 LINK = re.compile(r"(\]\()([^)\s]+)(\))")
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+ROLE = re.compile(r":(?:py:)?(?:class|attr|meth|func|exc|data|mod|obj):(?=<code)")
+"""A Sphinx role left before the code it marks, once the docstring is HTML."""
 GENERATED = {"README.md": "index.md", "CHANGELOG.md": "changelog.md"}
 """Repository files that are pages of the site: their path -> their page."""
 
@@ -100,3 +104,7 @@ def on_page_markdown(markdown: str, page: Page, config: Any, files: Files) -> st
         return markdown  # rewritten when it was made
     repo_dir, site_dir = _repo_dir(page.file.src_uri)
     return rewrite(markdown, repo_dir, site_dir)[0]
+
+
+def on_page_content(html: str, page: Page, config: Any, files: Files) -> str:
+    return ROLE.sub("", html)

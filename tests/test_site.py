@@ -108,6 +108,10 @@ def test_links_out_of_docs_are_served_from_the_repository() -> None:
     assert wanted == {"examples/basic.py"}
     nested, _ = mkdocs_hooks.rewrite("[a](../../examples/basic.py) [b](../guide.md)", "docs/reference", "reference")
     assert nested == "[a](../source/examples/basic.py) [b](../guide.md)"
+    # A docstring's Sphinx role shows as the code it names.
+    assert mkdocs_hooks.ROLE.sub("", "gets :class:<code>NestedAcquire</code> at once") == (
+        "gets <code>NestedAcquire</code> at once"
+    )
 
 
 @pytest.mark.slow
