@@ -246,3 +246,55 @@ async def test_too_few_nodes_answering_is_exit_69(faulty: Cluster) -> None:
         assert code == EXIT_UNAVAILABLE, out + err
         assert "partly broken: 2 of 5 nodes are clear" in out
         assert holders(faulty, "half-job", among=[3, 4]) == []
+
+
+async def test_a_broken_leader_loses_its_term_and_the_next_term_is_larger(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """An election's leadership is a lease on NAME's lock key: break ends it, and terms still grow."""
+    leading = asyncio.Event()
+    terms: list[int] = []
+
+    async def lead(redlock_ttl: float) -> None:
+        election = (await make_redlock()).election("scheduler", ttl=redlock_ttl)
+        async with election.campaign() as term:
+            terms.append(term)
+            leading.set()
+            await asyncio.sleep(30)
+
+    leader = asyncio.create_task(lead(1.5))
+    async with asyncio.timeout(5):
+        await leading.wait()
+    code, out, err = await redlock_break(cluster.urls, "scheduler", "--yes")
+    assert code == 0, out + err
+    with pytest.raises(LockLost):
+        async with asyncio.timeout(5):
+            await leader
+    leading.clear()
+    successor = asyncio.create_task(lead(10.0))
+    async with asyncio.timeout(5):
+        await leading.wait()
+    successor.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await successor
+    assert terms[1] > terms[0]
+
+
+async def test_a_fenced_waiter_in_the_grant_queue_gets_a_larger_token(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """The grant break hands to the first waiter carries the counter: the waiter's token still grows."""
+    stuck = (await make_redlock(queue=True, fencing=True)).lock("fenced-queue", ttl=60.0)
+    assert await stuck.acquire(blocking=False)
+    old = stuck.fencing_token
+    assert old is not None
+    waiter = (await make_redlock(queue=True, fencing=True, retry_delay=30.0)).lock("fenced-queue", acquire_timeout=20.0)
+    waiting = asyncio.create_task(waiter.acquire())
+    await asyncio.sleep(0.3)
+    code, out, err = await redlock_break(cluster.urls, "fenced-queue", "--yes")
+    assert code == 0, out + err
+    async with asyncio.timeout(3):
+        assert await waiting
+    assert waiter.fencing_token is not None
+    assert waiter.fencing_token > old
+    await waiter.release()
