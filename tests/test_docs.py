@@ -1,4 +1,6 @@
-"""Every Python snippet of the README and docs/ runs, against real local nodes; the docs' links resolve.
+"""Every Python snippet of the documentation site runs, against real local nodes; the links resolve.
+
+The site's pages are the README, CHANGELOG.md, docs/ and the docstrings its API reference shows.
 
 Snippets are run as written, with three substitutions a reader would make: the example
 addresses ``redis://10.0.0.N:6379`` become local nodes, ``/etc/redlock/`` holds real test
