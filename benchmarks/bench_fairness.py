@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/bench_fairness.py [--rounds N] [--window S] [--modes default,fencing,queue,queue+fencing]
+    python benchmarks/bench_fairness.py [--rounds N] [--window S] [--modes default,fencing,words,words+fencing]
                                         [--json PATH] [--loop asyncio|uvloop]
 
 Exit status 1 when two bodies overlapped, a fencing token did not grow in the order the bodies ran,
@@ -20,8 +20,8 @@ their fencing tokens; the parent merges them and reports, per mode:
   before; the bar is >= 40% (a perfectly alternating line of 2 processes gives ~50%);
 * grants per second, overlaps and fencing-token regressions (which must be 0).
 
-Modes: ``default`` (``Redlock(urls)``), ``fencing`` (``fencing=True``), ``queue`` (``queue=True``),
-``queue+fencing`` (both).
+Modes: ``default`` (``Redlock(urls)``: the grant queue), ``fencing`` (``fencing=True``), ``words``
+(``queue=False``: release words, the default before issue 27), ``words+fencing`` (both).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ PROCESSES = 2
 TASKS = 2
 HOLD = 0.002
 RESOURCE = "bench:fairness"
-MODES = ("default", "fencing", "queue", "queue+fencing")
+MODES = ("default", "fencing", "words", "words+fencing")
 
 
 # -- the child processes -----------------------------------------------------------------------
@@ -75,7 +75,7 @@ async def child(urls: list[str], mode: str) -> None:
                 errors.append(f"{type(exc).__name__}: {exc}")
                 return
 
-    async with Redlock(urls, queue="queue" in mode, fencing="fencing" in mode) as redlock:
+    async with Redlock(urls, queue=False if "words" in mode else None, fencing="fencing" in mode) as redlock:
         await redlock.connect()
         print("ready", flush=True)
         go = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)

@@ -86,13 +86,16 @@ class Settings:
     """A blocking acquire that finds the lock taken is woken by the holder's
     release (pub/sub, one connection per node for the whole Redlock) instead
     of only polling; it still retries after retry_delay if no word comes."""
-    queue: bool = False
-    """Waiters queue on the nodes, and a release hands the key straight to the first of them, in any
-    process: the lock changes hands in one round trip instead of two (docs/algorithm.md, "The grant
-    queue"). For single-name locks and elections, fenced or not (a fenced grant from the queue then
-    raises the counters as any fenced grant does: docs/fencing.md); lock_many and semaphores wait as before. Needs
-    wait_for_release (the grants are published). Every client of a name should use the same setting:
-    one without it still excludes correctly, but does not queue."""
+    queue: bool | None = None
+    """The grant queue, the fair hand-off (docs/algorithm.md, "The grant queue"): waiters of a name wait
+    in line on the nodes, and a release hands the key straight to the first of them, in whatever process
+    it runs, so the lock changes hands in one round trip and every waiter gets its turn. None (the
+    default): on whenever wait_for_release is (the nodes publish their grants). False: a waiter listens
+    for release words and sends its own SETs (the hand-off of versions before 0.x: this process's oldest
+    waiter gets the lock first, another process's only when it wins the race). For single-name locks and
+    elections, fenced or not (a fenced grant from the queue raises the counters as any fenced grant does:
+    docs/fencing.md). Every client of a name should use the same setting: one without it still excludes
+    correctly, but does not queue."""
     fencing: bool = False
     """Give each grant a fencing token (Lock.fencing_token) that grows with every
     grant of the resource: one more round trip per acquire. See docs/fencing.md."""
@@ -171,11 +174,16 @@ class Settings:
             raise TypeError(f"max_queued must be an int, got {type(self.max_queued).__name__}")
         if self.max_queued < 1:
             raise ValueError(f"max_queued must be at least 1, got {self.max_queued}")
+        if self.queue is None:
+            object.__setattr__(self, "queue", self.wait_for_release)
         for name in ("wait_for_release", "queue", "fencing", "auto_extend", "adaptive_timeout", "clock_guard"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {type(getattr(self, name)).__name__}")
         if self.queue and not self.wait_for_release:
-            raise ValueError("queue=True needs wait_for_release=True: the nodes publish their grants")
+            raise ValueError(
+                "queue=True needs wait_for_release=True: the nodes publish their grants (drop queue=True, or "
+                "wait_for_release=False)"
+            )
         threshold = self.extend_threshold
         if isinstance(threshold, bool) or not isinstance(threshold, int | float):
             raise TypeError(f"extend_threshold must be a fraction like 1/3, got {type(threshold).__name__}")

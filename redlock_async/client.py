@@ -65,7 +65,7 @@ class Redlock:
         max_queued: int = _DEFAULTS.max_queued,
         key_prefix: str = _DEFAULTS.key_prefix,
         wait_for_release: bool = _DEFAULTS.wait_for_release,
-        queue: bool = _DEFAULTS.queue,
+        queue: bool | None = None,
         fencing: bool = _DEFAULTS.fencing,
         fence_prefix: str = _DEFAULTS.fence_prefix,
         fence_ttl: float | None = _DEFAULTS.fence_ttl,

@@ -372,7 +372,7 @@ class Lock:
 
     def _queued(self) -> bool:
         """This lock waits in the nodes' grant queue: ``queue=True``, one name, not a semaphore."""
-        return self._settings.queue and self._queues and len(self._keys) == 1
+        return self._settings.queue is True and self._queues and len(self._keys) == 1
 
     async def _acquire_queued(self, blocking: bool, give_up: float) -> bool:
         """:meth:`_acquire` through the nodes' grant queue (``queue=True``, docs/algorithm.md). The first try

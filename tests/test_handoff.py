@@ -1,4 +1,5 @@
-"""Pushed hand-off: waiters woken by the release, not by their retry timer."""
+"""Pushed hand-off of release words (``queue=False``, pinned here; the default is the grant queue):
+waiters woken by the release, not by their retry timer."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ async def hold_then_release(lock_holder: Redlock, name: str, after: float) -> as
 
 @pytest.mark.serial
 async def test_waiter_is_woken_by_the_release(make_redlock: MakeRedlock) -> None:
-    holder, waiter = await make_redlock(), await make_redlock(retry_delay=SLOW_POLL)
+    holder, waiter = await make_redlock(queue=False), await make_redlock(queue=False, retry_delay=SLOW_POLL)
     releasing = await hold_then_release(holder, "pushed", after=0.2)
     started = time.monotonic()
     lock = waiter.lock("pushed")
@@ -47,7 +48,7 @@ async def test_waiter_is_woken_by_the_release(make_redlock: MakeRedlock) -> None
 
 
 async def test_polling_when_pushed_hand_off_is_off(make_redlock: MakeRedlock) -> None:
-    holder, waiter = await make_redlock(), await make_redlock(retry_delay=0.05, wait_for_release=False)
+    holder, waiter = await make_redlock(queue=False), await make_redlock(retry_delay=0.05, wait_for_release=False)
     releasing = await hold_then_release(holder, "polled", after=0.2)
     lock = waiter.lock("polled")
     assert await lock.acquire(timeout=5)
@@ -57,7 +58,7 @@ async def test_polling_when_pushed_hand_off_is_off(make_redlock: MakeRedlock) ->
 
 
 async def test_one_release_wakes_one_waiter_oldest_first(make_redlock: MakeRedlock) -> None:
-    holder, waiters = await make_redlock(), await make_redlock(retry_delay=SLOW_POLL)
+    holder, waiters = await make_redlock(queue=False), await make_redlock(queue=False, retry_delay=SLOW_POLL)
     first = holder.lock("queue")
     assert await first.acquire()
     order: list[int] = []
@@ -82,7 +83,7 @@ async def test_one_release_wakes_one_waiter_oldest_first(make_redlock: MakeRedlo
 
 @pytest.mark.serial
 async def test_waiter_still_acquires_when_notifications_are_lost(cluster: Cluster, make_redlock: MakeRedlock) -> None:
-    holder, waiter = await make_redlock(), await make_redlock(retry_delay=0.3)
+    holder, waiter = await make_redlock(queue=False), await make_redlock(queue=False, retry_delay=0.3)
     first = holder.lock("lost-word")
     assert await first.acquire()
     task = asyncio.create_task(waiter.lock("lost-word").acquire(timeout=10))
@@ -96,7 +97,7 @@ async def test_waiter_still_acquires_when_notifications_are_lost(cluster: Cluste
 
 
 async def test_waiter_still_acquires_across_a_node_restart(faulty: Cluster) -> None:
-    async with Redlock(faulty.urls) as holder, Redlock(faulty.urls, retry_delay=0.3) as waiter:
+    async with Redlock(faulty.urls, queue=False) as holder, Redlock(faulty.urls, queue=False, retry_delay=0.3) as waiter:
         first = holder.lock("restart-word", ttl=30)
         assert await first.acquire()
         task = asyncio.create_task(waiter.lock("restart-word").acquire(timeout=10))
@@ -117,11 +118,11 @@ async def test_no_subscriber_connection_or_task_outlives_the_redlock(
             listed += len(clients) if isinstance(clients, list) else str(clients).count("id=")
         return listed
 
-    holder = await make_redlock()
+    holder = await make_redlock(queue=False)
     first = holder.lock("leak")
     assert await first.acquire()
     before = set(asyncio.all_tasks())
-    async with Redlock(cluster.urls, retry_delay=0.05) as waiter:
+    async with Redlock(cluster.urls, queue=False, retry_delay=0.05) as waiter:
         task = asyncio.create_task(waiter.lock("leak").acquire(timeout=0.3))
         await asyncio.sleep(0.1)
         assert subscribers() == len(cluster)  # one subscriber connection per node, not per waiter
@@ -136,7 +137,7 @@ async def test_no_subscriber_connection_or_task_outlives_the_redlock(
 
 async def test_two_redlocks_contending_make_progress(make_redlock: MakeRedlock) -> None:
     """8 tasks over 2 Redlocks on one resource: every task gets its grants, no overlap, no livelock."""
-    redlocks = [await make_redlock(retry_delay=SLOW_POLL) for _ in range(2)]
+    redlocks = [await make_redlock(queue=False, retry_delay=SLOW_POLL) for _ in range(2)]
     inside: list[int] = []
     overlaps = 0
     grants = [0] * 8
@@ -283,7 +284,7 @@ async def test_late_release_words_leave_no_memory_behind() -> None:
 async def test_impatient_acquirers_never_leave_the_queue_stuck(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     """Looping workers, and a stream of acquirers that give up at random (asyncio.timeout):
     afterwards a release still wakes a waiter at once."""
-    redlock = await make_redlock(retry_delay=5.0)  # a wait ends by a wake-up, or after seconds
+    redlock = await make_redlock(queue=False, retry_delay=5.0)  # a wait ends by a wake-up, or after seconds
     stop = time.monotonic() + 4.0
 
     async def worker() -> None:
@@ -316,7 +317,7 @@ async def test_a_blocking_acquire_tries_at_once_behind_waiters_that_wait_for_the
     """The holder's lease ran out (no release word): a waiter of the same Redlock waits for its timer
     (seconds), and a newcomer must take the free lock at once, not join the line behind it. Before, it
     joined, and tried once at its deadline (``acquire(timeout=0.5)``: at 0.5 s; here: after 15 s)."""
-    redlock = await make_redlock(retry_delay=30.0)  # a waiter's timer fires after 15-45 s
+    redlock = await make_redlock(queue=False, retry_delay=30.0)  # a waiter's timer fires after 15-45 s
 
     def make(**settings: Any) -> Lock:
         if kind == "lock":
@@ -345,7 +346,7 @@ async def test_a_newcomer_joins_the_line_when_this_redlock_holds_the_lock(
 ) -> None:
     """Held inside `async with` by a lock of the same Redlock, with waiters in line: a newcomer does not
     send a round it would lose; it waits its turn (FIFO) and is woken by the releases."""
-    redlock = await make_redlock(retry_delay=SLOW_POLL)
+    redlock = await make_redlock(queue=False, retry_delay=SLOW_POLL)
     order: list[str] = []
     release = asyncio.Event()
 

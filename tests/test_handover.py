@@ -1,5 +1,7 @@
 """The hand-over: a release whose next waiter in line waits in the same Redlock sends that waiter's
-round right behind its compare-and-delete, in one write per node, and wakes it to count it.
+round right behind its compare-and-delete, in one write per node, and wakes it to count it. That is
+the hand-off of release words (``queue=False``): every Redlock here says so (the default is the grant
+queue, tests/test_queue*.py).
 
 Checked here against real servers: that hand-overs happen and cost no extra round; that a waiter
 cancelled (or timing out) in the loop turn it is handed the lock leaves nothing behind and lets the
@@ -123,7 +125,7 @@ async def test_hand_overs_happen_and_cost_no_extra_round(cluster: Cluster, make_
     """4 tasks of one Redlock on one key for 1 s: each grant is one SET per node (the hand-over's round
     is the waiter's own, only sent sooner), only 1 release in MAX_CHAIN + 1 is announced (the others
     hand the lock over silently), and every grant but the first was a wake-up."""
-    redlock = await make_redlock(retry_delay=2.0)
+    redlock = await make_redlock(queue=False, retry_delay=2.0)
     nodes = len(cluster)
     sets, published = calls(cluster, "set"), calls(cluster, "publish")
     history = await contend_in_one_redlock(redlock, "busy", 1.0)
@@ -164,7 +166,7 @@ async def test_a_waiter_cancelled_as_it_is_handed_the_lock_leaves_nothing(
 
     W1's round must be given back, W2 must get the lock at once (its fallback timer is seconds
     away), and nothing stays on any node once W2 releases."""
-    redlock = await make_redlock(retry_delay=SLOW)
+    redlock = await make_redlock(queue=False, retry_delay=SLOW)
     holder = redlock.lock("cancelled", ttl=30)
     assert await holder.acquire(blocking=False)
     first, second = redlock.lock("cancelled", ttl=30, acquire_timeout=20), redlock.lock("cancelled", ttl=30)
@@ -225,7 +227,7 @@ async def test_waiters_giving_up_as_the_lock_is_handed_to_them(
     (its acquire timeout, asyncio.timeout, anyio's move_on_after, or an anyio scope cancelled from a
     timer), W2 waits behind it. Whatever W1 ends with (the lock, or nothing), W2 gets the lock
     promptly, and no key is left on any node once everyone released."""
-    redlock = await make_redlock(retry_delay=SLOW)
+    redlock = await make_redlock(queue=False, retry_delay=SLOW)
     loop = asyncio.get_running_loop()
     ended: collections.Counter[str] = collections.Counter()
     for offset in OFFSETS_MS:
@@ -361,7 +363,7 @@ async def test_another_process_is_not_starved_by_hand_overs(
     """4 tasks of one Redlock want the lock back at once, all the time, and would hand it over to
     each other for good; the other process's waiters (no fallback timer within the test: SLOW) get it
     within BOUND because after MAX_CHAIN hand-overs a release goes to every process's waiters."""
-    redlock = await make_redlock(retry_delay=SLOW, fencing=True)
+    redlock = await make_redlock(queue=False, retry_delay=SLOW, fencing=True)
     with counting(Listener, "hand_over", monkeypatch) as handed:
         run = await contend_against_a_child(cluster, [redlock], [4], seconds=2.5)
     run.history.check()
@@ -386,7 +388,7 @@ async def test_a_waiter_of_another_process_is_served_when_a_chain_ends(
     waiter raced for it and mostly won (it hears the words in the loop turn its replies come, awake
     and busy): the other process's waiter won 1 to 42% of those races on an idle box, and waited up
     to 4.5 s while this process took ~1500 grants."""
-    redlock = await make_redlock(retry_delay=SLOW, fencing=True)
+    redlock = await make_redlock(queue=False, retry_delay=SLOW, fencing=True)
     run = await contend_against_a_child(cluster, [redlock], [4], seconds=2.0, child_tasks=1)
     run.history.check()
     print(f"grants {run.grants}, child wake-ups {run.child_wakeups}, longest waits {run.longest}")
@@ -405,7 +407,7 @@ async def test_two_redlocks_and_another_process_exclude_each_other(
     # Not SLOW: with 3 or more rounds at once the votes can split so that no round wins, and each
     # gives back on a minority of nodes: no release word reaches a majority, and every waiter sleeps
     # until its fallback timer (seen here: everyone waiting 2.6 to 4.1 s with SLOW).
-    redlocks = [await make_redlock(retry_delay=1.0, fencing=True) for _ in range(2)]
+    redlocks = [await make_redlock(queue=False, retry_delay=1.0, fencing=True) for _ in range(2)]
     with counting(Listener, "hand_over", monkeypatch) as handed:
         run = await contend_against_a_child(cluster, redlocks, [3, 1], seconds=2.0, retry_delay=1.0)
     run.history.check()
@@ -432,8 +434,8 @@ async def test_a_release_handed_to_a_lock_many_waiter_that_loses_still_frees_the
     H releases "a": handed over to W when W waits in H's Redlock, whose round (all or none) fails
     on "b". "a" is free then: the other process must hear of it and get it promptly, as it does
     when W waits in another Redlock (H's release is then announced)."""
-    redlock = await make_redlock(retry_delay=10.0)
-    other = await make_redlock(retry_delay=10.0)
+    redlock = await make_redlock(queue=False, retry_delay=10.0)
+    other = await make_redlock(queue=False, retry_delay=10.0)
     holder, blocker = redlock.lock("a"), redlock.lock("b")
     assert await holder.acquire(blocking=False)
     assert await blocker.acquire(blocking=False)
@@ -516,7 +518,7 @@ async def test_hand_overs_under_paused_and_wiped_nodes_keep_exclusion_and_fencin
                 with history.section(name, lock):
                     await asyncio.sleep(0.0005)
 
-    redlocks = [Redlock(faulty.urls, fencing=True, ttl=ttl, retry_delay=0.5) for _ in range(2)]
+    redlocks = [Redlock(faulty.urls, queue=False, fencing=True, ttl=ttl, retry_delay=0.5) for _ in range(2)]
     try:
         for redlock in redlocks:
             await redlock.connect()
@@ -555,7 +557,7 @@ def test_hand_overs_on_uvloop(cluster: Cluster) -> None:
         # looks again once it listens), their votes can split so that none wins and no release word is
         # said on a majority; then everyone waits for a fallback timer (seen once in ~120 runs: SLOW
         # left 8 grants in the 0.8 s).
-        async with Redlock(cluster.urls) as first, Redlock(cluster.urls) as second:
+        async with Redlock(cluster.urls, queue=False) as first, Redlock(cluster.urls, queue=False) as second:
             histories = await asyncio.gather(
                 contend_in_one_redlock(first, "uvloop", 0.8, tasks=3),
                 contend_in_one_redlock(second, "uvloop", 0.8, tasks=2),
@@ -567,7 +569,7 @@ def test_hand_overs_on_uvloop(cluster: Cluster) -> None:
             assert len(history.sections) >= 50, len(history.sections)
             assert told < len(history.sections) * 0.9, (told, len(history.sections))  # some were handed over
 
-        async with Redlock(cluster.urls, retry_delay=SLOW) as redlock:
+        async with Redlock(cluster.urls, queue=False, retry_delay=SLOW) as redlock:
             holder = redlock.lock("uvloop-cancel", ttl=30)
             assert await holder.acquire(blocking=False)
             w1 = asyncio.create_task(redlock.lock("uvloop-cancel", ttl=30).acquire(timeout=20))
@@ -595,7 +597,7 @@ async def child_contend(urls: list[str], name: str, seconds: float, tasks: int, 
     """Tasks taking the fenced lock *name* for *seconds*; prints each critical section and how long its
     acquire waited: [client, token, fencing token, start, end, waited]."""
     rows: list[list[Any]] = []
-    async with Redlock(urls, fencing=True, retry_delay=retry_delay) as redlock:
+    async with Redlock(urls, queue=False, fencing=True, retry_delay=retry_delay) as redlock:
         stop = time.monotonic() + seconds
 
         async def task(n: int) -> None:
@@ -618,7 +620,7 @@ async def child_contend(urls: list[str], name: str, seconds: float, tasks: int, 
 
 async def child_wait(urls: list[str], name: str) -> None:
     """Wait for *name* (relying on the release's words: a 10 s retry delay); print when it was acquired."""
-    async with Redlock(urls, retry_delay=10.0) as redlock:
+    async with Redlock(urls, queue=False, retry_delay=10.0) as redlock:
         lock = redlock.lock(name, acquire_timeout=30)
         acquired = await lock.acquire()
         print(json.dumps({"acquired": time.monotonic(), "ok": acquired}), flush=True)
