@@ -105,9 +105,10 @@ class Listener:
         self._lingering: dict[bytes, asyncio.TimerHandle] = {}
         # channel -> callbacks told of every message on it (election observers); no waiter queue.
         self._watchers: dict[bytes, list[Callable[[], None]]] = {}
-        # Grant queue (queue=True): the claims of this Redlock's waiters, by the word grants name them by,
-        # and by channel (a release word, from a client without the queue, pokes them to enter again).
-        self._claims: dict[bytes, Claim] = {}
+        # Grant queue (queue=True): the claims of this Redlock's waiters, by channel and the word grants name
+        # them by (the claims of a lock_many share one token: one per key), and by channel (a release word,
+        # from a client without the queue, pokes them to enter again).
+        self._claims: dict[tuple[bytes, bytes], Claim] = {}
         self._claimants: dict[bytes, list[Claim]] = {}
 
     @property
@@ -327,12 +328,12 @@ class Listener:
 
     def expect(self, channel: bytes, claim: Claim) -> None:
         """Route the grant words for *claim* to it (between :meth:`enter` and :meth:`leave` of *channel*)."""
-        self._claims[claim.word] = claim
+        self._claims[channel, claim.word] = claim
         self._claimants.setdefault(channel, []).append(claim)
 
     def unexpect(self, channel: bytes, claim: Claim) -> None:
         """Stop routing grant words to *claim* (synchronous, safe in cleanup)."""
-        self._claims.pop(claim.word, None)
+        self._claims.pop((channel, claim.word), None)
         claims = self._claimants.get(channel)
         if claims is not None and claim in claims:
             claims.remove(claim)
@@ -382,7 +383,7 @@ class Listener:
         grant = token[:1] == b"g" and len(token) > 42
         # A grant is routed by its word alone: a claim listens from its first entry on, before its
         # waiter counts as a user of the channel (a subscription kept from earlier users carries it).
-        claim = self._claims.get(token[1:41]) if grant and node is not None else None
+        claim = self._claims.get((channel, token[1:41])) if grant and node is not None else None
         if claim is not None and node is not None and token[41:42] == b":":
             grant_us, _, counter = token[42:].partition(b":")  # g<digest>:<node us>[:<fencing counter>]
             if grant_us.isdigit():

@@ -67,7 +67,7 @@ from collections.abc import Callable, Sequence
 from redlock_async import _algorithm, _clock
 from redlock_async._fanout import sitting_out
 from redlock_async._node import Node
-from redlock_async._scripts import FENCED_BY, QUEUE_ENTER, QUEUE_FENCE, QUEUE_LEAVE, QUEUE_STAY
+from redlock_async._scripts import FENCED_BY, QUEUE_ENTER, QUEUE_FENCE, QUEUE_LEAVE, QUEUE_LEAVE_ALL, QUEUE_STAY
 from redlock_async._settings import Settings
 from redlock_async._wire import IGNORED, Failure, Receiver, Reply, pack_script
 
@@ -119,6 +119,52 @@ def release(nodes: Sequence[Node], key: bytes, fence_key: bytes, token: bytes, i
         node.send_packed(receiver, i, packed, fallback=(QUEUE_LEAVE, keys, args))
 
 
+def release_all(
+    nodes: Sequence[Node], keys: Sequence[bytes], fence_keys: Sequence[bytes], token: bytes, into: Receiver | None
+) -> None:
+    """:func:`release` for a lock of several names (lock_many): one script per node leaves every name's line
+    and hands each key still ours to that line's next waiter; its reply says whether every key was ours."""
+    flat = tuple(k for key, fence_key in zip(keys, fence_keys, strict=True) for k in queue_keys(key, fence_key))
+    args: tuple[bytes | int, ...] = (token,)
+    packed = pack_script(QUEUE_LEAVE_ALL, flat, args)
+    receiver: Receiver = IGNORED if into is None else into  # replies as RELEASE_ALL's
+    for i, node in enumerate(nodes):
+        node.send_packed(receiver, i, packed, fallback=(QUEUE_LEAVE_ALL, flat, args))
+
+
+def new_score() -> bytes:
+    """A waiter's place in every line it enters: its wall-clock start in microseconds, the same on every
+    node (so every node serves the same waiter first), chosen once per acquire (lock_many: for every name)."""
+    return b"%d" % (time.time_ns() // 1000)
+
+
+class Bell:
+    """What wakes the waiter of one acquire: any reply or grant word of any of its claims (lock_many waits
+    on a claim per name)."""
+
+    __slots__ = ("_changed",)
+
+    def __init__(self) -> None:
+        self._changed: asyncio.Future[None] | None = None
+
+    def ring(self) -> None:
+        changed = self._changed
+        if changed is not None and not changed.done():
+            changed.set_result(None)
+
+    async def wait(self, timeout: float) -> None:
+        """Return at the next ring, or after *timeout* seconds (a timer resolving the future: lighter than
+        ``asyncio.timeout``, on the uncontended acquire's path)."""
+        loop = asyncio.get_running_loop()
+        changed = self._changed = loop.create_future()
+        timer = loop.call_later(max(timeout, 0.0), _resolve, changed)
+        try:
+            await changed
+        finally:
+            timer.cancel()
+            self._changed = None
+
+
 class _Request:
     """The receiver of one of our requests on one node: it knows when it was sent, and which of the
     claim's methods reads its replies."""
@@ -143,7 +189,15 @@ class Claim:
     """
 
     def __init__(
-        self, nodes: Sequence[Node], key: bytes, settings: Settings, token: bytes, fence_key: bytes | None = None
+        self,
+        nodes: Sequence[Node],
+        key: bytes,
+        settings: Settings,
+        token: bytes,
+        fence_key: bytes | None = None,
+        *,
+        score: bytes | None = None,
+        bell: Bell | None = None,
     ) -> None:
         self.nodes = nodes
         self.token = token
@@ -155,7 +209,9 @@ class Claim:
         self._ttl_ms = settings.ttl_ms
         self._life_ms = entry_life_ms(settings)
         self._drift = settings.drift_factor
-        self._score = b"%d" % (time.time_ns() // 1000)  # the same on every node: our place in line
+        self._score = new_score() if score is None else score  # the same on every node: our place in line
+        self.bell = Bell() if bell is None else bell
+        """Rung at every reply and grant word: the claims of one acquire share one."""
         n = len(nodes)
         self._quorum = _algorithm.quorum(n)
         self.ends = [-math.inf] * n
@@ -175,7 +231,6 @@ class Claim:
         self._failed: list[Failure | None] = [None] * n  # how each node's latest script failed (for outcomes)
         self.pending = 0
         """Our scripts not answered yet, on all nodes."""
-        self._changed: asyncio.Future[None] | None = None
         self.poked = False
         """A release word came (a client without the queue released): enter again now."""
         self.left = False
@@ -361,21 +416,11 @@ class Claim:
         self._wake()
 
     def _wake(self) -> None:
-        changed = self._changed
-        if changed is not None and not changed.done():
-            changed.set_result(None)
+        self.bell.ring()
 
     async def changed(self, timeout: float) -> None:
-        """Return at the next reply or grant word, or after *timeout* seconds (a timer resolving the
-        future: lighter than ``asyncio.timeout``, on the uncontended acquire's path)."""
-        loop = asyncio.get_running_loop()
-        changed = self._changed = loop.create_future()
-        timer = loop.call_later(max(timeout, 0.0), _resolve, changed)
-        try:
-            await changed
-        finally:
-            timer.cancel()
-            self._changed = None
+        """Return at the next reply or grant word (of any claim sharing our bell), or after *timeout* s."""
+        await self.bell.wait(timeout)
 
     # -- deciding ---------------------------------------------------------------------
 

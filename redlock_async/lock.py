@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
-from redlock_async import _algorithm, _clock, _handoff, _line, _queue, _requests
+from redlock_async import _algorithm, _clock, _handoff, _line, _queue, _queue_wait, _requests
 from redlock_async._cleanup import complete
 from redlock_async._cluster import Cluster
 from redlock_async._deprecated import renamed
@@ -368,115 +368,89 @@ class Lock:
                 listener.leave(channel)
 
     _queues = True
-    """With ``queue=True``, this kind of lock waits in the nodes' grant queue (a semaphore does not)."""
+    """With ``queue=True`` (the default), this kind of lock waits in the nodes' grant queue (a semaphore
+    does not yet)."""
 
     def _queued(self) -> bool:
-        """This lock waits in the nodes' grant queue: ``queue=True``, one name, not a semaphore."""
-        return self._settings.queue is True and self._queues and len(self._keys) == 1
+        """This lock waits in the nodes' grant queue: ``queue=True`` (the default), not a semaphore."""
+        return self._settings.queue is True and self._queues
 
     async def _acquire_queued(self, blocking: bool, give_up: float) -> bool:
         """:meth:`_acquire` through the nodes' grant queue (``queue=True``, docs/algorithm.md). The first try
-        is the default path's own round (:meth:`_attempt`: SET NX, or fenced, ACQUIRE_FENCED and its fence):
-        uncontended, the queue costs nothing more. A try that finds the key held joins the lines with one
-        claim, entered on every node at each try, held once a majority holds the key for its token, whether
-        a node set it at once or granted it later (a release handing it on)."""
+        is the default path's own round (:meth:`_attempt`: SET NX, or fenced, ACQUIRE_FENCED and its fence;
+        lock_many: ACQUIRE_ALL): uncontended, the queue costs nothing more. A try that finds a key held
+        joins the lines with one claim per name (one token, one place in every line), entered on every node
+        at each try, held once a majority holds every key for its token, whether a node set it at once or
+        granted it later (a release handing it on): :mod:`_queue_wait`."""
         listener = self._cluster.listener
-        key = self._keys[0]
         settings = self._settings
         nodes = self._cluster.nodes
-        claim: _queue.Claim | None = None
-        expecting = subscribed = done = False
+        claims: list[_queue.Claim] = []
+        subscribed: list[bytes] = []
+        done = False
         try:
             if await self._attempt() or not blocking or _clock.now() >= give_up:
                 done = True
                 return self._state is _HELD
             token = _requests.new_token(self._owner or default_owner())
-            claim = _queue.Claim(nodes, key, settings, token, self._fence_keys[0])
-            expecting = True  # before our first entry: a grant word heard from then on is ours
-            listener.expect(key, claim)
+            score, bell = _queue.new_score(), _queue.Bell()
+            for key, fence_key in zip(self._keys, self._fence_keys, strict=True):
+                claim = _queue.Claim(nodes, key, settings, token, fence_key, score=score, bell=bell)
+                claims.append(claim)
+                listener.expect(key, claim)  # before our first entry: a grant word heard from then on is ours
             # Each node's confirmation of a subscription made after our entry pokes the claim: a grant
             # published before it went unheard, so we enter again at once.
-            subscribed = True
-            await listener.enter(key)
+            for key in self._keys:
+                subscribed.append(key)
+                await listener.enter(key)
+            # A name held while another is not is given back after about a retry delay (lock_many).
+            grace = _queue.patience(nodes, settings.node_timeout)
+            hold_back = max(grace, settings.retry_delay)
             while True:
                 self._attempts += 1
-                claim.poked = False
-                claim.enter()
-                # One try: until a majority holds the key for us, or every node answered (or timed out).
+                _queue_wait.enter(claims)
+                # One try: until a majority holds every key for us, or every node answered (or timed out).
                 grace = _queue.patience(nodes, settings.node_timeout)
-                won = await self._claimed(claim, _clock.now() + grace, grace, until_answered=True)
+                won = await _queue_wait.claimed(claims, _clock.now() + grace, grace, hold_back, until_answered=True)
                 now = _clock.now()
-                if not won and now < give_up:
+                if won is None and now < give_up:
                     # Wait in line: grant words (a release handing the key on) until the next try.
                     delay = _algorithm.retry_delay(settings.retry_delay, _random.random(), give_up - now)
-                    won = await self._claimed(claim, now + delay, grace, until_answered=False)
-                if won:
+                    won = await _queue_wait.claimed(claims, now + delay, grace, hold_back, until_answered=False)
+                if won is not None:
                     done = True
+                    self._take_claim(token, won)
                     return True
                 self._cluster.check_open()  # closed meanwhile, or a background task failed: say so now
                 if _clock.now() >= give_up:
                     done = True
-                    self._last_votes, self._last_details = claim.votes(_clock.now())  # before leave() drops them
-                    claim.leave()  # out of every line, and whatever a node granted us meanwhile goes on
-                    await claim.settled(_queue.patience(nodes, settings.node_timeout))
+                    self._last_votes, self._last_details = claims[0].votes(_clock.now())  # before leave()
+                    _queue_wait.leave(claims)  # out of every line, and whatever a node granted us goes on
+                    await _queue_wait.settled(claims, _queue.patience(nodes, settings.node_timeout))
                     return False
         finally:
             if self._state is _ACQUIRING:
                 self._state = move(self._state, _IDLE)
-            if claim is not None:
-                if expecting:
-                    listener.unexpect(key, claim)
-                if not done:
-                    claim.leave()  # cancelled, or failed: queued now, before the exception goes on
-            if subscribed:
+            for claim in claims:
+                listener.unexpect(claim.keys[0], claim)
+            if not done:
+                _queue_wait.leave(claims)  # cancelled, or failed: queued now, before the exception goes on
+            for key in subscribed:
                 listener.leave(key)
 
-    async def _claimed(self, claim: _queue.Claim, until: float, grace: float, *, until_answered: bool) -> bool:
-        """Wait until *claim* holds a majority (then take the lease: True), or until *until* (or, with
-        *until_answered*, every node answered, or a release word pokes it). Grants that stay short of a
-        majority for the split *grace* are given back (the claim stays in line)."""
-        claim.eager = not until_answered  # in line, each grant may start the split grace
-        while True:
-            now = _clock.now()
-            held = claim.held(now)
-            if len(held) >= _algorithm.quorum(len(claim.nodes)) and (end := claim.until(now)) > now:
-                if not claim.fenced:
-                    self._take_claim(claim, held, now, end)
-                    return True
-                # Fenced: a majority must raise its counter to our token while the key is ours first.
-                chosen = claim.fence(held)
-                await claim.raised(chosen, grace)
-                now = _clock.now()
-                held = claim.fenced_on(now, chosen)
-                if len(held) >= _algorithm.quorum(len(claim.nodes)) and (end := claim.until(now, held)) > now:
-                    self._take_claim(claim, held, now, end, chosen)
-                    return True
-                if now >= until:
-                    return False
-                continue  # not on a majority: the replies said where things stand; on in line
-            if now >= until or (until_answered and not claim.pending) or (not until_answered and claim.poked):
-                return False
-            wake = until
-            if held and not until_answered:
-                split = min(claim.since[i] for i in held) + grace
-                if now >= split:
-                    claim.give_back(held)  # a split: held by others elsewhere; the nodes serve the first in line
-                    continue
-                wake = min(wake, split)
-            await claim.changed(wake - now)
-
-    def _take_claim(
-        self, claim: _queue.Claim, holders: list[int], now: float, end: float, fencing_token: int | None = None
-    ) -> None:
+    def _take_claim(self, token: bytes, won: _queue_wait.Won) -> None:
+        n = len(self._cluster.nodes)
         yes, pending = _algorithm.YES, _algorithm.PENDING  # the others may grant it later
-        self._last_votes = [yes if i in holders else pending for i in range(len(claim.nodes))]
+        holders = won.holders
+        self._last_votes = [yes if i in holders else pending for i in range(n)]
         self._last_details = None
+        tokens = won.fencing_tokens
         self._lease = Lease(
-            self._keys, claim.token, ttl_ms=self._settings.ttl_ms, acquired_at=now, expires=end,
-            holders=holders, skip=[], fencing_token=fencing_token,
-            fencing_tokens=None if fencing_token is None else (fencing_token,),
-            fence_keys=() if fencing_token is None else self._fence_keys, fence_ttl_ms=self._settings.fence_ttl_ms,
-            regain=[i for i in range(len(claim.nodes)) if i not in holders],
+            self._keys, token, ttl_ms=self._settings.ttl_ms, acquired_at=won.at, expires=won.end,
+            holders=holders, skip=[], fencing_token=None if tokens is None else tokens[0],
+            fencing_tokens=tokens,
+            fence_keys=() if tokens is None else self._fence_keys, fence_ttl_ms=self._settings.fence_ttl_ms,
+            regain=[i for i in range(n) if i not in holders],
         )  # fmt: skip
         self._lost = None
         self._state = move(self._state, _HELD)
@@ -561,8 +535,11 @@ class Lock:
         self, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
     ) -> None:
         """Queue compare-and-delete on every node but *skip* (synchronous: survives cancellation)."""
-        if self._queued():
-            _queue.release(self._cluster.nodes, self._lease.keys[0], self._fence_keys[0], token, into)  # to the next
+        if self._queued():  # to each key's next waiter
+            if len(self._keys) == 1:
+                _queue.release(self._cluster.nodes, self._lease.keys[0], self._fence_keys[0], token, into)
+            else:
+                _queue.release_all(self._cluster.nodes, self._lease.keys, self._fence_keys, token, into)
             return
         _requests.send_release(self._cluster.nodes, self._lease.keys, token, skip, into=into, handed=handed)
 

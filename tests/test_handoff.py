@@ -97,7 +97,10 @@ async def test_waiter_still_acquires_when_notifications_are_lost(cluster: Cluste
 
 
 async def test_waiter_still_acquires_across_a_node_restart(faulty: Cluster) -> None:
-    async with Redlock(faulty.urls, queue=False) as holder, Redlock(faulty.urls, queue=False, retry_delay=0.3) as waiter:
+    async with (
+        Redlock(faulty.urls, queue=False) as holder,
+        Redlock(faulty.urls, queue=False, retry_delay=0.3) as waiter,
+    ):
         first = holder.lock("restart-word", ttl=30)
         assert await first.acquire()
         task = asyncio.create_task(waiter.lock("restart-word").acquire(timeout=10))

@@ -444,7 +444,8 @@ async def test_a_name_taken_over_on_a_majority_loses_the_lock(cluster: Cluster, 
 
 
 async def test_a_release_of_the_second_name_wakes_a_lock_many_waiter(make_redlock: MakeRedlock) -> None:
-    holder, waiter = await make_redlock(), await make_redlock(retry_delay=SLOW_POLL)
+    # The release-word path (queue=False): the grant queue's lock_many is tests/test_queue_many.py's.
+    holder, waiter = await make_redlock(queue=False), await make_redlock(queue=False, retry_delay=SLOW_POLL)
     b = holder.lock("b")
     assert await b.acquire()
     many = waiter.lock_many(["a", "b"])
@@ -467,7 +468,8 @@ async def test_a_lock_many_waiter_blocked_on_one_name_then_another_is_woken_by_e
 ) -> None:
     """a and b held: the waiter is woken by a's release, finds b held, and is woken again by b's release,
     not by its retry timer."""
-    holder, waiter = await make_redlock(), await make_redlock(retry_delay=SLOW_POLL)
+    # The release-word path (queue=False): the grant queue's lock_many is tests/test_queue_many.py's.
+    holder, waiter = await make_redlock(queue=False), await make_redlock(queue=False, retry_delay=SLOW_POLL)
     a, b = holder.lock("a"), holder.lock("b")
     assert await a.acquire()
     assert await b.acquire()

@@ -27,16 +27,16 @@ end
 
 
 GRANT_NEXT = b"""
--- The key's fencing counter (KEYS[4], when given), as a string: what a fenced waiter granted the key
--- now reads, in the same step as the grant (docs/fencing.md, "Fenced grants from the queue").
-local function counter_now()
-    return KEYS[4] and redis.call('GET', KEYS[4]) or '0'
+-- The key's fencing counter *fence* (nil: none given), as a string: what a fenced waiter granted the
+-- key now reads, in the same step as the grant (docs/fencing.md, "Fenced grants from the queue").
+local function counter_now(fence)
+    return fence and redis.call('GET', fence) or '0'
 end
 
 -- SET the key to the first live waiter (expired entries are dropped) and publish the grant:
 -- g<sha1 of its token>:<node time of the grant, us>:<the fencing counter then>;
--- returns that waiter's token, or nil when no one waits.
-local function grant_next(key, queue, waits)
+-- returns that waiter's token, or nil when no one waits. *fence*: the key's fencing counter, or nil.
+local function grant_next(key, queue, waits, fence)
     while true do
         local head = redis.call('ZPOPMIN', queue)[1]
         if not head then
@@ -49,7 +49,7 @@ local function grant_next(key, queue, waits)
             if tonumber(string.sub(entry, 1, space - 1)) > now_us() / 1000 then
                 redis.call('SET', key, head, 'PX', string.sub(entry, space + 1))
                 local word = 'g' .. redis.sha1hex(head) .. ':' .. string.format('%.0f', now_us())
-                redis.call('PUBLISH', key, word .. ':' .. counter_now())
+                redis.call('PUBLISH', key, word .. ':' .. counter_now(fence))
                 return head
             end
         end
@@ -78,11 +78,11 @@ QUEUE_ENTER = (
 local time = string.format('%.0f', now_us())
 local held = redis.call('GET', KEYS[1])
 if held == ARGV[1] then
-    return {1, time, redis.call('PTTL', KEYS[1]), counter_now()}
+    return {1, time, redis.call('PTTL', KEYS[1]), counter_now(KEYS[4])}
 end
 if not held and redis.call('EXISTS', KEYS[2]) == 0 then  -- free, and no one in line: ours, told by this reply
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    return {1, time, tonumber(ARGV[2]), counter_now()}
+    return {1, time, tonumber(ARGV[2]), counter_now(KEYS[4])}
 end
 local life = tonumber(ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
@@ -91,8 +91,8 @@ if redis.call('PTTL', KEYS[2]) < life then  -- the line outlives its entries (se
     redis.call('PEXPIRE', KEYS[2], 2 * life)
     redis.call('PEXPIRE', KEYS[3], 2 * life)
 end
-if not held and grant_next(KEYS[1], KEYS[2], KEYS[3]) == ARGV[1] then
-    return {1, time, tonumber(ARGV[2]), counter_now()}
+if not held and grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4]) == ARGV[1] then
+    return {1, time, tonumber(ARGV[2]), counter_now(KEYS[4])}
 end
 return {0, time, 0, 0}
 """
@@ -129,7 +129,7 @@ if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
     redis.call('HDEL', KEYS[3], ARGV[1])
 end
 local had = redis.call('GET', KEYS[1]) == ARGV[1]
-if had and not grant_next(KEYS[1], KEYS[2], KEYS[3]) then
+if had and not grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4]) then
     redis.call('DEL', KEYS[1])
     redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
 end
@@ -163,14 +163,14 @@ if not redis.call('HGET', KEYS[3], ARGV[1]) then
 end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 local had = redis.call('GET', KEYS[1]) == ARGV[1]
-local head = had and grant_next(KEYS[1], KEYS[2], KEYS[3])
+local head = had and grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 if had and not head then  -- (our entry was there already, and expired)
     redis.call('DEL', KEYS[1])
     redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
 end
 local time = string.format('%.0f', now_us())
 if head == ARGV[1] then
-    return {1, time, tonumber(ARGV[4]), counter_now()}
+    return {1, time, tonumber(ARGV[4]), counter_now(KEYS[4])}
 end
 return {had and 1 or 0, time, 0, 0}
 """

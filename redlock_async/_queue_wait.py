@@ -1,0 +1,142 @@
+"""One acquire's wait in the grant queue: a claim per name (lock_many: several), all held or none.
+
+A lock of one name waits with one :class:`_queue.Claim`; a lock of several names (``lock_many``) waits
+in every name's line at once, with one token and one score for all of them, so that it has the same
+place in each line on every node. It holds once a majority of the nodes hold *every* name for its
+token (the nodes that count for the lease, as ACQUIRE_ALL's all-or-none per node: its extension and
+release ask each node about every key at once).
+
+**Splits.** A claim that holds some nodes but no majority for a grace of a few round trips gives them
+back and stays in line (``QUEUE_STAY``): each node hands the key to its first waiter, which may be
+itself. For several names, a name held (on any nodes) while the others are not is given back the same
+way, after *hold_back* (at least the grace): holding it would keep it from a waiter ahead in that line.
+
+**No deadlock, no starvation.** Every line orders its waiters by the score each chose once (its
+wall-clock start, :func:`_queue.new_score`). The waiter W with the lowest score among those waiting
+is first in every line it waits in. Another waiter that holds one of W's names either holds it as a
+lease (it acquired all of its names: it releases, or its lease runs out) or was granted it while
+waiting (a partial hold: given back within *hold_back*, and the node hands it to W, first in line).
+So W gets every name on the nodes that answer, and then the next waiter in score order. Keys are
+never held for a waiter that left: a leave (``QUEUE_LEAVE``; the acquire's ``finally``) hands on
+whatever a node granted it meanwhile, and an entry not entered again expires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from redlock_async import _algorithm, _clock
+from redlock_async._queue import Claim
+
+
+@dataclass(frozen=True, slots=True)
+class Won:
+    """A majority holds every name for the claims' token."""
+
+    holders: list[int]
+    """The nodes that hold every name (and count)."""
+    at: float
+    """When it was known (our clock)."""
+    end: float
+    """Until when a majority of *holders* hold every name for sure."""
+    fencing_tokens: tuple[int, ...] | None
+    """Each name's fencing token (fenced claims), in the claims' order."""
+
+
+def holding(claims: Sequence[Claim], now: float) -> list[int]:
+    """The nodes that hold every claim's key for us at *now*, and count."""
+    held = claims[0].held(now)
+    for claim in claims[1:]:
+        theirs = set(claim.held(now))
+        held = [i for i in held if i in theirs]
+    return held
+
+
+def until(claims: Sequence[Claim], holders: Sequence[int]) -> float:
+    """Until when a majority of *holders* hold every key for us (-inf: no majority)."""
+    ends = (min(claim.ends[i] for claim in claims) for i in holders)
+    return _algorithm.majority_until(ends, len(claims[0].nodes))
+
+
+def enter(claims: Sequence[Claim]) -> None:
+    """Join (or stay in) every name's line on every node (a try)."""
+    for claim in claims:
+        claim.poked = False
+        claim.enter()
+
+
+def leave(claims: Sequence[Claim]) -> None:
+    """Leave every line (synchronous: survives cancellation); whatever a node granted us goes on."""
+    for claim in claims:
+        claim.leave()
+
+
+async def settled(claims: Sequence[Claim], timeout: float) -> None:
+    """Wait until every script of every claim was answered, at most *timeout* seconds."""
+    ends = _clock.now() + timeout
+    while any(claim.pending for claim in claims) and (left := ends - _clock.now()) > 0:
+        await claims[0].changed(left)
+
+
+async def claimed(
+    claims: Sequence[Claim], until_at: float, grace: float, hold_back: float, *, until_answered: bool
+) -> Won | None:
+    """Wait until a majority holds every name for us (fenced: and raised each name's counter to its token),
+    or until *until_at* (or, with *until_answered*, every node answered, or a release word pokes a claim).
+    Holds short of that are given back after the split *grace* (*hold_back* for a name held while another
+    is not); the claims stay in line. The claims share one bell."""
+    first = claims[0]
+    need = _algorithm.quorum(len(first.nodes))
+    several = len(claims) > 1
+    for claim in claims:
+        claim.eager = not until_answered  # in line, each grant may start the split grace
+    while True:
+        now = _clock.now()
+        held = holding(claims, now)
+        if len(held) >= need and (end := until(claims, held)) > now:
+            if not first.fenced:
+                return Won(held, now, end, None)
+            # Fenced: a majority must raise each name's counter to its token while the keys are ours first.
+            chosen = [claim.fence(held) for claim in claims]
+            deadline = now + grace
+            for claim, token in zip(claims, chosen, strict=True):
+                await claim.raised(token, max(deadline - _clock.now(), 0.0))
+            now = _clock.now()
+            held = holding(claims, now)
+            for claim, token in zip(claims, chosen, strict=True):
+                raised = set(claim.fenced_on(now, token))
+                held = [i for i in held if i in raised]
+            if len(held) >= need and (end := until(claims, held)) > now:
+                return Won(held, now, end, tuple(chosen))
+            if now >= until_at:
+                return None
+            continue  # not on a majority: the replies said where things stand; on in line
+        pending = any(claim.pending for claim in claims)
+        poked = any(claim.poked for claim in claims)
+        if now >= until_at or (until_answered and not pending) or (not until_answered and poked):
+            return None
+        wake = until_at
+        if not until_answered:
+            split = _give_back_due(claims, held, now, grace, hold_back if several else grace)
+            if split is not None and now >= split:
+                for claim in claims:
+                    if mine := claim.held(now):
+                        claim.give_back(mine)  # a split: the nodes serve the first in line
+                continue
+            if split is not None:
+                wake = min(wake, split)
+        await first.changed(wake - now)
+
+
+def _give_back_due(
+    claims: Sequence[Claim], held: Sequence[int], now: float, grace: float, hold_back: float
+) -> float | None:
+    """When what the claims hold short of a win is to be given back (None: they hold nothing)."""
+    since = [claim.since[i] for claim in claims for i in claim.held(now)]
+    if not since:
+        return None
+    # Nodes that hold every name (but no majority of them yet): a split of nodes, given back after the
+    # grace. A name held while another is not: given back after hold_back.
+    partial = len(held) == 0 or any(len(claim.held(now)) > len(held) for claim in claims)
+    return min(since) + (hold_back if partial and len(claims) > 1 else grace)
