@@ -113,8 +113,13 @@ class Listener:
 
     @property
     def wakeups(self) -> int:
-        """Waiters woken by a notification (for tests and benchmarks)."""
+        """Waiters woken by a notification, or handed the lock by a grant of the queue (for tests and
+        benchmarks)."""
         return self._waits.wakeups
+
+    def granted(self) -> None:
+        """A waiter in the grant queue was handed the lock by grants while it waited (a wake-up)."""
+        self._waits.wakeups += 1
 
     def _queue(self, channel: bytes) -> _Queue | None:
         return _queues.get((asyncio.get_running_loop(), self._scope, channel))

@@ -65,7 +65,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from redlock_async import _algorithm, _clock
-from redlock_async._fanout import sitting_out
+from redlock_async._fanout import sitting_out, timed_out
 from redlock_async._node import Node
 from redlock_async._scripts import FENCED_BY, QUEUE_ENTER, QUEUE_FENCE, QUEUE_LEAVE, QUEUE_LEAVE_ALL, QUEUE_STAY
 from redlock_async._settings import Settings
@@ -106,30 +106,46 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def release(nodes: Sequence[Node], key: bytes, fence_key: bytes, token: bytes, into: Receiver | None) -> None:
-    """Release a lease taken through the queue, on every node (synchronous: survives cancellation): the
-    key goes to the next live waiter there (with the name's fencing counter in the grant's word), or is
-    deleted and the release published. Its entries still in a line (nodes that granted late, or never)
-    go too."""
+def release(
+    nodes: Sequence[Node],
+    key: bytes,
+    fence_key: bytes,
+    token: bytes,
+    into: Receiver | None,
+    skip: Sequence[int] = (),
+) -> None:
+    """Release a lease taken through the queue, on every node but *skip* (synchronous: survives
+    cancellation): the key goes to the next live waiter there (with the name's fencing counter in the
+    grant's word), or is deleted and the release published. Its entries still in a line (nodes that
+    granted late, or never) go too. *skip*: nodes the acquisition never sent its token to (a first try
+    that skipped a stalled node), where there is nothing of it to take away."""
     keys = queue_keys(key, fence_key)
     args: tuple[bytes | int, ...] = (token,)
     packed = pack_script(QUEUE_LEAVE, keys, args)
     receiver: Receiver = IGNORED if into is None else into  # replies as RELEASE's: 1 deleted, 0 not ours
     for i, node in enumerate(nodes):
-        node.send_packed(receiver, i, packed, fallback=(QUEUE_LEAVE, keys, args))
+        if i not in skip:
+            node.send_packed(receiver, i, packed, fallback=(QUEUE_LEAVE, keys, args))
 
 
 def release_all(
-    nodes: Sequence[Node], keys: Sequence[bytes], fence_keys: Sequence[bytes], token: bytes, into: Receiver | None
+    nodes: Sequence[Node],
+    keys: Sequence[bytes],
+    fence_keys: Sequence[bytes],
+    token: bytes,
+    into: Receiver | None,
+    skip: Sequence[int] = (),
 ) -> None:
-    """:func:`release` for a lock of several names (lock_many): one script per node leaves every name's line
-    and hands each key still ours to that line's next waiter; its reply says whether every key was ours."""
+    """:func:`release` for a lock of several names (lock_many): one script per node but *skip* leaves every
+    name's line and hands each key still ours to that line's next waiter; its reply says whether every
+    key was ours."""
     flat = tuple(k for key, fence_key in zip(keys, fence_keys, strict=True) for k in queue_keys(key, fence_key))
     args: tuple[bytes | int, ...] = (token,)
     packed = pack_script(QUEUE_LEAVE_ALL, flat, args)
     receiver: Receiver = IGNORED if into is None else into  # replies as RELEASE_ALL's
     for i, node in enumerate(nodes):
-        node.send_packed(receiver, i, packed, fallback=(QUEUE_LEAVE_ALL, flat, args))
+        if i not in skip:
+            node.send_packed(receiver, i, packed, fallback=(QUEUE_LEAVE_ALL, flat, args))
 
 
 def new_score() -> bytes:
@@ -428,17 +444,18 @@ class Claim:
         """The nodes whose key holds our token for sure at *now*, and count (not sitting out)."""
         return [i for i, end in enumerate(self.ends) if end > now and sitting_out(self.nodes[i]) is None]
 
-    def votes(self, now: float) -> tuple[list[_algorithm.Vote], list[str]]:
+    def votes(self, now: float, waited: float) -> tuple[list[_algorithm.Vote], list[str]]:
         """Each node's standing at *now*, as votes (with details) for ``Lock.outcomes`` and errors: yes
         (holds the key for us), quarantined (holds it, but sits out), no (answered: not ours), its
-        failure's vote, or timeout (a script of ours still unanswered)."""
+        failure's vote, or timeout (a script of ours still unanswered after *waited* seconds, the try's
+        patience: its detail says which setting to change, as a fan-out's does)."""
         votes, details = [], []
         for i, node in enumerate(self.nodes):
             failed, detail = self._failed[i], ""
             if failed is not None:
                 vote, detail = failed.vote, failed.detail
             elif self._busy[i]:
-                vote, detail = _algorithm.Vote.TIMEOUT, "no reply yet to the grant queue's script"
+                vote, detail = _algorithm.Vote.TIMEOUT, timed_out(node, waited)
             elif self.ends[i] > now:
                 quarantined = sitting_out(node)
                 vote = _algorithm.YES if quarantined is None else _algorithm.Vote.QUARANTINED

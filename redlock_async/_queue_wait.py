@@ -72,6 +72,18 @@ def leave(claims: Sequence[Claim]) -> None:
         claim.leave()
 
 
+def votes(claims: Sequence[Claim], now: float, waited: float) -> tuple[list[_algorithm.Vote], list[str]]:
+    """Each node's standing at *now* for every name: yes where every claim's is, else the first other
+    (for ``Lock.outcomes`` and errors; *waited*: the try's patience, for a timeout's detail)."""
+    votes, details = claims[0].votes(now, waited)
+    for claim in claims[1:]:
+        theirs, why = claim.votes(now, waited)
+        for i, vote in enumerate(theirs):
+            if votes[i] is _algorithm.YES and vote is not _algorithm.YES:
+                votes[i], details[i] = vote, why[i]
+    return votes, details
+
+
 async def settled(claims: Sequence[Claim], timeout: float) -> None:
     """Wait until every script of every claim was answered, at most *timeout* seconds."""
     ends = _clock.now() + timeout

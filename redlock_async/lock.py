@@ -417,6 +417,8 @@ class Lock:
                     # Wait in line: grant words (a release handing the key on) until the next try.
                     delay = _algorithm.retry_delay(settings.retry_delay, _random.random(), give_up - now)
                     won = await _queue_wait.claimed(claims, now + delay, grace, hold_back, until_answered=False)
+                    if won is not None:
+                        listener.granted()  # a release handed it to us, not our fallback timer
                 if won is not None:
                     done = True
                     self._take_claim(token, won)
@@ -424,7 +426,9 @@ class Lock:
                 self._cluster.check_open()  # closed meanwhile, or a background task failed: say so now
                 if _clock.now() >= give_up:
                     done = True
-                    self._last_votes, self._last_details = claims[0].votes(_clock.now())  # before leave()
+                    self._last_votes, self._last_details = _queue_wait.votes(
+                        claims, _clock.now(), grace
+                    )  # before leave()
                     _queue_wait.leave(claims)  # out of every line, and whatever a node granted us goes on
                     await _queue_wait.settled(claims, _queue.patience(nodes, settings.node_timeout))
                     return False
@@ -536,10 +540,11 @@ class Lock:
     ) -> None:
         """Queue compare-and-delete on every node but *skip* (synchronous: survives cancellation)."""
         if self._queued():  # to each key's next waiter
+            nodes = self._cluster.nodes
             if len(self._keys) == 1:
-                _queue.release(self._cluster.nodes, self._lease.keys[0], self._fence_keys[0], token, into)
+                _queue.release(nodes, self._lease.keys[0], self._fence_keys[0], token, into, skip)
             else:
-                _queue.release_all(self._cluster.nodes, self._lease.keys, self._fence_keys, token, into)
+                _queue.release_all(nodes, self._lease.keys, self._fence_keys, token, into, skip)
             return
         _requests.send_release(self._cluster.nodes, self._lease.keys, token, skip, into=into, handed=handed)
 

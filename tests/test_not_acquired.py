@@ -38,7 +38,8 @@ async def test_a_wrong_password_on_every_node_is_unavailable_not_busy() -> None:
             with pytest.raises(NodesUnavailable) as caught:
                 async with redlock.lock("orders", acquire_timeout=0.2):
                     pass
-    assert "0 of 3 nodes answered, 2 could not" in str(caught.value)
+    # 2 (a first try decided early) or 3 (a try in the grant queue waits for every node): all failed.
+    assert re.search(r"0 of 3 nodes answered, [23] could not", str(caught.value)), caught.value
     assert any("AUTH" in o.detail or "WRONGPASS" in o.detail for o in caught.value.outcomes), caught.value
 
 

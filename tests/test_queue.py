@@ -827,6 +827,18 @@ def test_contention_on_uvloop(cluster: Cluster) -> None:
 # -- 8. bad input -------------------------------------------------------------------------------------------------
 
 
+def test_the_queue_is_the_default_where_grants_are_published(cluster: Cluster) -> None:
+    """queue=None (the default) resolves to wait_for_release: the grant queue unless polling was asked for."""
+    assert Redlock(cluster.urls).settings.queue is True
+    assert Redlock(cluster.urls, fencing=True).settings.queue is True
+    assert Redlock(cluster.urls, queue=None).settings.queue is True
+    assert Redlock(cluster.urls, wait_for_release=False).settings.queue is False
+    assert Redlock(cluster.urls, queue=False).settings.queue is False
+    assert Redlock(cluster.urls).lock("a")._queued()
+    assert Redlock(cluster.urls).lock_many(["a", "b"])._queued()
+    assert not Redlock(cluster.urls, queue=False).lock("a")._queued()
+
+
 def test_the_queue_takes_fencing_and_refuses_non_bools(cluster: Cluster) -> None:
     # queue=True with fencing=True: tests/test_queue_fencing.py.
     Redlock(cluster.urls, queue=True, fencing=True)
