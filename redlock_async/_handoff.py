@@ -210,6 +210,8 @@ class Listener:
         """End every wait of this Redlock's waiters now, as not woken (its Redlock stopped on a fault):
         they look at their Redlock at once instead of after their fallback delay."""
         self._waits.interrupt()
+        for claim in list(self._claims.values()):
+            claim.poke()  # waiters in the grant queue too: their wait ends, and they look
 
     def quit(self, channel: bytes, place: int) -> None:
         """The waiter with ticket *place* stops waiting (acquired, gave up, cancelled): it leaves the line.

@@ -407,6 +407,7 @@ class Lock:
             grace = _queue.patience(nodes, settings.node_timeout)
             hold_back = max(grace, settings.retry_delay)
             while True:
+                self._cluster.check_open()  # a background task failed (the subscribers'?): say so now
                 self._attempts += 1
                 _queue_wait.enter(claims)
                 # One try: until a majority holds every key for us, or every node answered (or timed out).
