@@ -1,8 +1,10 @@
-"""The life of one lock: its phases and the only moves between them.
+"""The life of one lock: its phases, the only moves between them, and what each move implies.
 
-Every change of a ``Lock``'s phase goes through :func:`move`, which refuses a move
-not in :data:`MOVES`; a refused move is a bug in the library, never a user's
-error (those are checked, with their own messages, before any move).
+Every change of a ``Lock``'s phase goes through :meth:`Tenure.to`, which refuses a move not in
+:data:`EFFECTS` and does, in that one place, everything the move implies (the table below); a
+refused move is a bug in the library, never a user's error (those are checked, with their own
+messages, before any move). As h11 keeps its state machine in one file, so here: a call site
+names the phase it goes to, never an effect of it.
 
     IDLE ──acquire──▶ ACQUIRING ──majority, valid──▶ HELD ──release──▶ IDLE
       ▲                  │                            │
@@ -14,16 +16,32 @@ confirmed an overrun lease on a majority; it goes to LOST when the lease cannot
 be kept (an extension refused or expired, the watchdog's verdict, the Redlock
 closed under it). LOST stays until the next acquire: ``extend()`` raises its
 ``LockLost`` again, ``release()`` does nothing.
+
+==========================  =====================================================================
+move                        effects
+==========================  =====================================================================
+IDLE, LOST -> ACQUIRING     FORGET: the last lease's token is dropped (its stale keys were
+                            released just before, by the caller that still knew the token)
+ACQUIRING -> HELD           HOLD: the lock joins its Redlock's held locks; no loss is recorded
+ACQUIRING -> IDLE           none (nothing was held)
+HELD -> IDLE                UNHOLD (out of the held locks, unbound from its task), FORGET,
+                            DISOWN (no holders), UNWATCH (the watchdog drops it at its next look)
+HELD -> LOST                UNHOLD, DISOWN, and the loss recorded (``Tenure.lost``); the token is
+                            kept: the next acquire releases what may be left of it once more
+==========================  =====================================================================
 """
 
 from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Callable, Sequence
-from typing import Any, TypeAlias
+from collections.abc import Callable, MutableSet, Sequence
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
+from redlock_async import _algorithm
 from redlock_async._algorithm import PENDING, YES, Vote
+from redlock_async._settings import Settings
+from redlock_async.errors import LockLost
 
 
 class Phase(enum.Enum):
@@ -37,11 +55,31 @@ class Phase(enum.Enum):
     """The lease could not be kept; sticky until the next acquire."""
 
 
+FORGET = 1
+"""The lease's token is dropped: nothing more of it is released."""
+DISOWN = 2
+"""The lease's holders are dropped: no node counts as holding it."""
+HOLD = 4
+"""The lock joins its Redlock's held locks (given up when the Redlock closes); no loss recorded."""
+UNHOLD = 8
+"""The lock leaves its Redlock's held locks, and is no longer bound to the task of its ``async with``."""
+UNWATCH = 16
+"""The lock is no longer watched: the watchdog drops its lease at its next look."""
+# (Plain ints, not enum.Flag: a lock makes three moves per acquire and release, and Flag's
+# operators are Python code.)
+
+EFFECTS: dict[tuple[Phase, Phase], int] = {
+    (Phase.IDLE, Phase.ACQUIRING): FORGET,
+    (Phase.LOST, Phase.ACQUIRING): FORGET,
+    (Phase.ACQUIRING, Phase.HELD): HOLD,
+    (Phase.ACQUIRING, Phase.IDLE): 0,
+    (Phase.HELD, Phase.IDLE): UNHOLD | FORGET | DISOWN | UNWATCH,
+    (Phase.HELD, Phase.LOST): UNHOLD | DISOWN,
+}
+"""The legal moves and what each implies: the one table of a lock's life (see the module docstring)."""
+
 MOVES: dict[Phase, frozenset[Phase]] = {
-    Phase.IDLE: frozenset({Phase.ACQUIRING}),
-    Phase.ACQUIRING: frozenset({Phase.HELD, Phase.IDLE}),
-    Phase.HELD: frozenset({Phase.IDLE, Phase.LOST}),
-    Phase.LOST: frozenset({Phase.ACQUIRING}),
+    phase: frozenset(to for (start, to) in EFFECTS if start is phase) for phase in Phase
 }
 """The legal moves, from each phase."""
 
@@ -50,11 +88,12 @@ class IllegalMove(RuntimeError):
     """A phase change not in MOVES: a bug in redlock_async."""
 
 
-# Each phase carries its legal targets as a tuple: a move is then checked without hashing an Enum
-# (Enum.__hash__ is Python code, and a lock makes three moves per acquire and release).
-for _phase, _targets in MOVES.items():
-    _phase.targets = tuple(_targets)  # type: ignore[attr-defined]
-del _phase, _targets
+# Each phase carries its legal moves as a tuple of (target, effects): a move is then checked without
+# hashing an Enum (Enum.__hash__ is Python code, and a lock makes three moves per acquire and release).
+for _phase in Phase:
+    _phase.moves = tuple((to, effects) for (start, to), effects in EFFECTS.items() if start is _phase)  # type: ignore[attr-defined]
+    _phase.targets = tuple(to for to, _ in _phase.moves)  # type: ignore[attr-defined]
+del _phase
 
 
 def move(current: Phase, to: Phase) -> Phase:
@@ -185,3 +224,165 @@ def _ignore(
     lease: Lease, started: float, decided_at: float, votes: Sequence[Vote], details: Sequence[str] | None
 ) -> None:
     return None
+
+
+_IDLE, _ACQUIRING, _HELD, _LOST = Phase.IDLE, Phase.ACQUIRING, Phase.HELD, Phase.LOST  # (see lock.py's note)
+
+
+class Holds(Protocol):
+    """What a lock's phase changes tell its Redlock (``Cluster`` meets it): which locks are held, and
+    which tasks hold which keys inside ``async with``."""
+
+    @property
+    def held(self) -> MutableSet[Any]:
+        """The locks held now."""
+
+    def unbind(self, keys: tuple[bytes, ...], task: Any) -> None:
+        """One hold of *keys* by *task* ended."""
+
+
+class Tenure:
+    """A lock's life across its acquisitions: its phase, its current lease, what its last request
+    heard, whether it is watched; and :meth:`to`, the one way its phase changes.
+
+    Every part of a lock (its acquire strategy, its keeper, its guard, its events) reads and
+    writes these fields; only :meth:`to` changes ``phase``, with the effects :data:`EFFECTS` lists.
+    """
+
+    __slots__ = (
+        "attempts",
+        "bound",
+        "cancelled_host",
+        "details",
+        "holds",
+        "host",
+        "host_cancelling",
+        "kept",
+        "keys",
+        "label",
+        "lease",
+        "lost",
+        "name",
+        "on_lost",
+        "phase",
+        "votes",
+        "watched",
+        "woken_at",
+    )
+
+    def __init__(
+        self,
+        holds: Holds,
+        kept: object,
+        keys: tuple[bytes, ...],
+        name: object,
+        label: str,
+        on_lost: Callable[[LockLost], object] | None,
+    ) -> None:
+        self.holds = holds
+        self.kept = kept
+        """What joins ``holds.held`` while held: the public lock, which its Redlock tells things to."""
+        self.keys = keys
+        """The keys the lock is bound to inside ``async with`` (a semaphore's: its name's, not the slot's)."""
+        self.name = name
+        """The lock's name (or names), as messages show it with ``%r``."""
+        self.label = label
+        """The name as errors and events carry it."""
+        self.on_lost = on_lost
+        self.phase = _IDLE
+        self.lease = Lease(keys)
+        """The current (or last) acquisition's; a new one at each grant."""
+        self.lost: LockLost | None = None
+        """Why the last acquisition was lost."""
+        self.votes: Sequence[Vote] = ()
+        """Per-node votes of the last attempt, extension or release (NodeOutcomes are built only when asked)."""
+        self.details: Sequence[str] | None = None
+        self.attempts = 0
+        """Rounds sent by the acquire in progress (or the last one)."""
+        self.woken_at: float | None = None
+        """When a release last woke the acquire in progress, if it did."""
+        # The watchdog (inside `async with`): whether it keeps the lease, the task running the body,
+        # its cancel count on entry, and whether we cancelled it because of a loss.
+        self.watched = False
+        self.host: Any = None
+        self.host_cancelling = 0
+        self.cancelled_host = False
+        self.bound: Any = None
+        """The task holding this lock inside ``async with``: a nested acquire by it fails at once."""
+
+    def to(self, phase: Phase, lost: LockLost | None = None) -> None:
+        """Move to *phase* (IllegalMove unless :data:`EFFECTS` allows it) and do what the move implies;
+        a move to LOST records *lost*, the loss its holder is told."""
+        for target, effects in self.phase.moves:  # type: ignore[attr-defined]  # noqa: B007 (used below)
+            if target is phase:
+                break
+        else:
+            move(self.phase, phase)  # raises IllegalMove
+        self.phase = phase
+        if effects:
+            if effects & FORGET:
+                self.lease.token = None
+            if effects & DISOWN:
+                self.lease.holders = []
+            if effects & HOLD:
+                self.lost = None
+                self.holds.held.add(self.kept)
+            elif effects & UNHOLD:
+                self.holds.held.discard(self.kept)
+                if self.bound is not None:
+                    self.holds.unbind(self.keys, self.bound)
+                    self.bound = None
+            if effects & UNWATCH:
+                self.watched = False
+        if phase is _LOST:
+            self.lost = lost
+
+
+class Judged(NamedTuple):
+    """What follows one extension round (:func:`after_extension`)."""
+
+    verdict: _algorithm.Extension
+    margin: float = 0.0
+    """CONFIRMED: the validity that was left at the decision."""
+    validity: float = 0.0
+    """CONFIRMED: the new validity, from the decision."""
+    retry_in: float = 0.0
+    """RETRY: seconds before the next try."""
+    why: str = ""
+    """REFUSED or EXPIRED: why the lock is lost, in words after ``lock NAME``."""
+
+
+GONE = "is gone from a majority of nodes (expired or taken)"
+RAN_OUT = "could not be extended on a majority before it ran out"
+
+
+def after_extension(
+    lease: Lease,
+    settings: Settings,
+    ttl_ms: int,
+    votes: Sequence[Vote],
+    started: float,
+    decided_at: float,
+    now: float,
+) -> Judged:
+    """The one decision of what follows an extension round to *ttl_ms* sent at *started*, decided at
+    *decided_at* with *votes*, for an explicit ``extend()`` and the watchdog alike.
+
+    CONFIRMED: the lease now runs to its new validity and is held by the nodes that said yes (done
+    here). RETRY: neither confirmed nor refused (timeouts, errors) and validity is left: try again in
+    ``retry_in`` s. REFUSED (the key is gone from a majority) and EXPIRED (no majority before the
+    validity ran out): the lock is lost, ``why`` says why.
+    """
+    verdict, validity = _algorithm.judge_extension(
+        votes, ttl_ms / 1000, started, decided_at, settings.drift_factor, deadline=lease.expires, now=now
+    )
+    if validity is not None:
+        margin = lease.expires - decided_at
+        lease.expires = decided_at + validity
+        lease.holders = [i for i, vote in enumerate(votes) if vote is YES]
+        return Judged(verdict, margin=margin, validity=validity)
+    if verdict is _algorithm.Extension.RETRY:
+        return Judged(
+            verdict, retry_in=_algorithm.extend_retry_delay(settings.ttl, settings.node_timeout, lease.expires - now)
+        )
+    return Judged(verdict, why=GONE if verdict is _algorithm.Extension.REFUSED else RAN_OUT)

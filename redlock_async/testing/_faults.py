@@ -15,4 +15,4 @@ def lose(lock: Lock, why: str = "lost (redlock_async.testing.lose)") -> None:
     """
     if not lock.held:
         raise RuntimeError(f"lose() of lock {lock.name!r}, which is not held")
-    lock._watchdog_lost(f"lock {lock.name!r} {why}")
+    lock.on_lost_declared(why)
