@@ -51,7 +51,12 @@ def fake_cluster(n: int = 5, **settings: Any) -> tuple[Cluster, list[FakeNode], 
     """A Cluster over *n* fake nodes, each answering through its :class:`Answers`."""
     answers = [Answers() for _ in range(n)]
     nodes = [FakeNode(node.name, respond=answer) for node, answer in zip(fake_nodes(n), answers, strict=True)]
-    defaults: dict[str, Any] = {"ttl": 10.0, "node_timeout": 0.05, "clock_guard": False}
+    defaults: dict[str, Any] = {
+        "ttl": 10.0,
+        "node_timeout": 0.05,
+        "clock_guard": False,
+        "queue": False,
+    }  # (release words: these fakes do not play the grant queue)
     cluster = Cluster(tuple(as_nodes(nodes)), Settings(**(defaults | settings)), Listener(0.05, scope=("parts",)), None)
     return cluster, nodes, answers
 

@@ -34,6 +34,7 @@ import uvloop
 
 from redlock_async import LockNotAcquired, Redlock
 from redlock_async._algorithm import Vote
+from redlock_async._strategies import Queued
 from redlock_async.lock import Lock
 from redlock_async.testing import History
 from redlock_async.testing._history import Section
@@ -834,9 +835,9 @@ def test_the_queue_is_the_default_where_grants_are_published(cluster: Cluster) -
     assert Redlock(cluster.urls, queue=None).settings.queue is True
     assert Redlock(cluster.urls, wait_for_release=False).settings.queue is False
     assert Redlock(cluster.urls, queue=False).settings.queue is False
-    assert Redlock(cluster.urls).lock("a")._queued()
-    assert Redlock(cluster.urls).lock_many(["a", "b"])._queued()
-    assert not Redlock(cluster.urls, queue=False).lock("a")._queued()
+    assert isinstance(Redlock(cluster.urls).lock("a")._strategy, Queued)
+    assert isinstance(Redlock(cluster.urls).lock_many(["a", "b"])._strategy, Queued)
+    assert not isinstance(Redlock(cluster.urls, queue=False).lock("a")._strategy, Queued)
 
 
 def test_the_queue_takes_fencing_and_refuses_non_bools(cluster: Cluster) -> None:
