@@ -20,7 +20,7 @@ from redlock_async._emitter import emit, emit_lost, heard
 from redlock_async._fanout import Ballot, outcomes, vote_of_script
 from redlock_async._lease import RAN_OUT, Lease, Phase, Tenure, after_extension
 from redlock_async._settings import Settings
-from redlock_async._strategies import Words
+from redlock_async._strategies import Strategy
 from redlock_async.errors import LockLost, NodeOutcome
 from redlock_async.events import EventKind
 
@@ -38,7 +38,7 @@ class Keeper:
 
     __slots__ = ("cluster", "settings", "strategy", "tenure")
 
-    def __init__(self, tenure: Tenure, strategy: Words, cluster: Cluster, settings: Settings) -> None:
+    def __init__(self, tenure: Tenure, strategy: Strategy, cluster: Cluster, settings: Settings) -> None:
         self.tenure = tenure
         self.strategy = strategy
         self.cluster = cluster

@@ -14,9 +14,8 @@ attempts, the last votes, the grant). A ``Lock`` front is given one at construct
 :class:`Permit` a semaphore's permit: a slot of the name, each slot a mutex
 ==============  ==========================================================================
 
-Room is left for a reader/writer strategy: what the lock front asks of a strategy is
-:meth:`Words.acquire`, :meth:`Words.send_release`, :meth:`Words.next_is_ours` and
-:meth:`Words.hand_over`, and, for nested acquires, ``permits`` and :meth:`Words.held_words`.
+A new primitive (a reader/writer lock) is a new strategy meeting :class:`Strategy`, given to a
+``Lock`` front: what the front, its keeper and its guard ask of a strategy, and nothing else.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Sequence
+from typing import Protocol
 
 from redlock_async import _algorithm, _clock, _handoff, _line, _queue, _queue_wait, _requests
 from redlock_async._algorithm import Vote
@@ -49,6 +49,43 @@ def check_limit(limit: object) -> int:
     if not 1 <= limit <= MAX_LIMIT:
         raise ValueError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
     return limit
+
+
+class Strategy(Protocol):
+    """How one lock is taken and given back: what its front, keeper and guard ask of it."""
+
+    @property
+    def keys(self) -> tuple[bytes, ...]:
+        """The keys the lock's task is bound to inside ``async with`` (and nested acquires look at)."""
+
+    @property
+    def names(self) -> tuple[Name, ...]:
+        """The names, in the order they are taken."""
+
+    @property
+    def owner(self) -> bytes | None:
+        """The owner label stored with the keys (None: the default, ``<hostname>:<pid>``)."""
+
+    @property
+    def permits(self) -> int:
+        """How many holds of its key one task may have before asking for another would wait for itself."""
+
+    def held_words(self, name: Name) -> str:
+        """What a task already holds, in words, for NestedAcquire."""
+
+    async def acquire(self, tenure: Tenure, blocking: bool, give_up: float) -> bool:
+        """Take the lock for *tenure* (ACQUIRING: to HELD when True, IDLE otherwise) by *give_up*."""
+
+    def send_release(
+        self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
+    ) -> None:
+        """Queue the release of *lease* (token *token*) on every node but *skip*, now (synchronous)."""
+
+    def next_is_ours(self, token: bytes) -> bool:
+        """True when the release of *token* may hand the lock over (:meth:`hand_over`)."""
+
+    def hand_over(self, token: bytes) -> None:
+        """Send the next waiter's round right behind the release of *token*."""
 
 
 class Words:

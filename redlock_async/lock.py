@@ -26,7 +26,7 @@ from redlock_async._lease import Phase, Tenure
 from redlock_async._names import Name, check_owner, default_owner
 from redlock_async._not_acquired import reason as not_acquired_reason
 from redlock_async._settings import Settings, check_duration
-from redlock_async._strategies import Many, Queued, Words
+from redlock_async._strategies import Many, Queued, Strategy, Words
 from redlock_async.errors import LockLost, NestedAcquire, NodeOutcome
 from redlock_async.events import EventKind
 from redlock_async.statistics import LockStatistics
@@ -67,7 +67,7 @@ class Lock:
         on_lost: Callable[[LockLost], object] | None = None,
         owner: str | None = None,
         cooldown: float | None = None,
-        strategy: Words | None = None,
+        strategy: Strategy | None = None,
     ) -> None:
         if strategy is None:
             # One name, or lock_many's canonical tuple of names: every key is taken, all or none.
