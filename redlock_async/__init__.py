@@ -9,6 +9,8 @@ from redlock_async.events import EventKind, LockEvent
 from redlock_async.fencing import StaleFencingToken, fenced_set
 from redlock_async.inspection import LockInfo, LockState, NodeInfo, NodeState
 from redlock_async.lock import Lock
+from redlock_async.reentrant import ReentrantLock
+from redlock_async.rwlock import ReadWriteLock
 from redlock_async.semaphore import Semaphore
 from redlock_async.statistics import LockPhase, LockStatistics, NodeStatistics, RedlockStatistics
 
@@ -32,9 +34,11 @@ __all__ = [
     "NodeState",
     "NodeStatistics",
     "NodesUnavailable",
+    "ReadWriteLock",
     "Redlock",
     "RedlockError",
     "RedlockStatistics",
+    "ReentrantLock",
     "Semaphore",
     "Settings",
     "StaleFencingToken",
@@ -57,9 +61,11 @@ for _cls in (
     NodeOutcome,
     NodeStatistics,
     NodesUnavailable,
+    ReadWriteLock,
     Redlock,
     RedlockError,
     RedlockStatistics,
+    ReentrantLock,
     Semaphore,
     Settings,
     StaleFencingToken,

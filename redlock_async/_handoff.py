@@ -303,6 +303,14 @@ class Listener:
         if queue is not None:
             self._waits.wakeups += queue.line.done()
 
+    def share(self, channel: bytes) -> None:
+        """A waiter that shares what it took (a reader of a read/write lock) got in: the next waiter of
+        *channel* may get in too, so it is woken now instead of at the next release (the readers waiting
+        in this process go together, one after the other, each woken by the one before)."""
+        queue = self._queue(channel)
+        if queue is not None and queue.line.waiters and not queue.line.taking:
+            self._waits.wakeups += queue.line.wake()
+
     def _release(self, channel: bytes) -> None:
         """One user of *channel* less (a waiter, or the watchers): the last one unsubscribes."""
         count = self._subscribed.get(channel, 0) - 1

@@ -1,8 +1,9 @@
-"""Read who holds a lock (and the permits of a semaphore of the same name), writing nothing to any node.
+"""Read who holds a lock (and the permits of a semaphore, the writer and readers of a read/write lock of
+the same name), writing nothing to any node.
 
 An :class:`Inspector` has connections of its own that send nothing but the
 handshake (AUTH, SELECT, CLIENT SETNAME), the restart-quarantine probe (INFO,
-GET of the marker) and reads (MGET, GET, PTTL): no restart-quarantine marker
+GET of the marker) and reads (MGET, GET, PTTL, SMEMBERS): no restart-quarantine marker
 written, no script loaded or run, no PUBLISH. So it can never change what a
 locking client decides (a marker written under its period would vouch for a
 restarted node to clients with longer leases).
@@ -15,6 +16,7 @@ confirm nor rule out a holder, so it counts as a node that did not answer.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import math
 from collections.abc import Callable, Sequence
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from redlock_async import _clock
 from redlock_async._algorithm import Held, Vote, drift, held_by_majority, quorum
 from redlock_async._endpoint import Endpoint
-from redlock_async._names import resource_key, semaphore_keys
+from redlock_async._names import resource_key, rw_keys, rw_writer_key, semaphore_keys
 from redlock_async._node import Node
 from redlock_async._quarantine import Quarantine
 from redlock_async._requests import owner_of
@@ -48,15 +50,18 @@ class Keys:
     """A semaphore of the same name: slot i's key is this followed by i (None: not looked at)."""
     widest: bytes | None = None
     """That semaphore's widest-limit key: how many slots may be held."""
+    writer: bytes | None = None
+    """A read/write lock of the same name: its writer key (None: not looked at)."""
 
 
 def keys_of(settings: Settings, name: str | bytes, *, semaphore: bool = True) -> Keys:
-    """The keys of lock *name* (and, with *semaphore*, of semaphore *name*), after checking the name."""
+    """The keys of lock *name* (and, with *semaphore*, of semaphore *name* and read/write lock *name*),
+    after checking the name."""
     lock, fence = resource_key(settings.key_prefix, name), resource_key(settings.fence_prefix, name)
     if not semaphore:
         return Keys(lock, fence)
     _, slot_prefix, widest = semaphore_keys(settings.key_prefix, name)
-    return Keys(lock, fence, slot_prefix, widest)
+    return Keys(lock, fence, slot_prefix, widest, rw_writer_key(settings.key_prefix, name))
 
 
 def default_period(settings: Settings) -> float:
@@ -114,7 +119,9 @@ class Inspector:
 
     async def inspect(self, keys: Keys) -> LockInfo:
         """Ask every node for the lock's key, fence and fencer (one MGET: an atomic read), the key's PTTL
-        and the semaphore's widest limit at once; then, if a semaphore was used, for its slots."""
+        and the semaphore's widest limit at once (and the read/write lock's writer key, fence and fencer,
+        its PTTL and its readers' index); then, if a semaphore was used, for its slots, and if readers
+        are listed, for their keys."""
         nodes = self._connect()
         reads = (keys.lock, keys.fence, keys.fence + FENCED_BY)
         asks = []
@@ -122,6 +129,12 @@ class Inspector:
             ask = [node.send(b"MGET", *reads), node.send(b"PTTL", keys.lock)]
             if keys.widest is not None:
                 ask.append(node.send(b"GET", keys.widest))
+            if keys.writer is not None:
+                ask += (
+                    node.send(b"MGET", keys.writer, keys.fence, keys.fence + FENCED_BY),
+                    node.send(b"PTTL", keys.writer),
+                    node.send(b"SMEMBERS", rw_keys(keys.writer)[1]),
+                )
             asks.append(ask)
         answers = await self._ask(asks)
         views = tuple(_view(node, replies[0], replies[1]) for node, replies in zip(nodes, answers, strict=True))
@@ -131,9 +144,43 @@ class Inspector:
         if keys.widest is None or keys.slot_prefix is None:
             return info
         widest = max((_limit(replies[2]) for replies in answers if len(replies) > 2), default=0)
-        if widest == 0:
-            return info  # no semaphore of this name on any node that answered
-        return await self._permits(info, keys.slot_prefix, widest)
+        if widest != 0:  # a semaphore of this name on some node that answered
+            info = await self._permits(info, keys.slot_prefix, widest)
+        if keys.writer is None:
+            return info
+        return await self._rw(info, keys.writer, [replies[3:] for replies in answers])
+
+    async def _rw(self, info: LockInfo, writer_key: bytes, answers: list[list[Reply]]) -> LockInfo:
+        """*info* with the read/write lock's verdicts: its writer judged as a lock, and each reader listed
+        in an index (*answers*: per node, the writer's MGET, its PTTL, the index) judged as a lock."""
+        nodes = self._nodes
+        views = tuple(
+            _sat_out(node, _view(node, replies[0], replies[1])) for node, replies in zip(nodes, answers, strict=True)
+        )
+        writer = judge(views)
+        ids = sorted({one for replies in answers if isinstance(replies[2], list) for one in replies[2]})
+        readers: tuple[LockInfo, ...] = ()
+        if ids:
+            prefix = rw_keys(writer_key)[0]
+            keys = [prefix + one for one in ids if isinstance(one, bytes)]
+            asks = [[node.send(b"MGET", *keys), *(node.send(b"PTTL", key) for key in keys)] for node in nodes]
+            replies_of = await self._ask(asks)
+            per_reader: list[list[NodeInfo]] = [[] for _ in keys]
+            for node, replies in zip(nodes, replies_of, strict=True):
+                values = replies[0]
+                for i, reader_views in enumerate(per_reader):
+                    value = values[i] if isinstance(values, list) and len(values) == len(keys) else values
+                    view = _view(node, [value, None, None] if not isinstance(value, Failure) else value, replies[1 + i])
+                    reader_views.append(_sat_out(node, view))
+            readers = tuple(
+                reader for reader in (judge(tuple(views)) for views in per_reader) if reader.state != "free"
+            )
+        shown = writer if writer.state != "free" else None
+        if shown is None and not readers:
+            return info
+        states = {info.state, *(reader.state for reader in readers), writer.state}
+        state: LockState = "held" if "held" in states else "unknown" if "unknown" in states else "free"
+        return dataclasses.replace(info, state=state, writer=shown, readers=readers)
 
     async def _permits(self, info: LockInfo, slot_prefix: bytes, widest: int) -> LockInfo:
         """The lock's verdict *info* with the semaphore's: each of its *widest* slots judged as a lock."""

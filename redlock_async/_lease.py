@@ -138,6 +138,7 @@ class Lease:
         "result",
         "serial",
         "skip",
+        "takes",
         "token",
         "ttl_ms",
     )
@@ -159,6 +160,7 @@ class Lease:
         fence_ttl_ms: int | None = None,
         regain: list[int] | None = None,
         late: Late | None = None,
+        takes: bool = True,
     ) -> None:
         self.serial = next(_serials)
         """This acquisition's number, unique in the process: events name their grant by it."""
@@ -194,6 +196,9 @@ class Lease:
         self.late = late
         """The grant's (or the last explicit extension's) votes and replies, read only by the next
         extension (:meth:`to_take`): nothing is worked out for them on the acquire's path."""
+        self.takes = takes
+        """False: extensions never take a free node (a read/write lease: its take would skip the check
+        for the other side; docs/algorithm.md, "Read/write locks")."""
         self.due: Callable[[Lease, float], bool] = _never_due
         """The watchdog asks at a round's start: True to extend now (the lock handles every other case)."""
         self.result: Callable[[Lease, float, float, Sequence[Vote], Sequence[str] | None], None] = _ignore
@@ -204,6 +209,8 @@ class Lease:
         :attr:`late` that answered without a yes (``_algorithm.to_regain``) or, pending at its
         decision, whose reply came since without one; never a holder (a key missing there was lost,
         not freed: taking it would hide that)."""
+        if not self.takes:
+            return []
         regain = self.regain
         if self.late is not None:
             votes, replies, vote_of = self.late

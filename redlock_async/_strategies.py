@@ -215,6 +215,7 @@ class Words:
             fence_keys=self.fence_keys if tokens else (),
             fence_ttl_ms=settings.fence_ttl_ms,
             late=result.late,
+            takes=result.takes,
         )
         tenure.to(_HELD)
         return True

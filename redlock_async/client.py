@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, ParamSpec, Self, TypeVar, final
+from typing import Any, Literal, ParamSpec, Self, TypeVar, final, overload
 
 from redis.asyncio import Redis
 
@@ -14,6 +14,7 @@ from redlock_async._cluster import require_asyncio
 from redlock_async._connections import Connections
 from redlock_async._inspect import keys_of
 from redlock_async._names import canonical_names
+from redlock_async._reentry import Reentries
 from redlock_async._settings import Settings, check_duration
 from redlock_async._synchronized import OnBusy, check_call, decorate_async
 from redlock_async.election import Election
@@ -21,6 +22,8 @@ from redlock_async.errors import LockLost
 from redlock_async.events import OnEvent, as_hook
 from redlock_async.inspection import LockInfo
 from redlock_async.lock import Lock
+from redlock_async.reentrant import ReentrantLock
+from redlock_async.rwlock import ReadWriteLock
 from redlock_async.semaphore import Semaphore, check_limit
 from redlock_async.statistics import RedlockStatistics
 
@@ -103,6 +106,7 @@ class Redlock:
         connections = self._connections = Connections(nodes, self.settings, as_hook(on_event))
         self._nodes = connections.nodes
         self._cluster = connections.cluster
+        self._reentries = Reentries()  # the holds of its reentrant locks, by name and task
 
     def __repr__(self) -> str:
         return f"<redlock_async.Redlock nodes={list(self.nodes)} ttl={self.settings.ttl}>"
@@ -117,6 +121,7 @@ class Redlock:
         """How many nodes must agree: a strict majority."""
         return self._connections.quorum
 
+    @overload
     def lock(
         self,
         name: str | bytes,
@@ -130,7 +135,58 @@ class Redlock:
         on_lost: Callable[[LockLost], object] | None = None,
         owner: str | None = None,
         cooldown: float | None = None,
-    ) -> Lock:
+        reentrant: Literal[False] = False,
+    ) -> Lock: ...
+
+    @overload
+    def lock(
+        self,
+        name: str | bytes,
+        *,
+        ttl: float | None = None,
+        acquire_timeout: float | None = None,
+        fencing: bool | None = None,
+        auto_extend: bool | None = None,
+        max_hold: float | None = None,
+        max_extensions: int | None = None,
+        on_lost: Callable[[LockLost], object] | None = None,
+        owner: str | None = None,
+        cooldown: float | None = None,
+        reentrant: Literal[True],
+    ) -> ReentrantLock: ...
+
+    @overload
+    def lock(
+        self,
+        name: str | bytes,
+        *,
+        ttl: float | None = None,
+        acquire_timeout: float | None = None,
+        fencing: bool | None = None,
+        auto_extend: bool | None = None,
+        max_hold: float | None = None,
+        max_extensions: int | None = None,
+        on_lost: Callable[[LockLost], object] | None = None,
+        owner: str | None = None,
+        cooldown: float | None = None,
+        reentrant: bool,
+    ) -> Lock | ReentrantLock: ...
+
+    def lock(
+        self,
+        name: str | bytes,
+        *,
+        ttl: float | None = None,
+        acquire_timeout: float | None = None,
+        fencing: bool | None = None,
+        auto_extend: bool | None = None,
+        max_hold: float | None = None,
+        max_extensions: int | None = None,
+        on_lost: Callable[[LockLost], object] | None = None,
+        owner: str | None = None,
+        cooldown: float | None = None,
+        reentrant: bool = False,
+    ) -> Lock | ReentrantLock:
         """A Lock on resource *name*; settings left as None are the Redlock's.
 
         *on_lost* is called with the :class:`LockLost` when the watchdog loses
@@ -141,7 +197,12 @@ class Redlock:
         them, set to expire *cooldown* seconds from then (as ``extend(cooldown)``), so no one
         acquires the name before that; the nodes' clocks time it, and the default restart quarantine
         does not cover it (docs/guide.md).
+        *reentrant*: a :class:`ReentrantLock`, which the task holding the name (through a reentrant lock
+        of this Redlock) enters again at once; the key is released at the outermost exit. Other tasks,
+        child tasks too, wait as for any lock (docs/guide.md, "Nested acquires").
         """
+        if not isinstance(reentrant, bool):
+            raise TypeError(f"reentrant must be True or False, got {type(reentrant).__name__}")
         overrides = _given(
             ttl=ttl,
             acquire_timeout=acquire_timeout,
@@ -157,7 +218,8 @@ class Redlock:
         settings = self._cluster.lease_settings(self.settings, **overrides)
         if cooldown is not None:
             check_cooldown(settings, cooldown)
-        return Lock(self._cluster, name, settings, on_lost=on_lost, owner=owner, cooldown=cooldown)
+        lock = Lock(self._cluster, name, settings, on_lost=on_lost, owner=owner, cooldown=cooldown)
+        return ReentrantLock(lock, self._reentries) if reentrant else lock
 
     def lock_many(
         self,
@@ -225,6 +287,41 @@ class Redlock:
         )
         settings = self._cluster.lease_settings(self.settings, fencing=False, **overrides)
         return Semaphore(self._cluster, name, limit, settings, on_lost=on_lost, owner=owner)
+
+    def rw_lock(
+        self,
+        name: str | bytes,
+        *,
+        ttl: float | None = None,
+        acquire_timeout: float | None = None,
+        fencing: bool | None = None,
+        auto_extend: bool | None = None,
+        max_hold: float | None = None,
+        max_extensions: int | None = None,
+        on_lost: Callable[[LockLost], object] | None = None,
+        owner: str | None = None,
+    ) -> ReadWriteLock:
+        """A read/write lock on *name*: ``async with rw.read():`` holds together with other readers,
+        ``async with rw.write():`` alone. Settings left as None are the Redlock's.
+
+        Every reader has a lease of its own (a crashed reader frees only its share, within its ttl); a
+        writer that waits keeps new readers out; a writer may downgrade to a reader without a gap. Its
+        keys are its own: ``lock(name)`` and ``rw_lock(name)`` do not exclude each other. With
+        *fencing*, a writer gets a fencing token as a lock does, and a reader the last writer's
+        (docs/guide.md, "Many readers or one writer").
+        """
+        if not isinstance(name, (str, bytes)):
+            raise TypeError(f"read/write lock name must be str or bytes, got {type(name).__name__}")
+        overrides = _given(
+            ttl=ttl,
+            acquire_timeout=acquire_timeout,
+            fencing=fencing,
+            auto_extend=auto_extend,
+            max_hold=max_hold,
+            max_extensions=max_extensions,
+        )
+        settings = self._cluster.lease_settings(self.settings, queue=False, **overrides)
+        return ReadWriteLock(self._cluster, name, settings, on_lost=on_lost, owner=owner)
 
     def election(
         self,

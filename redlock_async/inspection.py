@@ -5,7 +5,8 @@ no PUBLISH, nothing at connect either (no restart-quarantine marker). A token ne
 holders are told apart by a digest of it, and named by the owner label stored with the lease.
 
 One name is looked at as every primitive uses it: the lock (``redlock.lock``, ``lock_many``, whose
-holder holds each of its names, an election) and the semaphore of that name (its permits).
+holder holds each of its names, an election), the semaphore of that name (its permits) and the
+read/write lock of that name (its writer and its readers).
 A node in restart quarantine (it came back without its keys, or no one vouched for it yet) can
 neither confirm nor rule out a holder: it counts as a node that did not answer.
 """
@@ -54,8 +55,9 @@ class LockInfo:
     """The verdict over every node, by the majority rule."""
 
     state: LockState
-    """``"held"`` when one holder's key is on a majority (the lock's, or a permit's of the semaphore of
-    the same name); ``"free"`` when a majority answered and no holder could have a majority even
+    """``"held"`` when one holder's key is on a majority (the lock's, a permit's of the semaphore of
+    the same name, or the writer's or a reader's of the read/write lock of the same name); ``"free"``
+    when a majority answered and no holder could have a majority even
     with every unanswered or quarantined node; ``"unknown"`` otherwise."""
     owner: str | None
     """The lock holder's owner label when the lock is held, else None (a semaphore's: *permits*)."""
@@ -76,6 +78,12 @@ class LockInfo:
     permits: tuple[LockInfo, ...] = ()
     """The semaphore's permits that are held or may be (``"held"`` or ``"unknown"``), each judged as a
     lock (owner, ttl, holder, nodes); free permits are not listed."""
+    writer: LockInfo | None = None
+    """The writer of the read/write lock of this name (``redlock.rw_lock``), judged as a lock, when one
+    holds it or may (``"held"`` or ``"unknown"``); None otherwise."""
+    readers: tuple[LockInfo, ...] = ()
+    """The readers of that read/write lock that hold it or may, each judged as a lock (every reader has
+    a lease of its own); readers whose lease is gone are not listed."""
 
     @property
     def quorum(self) -> int:

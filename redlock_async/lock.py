@@ -262,8 +262,8 @@ class Lock:
             raise NestedAcquire(
                 f"this task ({task.get_name() if task else '?'}) already holds {strategy.held_words(name)} in an "
                 f"enclosing `async with` of this Redlock: {asking} would wait for itself until the acquire "
-                "timeout. Use the lock already held, or release it first (reentrant locks, "
-                "redlock.lock(name, reentrant=True), are planned for a later release)",
+                "timeout. Use the lock already held, or release it first (a lock of one name may be made "
+                "reentrant, for this task to enter again at once: redlock.lock(name, reentrant=True), both)",
                 name=self._tenure.label,
             )
 

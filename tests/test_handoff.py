@@ -324,7 +324,8 @@ async def test_a_blocking_acquire_tries_at_once_behind_waiters_that_wait_for_the
 
     def make(**settings: Any) -> Lock:
         if kind == "lock":
-            return redlock.lock("expires", **settings)
+            lock: Lock = redlock.lock("expires", **settings)
+            return lock
         return redlock.semaphore("expires", limit=1, **settings)
 
     holder = make(ttl=0.5, auto_extend=False)

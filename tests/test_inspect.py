@@ -33,6 +33,7 @@ READS = frozenset(
         "get",
         "mget",
         "pttl",
+        "smembers",
         "info",
         "dbsize",
         "keys",

@@ -73,7 +73,7 @@ async def test_bad_names_are_refused_with_a_message_that_says_what_to_do(redlock
         redlock.lock_many([f"n{i}" for i in range(MAX_NAMES + 1)])
     # The other way round: a list given to lock() points to lock_many().
     with pytest.raises(TypeError, match=r"use lock_many\(\)"):
-        redlock.lock(["a", "b"])  # type: ignore[arg-type]
+        redlock.lock(["a", "b"])  # type: ignore[call-overload]
 
 
 # -- mutual exclusion with single locks --------------------------------------------------------------

@@ -150,13 +150,14 @@ def test_redlock_takes_exactly_the_settings_with_their_defaults() -> None:
     keywords = {name: p.default for name, p in init.items() if p.kind is p.KEYWORD_ONLY and name != "on_event"}
     assert keywords == fields
     # The makers' keywords are settings (None: the Redlock's), besides what is not a setting:
-    # the loss callback, the owner label, the semaphore's limit and a lock's cooldown.
-    not_settings = {"on_lost", "owner", "limit", "cooldown"}
+    # the loss callback, the owner label, the semaphore's limit, a lock's cooldown and reentrancy.
+    not_settings = {"on_lost", "owner", "limit", "cooldown", "reentrant"}
     for maker in (
         redlock_async.Redlock.lock,
         redlock_async.Redlock.lock_many,
         redlock_async.Redlock.semaphore,
         redlock_async.Redlock.election,
+        redlock_async.Redlock.rw_lock,
     ):
         params = inspect.signature(maker).parameters
         overrides = {name for name, p in params.items() if p.kind is p.KEYWORD_ONLY and name not in not_settings}

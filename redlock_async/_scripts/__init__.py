@@ -42,7 +42,6 @@ __all__ = [
     "RELEASE",
     "RELEASE_ALL",
     "RW_DOWNGRADE",
-    "RW_INSPECT",
     "RW_LEAVE",
     "RW_READ",
     "RW_READ_RELEASE",
@@ -108,7 +107,6 @@ RW_WRITE = Script(_rw.RW_WRITE, creates=True)
 RW_LEAVE = Script(_rw.RW_LEAVE)
 RW_READ_RELEASE = Script(_rw.RW_READ_RELEASE)
 RW_DOWNGRADE = Script(_rw.RW_DOWNGRADE, creates=True)
-RW_INSPECT = Script(_rw.RW_INSPECT)
 
 SCRIPTS = (
     QUEUE_ENTER,
@@ -133,6 +131,5 @@ SCRIPTS = (
     RW_LEAVE,
     RW_READ_RELEASE,
     RW_DOWNGRADE,
-    RW_INSPECT,
 )
 """The scripts a node loads on every new connection (FENCED_SET runs on the protected resource)."""

@@ -195,32 +195,3 @@ redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
 return counter(KEYS[4])
 """
 )
-
-RW_INSPECT = (
-    b"""
--- What one node says of a read/write lock, in one atomic read (inspection; changes nothing).
--- KEYS[1]  the writer key W
--- KEYS[2]  the readers' index
--- KEYS[3]  the waiting writers
--- ARGV[1]  the reader keys' prefix
--- returns  {W's value or '', W's pttl (-2 when free), the live readers' values, their pttls,
---           the waiting writers whose entry lives}
-"""
-    + NOW_MS
-    + b"""
-local writer = redis.call('GET', KEYS[1]) or ''
-local values, ttls = {}, {}
-for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-    local value = redis.call('GET', ARGV[1] .. id)
-    if value then
-        values[#values + 1] = value
-        ttls[#ttls + 1] = redis.call('PTTL', ARGV[1] .. id)
-    end
-end
-local waiting = 0
-if redis.call('EXISTS', KEYS[3]) == 1 then
-    waiting = redis.call('ZCOUNT', KEYS[3], '(' .. string.format('%.0f', now_ms()), '+inf')
-end
-return {writer, redis.call('PTTL', KEYS[1]), values, ttls, waiting}
-"""
-)

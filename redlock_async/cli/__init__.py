@@ -63,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run",
         help="run a command while holding a lock (a distributed flock for cron jobs and deploy scripts)",
         usage=(
-            "redlock run NAME [NAME ...] [--limit N | --standby] [--nodes URLS] [--ttl S] [--wait S] [--quiet] "
+            "redlock run NAME [NAME ...] [--limit N | --standby] [--shared | --exclusive] [--nodes URLS] [--ttl S] "
+            "[--wait S] [--quiet] "
             "[--grace S] [--fencing] [--owner LABEL] -- CMD [ARGS...]"
         ),
         description=(
@@ -71,7 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "them: they are taken at once, all or none (the same keys as single locks, so 'run a b' and "
             "'run a' exclude each other). With --limit N, NAME is a semaphore of N permits: hold one, so that "
             "at most N commands run at once (a semaphore's keys are not a lock's: 'run --limit 2 x' and "
-            "'run x' do not exclude each other). Exit status: CMD's own; "
+            "'run x' do not exclude each other). With --shared or --exclusive, NAME is a read/write lock, as "
+            "flock -s / flock -x: any number of --shared commands run together, an --exclusive one alone, and "
+            "an --exclusive one that waits keeps new --shared ones out (its keys are not a lock's either). "
+            "Exit status: CMD's own; "
             f"{EXIT_NOT_ACQUIRED} when the lock is held elsewhere and was not had within --wait (CMD did not run); "
             f"{EXIT_UNAVAILABLE} when too few nodes could vote: unreachable, or in restart quarantine "
             "(CMD did not run); "
@@ -89,6 +93,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="N",
         help=f"NAME is a semaphore: hold one of its N permits (1..{MAX_LIMIT}); one NAME only, no --fencing. "
         "Every holder must use the same N",
+    )
+    sharing = run.add_mutually_exclusive_group()
+    sharing.add_argument(
+        "--shared",
+        action="store_true",
+        help="NAME is a read/write lock: hold it as a reader, together with other --shared holders (flock -s); "
+        "with --fencing, $REDLOCK_FENCING_TOKEN is the last --exclusive holder's token",
+    )
+    sharing.add_argument(
+        "--exclusive",
+        action="store_true",
+        help="NAME is a read/write lock: hold it as its writer, alone (flock -x)",
     )
     run.add_argument("--nodes", help="comma-separated node URLs (default: $REDLOCK_NODES)")
     run.add_argument("--ttl", type=float, default=10.0, help="lease in seconds, extended while CMD runs (10)")
@@ -241,6 +257,7 @@ def _command(args: argparse.Namespace, sub: argparse.ArgumentParser, cmd: list[s
                     limit=args.limit,
                     owner=args.owner,
                     fence_ttl=args.fence_ttl,
+                    sharing="shared" if args.shared else "exclusive" if args.exclusive else None,
                 )
             )
         except (ValueError, TypeError) as exc:
@@ -280,6 +297,11 @@ def _check_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         if args.wait != 0:
             parser.error("--standby waits with no time limit: leave --wait out")
         args.wait, args.fencing = math.inf, True  # the term is the fencing token
+    shared, exclusive = getattr(args, "shared", False), getattr(args, "exclusive", False)
+    if shared or exclusive:
+        flag = "--shared" if shared else "--exclusive"
+        if args.limit is not None or args.standby or len(args.name) > 1:
+            parser.error(f"{flag} takes one NAME (a read/write lock), without --limit or --standby")
     if args.owner is not None:
         try:
             check_owner(args.owner)

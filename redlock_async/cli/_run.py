@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
+from typing import Literal
 
 from redlock_async import _clock, _reaper
 from redlock_async._names import resource_key
@@ -50,8 +51,10 @@ async def run_command(
     limit: int | None = None,
     owner: str | None = None,
     fence_ttl: float | None = None,
+    sharing: Literal["shared", "exclusive"] | None = None,
 ) -> int:
-    """Hold the lock (every name; or a permit of a semaphore) while *cmd* runs; its exit status,
+    """Hold the lock (every name; or a permit of a semaphore; or, with *sharing*, read/write lock *names[0]*
+    as a reader or its writer) while *cmd* runs; its exit status,
     or EXIT_NOT_ACQUIRED / EXIT_UNAVAILABLE / EXIT_LOST / EXIT_USAGE."""
     loop = asyncio.get_running_loop()
     lost = asyncio.Event()
@@ -71,6 +74,12 @@ async def run_command(
             lock: Lock = redlock.semaphore(held[0][1], limit=limit, on_lost=on_lost, owner=owner)
             what = f"a permit of semaphore '{name}' (limit {limit})"
             short, busy = what, f"every permit of semaphore '{name}' (limit {limit}) is held elsewhere"
+        elif sharing is not None:
+            rw = redlock.rw_lock(held[0][1], fencing=fencing, on_lost=on_lost, owner=owner)
+            lock = rw.read() if sharing == "shared" else rw.write()
+            what = f"read/write lock '{name}' ({sharing})"
+            short = what
+            busy = f"{name} is held elsewhere " + ("by a writer" if sharing == "shared" else "by readers or a writer")
         elif len(held) == 1:
             lock = redlock.lock(held[0][1], fencing=fencing, on_lost=on_lost, owner=owner)
             what, short, busy = f"lock '{name}'", name, f"{name} is held elsewhere"

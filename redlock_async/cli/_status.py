@@ -40,6 +40,12 @@ async def status_command(name: str, nodes: list[str], *, ttl: float = 10.0) -> i
             count = sum(view.holder == found.holder for view in found.nodes)
             who = holder_label(found.holder, found.owner)
             print(f"verdict: held by {who} on {count} of {len(nodes)} nodes (a majority)")
+        elif found.writer is not None and found.writer.state == "held":
+            writer = holder_label(found.writer.holder, found.writer.owner)
+            print(f"verdict: held by the writer {writer} of read/write lock {name}")
+        elif any(reader.state == "held" for reader in found.readers):
+            count = sum(reader.state == "held" for reader in found.readers)
+            print(f"verdict: held by {count} reader{'s' if count > 1 else ''} of read/write lock {name}")
         else:
             print(f"verdict: held (permits of semaphore {name})")
         return EXIT_HELD
@@ -55,7 +61,8 @@ async def status_command(name: str, nodes: list[str], *, ttl: float = 10.0) -> i
 
 
 def print_found(name: str, found: LockInfo) -> None:
-    """The table of *found*: each node's view of lock *name*, then the permits of semaphore *name*."""
+    """The table of *found*: each node's view of lock *name*, then the permits of semaphore *name*, the
+    writer and the readers of read/write lock *name*."""
     n = len(found.nodes)
     print(f"{name} on {n} nodes (a majority is {found.quorum}):")
     _print_nodes(found.nodes)
@@ -70,6 +77,17 @@ def print_found(name: str, found: LockInfo) -> None:
                 print(f"  permit held by {holder_label(permit.holder, permit.owner)} on {count} of {n} nodes{left}")
             else:
                 print("  a permit may be held: too few nodes answered for it")
+    if found.writer is not None or found.readers:
+        reading = sum(reader.state == "held" for reader in found.readers)
+        print(f"read/write lock {name}: {'a writer' if found.writer is not None else 'no writer'}, {reading} readers")
+        roles = [("writer", found.writer)] if found.writer is not None else []
+        for role, one in roles + [("reader", reader) for reader in found.readers]:
+            if one.state == "held":
+                count = sum(view.holder == one.holder for view in one.nodes)
+                left = f", ttl {one.ttl:.1f} s" if one.ttl is not None else ""
+                print(f"  {role} {holder_label(one.holder, one.owner)} on {count} of {n} nodes{left}")
+            else:
+                print(f"  a {role} may hold it: too few nodes answered for it")
 
 
 def _print_nodes(views: Sequence[NodeInfo]) -> None:

@@ -16,9 +16,19 @@ held elsewhere), ``LockLost`` when the lease was lost while the body ran.
 from redlock_async.errors import LockLost, LockNotAcquired, NodesUnavailable, RedlockError
 from redlock_async.sync._client import Election, Redlock
 from redlock_async.sync._lock import Lock
+from redlock_async.sync._rw import ReadWriteLock
 
-__all__ = ["Election", "Lock", "LockLost", "LockNotAcquired", "NodesUnavailable", "Redlock", "RedlockError"]
+__all__ = [
+    "Election",
+    "Lock",
+    "LockLost",
+    "LockNotAcquired",
+    "NodesUnavailable",
+    "ReadWriteLock",
+    "Redlock",
+    "RedlockError",
+]
 
-for _cls in (Election, Lock, Redlock):
+for _cls in (Election, Lock, ReadWriteLock, Redlock):
     _cls.__module__ = __name__
 del _cls

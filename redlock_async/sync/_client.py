@@ -21,10 +21,12 @@ from redlock_async.election import Election as AsyncElection
 from redlock_async.events import OnEvent, as_hook
 from redlock_async.inspection import LockInfo
 from redlock_async.lock import Lock as AsyncLock
+from redlock_async.rwlock import ReadWriteLock as AsyncReadWriteLock
 from redlock_async.statistics import RedlockStatistics
 from redlock_async.sync._hold import Holding
 from redlock_async.sync._lock import Lock
 from redlock_async.sync._runtime import Runtime
+from redlock_async.sync._rw import ReadWriteLock
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +171,36 @@ class Redlock:
             )
 
         return Lock(self._runtime, name, make, interrupt_main=interrupt_main)
+
+    def rw_lock(
+        self,
+        name: str | bytes,
+        *,
+        ttl: float | None = None,
+        acquire_timeout: float | None = None,
+        fencing: bool | None = None,
+        auto_extend: bool | None = None,
+        max_hold: float | None = None,
+        max_extensions: int | None = None,
+        owner: str | None = None,
+        interrupt_main: bool = False,
+    ) -> ReadWriteLock:
+        """A read/write lock on *name* (as the async ``rw_lock()``): ``with rw.read():`` and
+        ``with rw.write():``. (A writer's downgrade is the async API's only.)"""
+
+        def make(twin: AsyncRedlock, timeout: float | None) -> AsyncReadWriteLock:
+            return twin.rw_lock(
+                name,
+                ttl=ttl,
+                acquire_timeout=acquire_timeout if timeout is None else timeout,
+                fencing=fencing,
+                auto_extend=auto_extend,
+                max_hold=max_hold,
+                max_extensions=max_extensions,
+                owner=owner,
+            )
+
+        return ReadWriteLock(self._runtime, name, make, interrupt_main=interrupt_main)
 
     def election(
         self, name: str | bytes, *, owner: str | None = None, ttl: float | None = None, max_hold: float | None = None

@@ -5,7 +5,10 @@ Wrap each critical section in ``history.section(client, lock)``; afterwards
 sections overlapped in time, and any fencing token that went backwards. For a
 semaphore, ``history.check(limit=3)`` raises when more than 3 acquisitions were
 inside at once, and ``history.most_inside()`` says how many were at the
-busiest moment. Times come from ``time.monotonic()``, which is system-wide on
+busiest moment. For a read/write lock, record readers with ``shared=True``:
+readers may overlap each other, never a writer (nor a writer another writer),
+and a reader's fencing token is the last writer's (never below it, always below
+the next one's). Times come from ``time.monotonic()``, which is system-wide on
 Linux, so sections recorded by several processes on one machine can be merged
 and checked.
 """
@@ -40,6 +43,8 @@ class Section:
     fencing_token: int | None
     start: float
     end: float
+    shared: bool = False
+    """A reader's section (a read/write lock's ``read()``): it may overlap other shared sections."""
 
 
 class History:
@@ -49,39 +54,52 @@ class History:
         self.sections: list[Section] = []
 
     @contextlib.contextmanager
-    def section(self, client: str, lock: Holder) -> Iterator[None]:
+    def section(self, client: str, lock: Holder, *, shared: bool = False) -> Iterator[None]:
         """Record the block as a critical section of *client* holding *lock* (enter it once acquired).
 
         *lock* may be a Lock, a ``lock_many`` Lock or a Semaphore (its permit's token), or any
         :class:`Holder` (its ``token`` tells acquisitions apart; its ``fencing_token`` is checked).
+        *shared*: a reader of a read/write lock (``rw.read()``), which may overlap other readers.
         """
         token, fencing_token = lock.token or "?", lock.fencing_token
         start = time.monotonic()
         try:
             yield
         finally:
-            self.sections.append(Section(client, token, fencing_token, start, time.monotonic()))
+            self.sections.append(Section(client, token, fencing_token, start, time.monotonic(), shared))
 
     def overlaps(self) -> list[tuple[Section, Section]]:
-        """Pairs of sections of different acquisitions that were open at the same time."""
+        """Pairs of sections of different acquisitions that were open at the same time (two shared
+        sections excepted: readers)."""
         found: list[tuple[Section, Section]] = []
         latest: Section | None = None  # the section that ends last among those seen
+        exclusive: Section | None = None  # the same among the sections not shared
         for section in sorted(self.sections, key=lambda s: s.start):
-            if latest is not None and section.start < latest.end and section.token != latest.token:
-                found.append((latest, section))
+            # Any section open at this start: the latest-ending one is. A shared section clashes only
+            # with an exclusive one open then: the latest-ending exclusive one is, if any is.
+            other = exclusive if section.shared else latest
+            if other is not None and section.start < other.end and section.token != other.token:
+                found.append((other, section))
             if latest is None or section.end > latest.end:
                 latest = section
+            if not section.shared and (exclusive is None or section.end > exclusive.end):
+                exclusive = section
         return found
 
     def fencing_regressions(self) -> list[tuple[Section, Section]]:
-        """Consecutive sections (in time) whose fencing token did not grow."""
+        """Consecutive sections (in time) whose fencing token did not grow (a shared section's may
+        equal the one before: readers see the last writer's token)."""
         fenced = sorted((s for s in self.sections if s.fencing_token is not None), key=lambda s: s.start)
         return [
             (before, after)
             for before, after in itertools.pairwise(fenced)
             if after.fencing_token is not None
             and before.fencing_token is not None
-            and after.fencing_token <= before.fencing_token
+            and (
+                after.fencing_token < before.fencing_token
+                if after.shared
+                else after.fencing_token <= before.fencing_token
+            )
         ]
 
     def crowds(self) -> Iterator[tuple[float, tuple[Section, ...]]]:
@@ -130,7 +148,8 @@ class History:
         """Raise AssertionError describing every safety violation, if any.
 
         With *limit* 1 (a lock, the default): every overlap of two
-        acquisitions, and every fencing token that went backwards. With
+        acquisitions (but of two shared sections: readers), and every fencing
+        token that went backwards. With
         *limit* > 1 (a semaphore of that limit): every moment more than
         *limit* acquisitions were inside at once (sections of one token count
         once); fencing tokens are not checked then, since holders at once
