@@ -1,58 +1,36 @@
-"""The grant queue (``Redlock(queue=True)``): the nodes hand a released key to the next waiter.
+"""The grant queue (the default hand-off): the nodes hand a released key to the next waiter.
 
-Without it, a release publishes a word, the woken waiter sends its own SETs, and
-the lock changes hands in two round trips. With it, each node keeps the key's
-waiters in line (``QUEUE_ENTER``), and the release script (``QUEUE_LEAVE``) sets
-the key to the first live waiter's token right where it deletes the old one,
-then publishes a grant word naming that waiter (by digest) with the node's time
-of the grant. The waiter holds the key on that node without sending anything:
-once a majority granted it, it holds the lock.
+Each node keeps the key's waiters in line (``QUEUE_ENTER``), and the release script (``QUEUE_LEAVE``)
+sets the key to the first live waiter's token right where it deletes the old one, then publishes a
+grant word naming that waiter (by digest) with the node's time of the grant. The waiter holds the key
+on that node without sending anything: once a majority granted it, it holds the lock (one round trip
+from the release, in any process; release words and the waiter's own SETs take two).
 
-**Validity of a grant heard as a word.** The waiter did not send the request
-that set the key, so it has no send time to count from. It has the node's
-clock instead: every reply to its own scripts carries the node's time, so a
-reply to a request sent at local time *L*, run at node time *N*, and a grant
-at node time *G* > *N* say the key was set at least ``G - N`` node seconds
-after *L*, and expires ``ttl`` node seconds after that. Node seconds may pass
-up to ``drift_factor`` faster than ours: the key may first expire at
-``L + (G - N + ttl) * (1 - drift_factor) - CLOCK_PRECISION`` on our clock
-(:func:`_algorithm.held_until`), the formula of every Redlock validity. The lock
-is held until the latest such time that a majority of nodes reach.
+**Validity of a grant heard as a word**: counted from the node's clock, which every reply carries
+(:func:`_algorithm.held_until`; docs/algorithm.md, "The grant queue").
 
-**Stale words.** A word may arrive late, after the grant it tells of was given
-back. Each reply says whether the key holds our token at that node time, and
-words of grants older than the latest reply's node time are ignored; words
-heard while our own script is on the wire wait for its reply. After a failed
-request (the connection dropped: did it run?) no word from that node counts
-until a reply says where things stand.
+**Stale words.** A word may arrive after the grant it tells of was given back: words of grants older
+than the latest reply's node time are ignored, words heard while our own script is on the wire wait
+for its reply, and after a failed request no word from that node counts until a reply says where
+things stand.
 
-**Order and splits.** Every node orders waiters by a score the waiter chose
-once (its wall-clock start), so every node serves the same waiter first. A
-waiter that holds some nodes but no majority for a grace of a few round trips
-gives those back and stays in line (``QUEUE_STAY``): they go to
-the first waiter, which may be itself. A waiter that quits (acquired elsewhere,
-timed out, cancelled) leaves every node's line at once, handing on any key a
-node granted it meanwhile; one that dies leaves entries that expire unless
-entered again (every retry delay).
+**Order and splits.** Every node orders waiters by a score the waiter chose once (its wall-clock
+start), so every node serves the same waiter first. A waiter that holds some nodes but no majority
+for a grace of a few round trips gives those back and stays in line (``QUEUE_STAY``). A waiter that
+quits leaves every node's line at once, handing on any key a node granted it meanwhile; one that
+dies leaves entries that expire unless entered again (every retry delay).
 
-**Fenced claims** (``fencing=True``). Every script that sets the key to a waiter's token reads the
-name's fencing counter in the same step (the grant's word carries it as ``:<counter>``, a reply as its
-fourth element); the claim keeps per node the largest counter read while the node held the key for it,
-forgotten with the node's holding. Once a majority holds, it chooses one more than their largest and
-raises a majority's counters to it (``QUEUE_FENCE``) before it counts (docs/fencing.md, "Fenced grants
-from the queue").
+**Fenced claims**: every grant reads the fencing counter in the same step; a majority's counters are
+raised (``QUEUE_FENCE``) before the claim counts (docs/fencing.md, "Fenced grants from the queue").
 
-**Scripts the server lost.** After a ``SCRIPT FLUSH`` each of these EVALSHAs is
-answered NOSCRIPT and sent again as EVAL, behind whatever went on the wire
-meanwhile (``Script.creates``). A leave always is: it only takes away what is
-its token's, so running late does no harm, while not running would keep a
-departed waiter in line for the next release to hand the key to (for a whole
-ttl). An entry or a give-back puts the token in line or on the key: behind a
-later command on its key (its own leave, say) it is not sent again but fails,
-and the waiter's next entry says where things stand.
+**Permits** (``_queue_permit``): a semaphore's line; a node grants a slot, held once a majority holds
+the same one.
 
-The queue keys of a lock key are the lock key followed by ``\\x00queue`` and
-``\\x00waits``; they expire once no waiter entered them for an entry's life.
+**Scripts the server lost**: a leave is always sent again after NOSCRIPT, an entry or a give-back
+not behind a later command on its key (``Script.creates``).
+
+The queue keys of a lock key are the lock key followed by ``\\x00queue`` and ``\\x00waits``; they
+expire once no waiter entered them for an entry's life.
 """
 
 from __future__ import annotations
@@ -67,7 +45,18 @@ from collections.abc import Callable, Sequence
 from redlock_async import _algorithm, _clock
 from redlock_async._fanout import sitting_out, timed_out
 from redlock_async._node import Node
-from redlock_async._scripts import FENCED_BY, QUEUE_ENTER, QUEUE_FENCE, QUEUE_LEAVE, QUEUE_LEAVE_ALL, QUEUE_STAY
+from redlock_async._queue_permit import Permits
+from redlock_async._scripts import (
+    FENCED_BY,
+    PERMIT_ENTER,
+    PERMIT_LEAVE,
+    PERMIT_STAY,
+    QUEUE_ENTER,
+    QUEUE_FENCE,
+    QUEUE_LEAVE,
+    QUEUE_LEAVE_ALL,
+    QUEUE_STAY,
+)
 from redlock_async._settings import Settings
 from redlock_async._wire import IGNORED, Failure, Receiver, Reply, pack_script
 
@@ -201,7 +190,9 @@ class Claim:
     The waiter's token is fixed for the whole acquire: every grant names it. *fence_key*, the name's
     fencing counter, goes with every script (a grant to a fenced waiter reads it); a fenced claim
     (``settings.fencing``) keeps each node's counter beside the grant it came with, and counts only
-    once a fence round raised the counters of a majority (:meth:`fence`; docs/fencing.md).
+    once a fence round raised the counters of a majority (:meth:`fence`; docs/fencing.md). With
+    *permits*, the claim is a semaphore waiter's: its line is the semaphore's, and what a node grants
+    is a slot (:attr:`slots`; ``_queue_permit``).
     """
 
     def __init__(
@@ -214,11 +205,13 @@ class Claim:
         *,
         score: bytes | None = None,
         bell: Bell | None = None,
+        permits: Permits | None = None,
     ) -> None:
         self.nodes = nodes
         self.token = token
-        self.keys = queue_keys(key, fence_key)
-        self.fenced = settings.fencing and fence_key is not None
+        self.permits = permits
+        self.keys: tuple[bytes, ...] = queue_keys(key, fence_key) if permits is None else permits.keys
+        self.fenced = settings.fencing and fence_key is not None and permits is None
         self._fence_key = fence_key or b""
         self._fence_ttl = settings.fence_ttl_ms
         self._ttl = settings.ttl_ms / 1000
@@ -237,6 +230,10 @@ class Claim:
         self.counters: list[int | None] = [None] * n
         """Per node (a fenced claim): the largest fencing counter read there while the key held our token,
         since the node last stopped holding it for us (with fence_ttl, at least the node's clock then)."""
+        self.slots: list[int | None] = [None] * n
+        """Per node (a permit claim): the slot it holds for us (None: none, or we cannot tell)."""
+        self.refused = 0
+        """A permit claim: the limit a node said a slot is held under, when not ours (0: none said so)."""
         self.fenced_to = [0] * n
         """Per node (a fenced claim): the fencing token our fence round raised its counter to, while the
         key held our token (0: none since the node last stopped holding it for us)."""
@@ -264,13 +261,21 @@ class Claim:
 
     def enter(self) -> None:
         """Join (or stay in) every node's line; a node whose key is free grants it to its first waiter."""
-        self._send(range(len(self.nodes)), QUEUE_ENTER, (self.token, self._ttl_ms, self._score, self._life_ms))
+        args = (self.token, self._ttl_ms, self._score, self._life_ms)
+        if (permits := self.permits) is not None:
+            self._send(range(len(self.nodes)), PERMIT_ENTER, (*args, permits.limit, permits.prefix))
+            return
+        self._send(range(len(self.nodes)), QUEUE_ENTER, args)
 
     def give_back(self, nodes: Sequence[int]) -> None:
         """Give back what *nodes* granted us, and stay in their lines (a split: no majority came)."""
         for i in nodes:
             self._drop(i)
-        self._send(nodes, QUEUE_STAY, (self.token, self._score, self._life_ms, self._ttl_ms))
+        args = (self.token, self._score, self._life_ms, self._ttl_ms)
+        if (permits := self.permits) is not None:
+            self._send(nodes, PERMIT_STAY, (*args, permits.limit, permits.prefix))
+            return
+        self._send(nodes, QUEUE_STAY, args)
 
     def leave(self) -> None:
         """Leave every node's line; a key granted to us goes to the next waiter (synchronous: survives
@@ -278,6 +283,9 @@ class Claim:
         self.left = True
         self.ends = [-math.inf] * len(self.nodes)
         self.fenced_to = [0] * len(self.nodes)
+        if (permits := self.permits) is not None:
+            self._send(range(len(self.nodes)), PERMIT_LEAVE, (self.token, permits.prefix))
+            return
         self._send(range(len(self.nodes)), QUEUE_LEAVE, (self.token,))
 
     def fence(self, held: Sequence[int]) -> int:
@@ -305,7 +313,7 @@ class Claim:
         keys: tuple[bytes, ...] | None = None,
         answer: Callable[[int, float, Reply], None] | None = None,
     ) -> None:
-        assert script is QUEUE_ENTER or script is QUEUE_LEAVE or script is QUEUE_STAY or script is QUEUE_FENCE
+        assert script in (QUEUE_ENTER, QUEUE_LEAVE, QUEUE_STAY, QUEUE_FENCE, PERMIT_ENTER, PERMIT_LEAVE, PERMIT_STAY)
         keys = self.keys if keys is None else keys
         packed = pack_script(script, keys, args)
         fallback = (script, keys, args)
@@ -331,11 +339,15 @@ class Claim:
             self._ref[i] = None
         else:
             node_us, pttl = int(reply[1]), reply[2]
+            if isinstance(reply[0], int) and reply[0] < 0:
+                self.refused = -reply[0]  # PERMIT_ENTER: a slot is held under another limit
             self._ref[i] = (sent, node_us)
             self._floor[i] = node_us
             if self._busy[i]:
                 pass  # a later script of ours is on the wire (a give-back?): its reply says where things stand
             elif isinstance(pttl, int) and pttl > 0:
+                if self.permits is not None:
+                    self.slots[i] = int(reply[3])  # the slot it holds for us
                 if self.fenced:
                     # Read while the key held our token: every grant before ours there had ended.
                     self._count(i, reply[3] if len(reply) > 3 else None, node_us)
@@ -379,7 +391,11 @@ class Claim:
         ref = self._ref[i]
         if ref is None or grant_us <= self._floor[i] or self.left:
             return False  # stale: a grant from before what the node's latest reply told us
-        if self.fenced:
+        if self.permits is not None:
+            if counter is None:
+                return False  # no slot named: the next entry's reply says where things stand
+            self.slots[i] = counter  # a permit's grant word names the slot where a lock's names the counter
+        elif self.fenced:
             if counter is None:
                 return False  # no counter with it: the next entry's reply says where things stand
             self._count(i, counter, grant_us)
@@ -404,7 +420,7 @@ class Claim:
     def _drop(self, i: int) -> None:
         """Node *i* no longer holds the key for us (or we cannot tell): what we knew of it goes."""
         self.ends[i], self.since[i] = -math.inf, math.inf
-        self.counters[i], self.fenced_to[i] = None, 0
+        self.counters[i], self.fenced_to[i], self.slots[i] = None, 0, None
 
     def _wake_for_grant(self) -> None:
         """Wake the waiter if what changed may decide: every script answered, a majority holds, or (eager)
@@ -443,6 +459,18 @@ class Claim:
     def held(self, now: float) -> list[int]:
         """The nodes whose key holds our token for sure at *now*, and count (not sitting out)."""
         return [i for i, end in enumerate(self.ends) if end > now and sitting_out(self.nodes[i]) is None]
+
+    def best_slot(self, now: float) -> tuple[int | None, list[int]]:
+        """A permit claim: the slot that the most nodes of :meth:`held` hold for us, and those nodes (a
+        permit is held once they are a majority: two holders of one slot would be two of one lock)."""
+        by_slot: dict[int, list[int]] = {}
+        for i in self.held(now):
+            if (slot := self.slots[i]) is not None:
+                by_slot.setdefault(slot, []).append(i)
+        if not by_slot:
+            return None, []
+        slot = max(by_slot, key=lambda s: len(by_slot[s]))
+        return slot, by_slot[slot]
 
     def votes(self, now: float, waited: float) -> tuple[list[_algorithm.Vote], list[str]]:
         """Each node's standing at *now*, as votes (with details) for ``Lock.outcomes`` and errors: yes

@@ -42,10 +42,14 @@ class Won:
     """Until when a majority of *holders* hold every name for sure."""
     fencing_tokens: tuple[int, ...] | None
     """Each name's fencing token (fenced claims), in the claims' order."""
+    slot: int | None = None
+    """A permit claim: the slot a majority holds for us."""
 
 
 def holding(claims: Sequence[Claim], now: float) -> list[int]:
-    """The nodes that hold every claim's key for us at *now*, and count."""
+    """The nodes that hold every claim's key for us at *now*, and count (a permit claim: one slot)."""
+    if claims[0].permits is not None:
+        return claims[0].best_slot(now)[1]
     held = claims[0].held(now)
     for claim in claims[1:]:
         theirs = set(claim.held(now))
@@ -108,7 +112,7 @@ async def claimed(
         held = holding(claims, now)
         if len(held) >= need and (end := until(claims, held)) > now:
             if not first.fenced:
-                return Won(held, now, end, None)
+                return Won(held, now, end, None, first.best_slot(now)[0] if first.permits is not None else None)
             # Fenced: a majority must raise each name's counter to its token while the keys are ours first.
             chosen = [claim.fence(held) for claim in claims]
             deadline = now + grace

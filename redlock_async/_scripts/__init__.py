@@ -5,8 +5,8 @@ only ever delete or extend its own lease, never another holder's.
 
 The sources live by primitive (``_lock``: release and extension of one key;
 ``_fencing``; ``_many``: lock_many; ``_semaphore``; ``_queue``: the grant
-queue; ``_queue_many``: its leave for lock_many; ``_rw``: the read/write
-lock), each with its KEYS / ARGV / returns header. This module is the one
+queue; ``_queue_many``: its leave for lock_many; ``_queue_permit``: its
+semaphore lines; ``_rw``: the read/write lock), each with its KEYS / ARGV / returns header. This module is the one
 place that makes them scripts: which of them can create (see
 :attr:`Script.creates`), and which a node loads on every new connection.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from redlock_async._scripts import _fencing, _lock, _many, _queue, _queue_many, _rw, _semaphore
+from redlock_async._scripts import _fencing, _lock, _many, _queue, _queue_many, _queue_permit, _rw, _semaphore
 from redlock_async._scripts._fencing import FENCED_BY
 from redlock_async._scripts._rw import READERS_HOLD, WRITER_HOLDS, WRITER_WAITS
 
@@ -33,6 +33,9 @@ __all__ = [
     "FENCE_ALL",
     "HANDED_RELEASE",
     "KEEP_LIMIT",
+    "PERMIT_ENTER",
+    "PERMIT_LEAVE",
+    "PERMIT_STAY",
     "QUEUE_ENTER",
     "QUEUE_FENCE",
     "QUEUE_LEAVE",
@@ -100,6 +103,9 @@ QUEUE_LEAVE = Script(_queue.QUEUE_LEAVE)
 QUEUE_STAY = Script(_queue.QUEUE_STAY, creates=True)
 QUEUE_FENCE = Script(_queue.QUEUE_FENCE)
 QUEUE_LEAVE_ALL = Script(_queue_many.QUEUE_LEAVE_ALL)
+PERMIT_ENTER = Script(_queue_permit.PERMIT_ENTER, creates=True)
+PERMIT_LEAVE = Script(_queue_permit.PERMIT_LEAVE)
+PERMIT_STAY = Script(_queue_permit.PERMIT_STAY, creates=True)
 
 # The read/write lock (its readers and writer extend and release with RELEASE, EXTEND, EXTEND_MANY, FENCE).
 RW_READ = Script(_rw.RW_READ, creates=True)
@@ -114,6 +120,9 @@ SCRIPTS = (
     QUEUE_STAY,
     QUEUE_FENCE,
     QUEUE_LEAVE_ALL,
+    PERMIT_ENTER,
+    PERMIT_LEAVE,
+    PERMIT_STAY,
     HANDED_RELEASE,
     RELEASE,
     EXTEND,

@@ -1,0 +1,199 @@
+"""Lua of the grant queue for semaphores: one line per semaphore name, a release grants its slot.
+
+A semaphore's waiters wait in one line per name (its base key followed by ``\\x00queue`` and
+``\\x00waits``, as a lock key's line), ordered by the score each waiter chose once. A permit's
+release (or a waiter's give-back) hands its slot straight to the first live waiter: the slot key is
+set to that waiter's token, and a grant word ``g<sha1 of the token>:<node time, us>:<slot>`` is
+published on the semaphore's channel (its base key). A free slot found by an entry goes to the
+first waiter the same way. Every token starts with its limit (``"<limit>:..."``): a slot held under
+another limit refuses the entry, as ``ACQUIRE_PERMIT`` does. Every write keeps the widest-limit key
+alive a lease longer than the permits it saw granted (``ACQUIRE_PERMIT``'s rule).
+"""
+
+from __future__ import annotations
+
+from redlock_async._scripts._queue import NOW
+
+GRANT_PERMIT = b"""
+-- KEYS[1] the semaphore's base key (and channel), KEYS[2] its line, KEYS[3] its waits, KEYS[4] its
+-- widest-limit key; the slots' key prefix is passed in.
+local function keep_widest(ttl)
+    local keep = 2 * tonumber(ttl)
+    if redis.call('PTTL', KEYS[4]) < keep then
+        redis.call('PEXPIRE', KEYS[4], keep)
+    end
+end
+
+-- SET slot j to the first live waiter (expired entries are dropped) and publish the grant on the
+-- semaphore's channel: g<sha1 of its token>:<node time of the grant, us>:<j>; returns its token, or
+-- nil when no one waits.
+local function grant_permit(prefix, j)
+    while true do
+        local head = redis.call('ZPOPMIN', KEYS[2])[1]
+        if not head then
+            return nil
+        end
+        local entry = redis.call('HGET', KEYS[3], head)
+        redis.call('HDEL', KEYS[3], head)
+        if entry then
+            local space = string.find(entry, ' ', 1, true)
+            if tonumber(string.sub(entry, 1, space - 1)) > now_us() / 1000 then
+                local ttl = string.sub(entry, space + 1)
+                redis.call('SET', prefix .. j, head, 'PX', ttl)
+                keep_widest(ttl)
+                local word = 'g' .. redis.sha1hex(head) .. ':' .. string.format('%.0f', now_us()) .. ':' .. j
+                redis.call('PUBLISH', KEYS[1], word)
+                return head
+            end
+        end
+    end
+end
+
+-- The slots (below the widest limit in use) that hold *token*.
+local function slots_of(prefix, token)
+    local mine = {}
+    local widest = tonumber(redis.call('GET', KEYS[4]) or '0')
+    for j = 0, widest - 1 do
+        if redis.call('GET', prefix .. j) == token then
+            mine[#mine + 1] = j
+        end
+    end
+    return mine
+end
+
+-- Hand slot j, which held *token*, to the first live waiter; with none, free it and publish the
+-- release word (waiters without the queue hear it). Returns the waiter's token, or nil.
+local function hand_on(prefix, j, token)
+    local head = grant_permit(prefix, j)
+    if not head then
+        redis.call('DEL', prefix .. j)
+        redis.call('PUBLISH', KEYS[1], redis.sha1hex(token))
+    end
+    return head
+end
+"""
+
+PERMIT_ENTER = (
+    b"""
+-- A semaphore waiter joins (or stays in) the line; free slots go to the first live waiters now.
+-- KEYS[1]  the semaphore's base key (and channel)
+-- KEYS[2]  its line: a sorted set of waiting tokens
+-- KEYS[3]  its waits: token -> "<entry expiry, node ms> <ttl ms>"
+-- KEYS[4]  its widest-limit key
+-- ARGV[1]  the waiter's token ("<limit>:<random>")
+-- ARGV[2]  the ttl it wants, integer milliseconds
+-- ARGV[3]  its score (the same on every node: its place in line)
+-- ARGV[4]  how long the entry lives unless entered again, integer milliseconds
+-- ARGV[5]  the limit this client uses
+-- ARGV[6]  the slots' key prefix (slot j is this followed by j)
+-- returns  {1 a slot holds the token now / 0 queued / -L a slot is held under limit L (nothing
+--          written), the node's time in us, that slot's pttl in ms (else 0), the slot (else -1)}
+"""
+    + NOW
+    + GRANT_PERMIT
+    + b"""
+local time = string.format('%.0f', now_us())
+local limit = tonumber(ARGV[5])
+local prefix = ARGV[6]
+local widest = tonumber(redis.call('GET', KEYS[4]) or '0')
+local free = {}
+for j = 0, math.max(widest, limit) - 1 do
+    local held = redis.call('GET', prefix .. j)
+    if held == ARGV[1] then
+        return {1, time, redis.call('PTTL', prefix .. j), j}
+    elseif held then
+        local other = tonumber(string.match(held, '^(%d+):'))
+        if other ~= limit then
+            return {-other, time, 0, -1}
+        end
+    elseif j < limit then
+        free[#free + 1] = j
+    end
+end
+if limit > widest then
+    redis.call('SET', KEYS[4], ARGV[5], 'KEEPTTL')  -- (the expiry that other permits set stays)
+end
+keep_widest(ARGV[2])
+if free[1] and redis.call('EXISTS', KEYS[2]) == 0 then  -- a free slot, and no one in line: ours
+    redis.call('SET', prefix .. free[1], ARGV[1], 'PX', ARGV[2])
+    return {1, time, tonumber(ARGV[2]), free[1]}
+end
+local life = tonumber(ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f', math.floor(now_us() / 1000) + life) .. ' ' .. ARGV[2])
+if redis.call('PTTL', KEYS[2]) < life then  -- the line outlives its entries (set once per life)
+    redis.call('PEXPIRE', KEYS[2], 2 * life)
+    redis.call('PEXPIRE', KEYS[3], 2 * life)
+end
+for _, j in ipairs(free) do  -- free slots go to the first in line (which may be us)
+    local head = grant_permit(prefix, j)
+    if not head then
+        break
+    elseif head == ARGV[1] then
+        return {1, time, tonumber(ARGV[2]), j}
+    end
+end
+return {0, time, 0, -1}
+"""
+)
+
+PERMIT_LEAVE = (
+    b"""
+-- A semaphore waiter or holder leaves the line: its entry goes, and every slot that holds its token
+-- goes straight to the next live waiter (or, with none, is deleted and the release word published).
+-- It only ever takes away what is its token's: run late, it does what a release of a departed
+-- holder does, so it is always sent again.
+-- KEYS[1..4]  as PERMIT_ENTER's
+-- ARGV[1]     the token
+-- ARGV[2]     the slots' key prefix
+-- returns     1 a slot held the token; 0 none did (as RELEASE)
+"""
+    + NOW
+    + GRANT_PERMIT
+    + b"""
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+    redis.call('HDEL', KEYS[3], ARGV[1])
+end
+local mine = slots_of(ARGV[2], ARGV[1])
+for _, j in ipairs(mine) do
+    hand_on(ARGV[2], j, ARGV[1])
+end
+return mine[1] and 1 or 0
+"""
+)
+
+PERMIT_STAY = (
+    b"""
+-- A semaphore waiter gives back what this node granted it (a split: no majority on one slot) and
+-- keeps (or puts back) its entry: each slot that holds its token goes to the first live waiter, which
+-- may be itself again. It can put its token back in line and on a slot, so it is never run after a
+-- later command on the key (its own leave would then be undone): not sent again then.
+-- KEYS[1..4]  as PERMIT_ENTER's
+-- ARGV[1]     the token
+-- ARGV[2]     its score, ARGV[3] the entry's life, ARGV[4] its ttl (as for PERMIT_ENTER)
+-- ARGV[5]     the limit (unused: the entry's ARGV layout), ARGV[6] the slots' key prefix
+-- returns     {1 a slot held the token / 0 none did, the node's time in us, the pttl of the slot
+--             given back to us (first in line) else 0, that slot else -1}
+"""
+    + NOW
+    + GRANT_PERMIT
+    + b"""
+if not redis.call('HGET', KEYS[3], ARGV[1]) then
+    local expiry = math.floor(now_us() / 1000) + tonumber(ARGV[3])
+    redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f', expiry) .. ' ' .. ARGV[4])
+end
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+local mine = slots_of(ARGV[6], ARGV[1])
+local again = -1
+for _, j in ipairs(mine) do
+    if hand_on(ARGV[6], j, ARGV[1]) == ARGV[1] and again < 0 then
+        again = j
+    end
+end
+local time = string.format('%.0f', now_us())
+if again >= 0 then
+    return {1, time, tonumber(ARGV[4]), again}
+end
+return {mine[1] and 1 or 0, time, 0, -1}
+"""
+)

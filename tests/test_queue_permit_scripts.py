@@ -1,0 +1,162 @@
+"""The semaphore's grant-queue scripts (redlock_async/_scripts/_queue_permit.py), run directly on a real node.
+
+Each test states one clause of a script's contract: a free slot is taken at once while no one is in
+line; a full semaphore puts the waiter in line; a release hands its slot to the first live waiter
+(set to its token, published on the semaphore's channel with the slot); a leave takes its token out
+of the line and off every slot; a give-back puts the waiter back at its score and re-grants to the
+first in line; a slot held under another limit refuses the entry and writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+
+from redlock_async._names import semaphore_keys
+from redlock_async._scripts import PERMIT_ENTER, PERMIT_LEAVE, PERMIT_STAY, Script
+
+from .conftest import Cluster, Node
+
+BASE, PREFIX, WIDEST = semaphore_keys("redlock:", "pool")
+LINE, WAITS = BASE + b"\x00queue", BASE + b"\x00waits"
+KEYS = (BASE, LINE, WAITS, WIDEST)
+LIFE = 5_000
+
+
+def run(node: Node, script: Script, *args: bytes | int) -> Any:
+    return node.command("EVAL", script.source, len(KEYS), *KEYS, *args)
+
+
+def enter(node: Node, token: bytes, score: int, *, limit: int = 2, ttl: int = 10_000) -> Any:
+    return run(node, PERMIT_ENTER, token, ttl, score, LIFE, limit, PREFIX)
+
+
+def leave(node: Node, token: bytes) -> Any:
+    return run(node, PERMIT_LEAVE, token, PREFIX)
+
+
+def stay(node: Node, token: bytes, score: int, *, limit: int = 2, ttl: int = 10_000) -> Any:
+    return run(node, PERMIT_STAY, token, score, LIFE, ttl, limit, PREFIX)
+
+
+def slot(node: Node, j: int) -> Any:
+    return node.command("GET", PREFIX + b"%d" % j)
+
+
+@contextlib.contextmanager
+def listening(node: Any) -> Iterator[Any]:
+    client = redis.Redis.from_url(node.url)
+    pubsub = client.pubsub()  # type: ignore[no-untyped-call]
+    pubsub.subscribe(BASE)
+    assert pubsub.get_message(timeout=1)["type"] == "subscribe"
+    try:
+        yield pubsub
+    finally:
+        pubsub.close()
+        client.close()
+
+
+def heard(pubsub: Any) -> list[bytes]:
+    words = []
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        message = pubsub.get_message(timeout=0.05)
+        if message is not None and message["type"] == "message":
+            words.append(message["data"])
+        elif words:
+            break
+    return words
+
+
+def test_free_slots_are_taken_at_once_then_the_waiter_queues(cluster: Cluster) -> None:
+    node = cluster[0]
+    first = enter(node, b"2:a", 1)
+    assert first[0] == 1
+    assert first[3] == 0
+    assert int(first[2]) == 10_000
+    assert enter(node, b"2:b", 2)[0:1] == [1]
+    assert slot(node, 1) == b"2:b"
+    full = enter(node, b"2:c", 3)
+    assert full[0] == 0
+    assert full[3] == -1
+    assert node.command("ZRANGE", LINE, 0, -1) == [b"2:c"]
+    # Entering again while holding says which slot it holds, with its pttl.
+    again = enter(node, b"2:a", 1)
+    assert again[0] == 1
+    assert again[3] == 0
+    assert 0 < int(again[2]) <= 10_000
+    assert int(node.command("PTTL", WIDEST)) > 10_000  # type: ignore[call-overload]  # outlives the permits
+
+
+def test_a_release_hands_its_slot_to_the_first_live_waiter(cluster: Cluster) -> None:
+    node = cluster[0]
+    enter(node, b"2:a", 1)
+    enter(node, b"2:b", 2)
+    enter(node, b"2:late", 9)
+    enter(node, b"2:early", 3)
+    with listening(node) as pubsub:
+        assert leave(node, b"2:a") == 1
+        words = heard(pubsub)
+    assert slot(node, 0) == b"2:early"  # by score, not by arrival
+    assert len(words) == 1
+    digest, node_us, granted = words[0][1:].split(b":")
+    assert words[0][:1] == b"g"
+    assert len(digest) == 40
+    assert int(node_us) > 0
+    assert granted == b"0"
+    assert node.command("ZRANGE", LINE, 0, -1) == [b"2:late"]
+    # A waiter's entry that expired is skipped: its slot goes on, or is freed with the release word.
+    node.command("HSET", WAITS, b"2:late", b"1 10000")
+    with listening(node) as pubsub:
+        assert leave(node, b"2:b") == 1
+        words = heard(pubsub)
+    assert slot(node, 1) is None
+    assert len(words) == 1
+    assert words[0][:1] != b"g"
+
+
+def test_a_leave_takes_the_token_out_of_the_line_and_off_every_slot(cluster: Cluster) -> None:
+    node = cluster[0]
+    enter(node, b"2:a", 1)
+    enter(node, b"2:b", 2)
+    enter(node, b"2:c", 3)
+    assert leave(node, b"2:c") == 0  # only in line
+    assert node.command("EXISTS", LINE) == 0
+    # A token that holds two slots on this node (granted one, regained another) frees both.
+    node.command("SET", PREFIX + b"1", b"2:a", "PX", 10_000)
+    assert leave(node, b"2:a") == 1
+    assert slot(node, 0) is None
+    assert slot(node, 1) is None
+    assert leave(node, b"2:a") == 0  # run late: nothing of it is left, nothing else is touched
+
+
+def test_a_give_back_regrants_to_the_first_in_line(cluster: Cluster) -> None:
+    node = cluster[0]
+    enter(node, b"2:a", 1)
+    enter(node, b"2:b", 2)
+    enter(node, b"2:w", 5)
+    # First in line: given back to itself at once.
+    back = stay(node, b"2:a", 1)
+    assert back[0] == 1
+    assert back[3] == 0
+    assert slot(node, 0) == b"2:a"
+    assert node.command("ZRANGE", LINE, 0, -1) == [b"2:w"]
+    # Not first: the first waiter gets the slot, and the giver is back in line at its score.
+    back = stay(node, b"2:b", 7)
+    assert back[0] == 1
+    assert back[3] == -1
+    assert slot(node, 1) == b"2:w"
+    assert node.command("ZRANGE", LINE, 0, -1) == [b"2:b"]
+
+
+def test_another_limit_refuses_the_entry_and_writes_nothing(cluster: Cluster) -> None:
+    node = cluster[0]
+    enter(node, b"2:a", 1)
+    before = sorted(node.command("KEYS", "*"))  # type: ignore[call-overload]
+    refused = enter(node, b"3:x", 2, limit=3)
+    assert refused[0] == -2
+    assert sorted(node.command("KEYS", "*")) == before  # type: ignore[call-overload]
