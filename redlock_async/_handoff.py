@@ -8,7 +8,7 @@ connects, reconnects, non-blocking sends): ``SUBSCRIBE`` answers with one
 confirmation, and pub/sub messages are handed to the listener. After a
 reconnect, the node re-subscribes to every channel still wanted.
 
-Waiters of a channel queue in order, in a :class:`~redlock_async._line.Line`. A
+Waiters of a channel wait in order, in a :class:`~redlock_async._line.Line`. A
 release heard from a majority wakes only the oldest waiter, and further
 messages for that channel (the same release, published by the other nodes)
 are ignored until it has tried: no stampede, and no split votes between
@@ -60,7 +60,7 @@ release, ahead of any other client's, so without this bound a busy process would
 
 
 @dataclass
-class _Queue:
+class _Channel:
     """The waiters of one key, shared by every Redlock of this event loop on the same nodes."""
 
     line: Line = field(default_factory=Line)  # in ticket order; a release wakes the oldest
@@ -76,10 +76,10 @@ class _Queue:
     yielding: bool = False  # a release was left to other processes' waiters (_yield): ours wait the grace
 
 
-# One queue per (event loop, nodes, key): two Redlocks of one process on the
+# One _Channel per (event loop, nodes, key): two Redlocks of one process on the
 # same nodes share their waiters' order, so a release wakes one waiter, not one
 # per Redlock racing each other (the same one would win every time).
-_queues: dict[tuple[asyncio.AbstractEventLoop, tuple[str, ...], bytes], _Queue] = {}
+_channels: dict[tuple[asyncio.AbstractEventLoop, tuple[str, ...], bytes], _Channel] = {}
 
 
 def vote_of_subscribe(reply: Reply) -> Vote:
@@ -93,7 +93,7 @@ class Listener:
 
     def __init__(self, node_timeout: float, scope: tuple[str, ...]) -> None:
         self._node_timeout = node_timeout
-        self._scope = scope  # the nodes, sorted: Redlocks on the same nodes share queues
+        self._scope = scope  # the nodes, sorted: Redlocks on the same nodes share their waiters' lines
         self.nodes: Sequence[Node] = ()
         self._subscribed: dict[bytes, int] = {}  # channel -> this Redlock's waiters on it
         # channel -> released token -> nodes that announced it: a waiter is woken
@@ -103,9 +103,9 @@ class Listener:
         self._waits = Waits()
         # channel -> the timer that unsubscribes it: no one uses it, but it is kept a while (LINGER).
         self._lingering: dict[bytes, asyncio.TimerHandle] = {}
-        # channel -> callbacks told of every message on it (election observers); no waiter queue.
+        # channel -> callbacks told of every message on it (election observers); no waiter state.
         self._watchers: dict[bytes, list[Callable[[], None]]] = {}
-        # Grant queue (queue=True): the claims of this Redlock's waiters, by channel and the word grants name
+        # Grant state (state=True): the claims of this Redlock's waiters, by channel and the word grants name
         # them by (the claims of a lock_many share one token: one per key), and by channel (a release word,
         # from a client without the queue, pokes them to enter again).
         self._claims: dict[tuple[bytes, bytes], Claim] = {}
@@ -121,15 +121,15 @@ class Listener:
         """A waiter in the grant queue was handed the lock by grants while it waited (a wake-up)."""
         self._waits.wakeups += 1
 
-    def _queue(self, channel: bytes) -> _Queue | None:
-        return _queues.get((asyncio.get_running_loop(), self._scope, channel))
+    def _state(self, channel: bytes) -> _Channel | None:
+        return _channels.get((asyncio.get_running_loop(), self._scope, channel))
 
     # -- waiters' side ----------------------------------------------------------------
 
     def waiting(self, channel: bytes) -> bool:
-        """True when waiters already queue for *channel* (one of them may be trying now)."""
-        queue = self._queue(channel)
-        return queue is not None and queue.line.waiting
+        """True when waiters already state for *channel* (one of them may be trying now)."""
+        state = self._state(channel)
+        return state is not None and state.line.waiting
 
     def taking(self, channel: bytes) -> bool:
         """True when the line for *channel* is taking the key now: a release woke (or handed the lock to)
@@ -137,8 +137,8 @@ class Listener:
         A newcomer then joins the line without trying: the release is theirs. Otherwise it tries at
         once: waiters that only wait for their timer (the key expired, or its release went unheard)
         may be waiting for a word that never comes."""
-        queue = self._queue(channel)
-        return queue is not None and (queue.line.taking or queue.yielding)
+        state = self._state(channel)
+        return state is not None and (state.line.taking or state.yielding)
 
     async def enter(self, channel: bytes) -> bool:
         """Listen for releases on *channel*; True when this subscribed anew (then look again once).
@@ -146,7 +146,7 @@ class Listener:
         Returns once the nodes confirmed, or after the node timeout.
         """
         key = (asyncio.get_running_loop(), self._scope, channel)
-        _queues.setdefault(key, _Queue()).users += 1
+        _channels.setdefault(key, _Channel()).users += 1
         count = self._subscribed.get(channel, 0)
         self._subscribed[channel] = count + 1
         if count:
@@ -180,11 +180,11 @@ class Listener:
     def leave(self, channel: bytes) -> None:
         """Stop listening (synchronous, safe in cleanup)."""
         key = (asyncio.get_running_loop(), self._scope, channel)
-        queue = _queues.get(key)
-        if queue is not None:
-            queue.users -= 1
-            if queue.users <= 0:
-                del _queues[key]
+        state = _channels.get(key)
+        if state is not None:
+            state.users -= 1
+            if state.users <= 0:
+                del _channels[key]
         self._release(channel)
 
     async def wait(
@@ -198,13 +198,13 @@ class Listener:
         elsewhere): its turn is over. *taker*: the waiting lock, which a release of this
         Redlock may hand the lock over to (then :meth:`handed` has the round it sent).
         """
-        queue = self._queue(channel)
-        assert queue is not None, "wait() between enter() and leave()"
+        state = self._state(channel)
+        assert state is not None, "wait() between enter() and leave()"
         if taker is not None:
-            queue.takers[place] = (self, taker)
+            state.takers[place] = (self, taker)
         if again:
-            self._waits.wakeups += queue.line.done()
-        return await queue.line.wait(place, timeout, self._waits)
+            self._waits.wakeups += state.line.done()
+        return await state.line.wait(place, timeout, self._waits)
 
     def interrupt(self) -> None:
         """End every wait of this Redlock's waiters now, as not woken (its Redlock stopped on a fault):
@@ -218,22 +218,22 @@ class Listener:
 
         If it was woken between two waits and never tried, the turn passes on.
         """
-        queue = self._queue(channel)
-        if queue is None:
+        state = self._state(channel)
+        if state is None:
             return
-        queue.takers.pop(place, None)
-        handed = queue.handed.pop(place, None)
+        state.takers.pop(place, None)
+        handed = state.handed.pop(place, None)
         if handed is not None:
             sent, taker = handed
             taker.give_back(sent)  # sent for us, never counted: nothing may stay behind
-        self._waits.wakeups += queue.line.quit(place)
+        self._waits.wakeups += state.line.quit(place)
 
     def handed(self, channel: bytes, place: int) -> Sent | None:
         """The round a release sent for the waiter with ticket *place* when it handed it the lock, if one did."""
-        queue = self._queue(channel)
-        if queue is None:
+        state = self._state(channel)
+        if state is None:
             return None
-        handed = queue.handed.pop(place, None)
+        handed = state.handed.pop(place, None)
         return None if handed is None else handed[0]
 
     def may_hand_over(self, channel: bytes, word: bytes) -> bool:
@@ -244,34 +244,34 @@ class Listener:
         waiters of other processes first: its words wake no waiter of this process, whose oldest
         waiter is woken a grace later (:meth:`_yield`). Otherwise this busy process, awake when the
         release's replies come, would hear its words first and win that race too."""
-        queue = self._queue(channel)
-        if queue is None or queue.line.taking or (place := queue.line.first()) is None:
+        state = self._state(channel)
+        if state is None or state.line.taking or (place := state.line.first()) is None:
             return False
-        if not queue.line.parked(place):
+        if not state.line.parked(place):
             return False  # between two waits (its fallback timer fired): it is trying, the release is its turn
-        owner = queue.takers.get(place)
+        owner = state.takers.get(place)
         if owner is None or owner[0] is not self:
             return False  # the next in line waits in another Redlock: it hears the release
-        if queue.chain >= MAX_CHAIN:
-            queue.chain = 0
-            self._yield(channel, queue, word)
+        if state.chain >= MAX_CHAIN:
+            state.chain = 0
+            self._yield(channel, state, word)
             return False
         return True
 
-    def _yield(self, channel: bytes, queue: _Queue, word: bytes) -> None:
+    def _yield(self, channel: bytes, state: _Channel, word: bytes) -> None:
         """Let waiters elsewhere have this release: its words are ignored here, and this process's
         oldest waiter is woken after a grace of a few round trips (if no release woke it meanwhile)."""
-        queue.heard.append(word)
-        queue.yielding = True  # newcomers of this process do not take it meanwhile either
+        state.heard.append(word)
+        state.yielding = True  # newcomers of this process do not take it meanwhile either
         rtt = max((node.load.srtt for node in self.nodes), default=0.0)
         grace = min(max(YIELD_ROUND_TRIPS * rtt, YIELD_MIN), YIELD_MAX)
         loop = asyncio.get_running_loop()
         key = (loop, self._scope, channel)
 
         def wake() -> None:
-            queue.yielding = False
-            if _queues.get(key) is queue and not queue.line.taking:
-                self._waits.wakeups += queue.line.wake()
+            state.yielding = False
+            if _channels.get(key) is state and not state.line.taking:
+                self._waits.wakeups += state.line.wake()
 
         loop.call_later(grace, wake)
 
@@ -286,22 +286,22 @@ class Listener:
         exactly as safe; a round it loses is given back as any other, and then the release's *word*
         (what it would have published) is published on every node, so waiters elsewhere hear of it.
         """
-        queue = self._queue(channel)
-        assert queue is not None, "hand_over() only right after may_hand_over()"
-        place = queue.line.first()
+        state = self._state(channel)
+        assert state is not None, "hand_over() only right after may_hand_over()"
+        place = state.line.first()
         assert place is not None, "hand_over() only right after may_hand_over()"
-        taker = queue.takers[place][1]
+        taker = state.takers[place][1]
         sent = taker.presend()
         sent.announce = (channel, word)
-        queue.handed[place] = (sent, taker)
-        queue.chain += 1
-        self._waits.wakeups += queue.line.wake()
+        state.handed[place] = (sent, taker)
+        state.chain += 1
+        self._waits.wakeups += state.line.wake()
 
     def done(self, channel: bytes) -> None:
         """The woken waiter finished trying (acquired or gave up): the next release wakes the next one."""
-        queue = self._queue(channel)
-        if queue is not None:
-            self._waits.wakeups += queue.line.done()
+        state = self._state(channel)
+        if state is not None:
+            self._waits.wakeups += state.line.done()
 
     def share(self, channel: bytes) -> None:
         """A waiter that shares what it took (a reader of a read/write lock) got in: the next waiter of
@@ -411,10 +411,10 @@ class Listener:
                 callback()
         if grant:
             return  # a grant (to us or to another waiter): the key is not free
-        queue = self._queue(channel)
-        if watchers and queue is None:
+        state = self._state(channel)
+        if watchers and state is None:
             return  # only observed: no waiter to wake, nothing to count
-        if queue is not None and token in queue.heard:
+        if state is not None and token in state.heard:
             # A late word of a release that another Redlock's listener of this process
             # already counted to a majority: it woke a waiter then, not again now.
             return
@@ -430,11 +430,11 @@ class Listener:
             del self._heard[channel]
         for claim in self._claimants.get(channel, ()):
             claim.poke()  # freed by a client without the queue: the nodes hand it on when entered again
-        if queue is None:
+        if state is None:
             return
-        queue.heard.append(token)
-        queue.chain = 0
-        self._waits.wakeups += queue.line.release()
+        state.heard.append(token)
+        state.chain = 0
+        self._waits.wakeups += state.line.release()
 
     def on_connect(self, node: Node) -> None:
         """A subscriber connection (re)connected: subscribe it to every channel still wanted."""

@@ -1,0 +1,160 @@
+"""Semaphores through the grant queue (the default): one line per semaphore name, a permit's release hands
+its slot to the first waiter, in any process (``redlock_async/_queue_permit.py``), against real servers.
+
+Checked: that a waiter of another Redlock is handed a released permit by the release alone (no retry
+of its own) and holds it on every node; that tasks of two Redlocks and of another OS process never
+exceed the limit, are all served and leave nothing behind; that a waiter that gives up (every way a
+caller gives up) leaves no slot and no line entry behind; that a client of another limit gets the
+ValueError while it waits in line; and the same on uvloop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+
+import pytest
+import uvloop
+
+from redlock_async import LockNotAcquired, Redlock
+from redlock_async.testing import History
+
+from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere
+from .test_queue import GIVE_UPS, PROMPT, SLOW, give_up
+
+BOUND = 10.0
+"""The acquire timeout in the contention tests: a task starved for this long fails loudly."""
+
+
+def base(name: str) -> bytes:
+    return b"redlock:\x00semaphore:" + name.encode()
+
+
+def left(cluster: Cluster, name: str) -> list[list[bytes]]:
+    """Each node's keys of semaphore *name* but its widest-limit key (which outlives the permits by a lease)."""
+    widest = base(name) + b"\x00limit"
+    return [[key for key in keys if key != widest] for keys in keys_everywhere(cluster)]
+
+
+def line_lengths(cluster: Cluster, name: str) -> list[int]:
+    return [int(cluster[i].command("ZCARD", base(name) + b"\x00queue")) for i in range(len(cluster))]  # type: ignore[call-overload]
+
+
+async def in_line(cluster: Cluster, name: str, waiters: int, within: float = 10.0) -> None:
+    assert await eventually(lambda: min(line_lengths(cluster, name)) >= waiters, within), line_lengths(cluster, name)
+
+
+async def test_a_waiter_is_handed_a_released_permit(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    """Both permits of a limit-2 semaphore held; a waiter of another Redlock (retry delay SLOW) waits in
+    the semaphore's line; one holder's release hands its slot to it at once, on every node."""
+    holders = await make_redlock()
+    waiter_redlock = await make_redlock(retry_delay=SLOW)
+    first, second = holders.semaphore("qs", limit=2), holders.semaphore("qs", limit=2)
+    assert await first.acquire(blocking=False)
+    assert await second.acquire(blocking=False)
+    waiter = waiter_redlock.semaphore("qs", limit=2)
+    task = asyncio.create_task(waiter.acquire(timeout=30))
+    await in_line(cluster, "qs", 1)
+    released = time.monotonic()
+    await first.release()
+    async with asyncio.timeout(PROMPT):
+        assert await task
+    assert time.monotonic() - released < PROMPT  # the grant, not its timer (SLOW / 2 at the earliest)
+    token = waiter.token
+    assert token is not None
+    slots = [[cluster[i].command("GET", base("qs") + b"\x00%d" % j) for j in range(2)] for i in range(len(cluster))]
+    assert all(token.encode() in held for held in slots), slots
+    await waiter.release()
+    await second.release()
+    assert await eventually(lambda: left(cluster, "qs") == [[]] * len(cluster), PROMPT), left(cluster, "qs")
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("how", GIVE_UPS)
+async def test_a_waiter_that_gives_up_leaves_nothing_behind(cluster: Cluster, make_redlock: MakeRedlock, how: str) -> None:
+    """The permit (limit 1) held for 30 s; a waiter gives up after 0.35 s: its entry leaves the line at
+    once, and the holder's release frees the slot (not granted to the departed waiter)."""
+    holder = await make_redlock()
+    other = await make_redlock(retry_delay=0.1)
+    held = holder.semaphore("qs-gone", limit=1, ttl=30)
+    assert await held.acquire(blocking=False)
+    waiter = other.semaphore("qs-gone", limit=1, ttl=30)
+    waiting = asyncio.create_task(give_up(how, waiter, 0.35))
+    await in_line(cluster, "qs-gone", 1, within=0.3)
+    async with asyncio.timeout(5):
+        assert await waiting in ("timed out", "moved on", "cancelled")
+    assert not waiter.held
+    slot = base("qs-gone") + b"\x000"
+    assert await eventually(lambda: left(cluster, "qs-gone") == [[slot]] * len(cluster), PROMPT), left(
+        cluster, "qs-gone"
+    )
+    await held.release()
+    assert await eventually(lambda: left(cluster, "qs-gone") == [[]] * len(cluster), PROMPT), left(cluster, "qs-gone")
+
+
+async def test_another_limit_is_a_value_error_for_a_waiter_in_line(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    holder, other = await make_redlock(), await make_redlock()
+    held = holder.semaphore("qs-limits", limit=1)
+    assert await held.acquire(blocking=False)
+    with pytest.raises(ValueError, match=r"held under limit 1, not 2"):
+        await other.semaphore("qs-limits", limit=2).acquire(timeout=2)
+    await held.release()
+
+
+async def contend(redlocks: list[Redlock], name: str, limit: int, seconds: float) -> tuple[History, dict[str, int], int]:
+    history = History()
+    grants: collections.Counter[str] = collections.Counter()
+    timeouts = [0]
+    stop = time.monotonic() + seconds
+
+    async def worker(client: str, redlock: Redlock) -> None:
+        permit = redlock.semaphore(name, limit=limit, acquire_timeout=BOUND)
+        while time.monotonic() < stop:
+            try:
+                async with permit:
+                    with history.section(client, permit):
+                        await asyncio.sleep(0.002)
+                    grants[client] += 1
+            except LockNotAcquired:
+                timeouts[0] += 1
+            await asyncio.sleep(0.001)
+
+    workers = [asyncio.create_task(worker(f"r{r}.{n}", redlock)) for r, redlock in enumerate(redlocks) for n in range(3)]
+    try:
+        async with asyncio.timeout(seconds + BOUND + 15):
+            await asyncio.gather(*workers)
+    finally:
+        for task in workers:
+            task.cancel()
+    return history, dict(grants), timeouts[0]
+
+
+@pytest.mark.slow
+@pytest.mark.serial
+async def test_never_more_than_limit_holders_and_all_served(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    """Two Redlocks x 3 tasks on a limit-2 semaphore, retry delay SLOW (permits move by grants only), 2 s:
+    never more than 2 inside, every task served many times, nothing left."""
+    redlocks = [await make_redlock(retry_delay=SLOW) for _ in range(2)]
+    history, grants, timeouts = await contend(redlocks, "qs-busy", 2, 2.0)
+    history.check(limit=2)
+    print(f"grants {grants}")
+    assert timeouts == 0
+    assert len(grants) == 6, grants
+    assert min(grants.values()) >= 5, grants
+    assert sum(grants.values()) >= 100, grants  # with SLOW, a lost grant costs 2.5 s
+    assert await eventually(lambda: left(cluster, "qs-busy") == [[]] * len(cluster), PROMPT), left(cluster, "qs-busy")
+
+
+@pytest.mark.slow
+@pytest.mark.serial
+def test_semaphore_contention_on_uvloop(cluster: Cluster) -> None:
+    async def main() -> None:
+        async with Redlock(cluster.urls, retry_delay=SLOW) as first, Redlock(cluster.urls, retry_delay=SLOW) as second:
+            history, grants, timeouts = await contend([first, second], "qs-uv", 2, 1.5)
+        history.check(limit=2)
+        assert timeouts == 0
+        assert len(grants) == 6, grants
+        assert min(grants.values()) >= 3, grants
+
+    uvloop.run(main())
