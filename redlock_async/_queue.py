@@ -232,8 +232,10 @@ class Claim:
         since the node last stopped holding it for us (with fence_ttl, at least the node's clock then)."""
         self.slots: list[int | None] = [None] * n
         """Per node (a permit claim): the slot it holds for us (None: none, or we cannot tell)."""
-        self.refused = 0
-        """A permit claim: the limit a node said a slot is held under, when not ours (0: none said so)."""
+        self.want = -1
+        """A permit claim split between slots: the slot it waits for on every node (-1: any)."""
+        self.refusals = [0] * n
+        """Per node (a permit claim): the limit its latest reply said a slot is held under (0: none)."""
         self.fenced_to = [0] * n
         """Per node (a fenced claim): the fencing token our fence round raised its counter to, while the
         key held our token (0: none since the node last stopped holding it for us)."""
@@ -263,7 +265,7 @@ class Claim:
         """Join (or stay in) every node's line; a node whose key is free grants it to its first waiter."""
         args = (self.token, self._ttl_ms, self._score, self._life_ms)
         if (permits := self.permits) is not None:
-            self._send(range(len(self.nodes)), PERMIT_ENTER, (*args, permits.limit, permits.prefix))
+            self._send(range(len(self.nodes)), PERMIT_ENTER, (*args, permits.limit, permits.prefix, self.want))
             return
         self._send(range(len(self.nodes)), QUEUE_ENTER, args)
 
@@ -273,7 +275,7 @@ class Claim:
             self._drop(i)
         args = (self.token, self._score, self._life_ms, self._ttl_ms)
         if (permits := self.permits) is not None:
-            self._send(nodes, PERMIT_STAY, (*args, permits.limit, permits.prefix))
+            self._send(nodes, PERMIT_STAY, (*args, permits.limit, permits.prefix, self.want))
             return
         self._send(nodes, QUEUE_STAY, args)
 
@@ -339,8 +341,8 @@ class Claim:
             self._ref[i] = None
         else:
             node_us, pttl = int(reply[1]), reply[2]
-            if isinstance(reply[0], int) and reply[0] < 0:
-                self.refused = -reply[0]  # PERMIT_ENTER: a slot is held under another limit
+            if self.permits is not None:  # PERMIT_ENTER's -L: a slot is held under another limit L
+                self.refusals[i] = -reply[0] if isinstance(reply[0], int) and reply[0] < 0 else 0
             self._ref[i] = (sent, node_us)
             self._floor[i] = node_us
             if self._busy[i]:

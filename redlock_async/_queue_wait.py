@@ -137,12 +137,26 @@ async def claimed(
             split = _give_back_due(claims, held, now, grace, hold_back if several else grace)
             if split is not None and now >= split:
                 for claim in claims:
-                    if mine := claim.held(now):
+                    if claim.permits is not None:
+                        _split_permit(claim, now)
+                    elif mine := claim.held(now):
                         claim.give_back(mine)  # a split: the nodes serve the first in line
                 continue
             if split is not None:
                 wake = min(wake, split)
         await first.changed(wake - now)
+
+
+def _split_permit(claim: Claim, now: float) -> None:
+    """A permit claim that holds no slot on a majority: it keeps the slot most nodes gave it and waits
+    for that one everywhere (``PERMIT_STAY`` with it wanted): other slots go on to other waiters, so
+    every waiter's holdings converge on one slot, and each slot's waiters are served in line order as a
+    lock's are. Its split grace starts again on the nodes it keeps."""
+    slot, keep = claim.best_slot(now)
+    claim.want = -1 if slot is None else slot
+    for i in keep:
+        claim.since[i] = now
+    claim.give_back([i for i in range(len(claim.nodes)) if i not in keep])
 
 
 def _give_back_due(

@@ -299,12 +299,10 @@ class Queued(Words):
             if await self.attempt(tenure) or not blocking or _clock.now() >= give_up:
                 done = True
                 return tenure.phase is _HELD
-            token = _requests.new_token(self.owner or default_owner())
-            score, bell = _queue.new_score(), _queue.Bell()
-            for key, fence_key in zip(self.keys, self.fence_keys, strict=True):
-                claim = _queue.Claim(nodes, key, settings, token, fence_key, score=score, bell=bell)
+            token = self.new_token()
+            for claim in self.new_claims(token):
                 claims.append(claim)
-                listener.expect(key, claim)  # before our first entry: a grant word heard from then on is ours
+                listener.expect(claim.keys[0], claim)  # before our first entry: a grant word heard from then on is ours
             # Each node's confirmation of a subscription made after our entry pokes the claim: a grant
             # published before it went unheard, so we enter again at once.
             for key in self.keys:
@@ -320,6 +318,7 @@ class Queued(Words):
                 # One try: until a majority holds every key for us, or every node answered (or timed out).
                 grace = _queue.patience(nodes, settings.node_timeout)
                 won = await _queue_wait.claimed(claims, _clock.now() + grace, grace, hold_back, until_answered=True)
+                self.check_refused(claims)
                 now = _clock.now()
                 if won is None and now < give_up:
                     # Wait in line: grant words (a release handing the key on) until the next try.
@@ -348,6 +347,22 @@ class Queued(Words):
             for key in subscribed:
                 listener.leave(key)
 
+    def new_token(self) -> bytes:
+        """The token of one acquire's claims (the same in every line it enters)."""
+        return _requests.new_token(self.owner or default_owner())
+
+    def new_claims(self, token: bytes) -> list[_queue.Claim]:
+        """One claim per name, with one score (its place in every line) and one bell."""
+        score, bell = _queue.new_score(), _queue.Bell()
+        nodes, settings = self.cluster.nodes, self.settings
+        return [
+            _queue.Claim(nodes, key, settings, token, fence_key, score=score, bell=bell)
+            for key, fence_key in zip(self.keys, self.fence_keys, strict=True)
+        ]
+
+    def check_refused(self, claims: Sequence[_queue.Claim]) -> None:
+        """Raise when the nodes refused the claims for good (a semaphore's other limit); locks: never."""
+
     def _take_claim(self, tenure: Tenure, token: bytes, won: _queue_wait.Won) -> None:
         n = len(self.cluster.nodes)
         yes, pending = _algorithm.YES, _algorithm.PENDING  # the others may grant it later
@@ -356,13 +371,20 @@ class Queued(Words):
         tenure.details = None
         tokens = won.fencing_tokens
         tenure.lease = Lease(
-            self.keys, token, ttl_ms=self.settings.ttl_ms, acquired_at=won.at, expires=won.end,
+            self.lease_keys(won), token, ttl_ms=self.settings.ttl_ms, acquired_at=won.at, expires=won.end,
             holders=holders, skip=[], fencing_token=None if tokens is None else tokens[0],
-            fencing_tokens=tokens,
+            fencing_tokens=tokens, keeps=self.keeps,
             fence_keys=() if tokens is None else self.fence_keys, fence_ttl_ms=self.settings.fence_ttl_ms,
             regain=[i for i in range(n) if i not in holders],
         )  # fmt: skip
         tenure.to(_HELD)
+
+    keeps: bytes | None = None
+    """A key the lease's extensions keep alive beside its own (a semaphore's widest-limit key)."""
+
+    def lease_keys(self, won: _queue_wait.Won) -> tuple[bytes, ...]:
+        """The keys a won claim holds: the lock's (a semaphore's: the slot a majority granted)."""
+        return self.keys
 
     def next_is_ours(self, token: bytes) -> bool:
         return False  # the nodes hand the key on (the release script grants the first in line)

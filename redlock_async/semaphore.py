@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from redlock_async._names import check_owner
+from redlock_async._queued_permit import QueuedPermit
 from redlock_async._settings import Settings
 from redlock_async._strategies import MAX_LIMIT, Permit, check_limit
 from redlock_async.errors import LockLost
@@ -43,8 +44,9 @@ class Semaphore(Lock):
     ``release``, ``held``, ``validity``, the watchdog and ``LockLost``): each
     acquisition holds one permit. Made by :meth:`Redlock.semaphore`.
 
-    A Lock front given the permit strategy (``_strategies.Permit``): it adds only its ``limit``
-    and its repr, and overrides nothing of Lock.
+    A Lock front given the permit strategy (``_queued_permit.QueuedPermit`` in the grant queue, the
+    default; ``_strategies.Permit`` with ``queue=False``): it adds only its ``limit`` and its repr, and
+    overrides nothing of Lock.
     """
 
     __slots__ = ("_limit",)
@@ -59,7 +61,8 @@ class Semaphore(Lock):
         on_lost: Callable[[LockLost], object] | None = None,
         owner: str | None = None,
     ) -> None:
-        permit = Permit(cluster, settings, name, limit, check_owner(owner))
+        kind = QueuedPermit if settings.queue else Permit  # the grant queue (the default), or release words
+        permit = kind(cluster, settings, name, limit, check_owner(owner))
         self._limit = permit.limit
         super().__init__(cluster, name, settings, on_lost=on_lost, strategy=permit)
 

@@ -31,16 +31,16 @@ def run(node: Node, script: Script, *args: bytes | int) -> Any:
     return node.command("EVAL", script.source, len(KEYS), *KEYS, *args)
 
 
-def enter(node: Node, token: bytes, score: int, *, limit: int = 2, ttl: int = 10_000) -> Any:
-    return run(node, PERMIT_ENTER, token, ttl, score, LIFE, limit, PREFIX)
+def enter(node: Node, token: bytes, score: int, *, limit: int = 2, ttl: int = 10_000, want: int = -1) -> Any:
+    return run(node, PERMIT_ENTER, token, ttl, score, LIFE, limit, PREFIX, want)
 
 
 def leave(node: Node, token: bytes) -> Any:
     return run(node, PERMIT_LEAVE, token, PREFIX)
 
 
-def stay(node: Node, token: bytes, score: int, *, limit: int = 2, ttl: int = 10_000) -> Any:
-    return run(node, PERMIT_STAY, token, score, LIFE, ttl, limit, PREFIX)
+def stay(node: Node, token: bytes, score: int, *, limit: int = 2, ttl: int = 10_000, want: int = -1) -> Any:
+    return run(node, PERMIT_STAY, token, score, LIFE, ttl, limit, PREFIX, want)
 
 
 def slot(node: Node, j: int) -> Any:
@@ -134,23 +134,37 @@ def test_a_leave_takes_the_token_out_of_the_line_and_off_every_slot(cluster: Clu
     assert leave(node, b"2:a") == 0  # run late: nothing of it is left, nothing else is touched
 
 
-def test_a_give_back_regrants_to_the_first_in_line(cluster: Cluster) -> None:
+def test_a_give_back_hands_on_what_it_does_not_want_and_keeps_what_it_does(cluster: Cluster) -> None:
     node = cluster[0]
     enter(node, b"2:a", 1)
     enter(node, b"2:b", 2)
     enter(node, b"2:w", 5)
-    # First in line: given back to itself at once.
+    # Wanting any slot: its slot goes to the first other waiter, and it is back in line at its score.
     back = stay(node, b"2:a", 1)
     assert back[0] == 1
-    assert back[3] == 0
-    assert slot(node, 0) == b"2:a"
-    assert node.command("ZRANGE", LINE, 0, -1) == [b"2:w"]
-    # Not first: the first waiter gets the slot, and the giver is back in line at its score.
-    back = stay(node, b"2:b", 7)
-    assert back[0] == 1
     assert back[3] == -1
-    assert slot(node, 1) == b"2:w"
-    assert node.command("ZRANGE", LINE, 0, -1) == [b"2:b"]
+    assert slot(node, 0) == b"2:w"
+    assert node.command("ZRANGE", LINE, 0, -1) == [b"2:a"]
+    # Wanting the slot it holds: it keeps it, out of line.
+    kept = stay(node, b"2:b", 2, want=1)
+    assert kept[0] == 1
+    assert kept[3] == 1
+    assert slot(node, 1) == b"2:b"
+
+
+def test_a_waiter_that_wants_a_slot_is_passed_over_for_others_and_served_that_one(cluster: Cluster) -> None:
+    """A split waiter waits for the slot most nodes gave it: a release of another slot goes to the next
+    waiter in line, and a release of its slot to it (its holdings converge on one slot)."""
+    node = cluster[0]
+    enter(node, b"2:a", 1)
+    enter(node, b"2:b", 2)
+    assert enter(node, b"2:first", 3, want=1)[0] == 0
+    assert enter(node, b"2:second", 4)[0] == 0
+    leave(node, b"2:a")  # slot 0: not wanted by the first in line, so the second gets it
+    assert slot(node, 0) == b"2:second"
+    leave(node, b"2:b")  # slot 1: the first's
+    assert slot(node, 1) == b"2:first"
+    assert node.command("EXISTS", LINE) == 0
 
 
 def test_another_limit_refuses_the_entry_and_writes_nothing(cluster: Cluster) -> None:

@@ -18,6 +18,7 @@ import pytest
 import uvloop
 
 from redlock_async import LockNotAcquired, Redlock
+from redlock_async._names import semaphore_keys
 from redlock_async.testing import History
 
 from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere
@@ -28,7 +29,7 @@ BOUND = 10.0
 
 
 def base(name: str) -> bytes:
-    return b"redlock:\x00semaphore:" + name.encode()
+    return semaphore_keys("redlock:", name)[0]
 
 
 def left(cluster: Cluster, name: str) -> list[list[bytes]]:
@@ -72,7 +73,9 @@ async def test_a_waiter_is_handed_a_released_permit(cluster: Cluster, make_redlo
 
 @pytest.mark.serial
 @pytest.mark.parametrize("how", GIVE_UPS)
-async def test_a_waiter_that_gives_up_leaves_nothing_behind(cluster: Cluster, make_redlock: MakeRedlock, how: str) -> None:
+async def test_a_waiter_that_gives_up_leaves_nothing_behind(
+    cluster: Cluster, make_redlock: MakeRedlock, how: str
+) -> None:
     """The permit (limit 1) held for 30 s; a waiter gives up after 0.35 s: its entry leaves the line at
     once, and the holder's release frees the slot (not granted to the departed waiter)."""
     holder = await make_redlock()
@@ -102,7 +105,9 @@ async def test_another_limit_is_a_value_error_for_a_waiter_in_line(cluster: Clus
     await held.release()
 
 
-async def contend(redlocks: list[Redlock], name: str, limit: int, seconds: float) -> tuple[History, dict[str, int], int]:
+async def contend(
+    redlocks: list[Redlock], name: str, limit: int, seconds: float
+) -> tuple[History, dict[str, int], int]:
     history = History()
     grants: collections.Counter[str] = collections.Counter()
     timeouts = [0]
@@ -120,7 +125,9 @@ async def contend(redlocks: list[Redlock], name: str, limit: int, seconds: float
                 timeouts[0] += 1
             await asyncio.sleep(0.001)
 
-    workers = [asyncio.create_task(worker(f"r{r}.{n}", redlock)) for r, redlock in enumerate(redlocks) for n in range(3)]
+    workers = [
+        asyncio.create_task(worker(f"r{r}.{n}", redlock)) for r, redlock in enumerate(redlocks) for n in range(3)
+    ]
     try:
         async with asyncio.timeout(seconds + BOUND + 15):
             await asyncio.gather(*workers)

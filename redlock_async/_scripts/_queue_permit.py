@@ -24,28 +24,49 @@ local function keep_widest(ttl)
     end
 end
 
--- SET slot j to the first live waiter (expired entries are dropped) and publish the grant on the
--- semaphore's channel: g<sha1 of its token>:<node time of the grant, us>:<j>; returns its token, or
--- nil when no one waits.
+-- A waiter's entry: "<expiry, node ms> <ttl ms> <wanted slot, or -1: any>".
+local function parse(entry)
+    local a = string.find(entry, ' ', 1, true)
+    local b = string.find(entry, ' ', a + 1, true)
+    local want = b and string.sub(entry, b + 1) or '-1'
+    return tonumber(string.sub(entry, 1, a - 1)), string.sub(entry, a + 1, (b or 0) - 1), tonumber(want)
+end
+
+-- SET slot j to the first live waiter that takes it (wants any slot, or j; expired entries are
+-- dropped) and publish the grant on the semaphore's channel: g<sha1 of its token>:<node time of the
+-- grant, us>:<j>; returns its token, or nil when no one waiting takes it.
 local function grant_permit(prefix, j)
-    while true do
-        local head = redis.call('ZPOPMIN', KEYS[2])[1]
-        if not head then
-            return nil
-        end
+    local line = redis.call('ZRANGE', KEYS[2], 0, -1)
+    for _, head in ipairs(line) do
         local entry = redis.call('HGET', KEYS[3], head)
-        redis.call('HDEL', KEYS[3], head)
+        local expiry, ttl, want
         if entry then
-            local space = string.find(entry, ' ', 1, true)
-            if tonumber(string.sub(entry, 1, space - 1)) > now_us() / 1000 then
-                local ttl = string.sub(entry, space + 1)
-                redis.call('SET', prefix .. j, head, 'PX', ttl)
-                keep_widest(ttl)
-                local word = 'g' .. redis.sha1hex(head) .. ':' .. string.format('%.0f', now_us()) .. ':' .. j
-                redis.call('PUBLISH', KEYS[1], word)
-                return head
-            end
+            expiry, ttl, want = parse(entry)
         end
+        if not entry or expiry <= now_us() / 1000 then
+            redis.call('ZREM', KEYS[2], head)
+            redis.call('HDEL', KEYS[3], head)
+        elseif want < 0 or want == j then
+            redis.call('ZREM', KEYS[2], head)
+            redis.call('HDEL', KEYS[3], head)
+            redis.call('SET', prefix .. j, head, 'PX', ttl)
+            keep_widest(ttl)
+            local word = 'g' .. redis.sha1hex(head) .. ':' .. string.format('%.0f', now_us()) .. ':' .. j
+            redis.call('PUBLISH', KEYS[1], word)
+            return head
+        end
+    end
+    return nil
+end
+
+-- Put (or keep) *token* in line at *score*: its entry lives *life* ms, wants *ttl* ms and slot *want*.
+local function enter_line(token, score, life, ttl, want)
+    redis.call('ZADD', KEYS[2], score, token)
+    local expiry = string.format('%.0f', math.floor(now_us() / 1000) + tonumber(life))
+    redis.call('HSET', KEYS[3], token, expiry .. ' ' .. ttl .. ' ' .. want)
+    if redis.call('PTTL', KEYS[2]) < tonumber(life) then  -- the line outlives its entries
+        redis.call('PEXPIRE', KEYS[2], 2 * tonumber(life))
+        redis.call('PEXPIRE', KEYS[3], 2 * tonumber(life))
     end
 end
 
@@ -78,7 +99,7 @@ PERMIT_ENTER = (
 -- A semaphore waiter joins (or stays in) the line; free slots go to the first live waiters now.
 -- KEYS[1]  the semaphore's base key (and channel)
 -- KEYS[2]  its line: a sorted set of waiting tokens
--- KEYS[3]  its waits: token -> "<entry expiry, node ms> <ttl ms>"
+-- KEYS[3]  its waits: token -> "<entry expiry, node ms> <ttl ms> <wanted slot>"
 -- KEYS[4]  its widest-limit key
 -- ARGV[1]  the waiter's token ("<limit>:<random>")
 -- ARGV[2]  the ttl it wants, integer milliseconds
@@ -86,6 +107,7 @@ PERMIT_ENTER = (
 -- ARGV[4]  how long the entry lives unless entered again, integer milliseconds
 -- ARGV[5]  the limit this client uses
 -- ARGV[6]  the slots' key prefix (slot j is this followed by j)
+-- ARGV[7]  the slot it wants (-1: any; a waiter split between slots waits for the one most nodes gave it)
 -- returns  {1 a slot holds the token now / 0 queued / -L a slot is held under limit L (nothing
 --          written), the node's time in us, that slot's pttl in ms (else 0), the slot (else -1)}
 """
@@ -95,6 +117,7 @@ PERMIT_ENTER = (
 local time = string.format('%.0f', now_us())
 local limit = tonumber(ARGV[5])
 local prefix = ARGV[6]
+local want = tonumber(ARGV[7])
 local widest = tonumber(redis.call('GET', KEYS[4]) or '0')
 local free = {}
 for j = 0, math.max(widest, limit) - 1 do
@@ -114,22 +137,13 @@ if limit > widest then
     redis.call('SET', KEYS[4], ARGV[5], 'KEEPTTL')  -- (the expiry that other permits set stays)
 end
 keep_widest(ARGV[2])
-if free[1] and redis.call('EXISTS', KEYS[2]) == 0 then  -- a free slot, and no one in line: ours
+if free[1] and want < 0 and redis.call('EXISTS', KEYS[2]) == 0 then  -- a free slot, no one in line: ours
     redis.call('SET', prefix .. free[1], ARGV[1], 'PX', ARGV[2])
     return {1, time, tonumber(ARGV[2]), free[1]}
 end
-local life = tonumber(ARGV[4])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f', math.floor(now_us() / 1000) + life) .. ' ' .. ARGV[2])
-if redis.call('PTTL', KEYS[2]) < life then  -- the line outlives its entries (set once per life)
-    redis.call('PEXPIRE', KEYS[2], 2 * life)
-    redis.call('PEXPIRE', KEYS[3], 2 * life)
-end
-for _, j in ipairs(free) do  -- free slots go to the first in line (which may be us)
-    local head = grant_permit(prefix, j)
-    if not head then
-        break
-    elseif head == ARGV[1] then
+enter_line(ARGV[1], ARGV[3], ARGV[4], ARGV[2], ARGV[7])
+for _, j in ipairs(free) do  -- free slots go to the first in line that takes them (which may be us)
+    if grant_permit(prefix, j) == ARGV[1] then
         return {1, time, tonumber(ARGV[2]), j}
     end
 end
@@ -140,9 +154,9 @@ return {0, time, 0, -1}
 PERMIT_LEAVE = (
     b"""
 -- A semaphore waiter or holder leaves the line: its entry goes, and every slot that holds its token
--- goes straight to the next live waiter (or, with none, is deleted and the release word published).
--- It only ever takes away what is its token's: run late, it does what a release of a departed
--- holder does, so it is always sent again.
+-- goes straight to the next live waiter that takes it (or, with none, is deleted and the release word
+-- published). It only ever takes away what is its token's: run late, it does what a release of a
+-- departed holder does, so it is always sent again.
 -- KEYS[1..4]  as PERMIT_ENTER's
 -- ARGV[1]     the token
 -- ARGV[2]     the slots' key prefix
@@ -165,34 +179,43 @@ return mine[1] and 1 or 0
 PERMIT_STAY = (
     b"""
 -- A semaphore waiter gives back what this node granted it (a split: no majority on one slot) and
--- keeps (or puts back) its entry: each slot that holds its token goes to the first live waiter, which
--- may be itself again. It can put its token back in line and on a slot, so it is never run after a
--- later command on the key (its own leave would then be undone): not sent again then.
+-- keeps (or puts back) its entry, now wanting slot ARGV[7] (the one most nodes gave it; -1: any).
+-- A slot of its token that it does not want goes to the first live waiter that takes it, itself
+-- excluded; one it wants stays. It can put its token back in line, so it is never run after a later
+-- command on the key (its own leave would then be undone): not sent again then.
 -- KEYS[1..4]  as PERMIT_ENTER's
 -- ARGV[1]     the token
 -- ARGV[2]     its score, ARGV[3] the entry's life, ARGV[4] its ttl (as for PERMIT_ENTER)
 -- ARGV[5]     the limit (unused: the entry's ARGV layout), ARGV[6] the slots' key prefix
--- returns     {1 a slot held the token / 0 none did, the node's time in us, the pttl of the slot
---             given back to us (first in line) else 0, that slot else -1}
+-- ARGV[7]     the slot it wants (-1: any)
+-- returns     {1 a slot held the token / 0 none did, the node's time in us, the pttl of the slot it
+--             holds now (the one it wants, or one granted to it as first in line) else 0, that slot else -1}
 """
     + NOW
     + GRANT_PERMIT
     + b"""
-if not redis.call('HGET', KEYS[3], ARGV[1]) then
-    local expiry = math.floor(now_us() / 1000) + tonumber(ARGV[3])
-    redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f', expiry) .. ' ' .. ARGV[4])
+local want = tonumber(ARGV[7])
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then  -- out of line while its slots go on: not to itself
+    redis.call('HDEL', KEYS[3], ARGV[1])
 end
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 local mine = slots_of(ARGV[6], ARGV[1])
-local again = -1
+local kept = -1
 for _, j in ipairs(mine) do
-    if hand_on(ARGV[6], j, ARGV[1]) == ARGV[1] and again < 0 then
-        again = j
+    if j == want then
+        kept = j
+    else
+        hand_on(ARGV[6], j, ARGV[1])
     end
 end
 local time = string.format('%.0f', now_us())
-if again >= 0 then
-    return {1, time, tonumber(ARGV[4]), again}
+if kept >= 0 then
+    return {1, time, redis.call('PTTL', ARGV[6] .. kept), kept}
+end
+enter_line(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[7])
+if want >= 0 and not redis.call('GET', ARGV[6] .. want) and want < tonumber(ARGV[5]) then
+    if grant_permit(ARGV[6], want) == ARGV[1] then  -- the slot it wants is free here: the first who takes it
+        return {1, time, tonumber(ARGV[4]), want}
+    end
 end
 return {mine[1] and 1 or 0, time, 0, -1}
 """
