@@ -80,6 +80,11 @@ def votes(claims: Sequence[Claim], now: float, waited: float) -> tuple[list[_alg
     """Each node's standing at *now* for every name: yes where every claim's is, else the first other
     (for ``Lock.outcomes`` and errors; *waited*: the try's patience, for a timeout's detail)."""
     votes, details = claims[0].votes(now, waited)
+    if (permit := claims[0]).permits is not None:
+        best, keep = permit.best_slot(now)
+        for i, vote in enumerate(votes):
+            if vote is _algorithm.YES and i not in keep:  # a slot, but not the one a permit is counted on
+                votes[i], details[i] = _algorithm.NO, f"granted slot {permit.slots[i]}, most nodes slot {best}"
     for claim in claims[1:]:
         theirs, why = claim.votes(now, waited)
         for i, vote in enumerate(theirs):

@@ -174,3 +174,54 @@ def test_lock_many_through_the_queue_on_uvloop(cluster: Cluster) -> None:
         await assert_nothing_left(cluster)
 
     uvloop.run(main())
+
+
+@pytest.mark.slow
+@pytest.mark.serial
+async def test_a_lock_many_waiter_cancelled_around_its_grants_never_leaves_a_name_to_no_one(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """A sweep over the moment of cancellation (as tests/test_queue.py's for a lock): holder H of
+    lock_many(a, b) (ttl 30 s), first waiter W1 of lock_many(a, b) (in ``async with``, then holding for
+    30 s), second waiter W2 of lock b alone (retry delay SLOW). H releases: the nodes grant W1 both
+    names, and W1 is cancelled k loop turns later. Whatever W1 ended with, W2 holds b promptly, and
+    nothing is left after."""
+    holders = await make_redlock(retry_delay=SLOW)
+    firsts = await make_redlock(retry_delay=SLOW)
+    seconds = await make_redlock(retry_delay=SLOW)
+    loop = asyncio.get_running_loop()
+    for k in range(-1, 10):
+        holder = holders.lock_many(["qmt:a", "qmt:b"], ttl=30)
+        assert await holder.acquire(blocking=False), k
+        first = firsts.lock_many(["qmt:a", "qmt:b"], ttl=30, acquire_timeout=20)
+
+        async def take_and_hold(first: Lock = first) -> None:
+            async with first:
+                await asyncio.sleep(30)
+
+        w1 = asyncio.create_task(take_and_hold())
+        await in_line(cluster, "qmt:b", 1)
+        second = seconds.lock("qmt:b", ttl=30)
+        w2 = asyncio.create_task(second.acquire(timeout=20))
+        await in_line(cluster, "qmt:b", 2)
+        await asyncio.sleep(0.1)
+        if k < 0:
+            loop.call_soon(w1.cancel)
+        releasing = asyncio.ensure_future(holder.release())
+        for _ in range(max(k, 0)):
+            await asyncio.sleep(0)
+        if k >= 0:
+            w1.cancel()
+        started = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await w1
+        done, _ = await asyncio.wait({w2}, timeout=PROMPT)
+        if not done:
+            w2.cancel()
+            raise AssertionError(f"k={k}: W2 not served within {PROMPT} s; keys {keys_everywhere(cluster)}")
+        assert w2.result(), k
+        assert time.monotonic() - started < PROMPT, k
+        await releasing
+        assert not first.held
+        await second.release()
+        await assert_nothing_left(cluster)
