@@ -307,9 +307,9 @@ class Listener:
         """A waiter that shares what it took (a reader of a read/write lock) got in: the next waiter of
         *channel* may get in too, so it is woken now instead of at the next release (the readers waiting
         in this process go together, one after the other, each woken by the one before)."""
-        queue = self._queue(channel)
-        if queue is not None and queue.line.waiters and not queue.line.taking:
-            self._waits.wakeups += queue.line.wake()
+        state = self._state(channel)
+        if state is not None and state.line.waiters and not state.line.taking:
+            self._waits.wakeups += state.line.wake()
 
     def _release(self, channel: bytes) -> None:
         """One user of *channel* less (a waiter, or the watchers): the last one unsubscribes."""
