@@ -298,3 +298,46 @@ async def test_a_fenced_waiter_in_the_grant_queue_gets_a_larger_token(
     assert waiter.fencing_token is not None
     assert waiter.fencing_token > old
     await waiter.release()
+
+
+async def test_it_breaks_a_read_write_locks_writer(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    redlock = await make_redlock(fencing=True)
+    writer = redlock.rw_lock("catalog", ttl=30.0, owner="old-writer").write()
+    assert await writer.acquire(blocking=False)
+    old = writer.fencing_token
+    assert old is not None
+    code, out, err = await redlock_break(cluster.urls, "catalog", "--yes")
+    assert code == 0, out + err
+    assert "read/write lock catalog: a writer" in out
+    assert "(old-writer)" in out
+    with pytest.raises(LockLost):
+        await writer.extend()
+    successor = (await make_redlock(fencing=True)).rw_lock("catalog").write()
+    assert await successor.acquire(blocking=False)
+    assert successor.fencing_token is not None
+    assert successor.fencing_token > old
+    await successor.release()
+
+
+async def test_it_breaks_every_reader_and_a_waiting_writer_gets_the_lock(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    redlock = await make_redlock()
+    readers = [redlock.rw_lock("shelf", ttl=30.0, owner=f"reader-{i}").read() for i in range(2)]
+    for reader in readers:
+        assert await reader.acquire(blocking=False)
+    writer = (await make_redlock(retry_delay=30.0)).rw_lock("shelf", acquire_timeout=20.0).write()
+    waiting = asyncio.create_task(writer.acquire())
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    code, out, err = await redlock_break(cluster.urls, "shelf", "--yes")
+    assert code == 0, out + err
+    assert "(reader-0)" in out
+    assert "(reader-1)" in out
+    # Woken by the last reader's release word on each node, not by its 30 s retry delay.
+    async with asyncio.timeout(3):
+        assert await waiting
+    for reader in readers:
+        with pytest.raises(LockLost):
+            await reader.extend()
+    await writer.release()

@@ -4,13 +4,15 @@ For an operator whose lock was left by a process that died with a long ttl. It s
 NAME (the table of ``redlock status``), asks, then on each node sends the holder's own release
 for the value it read there: the compare-and-delete a release sends (``QUEUE_LEAVE`` for a lock
 key: the next waiter in the grant queue's line, if any, is granted the key, else the release is
-published; ``RELEASE`` on the permits' channel for a semaphore's permit). So:
+published; ``RELEASE`` on the permits' channel for a semaphore's permit; ``RELEASE`` of the writer key
+for a read/write lock's writer, ``RW_READ_RELEASE`` for each of its readers). So:
 
 * only what was shown is deleted: a value that changed since the table was read (its holder
   released, and someone else took the key) is left alone, and said so;
 * waiters are woken as by a release, and the grant queue's line keeps its order;
 * fencing counters are never written (the next holder's token is still larger than the broken
-  holder's), nor the grant queue's line, nor a semaphore's limit key.
+  holder's), nor the grant queue's line, nor a semaphore's limit key, nor a read/write lock's
+  waiting writers.
 
 The broken holder learns it at its next extension: its key is gone from the nodes whose yes it
 counted on, where an extension never takes a free key back, so it cannot extend on a majority
@@ -28,12 +30,12 @@ from contextlib import contextmanager
 from redlock_async._algorithm import quorum
 from redlock_async._endpoint import endpoints_for
 from redlock_async._inspect import Keys, digest, inspect, keys_of
-from redlock_async._names import semaphore_keys
+from redlock_async._names import rw_keys, semaphore_keys
 from redlock_async._node import Node
 from redlock_async._queue import queue_keys
-from redlock_async._scripts import QUEUE_LEAVE, RELEASE
+from redlock_async._scripts import QUEUE_LEAVE, RELEASE, RW_READ_RELEASE
 from redlock_async._settings import Settings
-from redlock_async._wire import Failure
+from redlock_async._wire import Failure, Reply
 from redlock_async.cli._codes import EXIT_NOT_CONFIRMED, EXIT_UNAVAILABLE
 from redlock_async.cli._run import resource_name
 from redlock_async.cli._status import print_found
@@ -57,9 +59,11 @@ def _quiet() -> Iterator[None]:
 
 
 def holders_shown(found: LockInfo) -> dict[str, str]:
-    """Every holder the table shows, on any node, of the lock or of a permit: digest -> its label."""
+    """Every holder the table shows, on any node, of the lock, a permit, or the read/write lock's writer or
+    a reader: digest -> its label."""
     shown: dict[str, str] = {}
-    for info in (found, *found.permits):
+    writer = () if found.writer is None else (found.writer,)
+    for info in (found, *found.permits, *writer, *found.readers):
         for view in info.nodes:
             if view.holder is not None:
                 shown.setdefault(view.holder, f"{view.holder} ({view.owner})" if view.owner else view.holder)
@@ -159,31 +163,66 @@ async def _delete_on(
     limit = settings.connect_timeout * 2  # a connect, then a round trip (as the inspection waits)
     try:
         async with asyncio.timeout(limit):
-            values = await node.send(b"MGET", keys.lock, *slots)
-            if isinstance(values, Failure):
-                return node.name, f"unreachable ({values.detail or values.vote.value}): nothing deleted here"
-            assert isinstance(values, list)
-            deleted: list[str] = []
-            others: list[str] = []
-            for i, value in enumerate(values):
-                if not isinstance(value, bytes):
-                    continue
-                holder = digest(value)
-                if holder not in targets:
-                    others.append(holder)  # a holder that came after the table was read: not ours to break
-                    continue
-                if i == 0:  # the lock key: the holder's own leave (the line's next waiter gets the key)
-                    reply = await node.send_script(QUEUE_LEAVE, queue_keys(keys.lock, keys.fence), (value,))
-                else:  # a permit: its release, told on the permits' channel
-                    reply = await node.send_script(RELEASE, (slots[i - 1], channel), (value,))
-                if isinstance(reply, Failure):
-                    return node.name, f"failed ({reply.detail or reply.vote.value}): it may still hold {holder}"
-                if reply == 1:
-                    deleted.append(holder)
-                # 0: released or expired between the read and the delete; gone all the same
-            return node.name, (deleted, others)
+            return node.name, await _release_shown(node, keys, slots, channel, targets)
     except TimeoutError:
         return node.name, f"no answer within {limit:g} s: it may still hold the lease"
+    except _Unanswered as exc:
+        return node.name, str(exc)
+
+
+class _Unanswered(Exception):
+    """A node's read or release failed: what to print for it."""
+
+
+def _checked(reply: Reply, what: str) -> Reply:
+    if isinstance(reply, Failure):
+        raise _Unanswered(f"{what} ({reply.detail or reply.vote.value})")
+    return reply
+
+
+async def _release_shown(
+    node: Node, keys: Keys, slots: Sequence[bytes], channel: bytes, targets: set[str]
+) -> tuple[list[str], list[str]]:
+    """Read the name's keys on *node* (the lock, the permits' slots, the read/write lock's writer and its
+    readers), then send the holder's own release for each value whose holder was shown."""
+    writer = () if keys.writer is None else (keys.writer,)
+    reading = node.send(b"MGET", keys.lock, *slots, *writer)
+    index = node.send(b"SMEMBERS", rw_keys(keys.writer)[1]) if keys.writer is not None else None
+    values = _checked(await reading, "unreachable: nothing deleted here")
+    ids = _checked(await index, "unreachable: nothing deleted here") if index is not None else []
+    assert isinstance(values, list)
+    assert isinstance(ids, list)
+    # Each key read, with the release its holder would send: (keys, script) by kind.
+    places: list[tuple[bytes, str]] = [(keys.lock, "lock"), *((slot, "permit") for slot in slots)]
+    places += [(key, "writer") for key in writer]
+    if keys.writer is not None and ids:
+        readers = [rw_keys(keys.writer)[0] + one for one in ids if isinstance(one, bytes)]
+        found = _checked(await node.send(b"MGET", *readers), "unreachable: nothing deleted here")
+        assert isinstance(found, list)
+        values = [*values, *found]
+        places += [(key, "reader") for key in readers]
+    deleted: list[str] = []
+    others: list[str] = []
+    for (key, kind), value in zip(places, values, strict=True):
+        if not isinstance(value, bytes):
+            continue
+        holder = digest(value)
+        if holder not in targets:
+            others.append(holder)  # a holder that came after the table was read: not ours to break
+            continue
+        if kind == "lock":  # the holder's own leave: the line's next waiter gets the key
+            reply = node.send_script(QUEUE_LEAVE, queue_keys(keys.lock, keys.fence), (value,))
+        elif kind == "permit":  # told on the permits' channel
+            reply = node.send_script(RELEASE, (key, channel), (value,))
+        elif kind == "writer":  # a writer releases as a mutex does, told on its own key
+            reply = node.send_script(RELEASE, (key,), (value,))
+        else:  # a reader: out of the readers' index too, told on the writer key's channel
+            assert keys.writer is not None
+            reply = node.send_script(RW_READ_RELEASE, (key, rw_keys(keys.writer)[1], keys.writer), (value,))
+        if _checked(await reply, f"failed: it may still hold {holder}") == 1:
+            deleted.append(holder)
+        # 0: released or expired between the read and the delete; gone all the same
+    return deleted, others
 
 
 def confirm_on_terminal() -> Ask | None:
