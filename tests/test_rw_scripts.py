@@ -129,6 +129,28 @@ def test_the_last_reader_to_leave_tells_the_channel_once(cluster: Cluster) -> No
     assert node.command("EXISTS", INDEX) == 0
 
 
+def test_a_writers_leave_tells_the_readers_only_when_it_was_the_last_and_no_writer_holds(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert read(node, b"r1") == 0
+    assert write(node, b"w", waiter=b"a", life=5_000) == READERS_HOLD
+    assert write(node, b"w", waiter=b"b", life=5_000) == READERS_HOLD
+    before = _published(node)
+    assert run(node, RW_LEAVE, (WAITING, W), b"a") == 1  # b still waits: readers still kept out
+    assert _published(node) == before
+    run(node, RW_READ_RELEASE, (reader_key(W, b"r1"), INDEX, W), b"r1")
+    assert write(node, b"w", waiter=b"b", life=5_000) == 0  # granted: it leaves the waiting writers next
+    before = _published(node)
+    assert run(node, RW_LEAVE, (WAITING, W), b"b") == 1
+    assert _published(node) == before  # a writer holds: no reader could come in
+    assert run(node, RELEASE, (W,), b"w") == 1
+    assert read(node, b"r2") == 0
+    assert write(node, b"w2", waiter=b"c", life=5_000) == READERS_HOLD
+    run(node, RW_READ_RELEASE, (reader_key(W, b"r2"), INDEX, W), b"r2")
+    before = _published(node)
+    assert run(node, RW_LEAVE, (WAITING, W), b"c") == 1  # gave up: the last, and the key free: told
+    assert _published(node) == before + 1
+
+
 def _published(node: Node) -> int:
     info = node.command("INFO", "commandstats")
     assert isinstance(info, dict)

@@ -132,17 +132,18 @@ return value
 
 RW_LEAVE = b"""
 -- A writer's acquire ended (granted, timed out, cancelled): its entry in the waiting writers goes.
--- When it was the last one, new readers may come: told on the lock's channel, with a word that
--- every node says alike (the digest of the waiter id), so waiting readers count it to a majority.
+-- When it was the last one and no writer holds the key, new readers may come: told on the lock's
+-- channel, with a word that every node says alike (the digest of the waiter id), so waiting readers
+-- count it to a majority (while a writer holds, the word would only wake readers to be refused).
 -- It only takes away: run late, it does no harm.
 -- KEYS[1]  the waiting writers
--- KEYS[2]  the lock's channel (the writer key)
+-- KEYS[2]  the writer key W (and the lock's channel)
 -- ARGV[1]  the writer's waiter id
 -- returns  1 the entry was there; 0 it was not
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
     return 0
 end
-if redis.call('ZCARD', KEYS[1]) == 0 then
+if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('PUBLISH', KEYS[2], redis.sha1hex(ARGV[1]))
 end
 return 1
