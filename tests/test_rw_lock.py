@@ -436,6 +436,35 @@ async def test_cancelled_at_every_moment_leaves_nothing(redlock: Redlock, cluste
         await probe.release()
 
 
+async def test_a_reader_cancelled_as_it_is_woken_passes_the_turn_on(
+    make_redlock: MakeRedlock, cluster: Cluster
+) -> None:
+    # No fallback poll within the test (retry_delay 5 s): the second reader gets in only if the turn
+    # a cancelled reader was given (by the release's words, or by a reader sharing) is passed on.
+    redlock = await make_redlock(retry_delay=5.0)
+    rw = redlock.rw_lock("doc", ttl=5.0, acquire_timeout=4.0)
+    for turns in range(8):
+        writer = rw.write()
+        assert await writer.acquire(blocking=False)
+        first, second = rw.read(), rw.read()
+        waiting = [asyncio.create_task(first.acquire()), asyncio.create_task(second.acquire())]
+        await asyncio.sleep(0.1)  # both wait in line
+        await writer.release()
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        waiting[0].cancel()
+        began = time.monotonic()
+        assert await asyncio.wait_for(waiting[1], 2.0)
+        assert time.monotonic() - began < 1.0
+        try:
+            if await waiting[0]:
+                await first.release()  # it got in before the cancel came
+        except asyncio.CancelledError:
+            pass
+        await second.release()
+        await assert_empty(cluster)
+
+
 async def test_cancelled_in_a_granted_round_gives_it_back(redlock: Redlock, cluster: Cluster) -> None:
     rw = redlock.rw_lock("doc", ttl=5.0)
     for turns in range(10):
