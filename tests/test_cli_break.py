@@ -160,8 +160,12 @@ async def test_on_a_terminal_it_asks_and_no_deletes_nothing(cluster: Cluster, ma
         await lock.extend()
 
 
-async def test_it_breaks_every_permit_of_a_semaphore(cluster: Cluster, make_redlock: MakeRedlock) -> None:
-    redlock = await make_redlock()
+@pytest.mark.parametrize("queue", [None, False])
+async def test_it_breaks_every_permit_of_a_semaphore(
+    cluster: Cluster, make_redlock: MakeRedlock, queue: bool | None
+) -> None:
+    """With the grant queue (the default) and without (release words only)."""
+    redlock = await make_redlock(queue=queue)
     permits = [redlock.semaphore("workers", limit=3, ttl=30.0, owner=f"w{i}") for i in range(2)]
     for permit in permits:
         assert await permit.acquire(blocking=False)
@@ -341,3 +345,22 @@ async def test_it_breaks_every_reader_and_a_waiting_writer_gets_the_lock(
         with pytest.raises(LockLost):
             await reader.extend()
     await writer.release()
+
+
+async def test_a_semaphore_waiter_in_the_grant_queue_is_handed_the_broken_permit(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """A broken permit goes to the first waiter in the semaphore's line, as at its holder's own release."""
+    stuck = (await make_redlock()).semaphore("printers", limit=1, ttl=60.0)
+    assert await stuck.acquire(blocking=False)
+    waiter = (await make_redlock(retry_delay=30.0)).semaphore("printers", limit=1, acquire_timeout=20.0)
+    waiting = asyncio.create_task(waiter.acquire())
+    await asyncio.sleep(0.3)  # in the semaphore's line on every node
+    assert not waiting.done()
+    code, out, err = await redlock_break(cluster.urls, "printers", "--yes")
+    assert code == 0, out + err
+    async with asyncio.timeout(3):  # its retry_delay is 30 s: only the hand-off can wake it in time
+        assert await waiting
+    with pytest.raises(LockLost):
+        await stuck.extend()
+    await waiter.release()

@@ -4,7 +4,8 @@ For an operator whose lock was left by a process that died with a long ttl. It s
 NAME (the table of ``redlock status``), asks, then on each node sends the holder's own release
 for the value it read there: the compare-and-delete a release sends (``QUEUE_LEAVE`` for a lock
 key: the next waiter in the grant queue's line, if any, is granted the key, else the release is
-published; ``RELEASE`` on the permits' channel for a semaphore's permit; ``RELEASE`` of the writer key
+published; ``PERMIT_LEAVE`` for a semaphore's permit: its slot to the first in the semaphore's line, or
+freed and published; ``RELEASE`` of the writer key
 for a read/write lock's writer, ``RW_READ_RELEASE`` for each of its readers). So:
 
 * only what was shown is deleted: a value that changed since the table was read (its holder
@@ -33,7 +34,8 @@ from redlock_async._inspect import Keys, digest, inspect, keys_of
 from redlock_async._names import rw_keys, semaphore_keys
 from redlock_async._node import Node
 from redlock_async._queue import queue_keys
-from redlock_async._scripts import QUEUE_LEAVE, RELEASE, RW_READ_RELEASE
+from redlock_async._queue_permit import Permits
+from redlock_async._scripts import PERMIT_LEAVE, QUEUE_LEAVE, RELEASE, RW_READ_RELEASE
 from redlock_async._settings import Settings
 from redlock_async._wire import Failure, Reply
 from redlock_async.cli._codes import EXIT_NOT_CONFIRMED, EXIT_UNAVAILABLE
@@ -136,7 +138,8 @@ async def _delete(
     slots: list[bytes] = []
     if found.limit is not None and keys.slot_prefix is not None:
         slots = [keys.slot_prefix + b"%d" % i for i in range(found.limit)]
-    channel = semaphore_keys(settings.key_prefix, resource)[0]  # the permits' channel
+    base, prefix, widest = semaphore_keys(settings.key_prefix, resource)
+    permits = Permits(base, widest, prefix, found.limit or 0)  # a permit's release names these keys
     connections = [
         Node(
             endpoint,
@@ -149,7 +152,7 @@ async def _delete(
     ]
     try:
         return list(
-            await asyncio.gather(*(_delete_on(node, settings, keys, slots, channel, targets) for node in connections))
+            await asyncio.gather(*(_delete_on(node, settings, keys, slots, permits, targets) for node in connections))
         )
     finally:
         for node in connections:
@@ -158,12 +161,12 @@ async def _delete(
 
 
 async def _delete_on(
-    node: Node, settings: Settings, keys: Keys, slots: Sequence[bytes], channel: bytes, targets: set[str]
+    node: Node, settings: Settings, keys: Keys, slots: Sequence[bytes], permits: Permits, targets: set[str]
 ) -> tuple[str, Result]:
     limit = settings.connect_timeout * 2  # a connect, then a round trip (as the inspection waits)
     try:
         async with asyncio.timeout(limit):
-            return node.name, await _release_shown(node, keys, slots, channel, targets)
+            return node.name, await _release_shown(node, keys, slots, permits, targets)
     except TimeoutError:
         return node.name, f"no answer within {limit:g} s: it may still hold the lease"
     except _Unanswered as exc:
@@ -181,7 +184,7 @@ def _checked(reply: Reply, what: str) -> Reply:
 
 
 async def _release_shown(
-    node: Node, keys: Keys, slots: Sequence[bytes], channel: bytes, targets: set[str]
+    node: Node, keys: Keys, slots: Sequence[bytes], permits: Permits, targets: set[str]
 ) -> tuple[list[str], list[str]]:
     """Read the name's keys on *node* (the lock, the permits' slots, the read/write lock's writer and its
     readers), then send the holder's own release for each value whose holder was shown."""
@@ -212,8 +215,8 @@ async def _release_shown(
             continue
         if kind == "lock":  # the holder's own leave: the line's next waiter gets the key
             reply = node.send_script(QUEUE_LEAVE, queue_keys(keys.lock, keys.fence), (value,))
-        elif kind == "permit":  # told on the permits' channel
-            reply = node.send_script(RELEASE, (key, channel), (value,))
+        elif kind == "permit":  # its slot to the first in the semaphore's line, or freed and told
+            reply = node.send_script(PERMIT_LEAVE, permits.keys, (value, permits.prefix))
         elif kind == "writer":  # a writer releases as a mutex does, told on its own key
             reply = node.send_script(RELEASE, (key,), (value,))
         else:  # a reader: out of the readers' index too, told on the writer key's channel
