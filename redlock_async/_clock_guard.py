@@ -108,6 +108,20 @@ class ClockGuard:
             return
         self._fault(i, judged[0], judged[1], received)
 
+    def heard(self, i: int, node_time: float, received: float) -> bool:
+        """Node *i* read its clock (*node_time*, seconds) at some moment before *received* (ours): a time
+        carried by a message (a grant word of the queue), not a reply. Judged for a jump ahead only (when
+        it was read is not known, nor its order with our replies' readings), and never kept as a reading.
+        True when it shows the node's clock ahead: the node sits out, as after a ``TIME``."""
+        before = self._times[i]
+        if before is None:
+            return False
+        judged = judge_clock(before, node_time, 0.0, received - self._sent[i], self._drift)
+        if judged is None or judged[0] is not ClockFault.AHEAD:
+            return False
+        self._fault(i, judged[0], judged[1], received)
+        return True
+
     def _fault(self, i: int, fault: ClockFault, size: float, now: float) -> None:
         node = self._nodes[i]
         new = self._faulty[i] is not fault

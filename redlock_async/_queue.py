@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from redlock_async import _algorithm, _clock
+from redlock_async._clock_guard import ClockGuard
 from redlock_async._fanout import sitting_out, timed_out
 from redlock_async._node import Node
 from redlock_async._queue_permit import Permits
@@ -206,8 +207,10 @@ class Claim:
         score: bytes | None = None,
         bell: Bell | None = None,
         permits: Permits | None = None,
+        guard: ClockGuard | None = None,
     ) -> None:
         self.nodes = nodes
+        self._guard = guard  # the clock guard: a TIME before each script that can grant, and grant words judged
         self.token = token
         self.permits = permits
         self.keys: tuple[bytes, ...] = queue_keys(key, fence_key) if permits is None else permits.keys
@@ -320,10 +323,18 @@ class Claim:
         packed = pack_script(script, keys, args)
         fallback = (script, keys, args)
         receiver = _Request(self._answered if answer is None else answer, _clock.now())
+        # A script that can grant us the key carries the node's TIME right before it (the clock guard:
+        # a node whose clock jumped ahead sits out before its grant is counted).
+        clock = (
+            None if self._guard is None or script is QUEUE_LEAVE or script is PERMIT_LEAVE else self._guard.reading()
+        )
         for i in nodes:
             self._busy[i] += 1
             self.pending += 1
-            self.nodes[i].send_packed(receiver, i, packed, fallback=fallback)
+            if clock is None:
+                self.nodes[i].send_packed(receiver, i, packed, fallback=fallback)
+            else:
+                self.nodes[i].send_timed(clock, receiver, i, packed, fallback=fallback)
 
     # -- hearing --------------------------------------------------------------------
 
@@ -393,6 +404,9 @@ class Claim:
         ref = self._ref[i]
         if ref is None or grant_us <= self._floor[i] or self.left:
             return False  # stale: a grant from before what the node's latest reply told us
+        now = _clock.now()
+        if self._guard is not None and self._guard.heard(i, grant_us / 1e6, now):
+            return False  # its clock jumped ahead since our last reading: it sits out (and keys there die early)
         if self.permits is not None:
             if counter is None:
                 return False  # no slot named: the next entry's reply says where things stand
@@ -402,12 +416,18 @@ class Claim:
                 return False  # no counter with it: the next entry's reply says where things stand
             self._count(i, counter, grant_us)
         sent, node_us = ref
-        end = _algorithm.held_until(sent, (grant_us - node_us) / 1e6 + self._ttl, self._drift)
+        # The grant's time on the node, mapped to ours through the latest reply, and capped at a ttl from
+        # now (the grant came before we heard it): a clock that stepped ahead since that reply and went
+        # unseen (no guard, or no reading yet) stretches the mapping by the step, the cap by the word's trip.
+        end = min(
+            _algorithm.held_until(sent, (grant_us - node_us) / 1e6 + self._ttl, self._drift),
+            _algorithm.held_until(now, self._ttl, self._drift),
+        )
         if end <= self.ends[i]:
             return False
         new = self.ends[i] == -math.inf
         if new:
-            self.since[i] = _clock.now()
+            self.since[i] = now
         self.ends[i] = end
         return new
 

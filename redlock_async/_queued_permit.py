@@ -37,7 +37,8 @@ class QueuedPermit(Queued, Permit):
         return b"%d:" % self.limit + _requests.new_token(self.owner or default_owner())
 
     def new_claims(self, token: bytes) -> list[_queue.Claim]:
-        claim = _queue.Claim(self.cluster.nodes, self.keys[0], self.settings, token, permits=self.spec)
+        cluster = self.cluster
+        claim = _queue.Claim(cluster.nodes, self.keys[0], self.settings, token, permits=self.spec, guard=cluster.clock)
         return [claim]
 
     def check_refused(self, claims: Sequence[_queue.Claim]) -> None:

@@ -326,6 +326,8 @@ class Queued(Words):
                     won = await _queue_wait.claimed(claims, now + delay, grace, hold_back, until_answered=False)
                     if won is not None:
                         listener.granted()  # a release handed it to us, not our fallback timer
+                        # The hand-off latency starts at the first grant heard of the nodes that count.
+                        tenure.woken_at = min(claim.since[i] for claim in claims for i in won.holders)
                 if won is not None:
                     done = True
                     self._take_claim(tenure, token, won)
@@ -356,7 +358,7 @@ class Queued(Words):
         score, bell = _queue.new_score(), _queue.Bell()
         nodes, settings = self.cluster.nodes, self.settings
         return [
-            _queue.Claim(nodes, key, settings, token, fence_key, score=score, bell=bell)
+            _queue.Claim(nodes, key, settings, token, fence_key, score=score, bell=bell, guard=self.cluster.clock)
             for key, fence_key in zip(self.keys, self.fence_keys, strict=True)
         ]
 

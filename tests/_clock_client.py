@@ -29,6 +29,13 @@ def say(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
 
 
+async def answered(redlock: Redlock) -> None:
+    """Until every node has answered all we sent (an early quorum leaves the slowest pending): the guard
+    has a reading of every node's clock from before the test changes any."""
+    while any(node.queued for node in redlock.statistics().nodes):
+        await asyncio.sleep(0.005)
+
+
 def told(event: LockEvent) -> None:
     if event.kind is EventKind.CLOCK:
         say(event="clock", at=time.monotonic(), node=event.nodes[0], fault=event.clock_fault, jump=event.clock_jump)
@@ -44,6 +51,7 @@ async def main(role: str, name: str, ttl: float, seconds: float, guard: bool, ur
             try:
                 async with lock:
                     with history.section("holder", lock):
+                        await answered(redlock)
                         say(event="ready")
                         await asyncio.sleep(seconds)
             except LockLost:
@@ -52,6 +60,7 @@ async def main(role: str, name: str, ttl: float, seconds: float, guard: bool, ur
             warm = redlock.lock(name + ":warm")
             await warm.acquire()
             await warm.release()
+            await answered(redlock)
             say(event="ready")
             stop = time.monotonic() + seconds
             while time.monotonic() < stop:

@@ -214,3 +214,27 @@ def test_a_clock_quarantine_outlives_a_shorter_restart_quarantine_and_a_reconnec
         quarantine.close()
 
     virtual(scenario)
+
+
+def test_a_time_carried_by_a_message_is_judged_for_a_jump_ahead_only_and_never_kept() -> None:
+    """A grant word of the queue carries the node's time at the grant (read at some moment before we heard
+    it): a jump ahead since our last reading makes the node sit out; a time older than that reading (the
+    word and a reply crossed) is no fault, and the word never becomes the baseline."""
+
+    async def scenario() -> None:
+        nodes, guard, recorded = make_guard()
+        wall = 1_700_000_000.0
+        now = _clock.now()
+        assert not guard.heard(2, wall + 60.0, now)  # no reading yet: nothing to judge against
+        guard.observe(2, time_reply(wall), now, now + 0.001)
+        assert not guard.heard(2, wall - 0.5, now + 0.01)  # older than the reading: crossed, not a fault
+        assert not guard.heard(2, wall + 0.009, now + 0.01)  # within the window since our send
+        assert recorded.faults == []
+        assert guard.heard(2, wall + 60.0, now + 0.01)  # a minute on the node in 10 ms here
+        assert [(i, fault) for i, fault, _ in recorded.faults] == [(2, ClockFault.AHEAD)]
+        assert nodes[2].quarantined_until == pytest.approx(now + 0.01 + PERIOD)
+        # The word was not kept: the next reply is judged against the reply before, and shows the jump too.
+        guard.observe(2, time_reply(wall + 60.02), now + 0.02, now + 0.021)
+        assert len(recorded.faults) == 1  # the same episode: one warning
+
+    virtual(scenario)

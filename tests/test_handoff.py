@@ -127,7 +127,9 @@ async def test_no_subscriber_connection_or_task_outlives_the_redlock(
     before = set(asyncio.all_tasks())
     async with Redlock(cluster.urls, queue=False, retry_delay=0.05) as waiter:
         task = asyncio.create_task(waiter.lock("leak").acquire(timeout=0.3))
-        await asyncio.sleep(0.1)
+        deadline = time.monotonic() + 2  # (under load, a subscription may take longer than a try)
+        while subscribers() < len(cluster) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
         assert subscribers() == len(cluster)  # one subscriber connection per node, not per waiter
         assert not await task
     deadline = time.monotonic() + 2
