@@ -157,9 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "break",
         help="delete a lock's lease on every node, whoever holds it (a lock left by a dead process)",
         description=(
-            "Shows who holds NAME on each node (as redlock status does), asks, then deletes what it showed on "
-            "every node that answers: the lock's key (also one of a lock_many holder's), and the permits of "
-            "semaphore NAME. A value that changed since it was shown is left alone. Waiters are told as at a "
+            "Shows who holds NAME on each node (as redlock status does, but every node as it is, restart "
+            "quarantine or not), asks, then deletes what it showed on every node that answers: the lock's key "
+            "(also one of a lock_many holder's), the permits of semaphore NAME, the writer and readers of "
+            "read/write lock NAME. A value that changed since it was shown is left alone. Waiters are told as at a "
             "release; fencing counters are kept, so the next holder's token is still larger. The broken holder "
             "finds out at its next extension (LockLost). Exit status: 0 broken (or nothing was held), "
             f"{EXIT_NOT_CONFIRMED} not confirmed (nothing deleted), {EXIT_USAGE} usage error (also: no terminal "
@@ -170,13 +171,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     breaking.add_argument("--nodes", help="comma-separated node URLs (default: $REDLOCK_NODES)")
     breaking.add_argument(
         "-y", "--yes", action="store_true", help="break without asking (needed when there is no terminal to ask on)"
-    )
-    breaking.add_argument(
-        "--ttl",
-        type=float,
-        default=10.0,
-        help="the longest ttl NAME's clients use (10): the table shows a node that restarted less than that long "
-        "ago as in restart quarantine (it may have lost keys); break deletes there too",
     )
     demo = commands.add_parser(
         "demo",
@@ -232,8 +226,7 @@ def _command(args: argparse.Namespace, sub: argparse.ArgumentParser, cmd: list[s
         if not args.yes and ask is None:
             sub.error("there is no terminal to ask on: add --yes to break the lock without asking")
         try:
-            check_duration("--ttl", args.ttl, zero_ok=False, inf_ok=False)
-            return asyncio.run(break_command(args.name, nodes, ttl=args.ttl, yes=args.yes, ask=ask))
+            return asyncio.run(break_command(args.name, nodes, yes=args.yes, ask=ask))
         except (ValueError, TypeError) as exc:
             sub.error(str(exc))
     if args.command == "run":

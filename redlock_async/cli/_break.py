@@ -15,6 +15,9 @@ for a read/write lock's writer, ``RW_READ_RELEASE`` for each of its readers). So
   holder's), nor the grant queue's line, nor a semaphore's limit key, nor a read/write lock's
   waiting writers.
 
+Nodes are read as they are, restart quarantine or not: break concludes nothing from a node that may
+have lost keys, it only deletes what each node holds, so it must see it.
+
 The broken holder learns it at its next extension: its key is gone from the nodes whose yes it
 counted on, where an extension never takes a free key back, so it cannot extend on a majority
 and gets ``LockLost`` (inside ``async with``: its body is cancelled).
@@ -72,12 +75,15 @@ def holders_shown(found: LockInfo) -> dict[str, str]:
     return shown
 
 
-async def break_command(name: str, nodes: list[str], *, ttl: float, yes: bool, ask: Ask | None) -> int:
+async def break_command(name: str, nodes: list[str], *, yes: bool, ask: Ask | None) -> int:
     """Show who holds *name*, ask (unless *yes*), then delete what was shown on every node that answers.
 
     *ask* is None when there is no terminal to ask on: then *yes* is required (checked by the caller).
     """
-    redlock = Redlock(nodes, ttl=ttl)  # checks the URLs and settings; connects nowhere
+    # Checks the URLs; connects nowhere. No restart quarantine: a node that restarted is read as it is. The
+    # quarantine hides what such a node holds (it may have lost keys, so it cannot rule a holder out); break
+    # rules nothing out, it deletes what is there, so it must see it (else: "nothing to break" beside a lease).
+    redlock = Redlock(nodes, restart_quarantine=0)
     resource, shown_name = resource_name(name)
     settings = redlock.settings
     keys = keys_of(settings, resource)
