@@ -181,7 +181,7 @@ async def test_a_writer_is_not_starved_by_a_stream_of_readers(make_redlock: Make
     finally:
         stop.set()
         await asyncio.gather(*tasks)
-    assert waited < 1.0  # the readers then inside finish (80 ms), and the writer's turn comes
+    assert waited < 1.5  # the readers then inside finish (80 ms), and the writer's turn comes
 
 
 async def test_a_sigkilled_reader_frees_its_share_within_its_ttl(redlock: Redlock, cluster: Cluster) -> None:
@@ -198,8 +198,9 @@ async def test_a_sigkilled_reader_frees_its_share_within_its_ttl(redlock: Redloc
         killed = time.monotonic()
         assert await writer.acquire()
         waited = time.monotonic() - killed
-        # Its share goes with its own key: within the ttl (the watchdog extended it a third before).
-        assert waited <= ttl + 0.3, waited
+        # Its share goes with its own key: within the ttl (the watchdog extended it a third before),
+        # and the writer sees it at its next try (retry_delay 0.2 s: within 0.3 s), on a busy machine too.
+        assert waited <= ttl + 0.6, waited
         await writer.release()
     finally:
         await kill_child(child)
@@ -240,7 +241,8 @@ async def test_waking_readers_together_when_the_writer_leaves(make_redlock: Make
     await writer.release()
     await asyncio.gather(*tasks)
     assert len(granted) == 5
-    assert max(granted) - released < 0.25, [g - released for g in granted]  # together, not one per 0.3 s hold
+    # Together: one after the other (one per 0.3 s hold) would spread them over 1.2 s.
+    assert max(granted) - released < 0.6, [g - released for g in granted]
 
 
 async def test_the_last_reader_wakes_the_writer(make_redlock: MakeRedlock) -> None:
@@ -259,7 +261,7 @@ async def test_the_last_reader_wakes_the_writer(make_redlock: MakeRedlock) -> No
     released = time.monotonic()
     await readers[2].release()
     assert await task
-    assert time.monotonic() - released < 0.5
+    assert time.monotonic() - released < 1.0  # woken: the fallback poll would be 2.5 s or more
     await writer.release()
 
 
@@ -390,13 +392,14 @@ async def test_a_node_restarted_does_not_let_a_writer_in_beside_a_reader(
     # restarts, with or without its data. A writer then finds 2, 3 and 4 free where the data went:
     # the restart quarantine keeps node 2's yes from counting, so no writer majority forms while the
     # reader reads (with restart_quarantine=0 this writer is granted: two holders).
-    reader_client = await make_redlock(faulty.urls, node_timeout=0.05)
-    writer_client = await make_redlock(faulty.urls, node_timeout=0.05)
+    # (node_timeout 0.2 s: the reader needs all of nodes 0-2 to answer, on a busy machine too.)
+    reader_client = await make_redlock(faulty.urls, node_timeout=0.2)
+    writer_client = await make_redlock(faulty.urls, node_timeout=0.2)
     assert await writer_client.rw_lock("warm").read().acquire(blocking=False)  # knows every node's run_id
     for i in (3, 4):
         faulty[i].command("SET", W, "someone else", "PX", 60_000)
     reader = reader_client.rw_lock("doc", ttl=5.0).read()
-    assert await reader.acquire(blocking=False)
+    assert await reader.acquire(blocking=False), reader.outcomes
     for i in (3, 4):
         faulty[i].command("DEL", W)
     faulty[2].restart(keep_data=keep_data)
