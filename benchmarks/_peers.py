@@ -254,7 +254,7 @@ class RedlockAsync(Peer):
         return (
             f"`Redlock(urls)`: ttl {s.ttl:g} s, node_timeout {s.node_timeout:g} s (early decision on a majority), "
             f"retry_delay {s.retry_delay:g} s jittered to uniform({s.retry_delay / 2:g}, {s.retry_delay * 1.5:g}) s, "
-            f"acquire_timeout {s.acquire_timeout:g} s, drift {s.drift_factor:g}, max_queued {s.max_queued}; "
+            f"acquire_timeout {s.acquire_timeout:g} s, drift {s.drift_factor:g}, max_unanswered {s.max_unanswered}; "
             "one pipelined connection per node. `acquire(blocking=False)` / `release()` for one attempt; "
             "`async with lock` (blocking, watchdog extends) when contended."
         )

@@ -329,7 +329,7 @@ async def measure_throughput(side: Side, cfg: Config) -> Throughput:
 
 def _stalled_queue(redlock: Redlock) -> int:
     """Commands sent to the stopped node or waiting to be sent, not yet answered (from ``statistics()``)."""
-    return redlock.statistics().nodes[STOPPED].queued
+    return redlock.statistics().nodes[STOPPED].unanswered
 
 
 @dataclass
@@ -380,14 +380,14 @@ async def _timed_cycles(lock: Lock, warmup: int, ops: int, into: Samples) -> Non
 async def _fill(redlock: Redlock, locks: Sequence[Lock], cfg: Config) -> tuple[int, float, bool]:
     """Concurrent acquire+release until acquires skip the stalled node (its SETs refused).
 
-    The library refuses them once max_queued commands wait on the node (and, since
+    The library refuses them once max_unanswered commands wait on the node (and, since
     ab15679, once it has also been silent for a while): 64 tasks get there fastest.
     Returns (ops, seconds, whether the node was being skipped at the end).
     """
     capped = asyncio.Event()
     started = perf_ns()
     stop_at = started + int(cfg.fill_seconds * 1e9)
-    limit = 4 * redlock.settings.max_queued
+    limit = 4 * redlock.settings.max_unanswered
 
     async def filler(lock: Lock) -> int:
         done = 0

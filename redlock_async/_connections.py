@@ -61,7 +61,7 @@ class Connections:
             quarantine.on_ready(node)
 
         node_settings: dict[str, Any] = {
-            "max_queued": settings.max_queued,
+            "max_unanswered": settings.max_unanswered,
             "stall_after": settings.connect_timeout,
             "connect_timeout": settings.connect_timeout,
             "reconnect_delay": settings.reconnect_delay,
@@ -116,7 +116,7 @@ class Connections:
                 quarantined=sitting_out(node) is not None,
                 round_trip=node.load.srtt or None,
                 timeout=node.load.rto,
-                queued=node.queued,
+                unanswered=node.unanswered,
                 sent=node.load.sent,
                 fault=describe(node.fault) if node.fault is not None else None,
             )

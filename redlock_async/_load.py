@@ -4,7 +4,7 @@ Round trips are measured from a write to an idle connection to its first reply, 
 estimator (``_algorithm.smoothed_rtt``): how long this node takes on this network, which the
 adaptive node timeout and the hand-off's patience read. A node *stalls* when it has answered
 nothing for ``stall_after`` seconds while commands wait: then limited commands (acquire, extend)
-are refused once ``max_queued`` are unanswered, so a stopped node collects no unbounded backlog.
+are refused once ``max_unanswered`` are unanswered, so a stopped node collects no unbounded backlog.
 """
 
 from __future__ import annotations
@@ -16,14 +16,24 @@ from redlock_async._algorithm import smoothed_rtt
 class NodeLoad:
     """One node's figures (``Node.load``), kept by the node as it writes and reads."""
 
-    __slots__ = ("_rttvar", "max_queued", "max_rto", "progress", "rto", "sent", "srtt", "stall_after", "waiting_since")
+    __slots__ = (
+        "_rttvar",
+        "max_rto",
+        "max_unanswered",
+        "progress",
+        "rto",
+        "sent",
+        "srtt",
+        "stall_after",
+        "waiting_since",
+    )
 
-    def __init__(self, *, max_queued: int, stall_after: float, max_rto: float) -> None:
-        self.max_queued = max_queued
+    def __init__(self, *, max_unanswered: int, stall_after: float, max_rto: float) -> None:
+        self.max_unanswered = max_unanswered
         self.stall_after = stall_after
         self.max_rto = max_rto
         self.sent = 0
-        """Commands queued on this node (for statistics)."""
+        """Commands sent to this node (for statistics)."""
         self.progress = 0.0
         """Monotonic time of the last reply, or of the first write after an idle spell."""
         self.waiting_since = 0.0

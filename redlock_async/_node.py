@@ -52,7 +52,7 @@ class Node:
     """A Redis master: queue commands (its :class:`_outbox.Outbox`, whose sending methods it offers as its
     own), get their replies; its connection, opened, kept and closed by its own task.
 
-    *limited* commands (acquire, extend) are refused when *max_queued* commands already wait on a
+    *limited* commands (acquire, extend) are refused when *max_unanswered* commands already wait on a
     node that has answered nothing for *stall_after* seconds (``_outbox.py``).
     """
 
@@ -60,7 +60,7 @@ class Node:
         self,
         endpoint: Endpoint,
         *,
-        max_queued: int,
+        max_unanswered: int,
         stall_after: float,
         connect_timeout: float,
         reconnect_delay: float,
@@ -99,7 +99,7 @@ class Node:
         self._on_message = on_message
         self._on_connect = on_connect
         self._scripts = scripts
-        self.load = NodeLoad(max_queued=max_queued, stall_after=stall_after, max_rto=max_rto)
+        self.load = NodeLoad(max_unanswered=max_unanswered, stall_after=stall_after, max_rto=max_rto)
         """Commands sent, round trips, stalls (``_load.py``)."""
         self._connect_timeout = connect_timeout
         self._reconnect_delay = reconnect_delay
@@ -121,7 +121,7 @@ class Node:
         self._ever_connected = False  # a server that once answered in plain text is not a TLS-only port
 
     def __repr__(self) -> str:
-        return f"<Node {self.name} queued={self.queued}>"
+        return f"<Node {self.name} unanswered={self.unanswered}>"
 
     @property
     def connected(self) -> bool:
@@ -133,9 +133,9 @@ class Node:
         return self._transport.get_write_buffer_size() if self._transport is not None else 0
 
     @property
-    def queued(self) -> int:
+    def unanswered(self) -> int:
         """Commands sent or waiting to be sent that have not been answered."""
-        return self.outbox.queued
+        return self.outbox.unanswered
 
     # -- lifecycle --------------------------------------------------------
 
@@ -170,7 +170,7 @@ class Node:
         if self.outbox.closed is not None:
             return
         try:
-            if self.outbox.queued and grace > 0 and self._loop is not None:
+            if self.outbox.unanswered and grace > 0 and self._loop is not None:
                 self.outbox.idle = idle = self._loop.create_future()
                 await asyncio.wait([idle], timeout=grace)
         finally:

@@ -43,7 +43,7 @@ class Outbox:
     """One node's commands: those not written yet (:attr:`pending`), those awaiting replies (:attr:`inflight`).
 
     *limited* commands (acquire, extend) are refused with a SKIPPED failure when
-    ``load.max_queued`` commands already wait on a node that has answered nothing for
+    ``load.max_unanswered`` commands already wait on a node that has answered nothing for
     ``load.stall_after`` seconds: a stalled node must not collect an unbounded backlog, while a
     busy one that keeps answering is never refused. Releases are never refused: each follows a
     command that was sent, so they are bounded by the same cap.
@@ -100,7 +100,7 @@ class Outbox:
         self.gathering = False  # the last write carried several commands: gather the next ones too
 
     @property
-    def queued(self) -> int:
+    def unanswered(self) -> int:
         """Commands sent or waiting to be sent that have not been answered."""
         return len(self.pending) + len(self.inflight)
 
@@ -143,8 +143,8 @@ class Outbox:
             return
         pending = self.pending
         load = self.load
-        if limited and len(pending) + len(self.inflight) >= load.max_queued and load.stalled():
-            receiver.deliver(index, Failure(Vote.SKIPPED, f"stalled: {self.queued} commands unanswered"))
+        if limited and len(pending) + len(self.inflight) >= load.max_unanswered and load.stalled():
+            receiver.deliver(index, Failure(Vote.SKIPPED, f"stalled: {self.unanswered} commands unanswered"))
             return
         pending.append((packed, receiver, index, fallback))
         load.sent += 1
@@ -180,8 +180,8 @@ class Outbox:
             return
         pending = self.pending
         load = self.load
-        if limited and len(pending) + len(self.inflight) >= load.max_queued and load.stalled():
-            receiver.deliver(index, Failure(Vote.SKIPPED, f"stalled: {self.queued} commands unanswered"))
+        if limited and len(pending) + len(self.inflight) >= load.max_unanswered and load.stalled():
+            receiver.deliver(index, Failure(Vote.SKIPPED, f"stalled: {self.unanswered} commands unanswered"))
             return
         if self.timed:
             # A TIME already goes out in this write, ahead of this command: the server runs them back to

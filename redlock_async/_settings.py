@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from redlock_async._algorithm import best_validity, ttl_to_ms
+from redlock_async._deprecated import renamed
 
 MIN_TTL_TO_NODE_TIMEOUT = 10
 """The ttl must be at least this many node timeouts: a lease mostly spent waiting for nodes is useless."""
@@ -76,7 +77,7 @@ class Settings:
     """Bound on (re)connecting to one node, TLS and AUTH included."""
     reconnect_delay: float = 0.1
     """After a failed connect, the node is skipped (fails at once) for this long."""
-    max_queued: int = 1024
+    max_unanswered: int = 1024
     """Unanswered commands on a stalled node (silent for connect_timeout) before new
     acquires and extends skip it; a node that keeps answering is never skipped,
     and a client whose own loop lags (a burst of acquires) is not taken for a stall."""
@@ -170,10 +171,10 @@ class Settings:
                 f"node_timeout must be at least {MIN_NODE_TIMEOUT} s (1 ms), got {self.node_timeout}: "
                 "no round trip to a server is shorter, even on loopback"
             )
-        if isinstance(self.max_queued, bool) or not isinstance(self.max_queued, int):
-            raise TypeError(f"max_queued must be an int, got {type(self.max_queued).__name__}")
-        if self.max_queued < 1:
-            raise ValueError(f"max_queued must be at least 1, got {self.max_queued}")
+        if isinstance(self.max_unanswered, bool) or not isinstance(self.max_unanswered, int):
+            raise TypeError(f"max_unanswered must be an int, got {type(self.max_unanswered).__name__}")
+        if self.max_unanswered < 1:
+            raise ValueError(f"max_unanswered must be at least 1, got {self.max_unanswered}")
         if self.queue is None:
             object.__setattr__(self, "queue", self.wait_for_release)
         for name in ("wait_for_release", "queue", "fencing", "auto_extend", "adaptive_timeout", "clock_guard"):
@@ -219,6 +220,12 @@ class Settings:
                 f"key_prefix {self.key_prefix!r} and fence_prefix {self.fence_prefix!r} overlap: a lock key "
                 "could be taken for a fencing counter; pick prefixes where neither starts the other"
             )
+
+    @property
+    def max_queued(self) -> int:
+        """Deprecated spelling of :attr:`max_unanswered`."""
+        renamed("Settings.max_queued", ".max_unanswered")
+        return self.max_unanswered
 
     def _check_fence_ttl(self) -> None:
         fence_ttl = self.fence_ttl

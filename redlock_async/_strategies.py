@@ -129,13 +129,13 @@ class Words:
             # Try at once (the key may be free while waiters of this process wait for their timers),
             # unless the line is taking it now or a lock of this Redlock holds it: then join the line.
             channel = self.blocked
-            queued = (
+            in_line = (
                 listener is not None
                 and listener.waiting(channel)
                 and (listener.taking(channel) or len(cluster.bound.get(channel, ())) >= self.permits)
             )
             while True:
-                if not queued:
+                if not in_line:
                     attempted = True
                     if await self.attempt(tenure):
                         return True
@@ -161,7 +161,7 @@ class Words:
                         # and a new subscription would otherwise go unheard. An existing
                         # subscription already heard it, and woke the oldest waiter.
                         channel = self.blocked  # lock_many: the key its last attempt found held
-                        if await listener.enter(channel) and not queued and await self.attempt(tenure):
+                        if await listener.enter(channel) and not in_line and await self.attempt(tenure):
                             return True
                     # Woken by a release (our turn among this process's waiters), or after
                     # the jittered delay if no word came: notifications can be lost. A release
@@ -169,12 +169,12 @@ class Words:
                     taker = _handoff.Taker(self.presend, self.give_back) if self.takes_hand_over else None
                     woken = await listener.wait(channel, delay, place, again=woken, taker=taker)
                     tenure.woken_at = _clock.now() if woken else None  # the hand-off latency starts here
-                    queued = False
+                    in_line = False
                     if woken and (sent := listener.handed(channel, place)) is not None:
                         attempted = True
                         if await self.attempt(tenure, sent):
                             return True
-                        queued = True  # that was this wake-up's try: wait again
+                        in_line = True  # that was this wake-up's try: wait again
                 # Closed meanwhile, or a background task failed: say so now, not at the timeout.
                 cluster.check_open()
                 if _clock.now() >= give_up and attempted:

@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 
 from redlock_async._cluster import require_asyncio
 from redlock_async._connections import Connections
+from redlock_async._deprecated import renamed
 from redlock_async._inspect import keys_of
 from redlock_async._names import canonical_names
 from redlock_async._reentry import Reentries
@@ -65,7 +66,8 @@ class Redlock:
         acquire_timeout: float = _DEFAULTS.acquire_timeout,
         connect_timeout: float = _DEFAULTS.connect_timeout,
         reconnect_delay: float = _DEFAULTS.reconnect_delay,
-        max_queued: int = _DEFAULTS.max_queued,
+        max_unanswered: int = _DEFAULTS.max_unanswered,
+        max_queued: int | None = None,
         key_prefix: str = _DEFAULTS.key_prefix,
         wait_for_release: bool = _DEFAULTS.wait_for_release,
         queue: bool | None = None,
@@ -89,7 +91,7 @@ class Redlock:
             acquire_timeout=acquire_timeout,
             connect_timeout=connect_timeout,
             reconnect_delay=reconnect_delay,
-            max_queued=max_queued,
+            max_unanswered=_max_unanswered(max_unanswered, max_queued),
             key_prefix=key_prefix,
             wait_for_release=wait_for_release,
             queue=queue,
@@ -437,3 +439,11 @@ def check_cooldown(settings: Settings, cooldown: object) -> None:
 def _given(**overrides: Any) -> dict[str, Any]:
     """The settings a maker was given (None: the Redlock's)."""
     return {key: value for key, value in overrides.items() if value is not None}
+
+
+def _max_unanswered(value: int, old: int | None) -> int:
+    """``max_unanswered``, or the deprecated ``max_queued=`` when given (with a warning)."""
+    if old is None:
+        return value
+    renamed("Redlock(max_queued=)", "Redlock(max_unanswered=)", stacklevel=4)
+    return old

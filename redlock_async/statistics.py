@@ -35,12 +35,18 @@ class NodeStatistics:
     """Smoothed round-trip time in seconds (RFC 6298's estimator), None before the first reply."""
     timeout: float
     """The round-trip timeout learned from it (0 until measured, or with adaptive_timeout off)."""
-    queued: int
-    """Commands sent or waiting to be sent, not yet answered."""
+    unanswered: int
+    """Commands sent or waiting to be sent, not yet answered (``max_unanswered`` bounds them on a stalled node)."""
     sent: int
-    """Commands queued on it since the Redlock was made."""
+    """Commands sent to it since the Redlock was made."""
     fault: str | None
     """An internal error that took the node out of service, or None."""
+
+    @property
+    def queued(self) -> int:
+        """Deprecated spelling of :attr:`unanswered`."""
+        renamed("NodeStatistics.queued", ".unanswered")
+        return self.unanswered
 
 
 @dataclass(frozen=True, slots=True)

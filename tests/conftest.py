@@ -252,7 +252,7 @@ async def acquire_on_first_three(nodes: Any, lock: Lock, key: str) -> None:
 async def one_node(url: str) -> AsyncIterator[LibraryNode]:
     """A connection of the library's own to *url*, below any lock: for tests of the wire itself."""
     node = LibraryNode(
-        endpoint_for(url, 0), max_queued=1 << 20, stall_after=5.0, connect_timeout=2.0, reconnect_delay=0.1
+        endpoint_for(url, 0), max_unanswered=1 << 20, stall_after=5.0, connect_timeout=2.0, reconnect_delay=0.1
     )
     try:
         assert await node.connect() is None

@@ -47,7 +47,7 @@ def parse(packed: bytes) -> tuple[bytes, ...]:
 
 
 def _fresh_load() -> NodeLoad:
-    return NodeLoad(max_queued=1 << 20, stall_after=5.0, max_rto=1.0)
+    return NodeLoad(max_unanswered=1 << 20, stall_after=5.0, max_rto=1.0)
 
 
 @dataclass(eq=False)

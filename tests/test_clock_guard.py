@@ -81,7 +81,7 @@ async def answered(redlock: Any) -> None:
     """Until every node has answered all that *redlock* sent: an early quorum leaves the slowest pending,
     and a reply still on its way when a test steps a clock may read the jumped clock and make it the
     guard's first reading, which no client can tell from drift (seen under CI's load)."""
-    while any(node.queued for node in redlock.statistics().nodes):
+    while any(node.unanswered for node in redlock.statistics().nodes):
         await asyncio.sleep(0.005)
 
 

@@ -124,3 +124,20 @@ def test_sync_campaign_takes_timeout_by_keyword(cluster: Cluster) -> None:
         with pytest.raises(TypeError, match=r"write campaign\(timeout=seconds\)"):
             election.campaign(5, timeout=5)  # type: ignore[misc]
         assert redlock.lock("vocab:sync").name == "vocab:sync"
+
+
+def test_max_queued_and_node_queued_are_old_spellings() -> None:
+    """ "Queue" is the grant queue alone: a node's unanswered commands are ``unanswered``."""
+    with pytest.warns(
+        DeprecationWarning, match=r"Redlock\(max_queued=\) is deprecated .* use Redlock\(max_unanswered=\)"
+    ) as told:
+        redlock = Redlock([URL], max_queued=8)
+    assert told[0].filename == __file__
+    assert redlock.settings.max_unanswered == 8
+    assert Redlock([URL], max_unanswered=9).settings.max_unanswered == 9
+    with pytest.warns(DeprecationWarning, match=r"Settings\.max_queued is deprecated .* use \.max_unanswered"):
+        assert redlock.settings.max_queued == 8
+    node = redlock.statistics().nodes[0]
+    assert node.unanswered == 0
+    with pytest.warns(DeprecationWarning, match=r"NodeStatistics\.queued is deprecated .* use \.unanswered"):
+        assert node.queued == 0

@@ -372,7 +372,7 @@ async def test_cancelled_acquire_leaves_no_keys(faulty: Cluster) -> None:
 
 
 async def test_stalled_node_backlog_is_capped(faulty: Cluster) -> None:
-    async with Redlock(faulty.urls, max_queued=8, connect_timeout=0.2) as redlock:
+    async with Redlock(faulty.urls, max_unanswered=8, connect_timeout=0.2) as redlock:
         faulty[4].pause()
         async with redlock.lock("cap-first"):
             pass
@@ -381,20 +381,20 @@ async def test_stalled_node_backlog_is_capped(faulty: Cluster) -> None:
             async with redlock.lock(f"cap{n}"):
                 pass
             # Acquires stop queueing at the cap; releases only follow SETs that went out.
-            assert redlock.statistics().nodes[4].queued <= 2 * 8
+            assert redlock.statistics().nodes[4].unanswered <= 2 * 8
         lock = redlock.lock("cap-last")
         assert await lock.acquire()
         assert any(o.vote is Vote.SKIPPED and "stalled" in o.detail for o in lock.outcomes)
         await lock.release()
         faulty[4].resume()
         await asyncio.sleep(0.2)
-        assert redlock.statistics().nodes[4].queued == 0
+        assert redlock.statistics().nodes[4].unanswered == 0
         assert lock_keys(faulty[4]) == []
 
 
 async def test_busy_node_is_never_skipped(make_redlock: MakeRedlock) -> None:
-    # Far more concurrent acquires than max_queued: a node that keeps answering is busy, not stalled.
-    redlock = await make_redlock(max_queued=16, node_timeout=0.5)
+    # Far more concurrent acquires than max_unanswered: a node that keeps answering is busy, not stalled.
+    redlock = await make_redlock(max_unanswered=16, node_timeout=0.5)
     locks = [redlock.lock(f"burst{n}") for n in range(300)]
     results = await asyncio.gather(*(lock.acquire(blocking=False) for lock in locks))
     assert all(results)

@@ -122,12 +122,14 @@ async def test_a_word_heard_while_our_script_is_out_waits_for_its_reply(clock: C
     claim, nodes = make_claim(1)
     claim.enter()
     nodes[0].answer(reply(False, 5_000_000))
+    clock.t += 1.0  # (a word's node time never runs ahead of our clock: a later one is not counted)
     claim.enter()  # entered again (the retry delay): on the wire
     claim.heard(0, 5_500_000)  # a grant: did it come before our second entry ran, or after?
     assert claim.ends[0] == -math.inf  # not counted while we cannot tell
     nodes[0].answer(reply(False, 6_000_000))  # the entry ran later, and found the key not ours: that grant ended
     assert claim.ends[0] == -math.inf
     claim.enter()
+    clock.t += 1.0
     claim.heard(0, 6_500_000)
     nodes[0].answer(reply(False, 6_200_000))  # ran before the grant: the stashed word counts now
     assert claim.ends[0] > -math.inf
@@ -137,6 +139,7 @@ async def test_a_given_back_grant_is_not_brought_back_by_its_late_word(clock: Cl
     claim, nodes = make_claim(1)
     claim.enter()
     nodes[0].answer(reply(False, 5_000_000))
+    clock.t += 0.2
     claim.heard(0, 5_100_000)
     assert claim.ends[0] > -math.inf
     claim.give_back([0])  # a split: handed back, staying in line
@@ -239,6 +242,7 @@ async def test_a_fenced_claim_chooses_one_more_than_the_largest_counter_read_whi
     nodes[0].answer(fenced_reply(True, 1_000_000, 41))
     for i in (1, 2, 3, 4):
         nodes[i].answer(fenced_reply(False, 1_000_000, 0))
+    clock.t += 0.5
     claim.heard(1, 1_100_000, 40)
     claim.heard(2, 1_100_000)  # a word without a counter (an older client): not counted
     assert claim.held(clock.t) == [0, 1]

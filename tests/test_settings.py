@@ -35,7 +35,7 @@ def test_defaults_are_valid() -> None:
     assert s.acquire_timeout == 10.0
     assert s.connect_timeout == 1.0
     assert s.reconnect_delay == 0.1
-    assert s.max_queued == 1024
+    assert s.max_unanswered == 1024
     assert s.key_prefix == "redlock:"
 
 
@@ -63,7 +63,7 @@ def test_durations_become_floats() -> None:
         {"drift_factor": 0},
         {"drift_factor": 0.0},
         {"drift_factor": 0.49},
-        {"max_queued": 1},
+        {"max_unanswered": 1},
         {"key_prefix": ""},
         {"key_prefix": "app:locks:"},
         {"ttl": 0.5, "node_timeout": 0.05},  # node_timeout exactly ttl/10
@@ -124,12 +124,12 @@ BAD: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"drift_factor": math.inf}, ValueError, r"^drift_factor must be a fraction in \[0, 0\.5\)"),
     ({"drift_factor": False}, TypeError, r"^drift_factor must be a number like 0\.01, got bool"),
     ({"drift_factor": "0.01"}, TypeError, r"^drift_factor must be a number like 0\.01, got str"),
-    # max_queued
-    ({"max_queued": 0}, ValueError, r"^max_queued must be at least 1, got 0"),
-    ({"max_queued": -5}, ValueError, r"^max_queued must be at least 1"),
-    ({"max_queued": True}, TypeError, r"^max_queued must be an int, got bool"),
-    ({"max_queued": 10.0}, TypeError, r"^max_queued must be an int, got float"),
-    ({"max_queued": "10"}, TypeError, r"^max_queued must be an int, got str"),
+    # max_unanswered
+    ({"max_unanswered": 0}, ValueError, r"^max_unanswered must be at least 1, got 0"),
+    ({"max_unanswered": -5}, ValueError, r"^max_unanswered must be at least 1"),
+    ({"max_unanswered": True}, TypeError, r"^max_unanswered must be an int, got bool"),
+    ({"max_unanswered": 10.0}, TypeError, r"^max_unanswered must be an int, got float"),
+    ({"max_unanswered": "10"}, TypeError, r"^max_unanswered must be an int, got str"),
     # key_prefix
     ({"key_prefix": b"redlock:"}, TypeError, r"^key_prefix must be a str, got bytes"),
     ({"key_prefix": None}, TypeError, r"^key_prefix must be a str, got NoneType"),
@@ -282,8 +282,8 @@ def _bad_settings() -> list[tuple[str, Any, type[Exception]]]:
     for name in ("drift_factor", "extend_threshold"):
         cases += [(name, bad, TypeError) for bad in ("0.1", None, True)]
         cases += [(name, bad, ValueError) for bad in (math.nan, math.inf, -0.1, 0.95)]
-    cases += [("max_queued", bad, TypeError) for bad in (1.0, True, "10", None)]
-    cases += [("max_queued", bad, ValueError) for bad in (0, -1)]
+    cases += [("max_unanswered", bad, TypeError) for bad in (1.0, True, "10", None)]
+    cases += [("max_unanswered", bad, ValueError) for bad in (0, -1)]
     cases += [("max_extensions", bad, TypeError) for bad in (1.5, True, "3")]
     cases += [("max_extensions", -1, ValueError)]
     for name in ("wait_for_release", "fencing", "auto_extend"):

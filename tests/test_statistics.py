@@ -40,7 +40,7 @@ async def test_connected_nodes_show_their_server_and_round_trip(cluster: Cluster
         assert all(node.fault is None and not node.quarantined for node in nodes)
         # release() returns once the nodes that granted said so: a late node's reply may still be
         # on its way, and is counted as queued until it lands (CI saw one in flight).
-        assert await eventually(lambda: all(node.queued == 0 for node in redlock.statistics().nodes), 2.0)
+        assert await eventually(lambda: all(node.unanswered == 0 for node in redlock.statistics().nodes), 2.0)
 
 
 async def test_a_lock_through_its_phases(cluster: Cluster) -> None:

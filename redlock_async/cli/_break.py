@@ -149,7 +149,7 @@ async def _delete(
     connections = [
         Node(
             endpoint,
-            max_queued=settings.max_queued,
+            max_unanswered=settings.max_unanswered,
             stall_after=settings.connect_timeout,
             connect_timeout=settings.connect_timeout,
             reconnect_delay=settings.reconnect_delay,
