@@ -32,7 +32,7 @@ def say(**fields: object) -> None:
 async def answered(redlock: Redlock) -> None:
     """Until every node has answered all we sent (an early quorum leaves the slowest pending): the guard
     has a reading of every node's clock from before the test changes any."""
-    while any(node.queued for node in redlock.statistics().nodes):
+    while any(node.unanswered for node in redlock.statistics().nodes):
         await asyncio.sleep(0.005)
 
 
