@@ -55,11 +55,10 @@ from redlock_async._scripts import (
     QUEUE_ENTER,
     QUEUE_FENCE,
     QUEUE_LEAVE,
-    QUEUE_LEAVE_ALL,
     QUEUE_STAY,
 )
 from redlock_async._settings import Settings
-from redlock_async._wire import IGNORED, Failure, Receiver, Reply, pack_script
+from redlock_async._wire import Failure, Reply, pack_script
 
 ENTRY_LIFE_MIN_MS = 1000
 """Shortest life of a waiter's entry on a node (it is entered again every retry delay)."""
@@ -94,48 +93,6 @@ def patience(nodes: Sequence[Node], timeout: float) -> float:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def release(
-    nodes: Sequence[Node],
-    key: bytes,
-    fence_key: bytes,
-    token: bytes,
-    into: Receiver | None,
-    skip: Sequence[int] = (),
-) -> None:
-    """Release a lease taken through the queue, on every node but *skip* (synchronous: survives
-    cancellation): the key goes to the next live waiter there (with the name's fencing counter in the
-    grant's word), or is deleted and the release published. Its entries still in a line (nodes that
-    granted late, or never) go too. *skip*: nodes the acquisition never sent its token to (a first try
-    that skipped a stalled node), where there is nothing of it to take away."""
-    keys = queue_keys(key, fence_key)
-    args: tuple[bytes | int, ...] = (token,)
-    packed = pack_script(QUEUE_LEAVE, keys, args)
-    receiver: Receiver = IGNORED if into is None else into  # replies as RELEASE's: 1 deleted, 0 not ours
-    for i, node in enumerate(nodes):
-        if i not in skip:
-            node.send_packed(receiver, i, packed, fallback=(QUEUE_LEAVE, keys, args))
-
-
-def release_all(
-    nodes: Sequence[Node],
-    keys: Sequence[bytes],
-    fence_keys: Sequence[bytes],
-    token: bytes,
-    into: Receiver | None,
-    skip: Sequence[int] = (),
-) -> None:
-    """:func:`release` for a lock of several names (lock_many): one script per node but *skip* leaves every
-    name's line and hands each key still ours to that line's next waiter; its reply says whether every
-    key was ours."""
-    flat = tuple(k for key, fence_key in zip(keys, fence_keys, strict=True) for k in queue_keys(key, fence_key))
-    args: tuple[bytes | int, ...] = (token,)
-    packed = pack_script(QUEUE_LEAVE_ALL, flat, args)
-    receiver: Receiver = IGNORED if into is None else into  # replies as RELEASE_ALL's
-    for i, node in enumerate(nodes):
-        if i not in skip:
-            node.send_packed(receiver, i, packed, fallback=(QUEUE_LEAVE_ALL, flat, args))
 
 
 def new_score() -> bytes:

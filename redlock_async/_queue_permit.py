@@ -13,12 +13,7 @@ token on every node (``PERMIT_LEAVE``): never more holders, at worst a permit id
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-
-from redlock_async._node import Node
-from redlock_async._scripts import PERMIT_LEAVE
-from redlock_async._wire import IGNORED, Receiver, pack_script
 
 LINE, WAITS = b"\x00queue", b"\x00waits"
 """What a semaphore's base key adds for its line and its waits (as a lock key's: ``_queue.SUFFIXES``)."""
@@ -40,18 +35,3 @@ class Permits:
 
     def slot_key(self, slot: int) -> bytes:
         return self.prefix + b"%d" % slot
-
-
-def release_permit(
-    nodes: Sequence[Node], permits: Permits, token: bytes, into: Receiver | None, skip: Sequence[int] = ()
-) -> None:
-    """Release a permit on every node but *skip* (synchronous: survives cancellation): every slot that holds
-    *token* goes to the first live waiter in the semaphore's line, or is freed and the release published;
-    an entry of the token still in line goes too. Replies as RELEASE's (1: a slot held it)."""
-    keys = permits.keys
-    args: tuple[bytes | int, ...] = (token, permits.prefix)
-    packed = pack_script(PERMIT_LEAVE, keys, args)
-    receiver: Receiver = IGNORED if into is None else into
-    for i, node in enumerate(nodes):
-        if i not in skip:
-            node.send_packed(receiver, i, packed, fallback=(PERMIT_LEAVE, keys, args))

@@ -15,7 +15,8 @@ from redlock_async import _algorithm, _queue, _queue_wait, _requests
 from redlock_async._fanout import Ballot
 from redlock_async._lease import Lease
 from redlock_async._names import default_owner
-from redlock_async._queue_permit import Permits, release_permit
+from redlock_async._queue_permit import Permits
+from redlock_async._queue_release import release_permit
 from redlock_async._strategies import Permit, Queued
 
 

@@ -25,7 +25,7 @@ import random
 from collections.abc import Sequence
 from typing import Protocol
 
-from redlock_async import _algorithm, _clock, _handoff, _line, _queue, _queue_wait, _requests
+from redlock_async import _algorithm, _clock, _handoff, _line, _queue, _queue_release, _queue_wait, _requests
 from redlock_async._algorithm import Vote
 from redlock_async._cluster import Cluster
 from redlock_async._fanout import Ballot, outcomes
@@ -396,9 +396,9 @@ class Queued(Words):
     ) -> None:
         nodes = self.cluster.nodes  # to each key's next waiter
         if len(self.keys) == 1:
-            _queue.release(nodes, lease.keys[0], self.fence_keys[0], token, into, skip)
+            _queue_release.release(nodes, lease.keys[0], self.fence_keys[0], token, into, skip)
         else:
-            _queue.release_all(nodes, lease.keys, self.fence_keys, token, into, skip)
+            _queue_release.release_all(nodes, lease.keys, self.fence_keys, token, into, skip)
 
 
 class Permit(Words):
