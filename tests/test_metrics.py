@@ -232,7 +232,10 @@ async def test_a_waiter_woken_by_a_release_reports_the_hand_off_latency(make_red
     assert await holder.acquire()
     waiter = redlock.lock("handoff", acquire_timeout=5.0)
     waiting = asyncio.create_task(waiter.acquire())
-    await asyncio.sleep(0.1)  # it tried, found the lock held, and listens for the release
+    # It tried, found the lock held, and waits in line on every node (under load 100 ms was not always
+    # enough: a release before its entry is no hand-off, the entry finds the lock free).
+    while waiter.statistics().attempts < 2 or any(node.queued for node in redlock.statistics().nodes):
+        await asyncio.sleep(0.01)
     await holder.release()
     assert await waiting
     granted = [e for e in events if e.kind is EventKind.ACQUIRED][-1]
