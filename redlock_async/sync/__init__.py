@@ -16,7 +16,8 @@ held elsewhere), ``LockLost`` when the lease was lost while the body ran.
 from redlock_async.errors import LockLost, LockNotAcquired, NodesUnavailable, RedlockError
 from redlock_async.sync._client import Election, Redlock
 from redlock_async.sync._lock import Lock
-from redlock_async.sync._rw import ReadWriteLock
+from redlock_async.sync._reentrant import ReentrantLock
+from redlock_async.sync._rw import ReadWriteLock, WriteLock
 
 __all__ = [
     "Election",
@@ -27,8 +28,10 @@ __all__ = [
     "ReadWriteLock",
     "Redlock",
     "RedlockError",
+    "ReentrantLock",
+    "WriteLock",
 ]
 
-for _cls in (Election, Lock, ReadWriteLock, Redlock):
+for _cls in (Election, Lock, ReadWriteLock, Redlock, ReentrantLock, WriteLock):
     _cls.__module__ = __name__
 del _cls

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, final
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Self, TypeVar, final, overload
 
 from redis.asyncio import Redis
 
@@ -25,6 +25,7 @@ from redlock_async.rwlock import ReadWriteLock as AsyncReadWriteLock
 from redlock_async.statistics import RedlockStatistics
 from redlock_async.sync._hold import Holding
 from redlock_async.sync._lock import Lock
+from redlock_async.sync._reentrant import ReentrantLock, ThreadHolds
 from redlock_async.sync._runtime import Runtime
 from redlock_async.sync._rw import ReadWriteLock
 
@@ -47,7 +48,7 @@ class Redlock:
     RuntimeError: async code uses the async API.
     """
 
-    __slots__ = ("__weakref__", "_runtime")
+    __slots__ = ("__weakref__", "_holds", "_runtime")
 
     def __init__(
         self, nodes: Iterable[str | Redis], *, on_event: OnEvent | Sequence[OnEvent] | None = None, **settings: Any
@@ -55,6 +56,7 @@ class Redlock:
         listed = nodes if isinstance(nodes, (str, bytes)) else list(nodes)  # kept: a forked child makes its own
         hook = as_hook(on_event)  # checked here, not at first use
         self._runtime = Runtime(functools.partial(AsyncRedlock, listed, on_event=hook, **settings))
+        self._holds = ThreadHolds()  # the holds of its reentrant locks, by name and thread
 
     def __repr__(self) -> str:
         twin = self._runtime.current()
@@ -77,6 +79,7 @@ class Redlock:
 
     # -- locks ---------------------------------------------------------------------------------------
 
+    @overload
     def lock(
         self,
         name: str | bytes,
@@ -90,13 +93,69 @@ class Redlock:
         owner: str | None = None,
         cooldown: float | None = None,
         interrupt_main: bool = False,
-    ) -> Lock:
+        reentrant: Literal[False] = False,
+    ) -> Lock: ...
+
+    @overload
+    def lock(
+        self,
+        name: str | bytes,
+        *,
+        ttl: float | None = None,
+        acquire_timeout: float | None = None,
+        fencing: bool | None = None,
+        auto_extend: bool | None = None,
+        max_hold: float | None = None,
+        max_extensions: int | None = None,
+        owner: str | None = None,
+        cooldown: float | None = None,
+        interrupt_main: bool = False,
+        reentrant: Literal[True],
+    ) -> ReentrantLock: ...
+
+    @overload
+    def lock(
+        self,
+        name: str | bytes,
+        *,
+        ttl: float | None = None,
+        acquire_timeout: float | None = None,
+        fencing: bool | None = None,
+        auto_extend: bool | None = None,
+        max_hold: float | None = None,
+        max_extensions: int | None = None,
+        owner: str | None = None,
+        cooldown: float | None = None,
+        interrupt_main: bool = False,
+        reentrant: bool,
+    ) -> Lock | ReentrantLock: ...
+
+    def lock(
+        self,
+        name: str | bytes,
+        *,
+        ttl: float | None = None,
+        acquire_timeout: float | None = None,
+        fencing: bool | None = None,
+        auto_extend: bool | None = None,
+        max_hold: float | None = None,
+        max_extensions: int | None = None,
+        owner: str | None = None,
+        cooldown: float | None = None,
+        interrupt_main: bool = False,
+        reentrant: bool = False,
+    ) -> Lock | ReentrantLock:
         """A :class:`Lock` on *name*; settings left as None are the Redlock's (as the async ``lock()``).
 
         *cooldown* (seconds): release keeps the keys for that long (at most once per period).
         *interrupt_main*: a lost lease raises LockLost in the main thread's body at once (the lock
         must be acquired in the main thread).
+        *reentrant*: a :class:`ReentrantLock`, which the thread holding the name (through a reentrant
+        lock of this Redlock) enters again at once; the key is released at the outermost exit. Other
+        threads wait as for any lock.
         """
+        if not isinstance(reentrant, bool):
+            raise TypeError(f"reentrant must be True or False, got {type(reentrant).__name__}")
 
         def make(twin: AsyncRedlock, timeout: float | None) -> AsyncLock:
             return twin.lock(
@@ -111,7 +170,8 @@ class Redlock:
                 cooldown=cooldown,
             )
 
-        return Lock(self._runtime, name, make, interrupt_main=interrupt_main)
+        lock = Lock(self._runtime, name, make, interrupt_main=interrupt_main)
+        return ReentrantLock(lock, self._holds) if reentrant else lock
 
     def lock_many(
         self,
@@ -186,7 +246,7 @@ class Redlock:
         interrupt_main: bool = False,
     ) -> ReadWriteLock:
         """A read/write lock on *name* (as the async ``rw_lock()``): ``with rw.read():`` and
-        ``with rw.write():``. (A writer's downgrade is the async API's only.)"""
+        ``with rw.write() as writer:`` (and ``with writer.downgrade():``)."""
 
         def make(twin: AsyncRedlock, timeout: float | None) -> AsyncReadWriteLock:
             return twin.rw_lock(

@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Self, final
+from typing import TYPE_CHECKING, Self
 
 from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome
 from redlock_async.lock import Lock as AsyncLock
@@ -25,7 +25,6 @@ MakeLock = Callable[["AsyncRedlock", float | None], AsyncLock]
 """Makes the async lock on an async Redlock, with an acquire timeout (None: the lock's own)."""
 
 
-@final
 class Lock:
     """A distributed lock for blocking code: the async :class:`redlock_async.Lock` run on the background loop.
 
@@ -36,7 +35,8 @@ class Lock:
     A thread cannot be cancelled, so a lost lease is told, not enforced: :attr:`lost` is set,
     :meth:`check` raises :class:`LockLost`, leaving ``with`` (or ``release()``) raises it, and
     with ``interrupt_main=True`` it is raised in the main thread's body at once. Made by
-    :meth:`redlock_async.sync.Redlock.lock` (and ``lock_many``, ``semaphore``). One thread
+    :meth:`redlock_async.sync.Redlock.lock` (and ``lock_many``, ``semaphore``, and a read/write
+    lock's ``read()``; its ``write()`` is a :class:`WriteLock`, which adds ``downgrade()``). One thread
     at a time uses a Lock; make one per thread.
     """
 
@@ -144,6 +144,11 @@ class Lock:
             lock = self._by_timeout[timeout] = self._make(runtime.current(), timeout)
         self._current = lock
         self._holding.enter(portal, lambda: lock, runtime.holders)
+
+    def current(self) -> AsyncLock:
+        """The async lock of this process's current (or last) acquisition, on the background loop
+        (for the library's fronts: a writer's downgrade)."""
+        return self._fresh()
 
     # -- a lost lease ----------------------------------------------------------------------------
 
