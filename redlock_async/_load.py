@@ -37,7 +37,8 @@ class NodeLoad:
         self.progress = 0.0
         """Monotonic time of the last reply, or of the first write after an idle spell."""
         self.waiting_since = 0.0
-        """Monotonic time of a write to an idle connection whose reply is awaited (0: none)."""
+        """Monotonic time of a write to an idle connection whose reply is awaited (0: none). The outbox sets
+        it, and :attr:`progress`, on such a write (``Outbox.take``): waiting starts then, not at the last reply."""
         self.srtt = 0.0
         """Smoothed round trip (seconds); 0 until measured."""
         self._rttvar = 0.0
@@ -47,10 +48,6 @@ class NodeLoad:
     def stalled(self) -> bool:
         """Nothing answered for ``stall_after`` seconds."""
         return _clock.now() - self.progress > self.stall_after
-
-    def writing(self, now: float) -> None:
-        """A write to an idle connection: waiting (and the round trip) starts now, not at the last reply."""
-        self.progress = self.waiting_since = now
 
     def answered(self, now: float) -> None:
         """Replies came: progress, and a round-trip sample when a write to an idle connection was awaited."""

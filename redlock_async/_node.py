@@ -353,7 +353,9 @@ class Node:
                 outbox.resend(fallback, receiver, index)
                 continue
             receiver.deliver(index, reply)
-        outbox.replied(_clock.now())
+        outbox.load.answered(_clock.now())
+        if outbox.idle is not None and not inflight and not outbox.pending:
+            outbox.answered()  # aclose() may close now
 
     def lost(self, wire: Wire, exc: BaseException | None, /) -> None:
         """The connection of *wire* ended (for :class:`_wire.Wire`)."""

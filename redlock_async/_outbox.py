@@ -267,23 +267,22 @@ class Outbox:
         batch, self.pending, self.front = self.pending, [], 0
         self.timed = False
         if not self.inflight:
-            self.load.writing(_clock.now())
-        # Several commands (a timed pair counts as one: its second entry carries no bytes).
-        self.gathering = len(batch) > 2 or (len(batch) == 2 and batch[1][0] != b"")
+            load = self.load
+            # (NodeLoad.writing, inlined: this runs once per write.) Waiting starts now, not at the last reply.
+            load.progress = load.waiting_since = _clock.now()
         self.inflight.extend(batch)
-        if len(batch) == 1:
+        size = len(batch)
+        # One command, or one timed pair (a TIME and its command: the second entry carries no bytes).
+        if size == 1 or (size == 2 and not batch[1][0]):
+            self.gathering = False
             return batch[0][0]
+        self.gathering = True
         return b"".join([entry[0] for entry in batch])
 
     # -- answers and failures ---------------------------------------------
 
-    def replied(self, now: float) -> None:
-        """Replies came (the node's parser handed them out): progress, and :attr:`idle` once nothing waits."""
-        self.load.answered(now)
-        if self.idle is not None and not self.inflight and not self.pending:
-            self._answered()
-
-    def _answered(self) -> None:
+    def answered(self) -> None:
+        """Every command queued was answered (or failed): resolve :attr:`idle`."""
         idle, self.idle = self.idle, None
         if idle is not None and not idle.done():
             idle.set_result(None)
@@ -295,7 +294,7 @@ class Outbox:
             _, receiver, index, _ = inflight.popleft()
             receiver.deliver(index, failure)
         if self.idle is not None and not self.pending:
-            self._answered()
+            self.answered()
 
     def fail_all(self, failure: Failure) -> None:
         """Fail every command, written or not."""
