@@ -17,6 +17,7 @@ Timeline of one attempt (acquire or extend)::
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Iterable, Sequence
 
@@ -72,6 +73,7 @@ def quorum(n_nodes: int) -> int:
     return n_nodes // 2 + 1
 
 
+@functools.cache  # (every ballot asks, always for the same few sizes)
 def thresholds(n_nodes: int) -> tuple[int, int]:
     """(yes votes that win, failed votes that lose) among *n_nodes*: :func:`verdict` as two counts."""
     need = quorum(n_nodes)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from redlock_async import _clock
 from redlock_async._algorithm import ClockFault, judge_clock
@@ -51,17 +52,13 @@ OnClockFault = Callable[[int, ClockFault, float, str], None]
 
 
 class _Reading:
-    """The receiver of one request's ``TIME`` on every node: when it was sent."""
+    """The receiver of one request's ``TIME`` on every node: ``deliver(index, reply)`` goes straight to the
+    guard with the time the request was sent (a partial: no frame of its own per reply)."""
 
-    __slots__ = ("_guard", "_sent")
+    __slots__ = ("deliver",)
 
     def __init__(self, guard: ClockGuard, sent: float) -> None:
-        self._guard = guard
-        self._sent = sent
-
-    def deliver(self, index: int, reply: Reply, /) -> None:
-        if type(reply) is list:  # else the request failed (or TIME was refused): nothing read
-            self._guard.observe(index, reply, self._sent, _clock.now())
+        self.deliver: Callable[[int, Reply], None] = partial(guard._read, sent)
 
 
 class ClockGuard:
@@ -88,17 +85,23 @@ class ClockGuard:
 
     def observe(self, i: int, reply: Reply, sent: float, received: float) -> None:
         """Node *i* read its clock (*reply*, ``TIME``) between *sent* and *received* (ours)."""
+        self._read(sent, i, reply, received)
+
+    def _read(self, sent: float, i: int, reply: Reply, received: float | None = None) -> None:
+        """:meth:`observe`; *received* None: now (a reading's receiver, as the reply is parsed)."""
+        if type(reply) is not list:
+            return  # the request failed (or TIME was refused): nothing read
+        if received is None:
+            received = _clock.now()
         try:
             now = int(reply[0]) + int(reply[1]) * 1e-6
         except (ValueError, TypeError, IndexError):
             return
-        times = self._times
+        times, sents, receiveds = self._times, self._sent, self._received
         before = times[i]
-        times[i] = now
-        shortest = sent - self._received[i]
-        self._received[i] = received
-        longest = received - self._sent[i]
-        self._sent[i] = sent
+        shortest = sent - receiveds[i]
+        longest = received - sents[i]
+        times[i], sents[i], receiveds[i] = now, sent, received
         if before is None:
             return
         judged = judge_clock(before, now, shortest, longest, self._drift)

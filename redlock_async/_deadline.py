@@ -168,7 +168,10 @@ class Deadline:
         self._turns = self.TURNS
         self.live = True
         """Armed, and neither called back nor cancelled."""
-        timers = self._timers = _timers_of(loop)
+        timers = _last  # (_timers_of's first look, inlined: once per ballot)
+        if timers is None or timers.loop is not loop or timers.armed_at == math.inf:
+            timers = _timers_of(loop)
+        self._timers = timers
         self._seq = timers.add(_clock.now() + timeout, self)
 
     def expire(self, late: float) -> None:

@@ -161,8 +161,8 @@ class Ballot(Deadline):
         n = len(nodes)
         # On a slow network, wait as long as the nodes are measured to take (never less than *timeout*).
         indices = range(n) if wait_for is None else wait_for
-        for i in indices:
-            if nodes[i].load.rto > timeout:
+        for node in nodes if wait_for is None else [nodes[i] for i in wait_for]:
+            if node.load.rto > timeout:
                 needed = quorum(n) if majority else len(indices)
                 timeout = patience(timeout, [nodes[i].load.rto for i in indices], needed, math.inf)
                 break

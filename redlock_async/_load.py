@@ -52,7 +52,9 @@ class NodeLoad:
     def answered(self, now: float) -> None:
         """Replies came: progress, and a round-trip sample when a write to an idle connection was awaited."""
         self.progress = now
-        if self.waiting_since:
-            sample, self.waiting_since = now - self.waiting_since, 0.0
-            self.srtt, self._rttvar = smoothed_rtt(self.srtt, self._rttvar, sample)
-            self.rto = min(self.srtt + 4 * self._rttvar, self.max_rto)
+        since = self.waiting_since
+        if since:
+            self.waiting_since = 0.0
+            srtt, rttvar = self.srtt, self._rttvar = smoothed_rtt(self.srtt, self._rttvar, now - since)
+            rto = srtt + 4 * rttvar
+            self.rto = rto if rto < self.max_rto else self.max_rto  # (min(), without its call: once per reply)

@@ -47,6 +47,8 @@ from redlock_async._wire import CLOSED, IGNORED, Failure, Reply, Resolve, Wire, 
 
 log = logging.getLogger(__name__)
 
+_ReplyError = hiredis.ReplyError  # (read once per reply)
+
 
 class Node:
     """A Redis master: queue commands (its :class:`_outbox.Outbox`, whose sending methods it offers as its
@@ -340,7 +342,7 @@ class Node:
                 return
             if reply is False:
                 break
-            if type(reply) is hiredis.ReplyError:
+            if type(reply) is _ReplyError:
                 reply = error_reply(str(reply))
             elif on_message is not None and type(reply) is list and reply and reply[0] == b"message":
                 on_message(reply)

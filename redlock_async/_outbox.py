@@ -146,18 +146,33 @@ class Outbox:
         if limited and len(pending) + len(self.inflight) >= load.max_unanswered and load.stalled():
             receiver.deliver(index, Failure(Vote.SKIPPED, f"stalled: {self.unanswered} commands unanswered"))
             return
-        pending.append((packed, receiver, index, fallback))
+        entry = (packed, receiver, index, fallback)
+        pending.append(entry)
         load.sent += 1
-        if not self.scheduled:
-            if not self.inflight and len(pending) == 1 and not self.gathering:
-                # An idle connection, and the last write carried one command: nothing to gather
-                # this one with that is known yet, so it goes out now, one loop turn sooner.
-                self.flush()
-            else:
-                # Busy (or the last write gathered several: callers send together): whatever
-                # else is sent during this loop turn goes in the same write.
-                self.scheduled = True
-                loop.call_soon(self.flush)
+        if self.scheduled:
+            return
+        inflight = self.inflight
+        if inflight or len(pending) != 1 or self.gathering:
+            # Busy (or the last write gathered several: callers send together): whatever
+            # else is sent during this loop turn goes in the same write.
+            self.scheduled = True
+            loop.call_soon(self.flush)
+            return
+        # An idle connection, and the last write carried one command: nothing to gather this one
+        # with that is known yet, so it goes out now, one loop turn sooner.
+        transport = self.transport
+        if transport is None or transport.is_closing() or transport.get_write_buffer_size() > FLUSH_BUFFER_LIMIT:
+            self.flush()  # (the task's: it wakes it)
+            return
+        # flush() and take() for this one command, inlined (most writes of an uncontended lock): it
+        # waits in line for its reply before the write, and waiting starts now.
+        pending.clear()
+        inflight.append(entry)
+        load.progress = load.waiting_since = _clock.now()
+        try:
+            transport.write(packed)
+        except (OSError, RuntimeError) as exc:
+            self._broken(exc)
 
     def send_timed(
         self,
@@ -180,7 +195,8 @@ class Outbox:
             return
         pending = self.pending
         load = self.load
-        if limited and len(pending) + len(self.inflight) >= load.max_unanswered and load.stalled():
+        inflight = self.inflight
+        if limited and len(pending) + len(inflight) >= load.max_unanswered and load.stalled():
             receiver.deliver(index, Failure(Vote.SKIPPED, f"stalled: {self.unanswered} commands unanswered"))
             return
         if self.timed:
@@ -188,18 +204,36 @@ class Outbox:
             # back, so that one reading covers this vote too (under load, one TIME per write, not per vote).
             pending.append((packed, receiver, index, fallback))
             load.sent += 1
-        else:
-            # The pair goes out as one entry's bytes (the TIME's) and an empty one (the command's reply).
-            self.timed = True
-            pending.append((TIME + packed, clock, index, None))
-            pending.append((b"", receiver, index, fallback))
-            load.sent += 2
-        if not self.scheduled:
-            if not self.inflight and len(pending) == 2 and not self.gathering:
-                self.flush()
-            else:
+            if not self.scheduled:
                 self.scheduled = True
                 loop.call_soon(self.flush)
+            return
+        # The pair goes out as one entry's bytes (the TIME's) and an empty one (the command's reply).
+        self.timed = True
+        first, second = (TIME + packed, clock, index, None), (b"", receiver, index, fallback)
+        pending.append(first)
+        pending.append(second)
+        load.sent += 2
+        if self.scheduled:
+            return
+        if inflight or len(pending) != 2 or self.gathering:
+            self.scheduled = True
+            loop.call_soon(self.flush)
+            return
+        transport = self.transport
+        if transport is None or transport.is_closing() or transport.get_write_buffer_size() > FLUSH_BUFFER_LIMIT:
+            self.flush()
+            return
+        # As in send_packed: flush() and take() for this one pair, inlined.
+        pending.clear()
+        self.timed = False
+        inflight.append(first)
+        inflight.append(second)
+        load.progress = load.waiting_since = _clock.now()
+        try:
+            transport.write(first[0])
+        except (OSError, RuntimeError) as exc:
+            self._broken(exc)
 
     def send_first(self, *requests: tuple[Receiver, tuple[bytes | str | int, ...]]) -> None:
         """Queue (receiver, command) pairs ahead of everything waiting (for on_ready: the first thing a
@@ -264,13 +298,14 @@ class Outbox:
     def take(self) -> bytes:
         """Move what waits in line for replies (before the write: no reply can come for a command
         not waiting); the bytes to write."""
-        batch, self.pending, self.front = self.pending, [], 0
-        self.timed = False
-        if not self.inflight:
+        batch, self.pending, self.front, self.timed = self.pending, [], 0, False
+        inflight = self.inflight
+        if not inflight:
             load = self.load
-            # (NodeLoad.writing, inlined: this runs once per write.) Waiting starts now, not at the last reply.
+            # Waiting (and the round trip) starts now, not at the last reply (NodeLoad's fields, set here:
+            # once per write).
             load.progress = load.waiting_since = _clock.now()
-        self.inflight.extend(batch)
+        inflight.extend(batch)
         size = len(batch)
         # One command, or one timed pair (a TIME and its command: the second entry carries no bytes).
         if size == 1 or (size == 2 and not batch[1][0]):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol, TypeAlias
 
 import hiredis
@@ -103,14 +104,16 @@ class Wire(asyncio.Protocol):
     """The protocol of one connection, ours from the first byte: bytes in (to its owner, which parses
     them), the end of the connection, and flow control."""
 
-    __slots__ = ("_drain", "_owner")
+    __slots__ = ("_drain", "_owner", "data_received")
+
+    data_received: Callable[[bytes], None]  # type: ignore[assignment]  # an attribute in place of the method
+    """Bytes from the server: straight to ``owner.received(wire, data)``, a partial (no frame of ours between
+    the transport and the parser: one per reply saved)."""
 
     def __init__(self, owner: WireOwner) -> None:
         self._owner = owner
+        self.data_received = partial(owner.received, self)
         self._drain: asyncio.Future[None] | None = None  # set while the socket's buffer is too full
-
-    def data_received(self, data: bytes) -> None:
-        self._owner.received(self, data)
 
     def eof_received(self) -> bool:
         return False  # the server hung up: close, and connection_lost says so
