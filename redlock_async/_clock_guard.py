@@ -58,7 +58,7 @@ class _Reading:
     __slots__ = ("deliver",)
 
     def __init__(self, guard: ClockGuard, sent: float) -> None:
-        self.deliver: Callable[[int, Reply], None] = partial(guard._read, sent)
+        self.deliver: Callable[[int, Reply], None] = partial(guard.read, sent)
 
 
 class ClockGuard:
@@ -85,9 +85,9 @@ class ClockGuard:
 
     def observe(self, i: int, reply: Reply, sent: float, received: float) -> None:
         """Node *i* read its clock (*reply*, ``TIME``) between *sent* and *received* (ours)."""
-        self._read(sent, i, reply, received)
+        self.read(sent, i, reply, received)
 
-    def _read(self, sent: float, i: int, reply: Reply, received: float | None = None) -> None:
+    def read(self, sent: float, i: int, reply: Reply, received: float | None = None) -> None:
         """:meth:`observe`; *received* None: now (a reading's receiver, as the reply is parsed)."""
         if type(reply) is not list:
             return  # the request failed (or TIME was refused): nothing read
