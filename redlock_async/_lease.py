@@ -26,8 +26,8 @@ ACQUIRING -> HELD           HOLD: the lock joins its Redlock's held locks; no lo
 ACQUIRING -> IDLE           none (nothing was held)
 HELD -> IDLE                UNHOLD (out of the held locks, unbound from its task), FORGET,
                             DISOWN (no holders), UNWATCH (the watchdog drops it at its next look)
-HELD -> LOST                UNHOLD, DISOWN, and the loss recorded (``Tenure.lost``); the token is
-                            kept: the next acquire releases what may be left of it once more
+HELD -> LOST                UNHOLD, DISOWN, RECORD (the loss, ``Tenure.lost``); the token is kept:
+                            the next acquire releases what may be left of it once more
 ==========================  =====================================================================
 """
 
@@ -65,6 +65,8 @@ UNHOLD = 8
 """The lock leaves its Redlock's held locks, and is no longer bound to the task of its ``async with``."""
 UNWATCH = 16
 """The lock is no longer watched: the watchdog drops its lease at its next look."""
+RECORD = 32
+"""The loss is recorded (``Tenure.lost``): what ``extend()`` raises again, and the holder is told."""
 # (Plain ints, not enum.Flag: a lock makes three moves per acquire and release, and Flag's
 # operators are Python code.)
 
@@ -74,7 +76,7 @@ EFFECTS: dict[tuple[Phase, Phase], int] = {
     (Phase.ACQUIRING, Phase.HELD): HOLD,
     (Phase.ACQUIRING, Phase.IDLE): 0,
     (Phase.HELD, Phase.IDLE): UNHOLD | FORGET | DISOWN | UNWATCH,
-    (Phase.HELD, Phase.LOST): UNHOLD | DISOWN,
+    (Phase.HELD, Phase.LOST): UNHOLD | DISOWN | RECORD,
 }
 """The legal moves and what each implies: the one table of a lock's life (see the module docstring)."""
 
@@ -88,12 +90,20 @@ class IllegalMove(RuntimeError):
     """A phase change not in MOVES: a bug in redlock_async."""
 
 
-# Each phase carries its legal moves as a tuple of (target, effects): a move is then checked without
-# hashing an Enum (Enum.__hash__ is Python code, and a lock makes three moves per acquire and release).
+# Each phase carries, per target (by its place in Phase), the effects of the move there, -1 when the move
+# is illegal: a move is then checked and its effects found without hashing an Enum (Enum.__hash__ is
+# Python code, and a lock makes three moves per acquire and release).
+for _i, _phase in enumerate(Phase):
+    _phase.index = _i  # type: ignore[attr-defined]
 for _phase in Phase:
-    _phase.moves = tuple((to, effects) for (start, to), effects in EFFECTS.items() if start is _phase)  # type: ignore[attr-defined]
-    _phase.targets = tuple(to for to, _ in _phase.moves)  # type: ignore[attr-defined]
-del _phase
+    _phase.effects = tuple(EFFECTS.get((_phase, _to), -1) for _to in Phase)  # type: ignore[attr-defined]
+    _phase.targets = tuple(_to for _to in Phase if (_phase, _to) in EFFECTS)  # type: ignore[attr-defined]
+del _i, _phase
+# What Tenure.to can do, checked once: HOLD alone, and DISOWN, UNWATCH and RECORD only with UNHOLD.
+for _effects in EFFECTS.values():
+    if (_effects & HOLD and _effects != HOLD) or (_effects & (DISOWN | UNWATCH | RECORD) and not _effects & UNHOLD):
+        raise AssertionError(f"Tenure.to cannot apply effects {_effects}: change it with EFFECTS")
+del _effects
 
 
 def move(current: Phase, to: Phase) -> Phase:
@@ -320,29 +330,28 @@ class Tenure:
     def to(self, phase: Phase, lost: LockLost | None = None) -> None:
         """Move to *phase* (IllegalMove unless :data:`EFFECTS` allows it) and do what the move implies;
         a move to LOST records *lost*, the loss its holder is told."""
-        for target, effects in self.phase.moves:  # type: ignore[attr-defined]  # noqa: B007 (used below)
-            if target is phase:
-                break
-        else:
+        effects = self.phase.effects[phase.index]  # type: ignore[attr-defined]
+        if effects < 0:
             move(self.phase, phase)  # raises IllegalMove
         self.phase = phase
-        if effects:
-            if effects & FORGET:
-                self.lease.token = None
+        # (In order of how often: a lock goes to HELD and out of it once per acquisition.)
+        if effects & HOLD:
+            self.lost = None
+            self.holds.held.add(self.kept)
+            return
+        if effects & FORGET:
+            self.lease.token = None
+        if effects & UNHOLD:
+            self.holds.held.discard(self.kept)
+            if self.bound is not None:
+                self.holds.unbind(self.keys, self.bound)
+                self.bound = None
             if effects & DISOWN:
                 self.lease.holders = []
-            if effects & HOLD:
-                self.lost = None
-                self.holds.held.add(self.kept)
-            elif effects & UNHOLD:
-                self.holds.held.discard(self.kept)
-                if self.bound is not None:
-                    self.holds.unbind(self.keys, self.bound)
-                    self.bound = None
             if effects & UNWATCH:
                 self.watched = False
-        if phase is _LOST:
-            self.lost = lost
+            if effects & RECORD:
+                self.lost = lost
 
 
 class Judged(NamedTuple):

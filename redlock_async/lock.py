@@ -198,7 +198,7 @@ class Lock:
             raise RuntimeError(f"lock {self.name!r} is already being acquired: use one Lock per task")
         if cluster.bound:  # some lock of this Redlock is held inside `async with`
             self._refuse_nested()
-        if self.held:
+        if tenure.phase is _HELD and _clock.now() < tenure.lease.expires:  # (self.held, inline: the hot path)
             raise RuntimeError(f"lock {self.name!r} is already held: a Lock is not reentrant")
         if not blocking and timeout is not None:
             raise ValueError("acquire(blocking=False) makes one attempt: a timeout means nothing there; drop one")
