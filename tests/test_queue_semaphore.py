@@ -5,13 +5,21 @@ Checked: that a waiter of another Redlock is handed a released permit by the rel
 of its own) and holds it on every node; that tasks of two Redlocks and of another OS process never
 exceed the limit, are all served and leave nothing behind; that a waiter that gives up (every way a
 caller gives up) leaves no slot and no line entry behind; that a client of another limit gets the
-ValueError while it waits in line; and the same on uvloop.
+ValueError while it waits in line; that a holder or a waiter of another process SIGKILLed delays the
+others by about a ttl (plus an entry's life) at most; and the same on uvloop.
+
+``python -m tests.test_queue_semaphore URLS NAME TTL`` is the other OS process of these tests: it takes
+a permit of *NAME* (limit 1, no watchdog), waiting up to 60 s, and prints JSON lines.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import json
+import os
+import signal
+import sys
 import time
 
 import pytest
@@ -22,7 +30,7 @@ from redlock_async._names import semaphore_keys
 from redlock_async.semaphore import Semaphore
 from redlock_async.testing import History
 
-from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere
+from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere, kill_child, next_event, start_module
 from .test_queue import GIVE_UPS, PROMPT, SLOW, give_up
 
 BOUND = 10.0
@@ -219,3 +227,87 @@ async def test_a_waiter_cancelled_around_its_grant_never_leaves_the_permit_to_no
             k,
             left(cluster, "qs-turns"),
         )
+
+
+# -- SIGKILLed holders and waiters ---------------------------------------------------------------------------
+
+
+async def child_take(urls: list[str], name: str, ttl: float) -> None:
+    async with Redlock(urls, retry_delay=0.2) as redlock:
+        print(json.dumps({"started": True}), flush=True)
+        permit = redlock.semaphore(name, limit=1, ttl=ttl)
+        ok = await permit.acquire(timeout=60)
+        print(json.dumps({"ok": ok, "valid_until": time.monotonic() + permit.validity}), flush=True)
+        await asyncio.sleep(60)
+
+
+async def start_taker(urls: list[str], name: str, ttl: float) -> asyncio.subprocess.Process:
+    return await start_module("tests.test_queue_semaphore", ",".join(urls), name, str(ttl))
+
+
+@pytest.mark.slow
+async def test_a_permit_holder_killed_without_releasing_is_followed_after_its_ttl(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """Another process holds the one permit (ttl 1 s, no watchdog) and is SIGKILLed; our waiter in line
+    (retry delay 0.3 s) gets it once the slot ran out, by entering again: not before the dead holder's
+    validity ended, and within ttl + 1.5 retry delays + 1 s of the kill."""
+    ttl = 1.0
+    child = await start_taker(cluster.urls, "qs-killed-holder", ttl)
+    try:
+        assert "started" in await next_event(child, 15)
+        held = await next_event(child, 5)
+        assert held["ok"], held
+        redlock = await make_redlock(retry_delay=0.3)
+        waiter = redlock.semaphore("qs-killed-holder", limit=1, ttl=ttl)
+        waiting = asyncio.create_task(waiter.acquire(timeout=10))
+        await in_line(cluster, "qs-killed-holder", 1)
+        killed = time.monotonic()
+        os.kill(child.pid, signal.SIGKILL)
+        await child.wait()
+        async with asyncio.timeout(ttl + 3):
+            assert await waiting
+        acquired = time.monotonic()
+    finally:
+        await kill_child(child)
+    assert acquired >= held["valid_until"], (acquired, held["valid_until"])
+    assert acquired - killed < ttl + 1.5 * 0.3 + 1.0, acquired - killed
+    await waiter.release()
+    assert await eventually(lambda: left(cluster, "qs-killed-holder") == [[]] * len(cluster), PROMPT)
+
+
+@pytest.mark.slow
+async def test_a_permit_waiter_killed_in_line_delays_the_others_by_a_ttl_at_most(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """We hold the one permit; another process waits first in line (ttl 1 s, retry delay 0.2 s: its
+    entry lives 1 s), our waiter W behind it; the process is SIGKILLed and we release at once: the slot
+    may go to the dead waiter's live entry and run out after its ttl. W holds a permit within ttl + an
+    entry's life + 1 s, and nothing is left after (the dead waiter's entries expire)."""
+    redlock = await make_redlock(retry_delay=0.2)
+    holder = redlock.semaphore("qs-killed-waiter", limit=1, ttl=30)
+    assert await holder.acquire(blocking=False)
+    child = await start_taker(cluster.urls, "qs-killed-waiter", 1.0)
+    try:
+        assert "started" in await next_event(child, 15)
+        await in_line(cluster, "qs-killed-waiter", 1)
+        waiter = redlock.semaphore("qs-killed-waiter", limit=1, ttl=30)
+        waiting = asyncio.create_task(waiter.acquire(timeout=15))
+        await in_line(cluster, "qs-killed-waiter", 2)
+        os.kill(child.pid, signal.SIGKILL)
+        await child.wait()
+        released = time.monotonic()
+        await holder.release()
+        async with asyncio.timeout(5):
+            assert await waiting
+        waited = time.monotonic() - released
+    finally:
+        await kill_child(child)
+    assert waited < 1.0 + 1.0 + 1.0, waited
+    await waiter.release()
+    assert await eventually(lambda: left(cluster, "qs-killed-waiter") == [[]] * len(cluster), 2.5)
+
+
+if __name__ == "__main__":
+    urls, name, ttl = sys.argv[1:]
+    asyncio.run(child_take(urls.split(","), name, float(ttl)))
