@@ -28,9 +28,9 @@ from typing import NamedTuple
 
 from redlock_async._algorithm import Vote, quorum
 from redlock_async._fanout import Ballot
+from redlock_async._grants import Grants, is_grant
 from redlock_async._line import Line, Waits
 from redlock_async._node import Node
-from redlock_async._queue import Claim
 from redlock_async._requests import Sent
 from redlock_async._wire import Failure, Reply
 
@@ -105,11 +105,8 @@ class Listener:
         self._lingering: dict[bytes, asyncio.TimerHandle] = {}
         # channel -> callbacks told of every message on it (election observers); no waiter state.
         self._watchers: dict[bytes, list[Callable[[], None]]] = {}
-        # Grant state (state=True): the claims of this Redlock's waiters, by channel and the word grants name
-        # them by (the claims of a lock_many share one token: one per key), and by channel (a release word,
-        # from a client without the queue, pokes them to enter again).
-        self._claims: dict[tuple[bytes, bytes], Claim] = {}
-        self._claimants: dict[bytes, list[Claim]] = {}
+        self.grants = Grants()
+        """The claims of this Redlock's waiters in the nodes' grant queue, which grant words go to."""
 
     @property
     def wakeups(self) -> int:
@@ -172,8 +169,7 @@ class Listener:
         unheard, so the claims waiting on the channel enter again, and the replies say where the key
         is theirs; its watchers are called as for a word. (A claim that entered after the subscription
         was in place needs nothing: no confirmation comes after its entry.)"""
-        for claim in self._claimants.get(channel, ()):
-            claim.poke()
+        self.grants.poke(channel)
         for callback in tuple(self._watchers.get(channel, ())):
             callback()  # an observer looks again: a word said before the subscription went unheard
 
@@ -210,8 +206,7 @@ class Listener:
         """End every wait of this Redlock's waiters now, as not woken (its Redlock stopped on a fault):
         they look at their Redlock at once instead of after their fallback delay."""
         self._waits.interrupt()
-        for claim in list(self._claims.values()):
-            claim.poke()  # waiters in the grant queue too: their wait ends, and they look
+        self.grants.poke_all()  # waiters in the grant queue too: their wait ends, and they look
 
     def quit(self, channel: bytes, place: int) -> None:
         """The waiter with ticket *place* stops waiting (acquired, gave up, cancelled): it leaves the line.
@@ -334,26 +329,10 @@ class Listener:
         """The Redlock closes: its claims leave the nodes' lines (queued before the connections close; a key
         granted meanwhile goes on) and are poked, so their waiters look at their Redlock now; the kept
         subscriptions are forgotten (their connections close too)."""
-        for claim in list(self._claims.values()):
-            claim.leave()
-            claim.poke()
+        self.grants.leave_all()
         for timer in self._lingering.values():
             timer.cancel()
         self._lingering.clear()
-
-    def expect(self, channel: bytes, claim: Claim) -> None:
-        """Route the grant words for *claim* to it (between :meth:`enter` and :meth:`leave` of *channel*)."""
-        self._claims[channel, claim.word] = claim
-        self._claimants.setdefault(channel, []).append(claim)
-
-    def unexpect(self, channel: bytes, claim: Claim) -> None:
-        """Stop routing grant words to *claim* (synchronous, safe in cleanup)."""
-        self._claims.pop((channel, claim.word), None)
-        claims = self._claimants.get(channel)
-        if claims is not None and claim in claims:
-            claims.remove(claim)
-            if not claims:
-                del self._claimants[channel]
 
     # -- observers' side -----------------------------------------------------------------
 
@@ -395,14 +374,9 @@ class Listener:
         whose subscriber connection heard it.
         """
         channel, token = message[1], message[2]
-        grant = token[:1] == b"g" and len(token) > 42
-        # A grant is routed by its word alone: a claim listens from its first entry on, before its
-        # waiter counts as a user of the channel (a subscription kept from earlier users carries it).
-        claim = self._claims.get((channel, token[1:41])) if grant and node is not None else None
-        if claim is not None and node is not None and token[41:42] == b":":
-            grant_us, _, counter = token[42:].partition(b":")  # g<digest>:<node us>[:<fencing counter>]
-            if grant_us.isdigit():
-                claim.heard(node, int(grant_us), int(counter) if counter.isdigit() else None)
+        grant = is_grant(token)
+        if grant and node is not None:
+            self.grants.route(channel, token, node)
         if channel not in self._subscribed:
             return  # a late word for a channel no waiter of ours wants any more: remember nothing
         watchers = self._watchers.get(channel)
@@ -428,8 +402,7 @@ class Listener:
         heard.pop(token, None)  # counted; other releases on the channel (a semaphore's) still count on
         if not heard:
             del self._heard[channel]
-        for claim in self._claimants.get(channel, ()):
-            claim.poke()  # freed by a client without the queue: the nodes hand it on when entered again
+        self.grants.poke(channel)  # freed by a client without the queue: the nodes hand it on when entered again
         if state is None:
             return
         state.heard.append(token)

@@ -302,7 +302,9 @@ class Queued(Words):
             token = self.new_token()
             for claim in self.new_claims(token):
                 claims.append(claim)
-                listener.expect(claim.keys[0], claim)  # before our first entry: a grant word heard from then on is ours
+                listener.grants.expect(
+                    claim.keys[0], claim
+                )  # before our first entry: a grant word heard from then on is ours
             # Each node's confirmation of a subscription made after our entry pokes the claim: a grant
             # published before it went unheard, so we enter again at once.
             for key in self.keys:
@@ -343,7 +345,7 @@ class Queued(Words):
             if tenure.phase is _ACQUIRING:
                 tenure.to(_IDLE)
             for claim in claims:
-                listener.unexpect(claim.keys[0], claim)
+                listener.grants.unexpect(claim.keys[0], claim)
             if not done:
                 _queue_wait.leave(claims)  # cancelled, or failed: queued now, before the exception goes on
             for key in subscribed:
