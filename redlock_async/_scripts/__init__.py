@@ -6,7 +6,8 @@ only ever delete or extend its own lease, never another holder's.
 The sources live by primitive (``_lock``: release and extension of one key;
 ``_fencing``; ``_many``: lock_many; ``_semaphore``; ``_queue``: the grant
 queue; ``_queue_many``: its leave for lock_many; ``_queue_permit``: its
-semaphore lines; ``_rw``: the read/write lock), each with its KEYS / ARGV / returns header. This module is the one
+semaphore lines; ``_rw``: the read/write lock; ``_rw_queue``: its line in the grant
+queue), each with its KEYS / ARGV / returns header. This module is the one
 place that makes them scripts: which of them can create (see
 :attr:`Script.creates`), and which a node loads on every new connection.
 """
@@ -16,7 +17,17 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from redlock_async._scripts import _fencing, _lock, _many, _queue, _queue_many, _queue_permit, _rw, _semaphore
+from redlock_async._scripts import (
+    _fencing,
+    _lock,
+    _many,
+    _queue,
+    _queue_many,
+    _queue_permit,
+    _rw,
+    _rw_queue,
+    _semaphore,
+)
 from redlock_async._scripts._fencing import FENCED_BY
 from redlock_async._scripts._rw import READERS_HOLD, WRITER_HOLDS, WRITER_WAITS
 
@@ -45,7 +56,11 @@ __all__ = [
     "RELEASE",
     "RELEASE_ALL",
     "RW_DOWNGRADE",
+    "RW_ENTER",
     "RW_LEAVE",
+    "RW_QUEUE_DOWNGRADE",
+    "RW_QUEUE_LEAVE",
+    "RW_QUEUE_STAY",
     "RW_READ",
     "RW_READ_RELEASE",
     "RW_WRITE",
@@ -113,6 +128,10 @@ RW_WRITE = Script(_rw.RW_WRITE, creates=True)
 RW_LEAVE = Script(_rw.RW_LEAVE)
 RW_READ_RELEASE = Script(_rw.RW_READ_RELEASE)
 RW_DOWNGRADE = Script(_rw.RW_DOWNGRADE, creates=True)
+RW_ENTER = Script(_rw_queue.RW_ENTER, creates=True)
+RW_QUEUE_LEAVE = Script(_rw_queue.RW_QUEUE_LEAVE)
+RW_QUEUE_STAY = Script(_rw_queue.RW_QUEUE_STAY, creates=True)
+RW_QUEUE_DOWNGRADE = Script(_rw_queue.RW_QUEUE_DOWNGRADE, creates=True)
 
 SCRIPTS = (
     QUEUE_ENTER,
@@ -140,5 +159,9 @@ SCRIPTS = (
     RW_LEAVE,
     RW_READ_RELEASE,
     RW_DOWNGRADE,
+    RW_ENTER,
+    RW_QUEUE_LEAVE,
+    RW_QUEUE_STAY,
+    RW_QUEUE_DOWNGRADE,
 )
 """The scripts a node loads on every new connection (FENCED_SET runs on the protected resource)."""

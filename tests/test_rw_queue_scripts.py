@@ -1,0 +1,173 @@
+"""The read/write lock's line in the grant queue (redlock_async/_scripts/_rw_queue.py), run directly on a
+real node: arrival order, readers at the head granted together, a writer granted when the last reader
+leaves, grant words published, and the rule on one node (W and a live reader key never together)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+import redis
+
+from redlock_async._names import reader_key, rw_keys
+from redlock_async._scripts import RW_ENTER, RW_QUEUE_DOWNGRADE, RW_QUEUE_LEAVE, RW_QUEUE_STAY, RW_READ, Script
+
+from .conftest import Cluster, Node
+
+W = b"redlock:\x00rw\x00doc"
+PREFIX, INDEX, WAITING = rw_keys(W)
+LINE, WAITS = W + b"\x00queue", W + b"\x00waits"
+KEYS = (W, INDEX, WAITING, LINE, WAITS)
+COUNTER = b"redlock-fence:doc"
+
+
+def run(node: Node, script: Script, keys: tuple[bytes, ...], *args: bytes | int) -> Any:
+    return node.command("EVAL", script.source, len(keys), *keys, *args)
+
+
+def enter(node: Node, token: bytes, kind: bytes, score: int, *, ttl: int = 10_000, life: int = 5_000) -> int:
+    reply = run(node, RW_ENTER, KEYS, token, ttl, score, life, PREFIX, kind)
+    return int(reply[0])
+
+
+def leave(node: Node, token: bytes, kind: bytes) -> int:
+    return int(run(node, RW_QUEUE_LEAVE, KEYS, token, PREFIX, kind))
+
+
+def holds(node: Node, token: bytes, kind: bytes) -> bool:
+    key = W if kind == b"w" else reader_key(W, token)
+    return bool(node.command("GET", key) == token)
+
+
+def one_node_rule(node: Node) -> None:
+    """W and a live reader key never together on one node."""
+    readers = list(node.command("KEYS", PREFIX + b"*"))  # type: ignore[union-attr]
+    assert not (node.command("EXISTS", W) == 1 and readers), readers
+
+
+def test_a_free_name_goes_at_once_to_whoever_enters(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert enter(node, b"r1", b"r", 1) == 1
+    assert enter(node, b"r2", b"r", 2) == 1  # readers share
+    assert node.command("ZCARD", LINE) == 0
+    assert enter(node, b"w1", b"w", 3) == 0  # a writer waits for the readers
+    one_node_rule(node)
+
+
+def test_a_waiting_writer_keeps_later_readers_out_and_is_granted_when_the_last_reader_leaves(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert enter(node, b"r1", b"r", 1) == 1
+    assert enter(node, b"w1", b"w", 2) == 0
+    assert enter(node, b"r2", b"r", 3) == 0  # behind the writer
+    assert int(run(node, RW_READ, (W, reader_key(W, b"r3"), INDEX, WAITING), b"r3", 10_000, PREFIX)) == -2
+    pubsub = redis.Redis.from_url(node.url).pubsub()
+    pubsub.subscribe(W)
+    pubsub.get_message(timeout=0.5)  # the subscription's confirmation
+    assert leave(node, b"r1", b"r") == 1  # the last reader: the writer is granted
+    assert holds(node, b"w1", b"w")
+    assert not holds(node, b"r2", b"r")
+    words = [m["data"] for m in iter(lambda: pubsub.get_message(timeout=0.5), None) if m["type"] == "message"]
+    digest = hashlib.sha1(b"w1").hexdigest().encode()
+    assert any(word.startswith(b"g" + digest + b":") for word in words), words
+    one_node_rule(node)
+    assert leave(node, b"w1", b"w") == 1  # the writer leaves: the readers behind it are granted
+    assert holds(node, b"r2", b"r")
+    one_node_rule(node)
+
+
+def test_readers_at_the_head_go_together_up_to_the_next_writer(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert enter(node, b"w0", b"w", 1) == 1
+    for i, (token, kind) in enumerate([(b"r1", b"r"), (b"r2", b"r"), (b"w2", b"w"), (b"r3", b"r")]):
+        assert enter(node, token, kind, 10 + i) == 0
+    assert leave(node, b"w0", b"w") == 1
+    assert holds(node, b"r1", b"r")
+    assert holds(node, b"r2", b"r")
+    assert not holds(node, b"w2", b"w")
+    assert not holds(node, b"r3", b"r")  # behind the writer in line
+    leave(node, b"r1", b"r")
+    assert not holds(node, b"w2", b"w")  # r2 still reads
+    leave(node, b"r2", b"r")
+    assert holds(node, b"w2", b"w")
+    leave(node, b"w2", b"w")
+    assert holds(node, b"r3", b"r")
+
+
+def test_the_line_is_in_score_order_not_entry_order(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert enter(node, b"w0", b"w", 1) == 1
+    assert enter(node, b"r-late", b"r", 50) == 0
+    assert enter(node, b"w-early", b"w", 20) == 0  # entered later, but its score is lower: first
+    leave(node, b"w0", b"w")
+    assert holds(node, b"w-early", b"w")
+    assert not holds(node, b"r-late", b"r")
+
+
+def test_an_expired_entry_is_skipped(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert enter(node, b"w0", b"w", 1) == 1
+    assert enter(node, b"w-dead", b"w", 2, life=100) == 0
+    assert enter(node, b"r1", b"r", 3) == 0
+    time.sleep(0.15)  # the waiting writer died: its entry was not entered again
+    leave(node, b"w0", b"w")
+    assert holds(node, b"r1", b"r")
+    assert not holds(node, b"w-dead", b"w")
+
+
+def test_a_reader_that_dies_holding_frees_the_writer_at_the_next_entry(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert enter(node, b"r1", b"r", 1, ttl=100) == 1
+    assert enter(node, b"w1", b"w", 2) == 0
+    time.sleep(0.15)  # r1's key expired: no release ran
+    assert enter(node, b"w1", b"w", 2) == 1  # the writer's next entry finds the rule allows it
+
+
+def test_a_leave_of_a_waiter_takes_its_entry_and_lets_the_readers_behind_it_in(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert enter(node, b"r1", b"r", 1) == 1
+    assert enter(node, b"w1", b"w", 2) == 0
+    assert enter(node, b"r2", b"r", 3) == 0
+    assert leave(node, b"w1", b"w") == 0  # it held nothing here
+    assert holds(node, b"r2", b"r")
+    assert node.command("ZCARD", LINE) == 0
+    assert node.command("ZCARD", WAITING) == 0
+
+
+def test_a_give_back_keeps_the_place_and_may_be_granted_again(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert enter(node, b"w1", b"w", 5) == 1
+    assert enter(node, b"w2", b"w", 9) == 0
+    reply = run(node, RW_QUEUE_STAY, KEYS, b"w1", 5, 5_000, 10_000, PREFIX, b"w")
+    assert reply[0] == 1
+    assert int(reply[2]) > 0  # first in line again: granted again at once
+    assert holds(node, b"w1", b"w")
+    reply = run(node, RW_QUEUE_STAY, KEYS, b"w1", 20, 5_000, 10_000, PREFIX, b"w")  # now behind w2
+    assert holds(node, b"w2", b"w")
+    assert not holds(node, b"w1", b"w")
+
+
+def test_a_downgrade_lets_the_readers_at_the_head_in(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert enter(node, b"w1", b"w", 1) == 1
+    assert enter(node, b"r1", b"r", 2) == 0
+    assert enter(node, b"w2", b"w", 3) == 0
+    keys = (*KEYS, COUNTER)
+    assert int(run(node, RW_QUEUE_DOWNGRADE, keys, b"w1", b"d1", 10_000, PREFIX)) == 0
+    assert holds(node, b"d1", b"r")
+    assert holds(node, b"r1", b"r")
+    assert not holds(node, b"w2", b"w")
+    one_node_rule(node)
+    assert int(run(node, RW_QUEUE_DOWNGRADE, keys, b"w1", b"d2", 10_000, PREFIX)) == -1  # W is not its token's
+
+
+def test_a_writer_outside_the_line_keeps_readers_in_line_out(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert enter(node, b"w0", b"w", 1) == 1
+    assert enter(node, b"r1", b"r", 2) == 0
+    far = int(time.time() * 1000) + 60_000  # (a node ms score: a live RW_WRITE waiter of a client without the queue)
+    node.command("ZADD", WAITING, far, b"outsider")
+    leave(node, b"w0", b"w")
+    assert not holds(node, b"r1", b"r")
+    node.command("ZREM", WAITING, b"outsider")
+    assert enter(node, b"r1", b"r", 2) == 1
