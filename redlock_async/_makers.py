@@ -238,7 +238,7 @@ class Makers:
             max_hold=max_hold,
             max_extensions=max_extensions,
         )
-        settings = self._cluster.lease_settings(self.settings, queue=False, **overrides)
+        settings = self._cluster.lease_settings(self.settings, **overrides)
         return ReadWriteLock(self._cluster, name, settings, on_lost=on_lost, owner=owner)
 
     def election(

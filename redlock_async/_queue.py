@@ -42,7 +42,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from redlock_async import _algorithm, _clock
+from redlock_async import _algorithm, _clock, _queue_rw
 from redlock_async._clock_guard import ClockGuard
 from redlock_async._fanout import sitting_out, timed_out
 from redlock_async._node import Node
@@ -165,13 +165,19 @@ class Claim:
         bell: Bell | None = None,
         permits: Permits | None = None,
         guard: ClockGuard | None = None,
+        rw: _queue_rw.RwLine | None = None,
     ) -> None:
         self.nodes = nodes
         self._guard = guard  # the clock guard: a TIME before each script that can grant, and grant words judged
         self.token = token
         self.permits = permits
+        self.rw = rw  # a read/write lock's claim: its line is the name's, of readers and writers
         self.keys: tuple[bytes, ...] = queue_keys(key, fence_key) if permits is None else permits.keys
-        self.fenced = settings.fencing and fence_key is not None and permits is None
+        self.keys = self.keys if rw is None else rw.keys
+        self.fenced = (
+            settings.fencing and fence_key is not None and permits is None and (not rw or rw.kind == _queue_rw.WRITER)
+        )
+        self.reads = settings.fencing and rw is not None and not self.fenced  # a reader: counters read, none raised
         self._fence_key = fence_key or b""
         self._fence_ttl = settings.fence_ttl_ms
         self._ttl = settings.ttl_ms / 1000
@@ -224,6 +230,9 @@ class Claim:
     def enter(self) -> None:
         """Join (or stay in) every node's line; a node whose key is free grants it to its first waiter."""
         args = (self.token, self._ttl_ms, self._score, self._life_ms)
+        if self.rw is not None:
+            self._send(range(len(self.nodes)), *self.rw.enter(*args))
+            return
         if (permits := self.permits) is not None:
             self._send(range(len(self.nodes)), PERMIT_ENTER, (*args, permits.limit, permits.prefix, self.want))
             return
@@ -234,6 +243,9 @@ class Claim:
         for i in nodes:
             self._drop(i)
         args = (self.token, self._score, self._life_ms, self._ttl_ms)
+        if self.rw is not None:
+            self._send(nodes, *self.rw.stay(*args))
+            return
         if (permits := self.permits) is not None:
             self._send(nodes, PERMIT_STAY, (*args, permits.limit, permits.prefix, self.want))
             return
@@ -245,6 +257,9 @@ class Claim:
         self.left = True
         self.ends = [-math.inf] * len(self.nodes)
         self.fenced_to = [0] * len(self.nodes)
+        if self.rw is not None:
+            self._send(range(len(self.nodes)), *self.rw.leave(self.token))
+            return
         if (permits := self.permits) is not None:
             self._send(range(len(self.nodes)), PERMIT_LEAVE, (self.token, permits.prefix))
             return
@@ -275,16 +290,16 @@ class Claim:
         keys: tuple[bytes, ...] | None = None,
         answer: Callable[[int, float, Reply], None] | None = None,
     ) -> None:
-        assert script in (QUEUE_ENTER, QUEUE_LEAVE, QUEUE_STAY, QUEUE_FENCE, PERMIT_ENTER, PERMIT_LEAVE, PERMIT_STAY)
+        known = (QUEUE_ENTER, QUEUE_LEAVE, QUEUE_STAY, QUEUE_FENCE, PERMIT_ENTER, PERMIT_LEAVE, PERMIT_STAY)
+        assert script in known or script in _queue_rw.SCRIPTS
         keys = self.keys if keys is None else keys
         packed = pack_script(script, keys, args)
         fallback = (script, keys, args)
         receiver = _Request(self._answered if answer is None else answer, _clock.now())
         # A script that can grant us the key carries the node's TIME right before it (the clock guard:
         # a node whose clock jumped ahead sits out before its grant is counted).
-        clock = (
-            None if self._guard is None or script is QUEUE_LEAVE or script is PERMIT_LEAVE else self._guard.reading()
-        )
+        leave = script in (QUEUE_LEAVE, PERMIT_LEAVE, _queue_rw.LEAVE)
+        clock = None if self._guard is None or leave else self._guard.reading()
         for i in nodes:
             self._busy[i] += 1
             self.pending += 1
@@ -318,7 +333,7 @@ class Claim:
             elif isinstance(pttl, int) and pttl > 0:
                 if self.permits is not None:
                     self.slots[i] = int(reply[3])  # the slot it holds for us
-                if self.fenced:
+                if self.fenced or self.reads:
                     # Read while the key held our token: every grant before ours there had ended.
                     self._count(i, reply[3] if len(reply) > 3 else None, node_us)
                 end = _algorithm.held_until(sent, pttl / 1000, self._drift)
@@ -368,7 +383,7 @@ class Claim:
             if counter is None:
                 return False  # no slot named: the next entry's reply says where things stand
             self.slots[i] = counter  # a permit's grant word names the slot where a lock's names the counter
-        elif self.fenced:
+        elif self.fenced or self.reads:
             if counter is None:
                 return False  # no counter with it: the next entry's reply says where things stand
             self._count(i, counter, grant_us)
@@ -392,7 +407,7 @@ class Claim:
         """Keep a fencing counter node *i* read while its key held our token (with fence_ttl, at least
         the node's clock *node_us* then: counters expire, and a token never goes back; docs/fencing.md)."""
         value = int(counter) if isinstance(counter, (int, bytes)) else 0
-        if self._fence_ttl is not None:
+        if self._fence_ttl is not None and self.fenced:  # (a reader's token is the last writer's, not a floor)
             value = max(value, node_us)
         self.counters[i] = max(self.counters[i] or 0, value)
 

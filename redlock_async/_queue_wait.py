@@ -116,6 +116,8 @@ async def claimed(
         now = _clock.now()
         held = holding(claims, now)
         if len(held) >= need and (end := until(claims, held)) > now:
+            if first.reads:  # a reader: the last writer's token, the largest counter its majority read
+                return Won(held, now, end, (max(first.counters[i] or 0 for i in held),))
             if not first.fenced:
                 return Won(held, now, end, None, first.best_slot(now)[0] if first.permits is not None else None)
             # Fenced: a majority must raise each name's counter to its token while the keys are ours first.

@@ -46,7 +46,8 @@ from redlock_async._algorithm import SKIPPED, YES
 from redlock_async._fanout import Ballot, vote_of_fenced
 from redlock_async._names import reader_key, rw_keys
 from redlock_async._node import Node
-from redlock_async._scripts import RW_DOWNGRADE, RW_LEAVE, RW_READ, RW_READ_RELEASE, RW_WRITE
+from redlock_async._queue_rw import READER, RwLine
+from redlock_async._scripts import RW_DOWNGRADE, RW_LEAVE, RW_QUEUE_DOWNGRADE, RW_READ, RW_READ_RELEASE, RW_WRITE
 from redlock_async._settings import Settings
 from redlock_async._wire import IGNORED, Failure, Receiver, pack, pack_script
 
@@ -147,6 +148,23 @@ def send_leave(nodes: Sequence[Node], writer_key: bytes, waiter: bytes) -> None:
         node.send_packed(IGNORED, i, packed, fallback=(RW_LEAVE, keys, args))
 
 
+def send_queue_leave(
+    nodes: Sequence[Node], line: RwLine, token: bytes, skip: Sequence[int], into: Ballot | None = None
+) -> None:
+    """Queue the release of a reader or writer of the grant queue (RW_QUEUE_LEAVE) on every node but *skip*
+    (synchronous: survives cancellation): what *token* holds goes, and the head of the line is granted
+    what the rule allows. Replies as RELEASE's (1: it held there)."""
+    script, args = line.leave(token)
+    keys = line.keys
+    packed = pack_script(script, keys, args)
+    receiver: Receiver = IGNORED if into is None else into
+    for i, node in enumerate(nodes):
+        if i in skip:
+            receiver.deliver(i, Failure(SKIPPED, "never sent"))
+        else:
+            node.send_packed(receiver, i, packed, fallback=(script, keys, args))
+
+
 def send_read_release(
     nodes: Sequence[Node],
     writer_key: bytes,
@@ -175,16 +193,23 @@ async def downgrade(
     settings: Settings,
     owner: bytes,
     clock: Receiver | None = None,
+    *,
+    queued: bool = False,
 ) -> _requests.Attempt:
-    """Turn the writer holding *writer_token* into a reader on every node in one step (RW_DOWNGRADE);
+    """Turn the writer holding *writer_token* into a reader on every node in one step (RW_DOWNGRADE;
+    *queued*: RW_QUEUE_DOWNGRADE, which then grants the readers at the head of the name's line);
     counted as a reader's round, and given back (the reader's keys) when no majority did it."""
     token = _requests.new_token(owner)
     prefix, index, _ = rw_keys(writer_key)
     key = reader_key(writer_key, token)
-    keys = (writer_key, key, index) if fence_key is None else (writer_key, key, index, fence_key)
+    script = RW_QUEUE_DOWNGRADE if queued else RW_DOWNGRADE
+    if queued:
+        keys = RwLine(writer_key, fence_key, READER).keys
+    else:
+        keys = (writer_key, key, index) if fence_key is None else (writer_key, key, index, fence_key)
     ballot = Ballot(nodes, vote_of_fenced, settings.node_timeout)
     started = _clock.now()
-    ballot.script(RW_DOWNGRADE, keys, (writer_token, token, settings.ttl_ms, prefix), limited=True, clock=clock)
+    ballot.script(script, keys, (writer_token, token, settings.ttl_ms, prefix), limited=True, clock=clock)
     result = await _counted(nodes, key, index, token, started, ballot, settings, writer_key)
     if result.validity is not None and fence_key is not None:
         counters = [reply for reply, vote in zip(ballot.replies, ballot.votes, strict=True) if vote is YES]

@@ -113,7 +113,14 @@ class Reader(_Side):
             raise RuntimeError(f"downgrade of read/write lock {self.name!r}: its writer is no longer held")
         try:
             return await _rw_requests.downgrade(
-                cluster.nodes, self.rw_key, token.encode(), self.fence_key, settings, owner, cluster.reading()
+                cluster.nodes,
+                self.rw_key,
+                token.encode(),
+                self.fence_key,
+                settings,
+                owner,
+                cluster.reading(),
+                queued=settings.queue is True,
             )
         finally:
             # The writer's key is gone wherever the downgrade ran; its release (compare-and-delete, so never

@@ -307,7 +307,7 @@ class Queued(Words):
                 )  # before our first entry: a grant word heard from then on is ours
             # Each node's confirmation of a subscription made after our entry pokes the claim: a grant
             # published before it went unheard, so we enter again at once.
-            for key in self.keys:
+            for key in self.channels:
                 subscribed.append(key)
                 await listener.enter(key)
             # A name held while another is not is given back after about a retry delay (lock_many).
@@ -379,12 +379,20 @@ class Queued(Words):
             holders=holders, skip=[], fencing_token=None if tokens is None else tokens[0],
             fencing_tokens=tokens, keeps=self.keeps,
             fence_keys=() if tokens is None else self.fence_keys, fence_ttl_ms=self.settings.fence_ttl_ms,
-            regain=[i for i in range(n) if i not in holders],
+            regain=[i for i in range(n) if i not in holders] if self.regains else [],
         )  # fmt: skip
         tenure.to(_HELD)
 
     keeps: bytes | None = None
     """A key the lease's extensions keep alive beside its own (a semaphore's widest-limit key)."""
+
+    regains = True
+    """A won claim's lease takes the key on the nodes that had not granted it yet (a read/write lock's: never)."""
+
+    @property
+    def channels(self) -> tuple[bytes, ...]:
+        """Where the claims' grant words are published: the lock keys (a read/write lock's: its writer key)."""
+        return self.keys
 
     def lease_keys(self, won: _queue_wait.Won) -> tuple[bytes, ...]:
         """The keys a won claim holds: the lock's (a semaphore's: the slot a majority granted)."""

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, final
 
 from redlock_async._names import Name, check_owner, rw_writer_key
+from redlock_async._rw_queued import QueuedReader, QueuedWriter
 from redlock_async._rw_strategies import Reader, Writer
 from redlock_async._settings import Settings
 from redlock_async.errors import LockLost
@@ -64,7 +65,8 @@ class ReadWriteLock:
 
     def read(self) -> Lock:
         """A reader: held together with other readers, never with a writer."""
-        reader = Reader(self._cluster, self._settings, self.name, self._owner, self._key)
+        kind = QueuedReader if self._settings.queue else Reader  # the grant queue (the default), or release words
+        reader = kind(self._cluster, self._settings, self.name, self._owner, self._key)
         return Lock(self._cluster, self.name, self._settings, on_lost=self._on_lost, strategy=reader)
 
     def write(self) -> WriteLock:
@@ -73,7 +75,8 @@ class ReadWriteLock:
         return WriteLock(self, self._cluster, self.name, self._settings, self._on_lost)
 
     def _downgrade(self, writer: WriteLock) -> Lock:
-        reader = Reader(self._cluster, self._settings, self.name, self._owner, self._key, downgrading=writer)
+        kind = QueuedReader if self._settings.queue else Reader
+        reader = kind(self._cluster, self._settings, self.name, self._owner, self._key, downgrading=writer)
         return Lock(self._cluster, self.name, self._settings, on_lost=self._on_lost, strategy=reader)
 
 
@@ -93,7 +96,7 @@ class WriteLock(Lock):
         on_lost: Callable[[LockLost], object] | None,
     ) -> None:
         self._rw = rw
-        writer = Writer(cluster, settings, name, rw._owner, rw._key)
+        writer = (QueuedWriter if settings.queue else Writer)(cluster, settings, name, rw._owner, rw._key)
         super().__init__(cluster, name, settings, on_lost=on_lost, strategy=writer)
 
     def __repr__(self) -> str:

@@ -468,11 +468,15 @@ async def test_cancelled_at_every_moment_leaves_nothing(redlock: Redlock, cluste
         if turns % 3 == 2:
             await holder.release()  # the release and the cancel in the same loop turn
         task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        try:
+            acquired = await task  # the release may hand it over before the cancel lands (the grant queue)
+        except asyncio.CancelledError:
+            acquired = False
+        assert lock.held is acquired
+        if acquired:
+            await lock.release()
         if holder.held:
             await holder.release()
-        assert not lock.held
         await assert_empty(cluster)
         # and the next reader is not kept out by a writer that left
         probe = rw.read()
