@@ -2,6 +2,7 @@
 
 usage: python -m tests._rw_child hold NAME TTL URL [URL ...]
        python -m tests._rw_child mix NAME SECONDS URL [URL ...]
+       python -m tests._rw_child read|write NAME SECONDS URL [URL ...]
 
 ``hold``: takes read/write lock NAME as a reader and never lets go: prints one JSON line once it holds
 it ({"held": true, "validity": ...}), then keeps it (the watchdog extends it) until the test kills it.
@@ -9,6 +10,10 @@ it ({"held": true, "validity": ...}), then keeps it (the watchdog extends it) un
 ``mix``: for SECONDS, 4 reader tasks and 1 writer task take NAME again and again; prints one JSON line
 per critical section ({"client", "token", "fencing", "start", "end", "shared"}: monotonic seconds,
 system-wide on Linux), for the test to merge into one History with its own.
+
+``read`` / ``write``: takes NAME as a reader or the writer (ttl 1.5 s, retry delay 0.2 s, through the
+grant queue, the default), prints {"waiting": true} before it asks, {"held": true, "start": ...} once it
+holds, keeps it SECONDS, then prints {"released": true, "end": ...} and exits.
 """
 
 from __future__ import annotations
@@ -56,7 +61,22 @@ async def mix(name: str, seconds: float, urls: list[str]) -> int:
     return 0
 
 
+async def take(kind: str, name: str, seconds: float, urls: list[str]) -> int:
+    async with Redlock(urls, retry_delay=0.2) as redlock:
+        rw = redlock.rw_lock(name, ttl=1.5, acquire_timeout=30.0)
+        lock = rw.read() if kind == "read" else rw.write()
+        print(json.dumps({"waiting": True}), flush=True)
+        async with lock:
+            print(json.dumps({"held": True, "start": time.monotonic()}), flush=True)
+            await asyncio.sleep(seconds)
+            end = time.monotonic()
+        print(json.dumps({"released": True, "end": end}), flush=True)
+    return 0
+
+
 if __name__ == "__main__":
     command, name, number, *urls = sys.argv[1:]
+    if command in ("read", "write"):
+        sys.exit(asyncio.run(take(command, name, float(number), urls)))
     run = hold if command == "hold" else mix
     sys.exit(asyncio.run(run(name, float(number), urls)))
