@@ -14,7 +14,8 @@ Both are bound, inside ``async with``, to one key of the name that no node ever 
 (:func:`bound_key`): a task holding the read or the write lock that asks for either again gets
 ``NestedAcquire`` at once (it would wait for itself), while readers of other tasks never queue behind
 each other's holds (their channel, the writer key, is not that key). Neither is handed over by a
-release of this Redlock, nor waits in the nodes' grant queue: their waiters hear release words.
+release of this Redlock: with ``queue=False`` their waiters hear release words; through the nodes'
+grant queue (the default) they wait as ``_rw_queued``'s ``QueuedReader`` and ``QueuedWriter``.
 """
 
 from __future__ import annotations

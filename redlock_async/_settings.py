@@ -93,10 +93,10 @@ class Settings:
     it runs, so the lock changes hands in one round trip and every waiter gets its turn. None (the
     default): on whenever wait_for_release is (the nodes publish their grants). False: a waiter listens
     for release words and sends its own SETs (the hand-off of versions before 0.x: this process's oldest
-    waiter gets the lock first, another process's only when it wins the race). For single-name locks and
-    elections, fenced or not (a fenced grant from the queue raises the counters as any fenced grant does:
-    docs/fencing.md). Every client of a name should use the same setting: one without it still excludes
-    correctly, but does not queue."""
+    waiter gets the lock first, another process's only when it wins the race). For every primitive
+    (locks, lock_many, semaphores, elections, read/write locks), fenced or not (a fenced grant from the
+    queue raises the counters as any fenced grant does: docs/fencing.md). Every client of a name should
+    use the same setting: one without it still excludes correctly, but does not queue."""
     fencing: bool = False
     """Give each grant a fencing token (Lock.fencing_token) that grows with every
     grant of the resource: one more round trip per acquire. See docs/fencing.md."""

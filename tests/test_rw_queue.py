@@ -82,6 +82,30 @@ async def test_a_writer_queued_before_a_reader_gets_in_first(redlock: Redlock, c
     await nothing_left(cluster)
 
 
+async def test_readers_and_writers_are_served_in_arrival_order(redlock: Redlock, cluster: Cluster) -> None:
+    """Writer 1, then a reader, then writer 2 queue (three processes): the reader goes between the two
+    writers. (Release words served writers first: a waiting writer 2 kept the reader out.)"""
+    holder = redlock.rw_lock("doc").write()
+    assert await holder.acquire(blocking=False)
+    processes = []
+    try:
+        for i, kind in enumerate(["write", "read", "write"]):
+            processes.append(await child(kind, 0.2, cluster.urls))
+            await lines_hold(cluster, i + 1)
+        await holder.release()
+        starts = []
+        for process in processes:
+            held = await next_event(process, 10)
+            assert "held" in held, held
+            starts.append(held["start"])
+            await finish_child(process, 10)
+        assert starts == sorted(starts), starts
+    finally:
+        for process in processes:
+            await kill_child(process)
+    await nothing_left(cluster)
+
+
 async def test_readers_queued_together_get_in_together(redlock: Redlock, cluster: Cluster) -> None:
     holder = redlock.rw_lock("doc").write()
     assert await holder.acquire(blocking=False)
