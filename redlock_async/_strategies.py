@@ -379,7 +379,7 @@ class Queued(Words):
             holders=holders, skip=[], fencing_token=None if tokens is None else tokens[0],
             fencing_tokens=tokens, keeps=self.keeps,
             fence_keys=() if tokens is None else self.fence_keys, fence_ttl_ms=self.settings.fence_ttl_ms,
-            regain=[i for i in range(n) if i not in holders] if self.regains else [],
+            regain=[i for i in range(n) if i not in holders] if self.regains else [], takes=self.regains,
         )  # fmt: skip
         tenure.to(_HELD)
 
@@ -387,7 +387,8 @@ class Queued(Words):
     """A key the lease's extensions keep alive beside its own (a semaphore's widest-limit key)."""
 
     regains = True
-    """A won claim's lease takes the key on the nodes that had not granted it yet (a read/write lock's: never)."""
+    """A won claim's lease takes its key where it is free on the nodes that did not grant it (a read/write
+    lock's: never, a SET there would skip the rule on one node)."""
 
     @property
     def channels(self) -> tuple[bytes, ...]:

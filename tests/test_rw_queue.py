@@ -9,6 +9,7 @@ The other OS processes are ``tests/_rw_child.py read|write``: ttl 1.5 s, retry d
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import signal
 import time
@@ -18,6 +19,7 @@ import anyio
 import pytest
 
 from redlock_async import Redlock
+from redlock_async._names import reader_key
 from redlock_async.testing import LocalNodes
 
 from .conftest import Cluster, MakeRedlock, eventually, finish_child, keys_everywhere, kill_child, next_event
@@ -291,4 +293,33 @@ async def test_queue_false_waits_for_release_words(make_redlock: MakeRedlock, cl
     assert time.monotonic() - released < 1.0  # woken by the release words
     for reader in readers:
         await reader.release()
+    await nothing_left(cluster)
+
+
+async def test_a_lease_granted_by_the_line_never_takes_a_node_that_did_not_grant_it(
+    make_redlock: MakeRedlock, cluster: Cluster
+) -> None:
+    """A writer granted W by the line on 4 nodes (node 0 keeps a live reader key: it cannot grant) is
+    extended; an extension must never SET W on node 0, where the reader's key lives (the
+    rule on one node), as a mutex's extension would regain a free node."""
+    redlock = await make_redlock(retry_delay=0.05)
+    reader = redlock.rw_lock("doc", ttl=5.0).read()
+    assert await reader.acquire(blocking=False)
+    stray = b"stray-reader"
+    cluster[0].command("SET", reader_key(W, stray), stray, "PX", 20_000)
+    cluster[0].command("SADD", W + b"\x00readers", hashlib.sha1(stray).hexdigest())
+    writer = redlock.rw_lock("doc", ttl=0.6, acquire_timeout=5.0).write()
+    task = asyncio.create_task(writer.acquire())
+    await lines_hold(cluster, 1)
+    await reader.release()
+    assert await task
+    assert cluster[0].command("EXISTS", W) == 0
+    for _ in range(3):  # extensions, as the watchdog sends them
+        await writer.extend()
+        await asyncio.sleep(0.1)
+    assert writer.held
+    assert cluster[0].command("EXISTS", W) == 0, "an extension took node 0: W beside a live reader key"
+    await writer.release()
+    cluster[0].command("DEL", reader_key(W, stray))
+    cluster[0].command("SREM", W + b"\x00readers", hashlib.sha1(stray).hexdigest())
     await nothing_left(cluster)
