@@ -141,7 +141,8 @@ local function enter_line(token, score, life, ttl, kind)
 end
 
 -- Give back what *token* holds here: W, or its reader key (out of the index); the release word is
--- published (clients without the queue hear it). True when it held something.
+-- published for clients without the queue, as RELEASE and RW_READ_RELEASE do (a reader's only when the
+-- index is empty after it: the last reader). True when it held something.
 local function give_up(prefix, token, kind)
     local key, held = holds(prefix, token, kind)
     if not held then
@@ -150,6 +151,9 @@ local function give_up(prefix, token, kind)
     redis.call('DEL', key)
     if kind == 'r' then
         redis.call('SREM', KEYS[2], redis.sha1hex(token))
+        if redis.call('SCARD', KEYS[2]) > 0 then
+            return true
+        end
     end
     redis.call('PUBLISH', KEYS[1], redis.sha1hex(token))
     return true
