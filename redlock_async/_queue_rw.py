@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redlock_async._names import reader_key, rw_keys
 from redlock_async._scripts import RW_ENTER, RW_QUEUE_LEAVE, RW_QUEUE_STAY, Script
 
 LINE, WAITS = b"\x00queue", b"\x00waits"
@@ -30,9 +29,12 @@ LEAVE = RW_QUEUE_LEAVE
 
 @dataclass(frozen=True, slots=True)
 class RwLine:
-    """What a read/write lock's claim needs: its writer key (the channel), the fencing counter, its side."""
+    """What a read/write lock's claim needs: its writer key (the channel) and companions
+    (``_names.rw_keys``), the fencing counter, its side."""
 
     writer_key: bytes
+    companions: tuple[bytes, bytes, bytes]
+    """The reader keys' prefix, the readers' index, the waiting writers (``_names.rw_keys``)."""
     fence_key: bytes | None
     kind: bytes
     """READER or WRITER."""
@@ -41,17 +43,13 @@ class RwLine:
     def keys(self) -> tuple[bytes, ...]:
         """The KEYS of every line script (``_scripts/_rw_queue.py``)."""
         w = self.writer_key
-        _, index, waiting = rw_keys(w)
+        _, index, waiting = self.companions
         keys = (w, index, waiting, w + LINE, w + WAITS)
         return keys if self.fence_key is None else (*keys, self.fence_key)
 
     @property
     def prefix(self) -> bytes:
-        return rw_keys(self.writer_key)[0]
-
-    def lease_key(self, token: bytes) -> bytes:
-        """The key a granted *token* holds: W for a writer, its own reader key for a reader."""
-        return self.writer_key if self.kind == WRITER else reader_key(self.writer_key, token)
+        return self.companions[0]
 
     def enter(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> tuple[Script, tuple[bytes | int, ...]]:
         return RW_ENTER, (token, ttl_ms, score, life_ms, self.prefix, self.kind)

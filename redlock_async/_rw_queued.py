@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from redlock_async import _queue, _queue_wait, _rw_requests
 from redlock_async._fanout import Ballot
 from redlock_async._lease import Lease
-from redlock_async._names import reader_key
+from redlock_async._names import reader_key, rw_keys
 from redlock_async._queue_rw import READER, WRITER, RwLine
 from redlock_async._rw_strategies import Reader, Writer
 from redlock_async._strategies import Queued
@@ -34,7 +34,7 @@ class QueuedReader(Queued, Reader):
 
     @property
     def line(self) -> RwLine:
-        return RwLine(self.rw_key, self.fence_key, READER)
+        return RwLine(self.rw_key, rw_keys(self.rw_key), self.fence_key, READER)
 
     def new_claims(self, token: bytes) -> list[_queue.Claim]:
         self.claim_token = token
@@ -66,7 +66,7 @@ class QueuedWriter(Queued, Writer):
 
     @property
     def line(self) -> RwLine:
-        return RwLine(self.rw_key, self.fence_key, WRITER)
+        return RwLine(self.rw_key, rw_keys(self.rw_key), self.fence_key, WRITER)
 
     def new_claims(self, token: bytes) -> list[_queue.Claim]:
         cluster = self.cluster

@@ -204,7 +204,7 @@ async def downgrade(
     key = reader_key(writer_key, token)
     script = RW_QUEUE_DOWNGRADE if queued else RW_DOWNGRADE
     if queued:
-        keys = RwLine(writer_key, fence_key, READER).keys
+        keys = RwLine(writer_key, rw_keys(writer_key), fence_key, READER).keys
     else:
         keys = (writer_key, key, index) if fence_key is None else (writer_key, key, index, fence_key)
     ballot = Ballot(nodes, vote_of_fenced, settings.node_timeout)
