@@ -323,3 +323,40 @@ async def test_a_lease_granted_by_the_line_never_takes_a_node_that_did_not_grant
     cluster[0].command("DEL", reader_key(W, stray))
     cluster[0].command("SREM", W + b"\x00readers", hashlib.sha1(stray).hexdigest())
     await nothing_left(cluster)
+
+
+async def test_fenced_grants_from_the_line_grow_and_readers_see_the_last_writers_token(
+    make_redlock: MakeRedlock, cluster: Cluster
+) -> None:
+    """Fenced, with every acquire after the first taken by a grant of the line: each writer's token is
+    larger than the last, and a reader granted after a writer left reads that writer's token."""
+    redlock = await make_redlock(retry_delay=5.0)  # no fallback try: only grants let waiters in
+    rw = redlock.rw_lock("doc", fencing=True, acquire_timeout=4.0)
+    holder = rw.write()
+    assert await holder.acquire(blocking=False)
+    last = holder.fencing_token
+    assert last is not None
+    for _ in range(3):
+        writer, reader = rw.write(), rw.read()
+        wrote = asyncio.create_task(writer.acquire())
+        await lines_hold(cluster, 1)
+        read = asyncio.create_task(reader.acquire())
+        await lines_hold(cluster, 2)
+        await holder.release()
+        assert await wrote
+        assert writer.fencing_token is not None
+        assert writer.fencing_token > last
+        last = writer.fencing_token
+        await writer.release()
+        assert await read
+        assert reader.fencing_token == last  # the last writer's
+        holder = rw.write()
+        held = asyncio.create_task(holder.acquire())
+        await lines_hold(cluster, 1)
+        await reader.release()  # the last reader: the writer behind it is granted
+        assert await held
+        assert holder.fencing_token is not None
+        assert holder.fencing_token > last
+        last = holder.fencing_token
+    await holder.release()
+    await nothing_left(cluster)
