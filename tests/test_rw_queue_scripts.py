@@ -171,3 +171,30 @@ def test_a_writer_outside_the_line_keeps_readers_in_line_out(cluster: Cluster) -
     assert not holds(node, b"r1", b"r")
     node.command("ZREM", WAITING, b"outsider")
     assert enter(node, b"r1", b"r", 2) == 1
+
+
+def test_a_granted_key_expires_no_earlier_than_the_grant_time_plus_its_ttl(cluster: Cluster) -> None:
+    """The premise of a grant word's validity (docs/algorithm.md, "The grant queue"), for the line's
+    grants of a writer and of readers: each key set expires no earlier than G + ttl on the node's clock."""
+    node = cluster[0]
+    pubsub = redis.Redis.from_url(node.url).pubsub()  # type: ignore[no-untyped-call,attr-defined]
+    pubsub.subscribe(W)
+    pubsub.get_message(timeout=0.5)
+    assert enter(node, b"r0", b"r", 1) == 1
+    assert enter(node, b"w1", b"w", 2, ttl=3_000) == 0
+    assert enter(node, b"r1", b"r", 3, ttl=4_000) == 0
+    leave(node, b"r0", b"r")  # grants w1
+    leave(node, b"w1", b"w")  # grants r1
+    words = [m["data"] for m in iter(lambda: pubsub.get_message(timeout=0.5), None) if m["type"] == "message"]
+    grants = {word[1:41]: int(word.split(b":")[1]) for word in words if word.startswith(b"g")}
+    w1, r1 = (hashlib.sha1(t).hexdigest().encode() for t in (b"w1", b"r1"))
+    assert {w1, r1} <= set(grants), words
+    expires = int(node.command("PEXPIRETIME", reader_key(W, b"r1")))  # type: ignore[call-overload]
+    assert expires >= grants[r1] // 1000 + 4_000
+    assert enter(node, b"w2", b"w", 4, ttl=3_000) == 0
+    leave(node, b"r1", b"r")  # grants w2
+    words = [m["data"] for m in iter(lambda: pubsub.get_message(timeout=0.5), None) if m["type"] == "message"]
+    w2 = hashlib.sha1(b"w2").hexdigest().encode()
+    granted = [int(word.split(b":")[1]) for word in words if word.startswith(b"g" + w2)]
+    assert granted, words
+    assert int(node.command("PEXPIRETIME", W)) >= granted[0] // 1000 + 3_000  # type: ignore[call-overload]
