@@ -234,7 +234,7 @@ async def test_a_waiter_woken_by_a_release_reports_the_hand_off_latency(make_red
     waiting = asyncio.create_task(waiter.acquire())
     # It tried, found the lock held, and waits in line on every node (under load 100 ms was not always
     # enough: a release before its entry is no hand-off, the entry finds the lock free).
-    while waiter.statistics().attempts < 2 or any(node.queued for node in redlock.statistics().nodes):
+    while waiter.statistics().attempts < 2 or any(node.unanswered for node in redlock.statistics().nodes):
         await asyncio.sleep(0.01)
     await holder.release()
     assert await waiting
