@@ -172,8 +172,7 @@ class Claim:
         self.token = token
         self.permits = permits
         self.rw = rw  # a read/write lock's claim: its line is the name's, of readers and writers
-        self.keys: tuple[bytes, ...] = queue_keys(key, fence_key) if permits is None else permits.keys
-        self.keys = self.keys if rw is None else rw.keys
+        self.keys = rw.keys if rw is not None else permits.keys if permits is not None else queue_keys(key, fence_key)
         self.fenced = (
             settings.fencing and fence_key is not None and permits is None and (not rw or rw.kind == _queue_rw.WRITER)
         )
