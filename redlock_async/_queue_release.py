@@ -14,7 +14,28 @@ from redlock_async._node import Node
 from redlock_async._queue import queue_keys
 from redlock_async._queue_permit import Permits
 from redlock_async._scripts import PERMIT_LEAVE, QUEUE_LEAVE, QUEUE_LEAVE_ALL
-from redlock_async._wire import IGNORED, Receiver, pack_script
+from redlock_async._wire import IGNORED, Fallback, Receiver, bulk, pack_script, script_head
+
+
+class Leave:
+    """One lock's :func:`release`, packed once up to its token: its keys (the lock key, its line, its waits,
+    the name's fencing counter) never change, only the token does."""
+
+    __slots__ = ("head", "key", "keys")
+
+    def __init__(self, key: bytes, fence_key: bytes) -> None:
+        self.key = key
+        self.keys = queue_keys(key, fence_key)
+        self.head = script_head(QUEUE_LEAVE, self.keys, 1)
+
+    def send(self, nodes: Sequence[Node], token: bytes, into: Receiver | None, skip: Sequence[int] = ()) -> None:
+        """:func:`release` of *token* (this lock's)."""
+        packed = self.head + bulk(token)  # = pack_script(QUEUE_LEAVE, self.keys, (token,))
+        fallback: Fallback = (QUEUE_LEAVE, self.keys, (token,))
+        receiver: Receiver = IGNORED if into is None else into  # replies as RELEASE's: 1 deleted, 0 not ours
+        for i, node in enumerate(nodes):
+            if i not in skip:
+                node.send_packed(receiver, i, packed, fallback=fallback)
 
 
 def release(
@@ -29,14 +50,9 @@ def release(
     cancellation): the key goes to the next live waiter there (with the name's fencing counter in the
     grant's word), or is deleted and the release published. Its entries still in a line (nodes that
     granted late, or never) go too. *skip*: nodes the acquisition never sent its token to (a first try
-    that skipped a stalled node), where there is nothing of it to take away."""
-    keys = queue_keys(key, fence_key)
-    args: tuple[bytes | int, ...] = (token,)
-    packed = pack_script(QUEUE_LEAVE, keys, args)
-    receiver: Receiver = IGNORED if into is None else into  # replies as RELEASE's: 1 deleted, 0 not ours
-    for i, node in enumerate(nodes):
-        if i not in skip:
-            node.send_packed(receiver, i, packed, fallback=(QUEUE_LEAVE, keys, args))
+    that skipped a stalled node), where there is nothing of it to take away. (A lock that releases
+    often keeps its :class:`Leave`.)"""
+    Leave(key, fence_key).send(nodes, token, into, skip)
 
 
 def release_all(

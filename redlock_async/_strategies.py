@@ -93,7 +93,7 @@ class Words:
     delay; a blocking waiter listens for the release words of the key and waits in this process's
     line, and a release of this Redlock may send the oldest waiter's round right behind it."""
 
-    __slots__ = ("blocked", "cluster", "fence_keys", "keys", "name", "names", "owner", "settings")
+    __slots__ = ("_leave", "blocked", "cluster", "fence_keys", "keys", "name", "names", "owner", "settings")
 
     permits = 1
     """How many holds of its key one task may have before asking for another would wait for itself."""
@@ -114,6 +114,7 @@ class Words:
         self.fence_keys = tuple(resource_key(settings.fence_prefix, one) for one in names)
         self.blocked = self.keys[0]
         """The key a failed attempt found held: the one its waiter listens on."""
+        self._leave: _queue_release.Leave | None = None  # Queued: its release, packed once up to the token
 
     def held_words(self, name: Name) -> str:
         """What the task already holds, in words, for NestedAcquire."""
@@ -407,7 +408,10 @@ class Queued(Words):
     ) -> None:
         nodes = self.cluster.nodes  # to each key's next waiter
         if len(self.keys) == 1:
-            _queue_release.release(nodes, lease.keys[0], self.fence_keys[0], token, into, skip)
+            leave = self._leave
+            if leave is None or leave.key != lease.keys[0]:
+                leave = self._leave = _queue_release.Leave(lease.keys[0], self.fence_keys[0])
+            leave.send(nodes, token, into, skip)
         else:
             _queue_release.release_all(nodes, lease.keys, self.fence_keys, token, into, skip)
 

@@ -177,6 +177,29 @@ def pack_script(script: Script, keys: tuple[bytes, ...], args: tuple[bytes | int
     return b"".join(parts)
 
 
+def script_head(script: Script, keys: tuple[bytes, ...], nargs: int) -> bytes:
+    """EVALSHA of *script* with *keys*, packed up to its *nargs* arguments: what :func:`pack_script`'s
+    bytes start with, for a command sent many times with the same keys (a lock's release: only its
+    token changes, added with :func:`bulk`)."""
+    shape = (script.sha, len(keys), nargs)
+    head = _script_heads.get(shape)
+    if head is None:  # (as in pack_script)
+        head = _script_heads[shape] = b"*%d\r\n" % (3 + len(keys) + nargs) + pack(
+            (b"EVALSHA", script.sha, len(keys))
+        ).removeprefix(b"*3\r\n")
+    parts = [head]
+    for key in keys:
+        size = len(key)
+        parts += (_BULK_HEADS[size] if size < 256 else b"$%d\r\n" % size, key, b"\r\n")
+    return b"".join(parts)
+
+
+def bulk(arg: bytes) -> bytes:
+    """*arg* as one RESP bulk string (an argument after a :func:`script_head`)."""
+    size = len(arg)
+    return (_BULK_HEADS[size] if size < 256 else b"$%d\r\n" % size) + arg + b"\r\n"
+
+
 def pack(args: tuple[bytes | str | int, ...]) -> bytes:
     """RESP-encode a command with hiredis's packer: ~10x faster than redis-py's Python one
     (hiredis comes with redis[hiredis]); our arguments are only bytes, str and int."""
