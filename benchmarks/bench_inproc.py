@@ -17,6 +17,7 @@ Printed: the median p50 of each side and the median of the per-round ratios new/
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import importlib
 import shutil
@@ -69,9 +70,22 @@ async def concurrent(redlock: Any, tag: str) -> tuple[float, float]:
     return pairs / (time.perf_counter() - began), (time.process_time() - cpu) / pairs
 
 
-async def run(names: list[str], urls: list[str], rounds: int, with_concurrent: bool) -> None:
+def setting(text: str) -> tuple[str, object]:
+    """``name=value`` (a Python literal: ``queue=False``, ``ttl=10.0``) for ``--new-settings``."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected name=value (e.g. queue=False), got {text!r}")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a Python literal (True, 10.0, 'x')") from None
+
+
+async def run(
+    names: list[str], urls: list[str], rounds: int, with_concurrent: bool, new_settings: dict[str, object]
+) -> None:
     modules = [importlib.import_module(name) for name in names]
-    redlocks = [module.Redlock(urls) for module in modules]
+    redlocks = [modules[0].Redlock(urls), modules[1].Redlock(urls, **new_settings)]
     for redlock in redlocks:
         await redlock.connect()
     try:
@@ -108,20 +122,29 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
     parser.add_argument("--concurrent", action="store_true", help="also 64 tasks on locks of their own")
+    parser.add_argument(
+        "--new-settings",
+        nargs="*",
+        type=setting,
+        default=[],
+        metavar="NAME=VALUE",
+        help="Redlock settings of the NEW side only (e.g. queue=False clock_guard=False: what a default costs)",
+    )
     args = parser.parse_args()
     names = ["redlock_ab0", "redlock_ab1"]
     with tempfile.TemporaryDirectory(prefix="redlock-inproc-") as scratch, LocalNodes(5) as nodes:
         for tree, name in zip(args.trees, names, strict=True):
             renamed_copy(Path(tree), name, Path(scratch))
         sys.path.insert(0, scratch)
-        work = run(names, nodes.urls, args.rounds, args.concurrent)
+        work = run(names, nodes.urls, args.rounds, args.concurrent, dict(args.new_settings))
         if args.loop == "uvloop":
             import uvloop
 
             uvloop.run(work)
         else:
             asyncio.run(work)
-    print(f"{args.loop}: [{args.trees[1]}] / [{args.trees[0]}]")
+    given = " ".join(f"{name}={value!r}" for name, value in args.new_settings)
+    print(f"{args.loop}: [{args.trees[1]}{' ' + given if given else ''}] / [{args.trees[0]}]")
     return 0
 
 
