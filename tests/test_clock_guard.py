@@ -34,7 +34,9 @@ pytestmark = needs_faketime
 
 CHILD = str(Path(__file__).with_name("_clock_client.py"))
 TTL = 3.0  # the watchdog extends 2 s after the grant: the holder's next look at the nodes
-RUN = 3.5  # seconds each child runs once ready: past the holder's extension
+RUN = 3.5  # seconds the contender runs once ready
+HOLD = 2 * TTL + 0.5  # seconds the holder runs once ready: past two of its extensions, so that one comes after
+# the faults even when the contender's start (a process, its imports, a warm-up lock) took seconds (CI's load)
 NODE_TIMEOUT = 0.05  # the default: the longest a round trip is waited for
 
 
@@ -87,7 +89,7 @@ async def answered(redlock: Any) -> None:
 
 async def spawn(role: str, name: str, guard: bool, urls: list[str]) -> Child:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, CHILD, role, name, str(TTL), str(RUN), "1" if guard else "0", *urls,
+        sys.executable, CHILD, role, name, str(TTL), str(HOLD if role == "hold" else RUN), "1" if guard else "0", *urls,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     child = Child(proc)
