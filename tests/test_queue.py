@@ -515,57 +515,79 @@ loop iterations (asyncio.sleep(0)) once the release was sent; its grant comes ~0
 async def test_a_waiter_cancelled_around_its_grant_never_leaves_the_key_to_no_one(
     cluster: Cluster, make_redlock: MakeRedlock, waiter_in: str
 ) -> None:
-    """A sweep over the moment of cancellation: holder H (ttl 30 s), first waiter W1 (in ``async with``,
-    then holding for 30 s), second waiter W2 (retry delay SLOW). H releases: the nodes grant W1, which
-    is cancelled k loop turns later, before or after its grant, counted or not. Whatever W1 ended with,
-    W2 must hold the lock promptly (a key granted to a W1 that is gone would hold it for 30 s), and
-    nothing is left once W2 releases."""
+    """A sweep over the moment of cancellation (:func:`cancel_first_around_release`) for a lock: whatever
+    W1 ended with, W2 must hold the lock promptly (a key granted to a W1 that is gone would hold it for
+    30 s), and nothing is left once W2 releases."""
     redlock = await make_redlock(queue=True, retry_delay=SLOW)
     other = await make_redlock(queue=True, retry_delay=SLOW) if waiter_in == "another-redlock" else redlock
     third = await make_redlock(queue=True, retry_delay=SLOW)
     ended: collections.Counter[str] = collections.Counter()
-    loop = asyncio.get_running_loop()
     for k in TURNS:
         holder = redlock.lock("turns", ttl=30)
         assert await holder.acquire(blocking=False), k
         first = other.lock("turns", ttl=30, acquire_timeout=20)
-        entered = asyncio.Event()
-
-        async def take_and_hold(first: Lock = first, entered: asyncio.Event = entered) -> None:
-            async with first:
-                entered.set()
-                await asyncio.sleep(30)
-
-        w1 = asyncio.create_task(take_and_hold())
-        await in_line(cluster, "turns", 1)
         second = third.lock("turns", ttl=30)
-        w2 = asyncio.create_task(second.acquire(timeout=20))
-        await in_line(cluster, "turns", 2)
-        await asyncio.sleep(0.1)  # both entered again once listening: they wait for grants now
-        if k < 0:
-            loop.call_soon(w1.cancel)  # runs before the release's script is written
-        releasing = asyncio.ensure_future(holder.release())
-        for _ in range(max(k, 0)):
-            await asyncio.sleep(0)
-        if k >= 0:
-            w1.cancel()
-        started = time.monotonic()
-        with pytest.raises(asyncio.CancelledError):
-            await w1
-        ended["held it" if entered.is_set() else "cancelled waiting"] += 1
-        done, _ = await asyncio.wait({w2}, timeout=PROMPT)  # (a timeout around `await w2` would cancel it)
-        if not done:
-            values = values_on(cluster, "turns")
-            w2.cancel()
-            raise AssertionError(f"k={k}: W2 not served within {PROMPT} s; values {values}, W1 ended {dict(ended)}")
-        assert w2.result(), k
-        waited = time.monotonic() - started
-        assert waited < PROMPT, (k, waited)
-        await releasing
-        assert not first.held
-        await second.release()
+        held = await cancel_first_around_release(
+            k,
+            holder,
+            first,
+            second,
+            lambda n: in_line(cluster, "turns", n),
+            lambda: f"values {values_on(cluster, 'turns')}",
+        )
+        ended["held it" if held else "cancelled waiting"] += 1
         await assert_nothing_left(cluster)
     print(f"{waiter_in}: {dict(ended)}")  # how W1 ended over the sweep (timing decides it)
+
+
+async def cancel_first_around_release(
+    k: int,
+    holder: Lock,
+    first: Lock,
+    second: Lock,
+    in_line: Callable[[int], Awaitable[None]],
+    nodes_hold: Callable[[], str],
+) -> bool:
+    """One step of a sweep over the moment of cancellation, for any primitive in the grant queue: *holder*
+    holds; *first* (W1, in ``async with``, then holding for 30 s) and *second* (W2) wait in line (*in_line(n)*
+    returns once every node keeps n waiters there).
+    The holder releases, the nodes grant W1, which is cancelled *k* loop turns later (k < 0: before the
+    release's script is written), before or after its grant, counted or not. W2 must then hold promptly
+    (*nodes_hold* says what the nodes hold, for the failure's message); both end released. Returns whether
+    W1 had entered its body."""
+    entered = asyncio.Event()
+
+    async def take_and_hold() -> None:
+        async with first:
+            entered.set()
+            await asyncio.sleep(30)
+
+    w1 = asyncio.create_task(take_and_hold())
+    await in_line(1)
+    w2 = asyncio.create_task(second.acquire(timeout=20))
+    await in_line(2)
+    await asyncio.sleep(0.1)  # both entered again once listening: they wait for grants now
+    if k < 0:
+        asyncio.get_running_loop().call_soon(w1.cancel)  # runs before the release's script is written
+    releasing = asyncio.ensure_future(holder.release())
+    for _ in range(max(k, 0)):
+        await asyncio.sleep(0)
+    if k >= 0:
+        w1.cancel()
+    started = time.monotonic()
+    with pytest.raises(asyncio.CancelledError):
+        await w1
+    done, _ = await asyncio.wait({w2}, timeout=PROMPT)  # (a timeout around `await w2` would cancel it)
+    if not done:
+        w2.cancel()
+        raise AssertionError(f"k={k}: W2 not served within {PROMPT} s; {nodes_hold()}, W1 entered: {entered.is_set()}")
+    assert w2.result(), k
+    waited = time.monotonic() - started
+    assert waited < PROMPT, (k, waited)
+    await releasing
+    assert not first.held
+    await second.release()
+    return entered.is_set()
 
 
 # -- 5. killed processes ---------------------------------------------------------------------------------------

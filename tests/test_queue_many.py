@@ -24,7 +24,17 @@ from redlock_async.testing import History
 from redlock_async.testing._history import Section
 
 from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere
-from .test_queue import GIVE_UPS, PROMPT, SLOW, assert_nothing_left, give_up, in_line, key_of, values_on
+from .test_queue import (
+    GIVE_UPS,
+    PROMPT,
+    SLOW,
+    assert_nothing_left,
+    cancel_first_around_release,
+    give_up,
+    in_line,
+    key_of,
+    values_on,
+)
 
 BOUND = 10.0
 """The acquire timeout in the contention tests: a task starved for this long fails loudly."""
@@ -189,39 +199,17 @@ async def test_a_lock_many_waiter_cancelled_around_its_grants_never_leaves_a_nam
     holders = await make_redlock(retry_delay=SLOW)
     firsts = await make_redlock(retry_delay=SLOW)
     seconds = await make_redlock(retry_delay=SLOW)
-    loop = asyncio.get_running_loop()
     for k in range(-1, 10):
         holder = holders.lock_many(["qmt:a", "qmt:b"], ttl=30)
         assert await holder.acquire(blocking=False), k
         first = firsts.lock_many(["qmt:a", "qmt:b"], ttl=30, acquire_timeout=20)
-
-        async def take_and_hold(first: Lock = first) -> None:
-            async with first:
-                await asyncio.sleep(30)
-
-        w1 = asyncio.create_task(take_and_hold())
-        await in_line(cluster, "qmt:b", 1)
         second = seconds.lock("qmt:b", ttl=30)
-        w2 = asyncio.create_task(second.acquire(timeout=20))
-        await in_line(cluster, "qmt:b", 2)
-        await asyncio.sleep(0.1)
-        if k < 0:
-            loop.call_soon(w1.cancel)
-        releasing = asyncio.ensure_future(holder.release())
-        for _ in range(max(k, 0)):
-            await asyncio.sleep(0)
-        if k >= 0:
-            w1.cancel()
-        started = time.monotonic()
-        with pytest.raises(asyncio.CancelledError):
-            await w1
-        done, _ = await asyncio.wait({w2}, timeout=PROMPT)
-        if not done:
-            w2.cancel()
-            raise AssertionError(f"k={k}: W2 not served within {PROMPT} s; keys {keys_everywhere(cluster)}")
-        assert w2.result(), k
-        assert time.monotonic() - started < PROMPT, k
-        await releasing
-        assert not first.held
-        await second.release()
+        await cancel_first_around_release(
+            k,
+            holder,
+            first,
+            second,
+            lambda n: in_line(cluster, "qmt:b", n),
+            lambda: f"keys {keys_everywhere(cluster)}",
+        )
         await assert_nothing_left(cluster)

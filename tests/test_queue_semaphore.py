@@ -27,11 +27,10 @@ import uvloop
 
 from redlock_async import LockNotAcquired, Redlock
 from redlock_async._names import semaphore_keys
-from redlock_async.semaphore import Semaphore
 from redlock_async.testing import History
 
 from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere, kill_child, next_event, start_module
-from .test_queue import GIVE_UPS, PROMPT, SLOW, give_up
+from .test_queue import GIVE_UPS, PROMPT, SLOW, cancel_first_around_release, give_up
 
 BOUND = 10.0
 """The acquire timeout in the contention tests: a task starved for this long fails loudly."""
@@ -188,41 +187,19 @@ async def test_a_waiter_cancelled_around_its_grant_never_leaves_the_permit_to_no
     holders = await make_redlock(retry_delay=SLOW)
     firsts = await make_redlock(retry_delay=SLOW)
     seconds = await make_redlock(retry_delay=SLOW)
-    loop = asyncio.get_running_loop()
     for k in range(-1, 10):
         holder = holders.semaphore("qs-turns", limit=1, ttl=30)
         assert await holder.acquire(blocking=False), k
         first = firsts.semaphore("qs-turns", limit=1, ttl=30, acquire_timeout=20)
-
-        async def take_and_hold(first: Semaphore = first) -> None:
-            async with first:
-                await asyncio.sleep(30)
-
-        w1 = asyncio.create_task(take_and_hold())
-        await in_line(cluster, "qs-turns", 1)
         second = seconds.semaphore("qs-turns", limit=1, ttl=30)
-        w2 = asyncio.create_task(second.acquire(timeout=20))
-        await in_line(cluster, "qs-turns", 2)
-        await asyncio.sleep(0.1)
-        if k < 0:
-            loop.call_soon(w1.cancel)
-        releasing = asyncio.ensure_future(holder.release())
-        for _ in range(max(k, 0)):
-            await asyncio.sleep(0)
-        if k >= 0:
-            w1.cancel()
-        started = time.monotonic()
-        with pytest.raises(asyncio.CancelledError):
-            await w1
-        done, _ = await asyncio.wait({w2}, timeout=PROMPT)
-        if not done:
-            w2.cancel()
-            raise AssertionError(f"k={k}: W2 not served within {PROMPT} s; keys {left(cluster, 'qs-turns')}")
-        assert w2.result(), k
-        assert time.monotonic() - started < PROMPT, k
-        await releasing
-        assert not first.held
-        await second.release()
+        await cancel_first_around_release(
+            k,
+            holder,
+            first,
+            second,
+            lambda n: in_line(cluster, "qs-turns", n),
+            lambda: f"keys {left(cluster, 'qs-turns')}",
+        )
         assert await eventually(lambda: left(cluster, "qs-turns") == [[]] * len(cluster), PROMPT), (
             k,
             left(cluster, "qs-turns"),
