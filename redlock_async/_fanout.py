@@ -129,6 +129,7 @@ class Ballot(Deadline):
         "_counted",
         "_done",
         "_failed",
+        "_held",
         "_lose_at",
         "_majority",
         "_need",
@@ -180,6 +181,7 @@ class Ballot(Deadline):
         self._yes = 0
         self._failed = 0
         self._said_yes: list[int] = []
+        self._held: list[int] | None = None  # yes votes waiting for their node's recheck (Node.vouching)
         self._skipped = False  # a reply said the request was never sent (counted or not)
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.live = self._started = False
@@ -251,11 +253,36 @@ class Ballot(Deadline):
             return
         vote = self.classify(reply)
         if vote is YES:
-            if self.nodes[i].quarantined_until and (detail := sitting_out(self.nodes[i])):
+            node = self.nodes[i]
+            if node.quarantined_until and (detail := sitting_out(node)):
+                if node.vouching is not None and self._majority:
+                    # Met without marker while others have theirs: its recheck may find it marked by
+                    # another client at this moment. Count this yes once that recheck has decided.
+                    node.vouching.append(partial(self._vouched, i))
+                    if self._held is None:
+                        self._held = []
+                    self._held.append(i)
+                    return
                 vote = Vote.QUARANTINED
                 self._say(i, detail)
         elif type(reply) is Failure:
             self._say(i, reply.detail)
+        self._count(i, vote)
+
+    def _vouched(self, i: int) -> None:
+        """The recheck a yes of node *i* waited for has decided (``Node.vouching``): count it now."""
+        held = self._held
+        if held is None or i not in held:
+            return
+        held.remove(i)
+        if self.verdict is not UNDECIDED:
+            return  # decided meanwhile: a late yes
+        detail = sitting_out(self.nodes[i])
+        if detail:
+            self._say(i, detail)
+        self._count(i, Vote.QUARANTINED if detail else YES)
+
+    def _count(self, i: int, vote: Vote) -> None:
         self.votes[i] = vote
         self._open -= 1
         if vote is YES:
@@ -291,6 +318,14 @@ class Ballot(Deadline):
     def on_deadline(self) -> None:
         if self.verdict is not UNDECIDED:
             return
+        held = self._held
+        if held:
+            # Yes votes held for their nodes' rechecks: wait for those, up to the latest they may take.
+            until = max(self.nodes[i].vouch_until for i in held)
+            if until > _clock.now():
+                self.arm(self._done.get_loop(), until - _clock.now(), 0.0)
+                return
+            self._failed += len(held)  # refused: _decide below says so in their votes
         for i, vote in enumerate(self.votes):
             if vote is PENDING and self.replies[i] is UNANSWERED:
                 self.votes[i] = Vote.TIMEOUT
@@ -303,6 +338,12 @@ class Ballot(Deadline):
             self._decide(LOST)
 
     def _decide(self, result: Verdict) -> None:
+        if self._held:
+            # Decided without them: those yes votes did not count (their nodes still sat out).
+            for i in self._held:
+                self.votes[i] = Vote.QUARANTINED
+                self._say(i, sitting_out(self.nodes[i]) or "in restart quarantine: its recheck did not answer")
+            self._held.clear()
         self.verdict = result
         self.decided_at = _clock.now()
         if self.live:

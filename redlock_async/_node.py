@@ -86,6 +86,12 @@ class Node:
         self.quarantined_until = 0.0
         self.quarantine_reason = ""  # why it sits out, in words (set by the Quarantine with quarantined_until)
         self.clock_held_until = 0.0  # monotonic end of its clock's quarantine (the clock guard's), 0 when none
+        self.vouching: list[Callable[[], None]] | None = None
+        """Set while this node is a suspect whose first recheck may yet find it vouched for (another
+        client marking it in service in the same moment): what to call once that recheck has decided.
+        A ballot holds a yes of this node until then (``_fanout.Ballot``), instead of refusing it."""
+        self.vouch_until = 0.0
+        """The latest (monotonic) time a ballot holds a yes for :attr:`vouching`."""
         self.connect_started = 0.0  # monotonic time the current connection was begun
         self.server_id: bytes | None = None
         """The run_id of the server behind the current connection (INFO server), None until known."""

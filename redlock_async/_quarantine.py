@@ -41,6 +41,16 @@ log = logging.getLogger(__name__)
 RECHECK_FIRST = 0.1
 """Seconds before a node without marker is asked again: another client may have just judged it in service."""
 
+VOUCH_WAIT = 0.3
+"""Longest a ballot holds a yes of a node met without marker, waiting for that first recheck's answer.
+
+Two clients meeting a new cluster at the same moment: each judges it new and marks every node, but a
+probe may land on a node before the other client's marker does, while the other nodes show theirs: a
+suspect, in that client's view, for the instant until its recheck. Refusing its yes there failed
+both clients' first tries (two ``blocking=False`` tries, one task sent twice: neither ran). A yes
+held until the recheck counts once the node is judged in service, as if it had been met a moment
+later; if the recheck finds no marker (it did lose its data), the yes is refused as before."""
+
 
 class Quarantine:
     """Per Redlock: probes each node on connect and sets its ``quarantined_until``."""
@@ -70,12 +80,15 @@ class Quarantine:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        for node in self._nodes:
+            _settle(node)
 
     # -- the probe --------------------------------------------------------
 
     def on_ready(self, node: Node) -> None:
         """A new connection to *node*: count nothing from it until the probe is answered."""
         node.quarantined_until = math.inf
+        _settle(node)  # votes held for the last connection's recheck count for nothing now
         # Replies come in order: when the marker's is in, so is INFO's. Both are read the moment
         # they are parsed, before any vote that follows them on this connection is counted.
         info: list[Reply] = []
@@ -108,6 +121,11 @@ class Quarantine:
             seconds, suspect = 0.0, False
         if suspect:
             self._suspects.add(i)
+            if known is None and node.vouching is None:
+                # Met for the first time without marker, while others have theirs: it may be marked in
+                # service by another client this very moment. Its yes votes wait for the first recheck.
+                node.vouching = []
+                node.vouch_until = _clock.now() + VOUCH_WAIT
         else:
             self._suspects.discard(i)
         self._sit_out(i, seconds, "" if suspect else _why(state, marker, run_id))
@@ -153,6 +171,8 @@ class Quarantine:
         if seconds <= 0:
             _release(node)
             return
+        if i not in self._suspects:
+            _settle(node)  # it sits out for a reason a recheck cannot lift: held yes votes are refused
         until = _clock.now() + seconds
         if node.clock_held_until > until:
             until = node.clock_held_until  # its clock's quarantine lasts longer: the clock's reason stands
@@ -191,6 +211,7 @@ class Quarantine:
         self._timers.pop(i, None)
         node = self._nodes[i]
         if self._closed:
+            _settle(node)
             return
         if _clock.now() >= node.quarantined_until:
             self._served(i)
@@ -205,6 +226,7 @@ class Quarantine:
                 self._sit_out(i, 0.0, "")
                 log.log(self._info, "redlock node %s: marked in service by another client, counts again", node.name)
                 return
+            _settle(node)  # still no marker: a yes held for this recheck is refused
             left = node.quarantined_until - _clock.now()
             later = min(delay * 2, max(left, 0.0), self._period() / 4)
             self._timers[i] = asyncio.get_running_loop().call_later(later, self._recheck, i, delay * 2)
@@ -224,6 +246,17 @@ def _release(node: Node) -> None:
     guard's, ``Node.clock_held_until``) still runs."""
     held = node.clock_held_until
     node.quarantined_until = held if held > _clock.now() else 0.0
+    _settle(node)
+
+
+def _settle(node: Node) -> None:
+    """The recheck that yes votes of *node* were held for has decided: each holder counts them now
+    (yes if the node counts again, quarantined if not; ``Node.vouching``)."""
+    waiting = node.vouching
+    if waiting is not None:
+        node.vouching = None
+        for count in waiting:
+            count()
 
 
 def _why(state: Marker, marker: Reply, run_id: bytes | None) -> str:

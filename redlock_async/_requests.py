@@ -251,7 +251,7 @@ async def _decide(
     if validity is None:
         # Failed: release everywhere the SET may have run (a lost reply
         # still set the key), and wait for the nodes known or likely to hold it.
-        holders = ballot.voted(YES, PENDING)
+        holders = ballot.voted(YES, PENDING, Vote.QUARANTINED)  # a quarantined yes set the key there too
         releases = (
             Ballot(nodes, vote_of_script, settings.node_timeout, majority=False, wait_for=holders) if holders else None
         )

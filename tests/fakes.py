@@ -59,6 +59,8 @@ class FakeNode:
     quarantine_reason: str = ""
     clock_held_until: float = 0.0
     connect_started: float = 0.0
+    vouching: list[Callable[[], None]] | None = None
+    vouch_until: float = 0.0
     load: NodeLoad = field(default_factory=_fresh_load)
     respond: Callable[[Request], Reply] | None = None
     """Answers each request at once (or returns NO_ANSWER to keep it waiting); None: keep them all."""

@@ -50,7 +50,7 @@ def worker(tmp_path: Path) -> Iterator[tuple[list[str], Path]]:
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # two tries at the same moment: under CI's parallel load a late reply failed both (both skipped)
+@pytest.mark.serial  # two tries at the same moment: a first recheck answered late under parallel load fails both
 def test_the_same_task_sent_twice_at_once_runs_once(worker: tuple[list[str], Path], tmp_path: Path) -> None:
     urls, log = worker
     journal = tmp_path / "journal"

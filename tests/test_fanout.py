@@ -73,6 +73,72 @@ async def test_a_quarantined_yes_counts_against_the_quorum_and_says_why() -> Non
     assert "quarantine" in ballot.details[0]
 
 
+def _suspect(node: Node, vouch_for: float) -> None:
+    """Node met without marker while others have theirs: sitting out, its first recheck pending."""
+    node.quarantined_until = time.monotonic() + 30
+    node.vouching = []
+    node.vouch_until = time.monotonic() + vouch_for
+
+
+def _settle(node: Node, *, marked: bool) -> None:
+    """What the Quarantine does once that recheck answers (marked: another client judged it in service)."""
+    if marked:
+        node.quarantined_until = 0.0
+    waiting, node.vouching = node.vouching, None
+    for count in waiting or ():
+        count()
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["marked", "still-unmarked"])
+async def test_a_suspects_yes_waits_for_its_recheck(marked: bool) -> None:
+    nodes, futures = fake_nodes(), replies()
+    for i in (0, 1):
+        _suspect(nodes[i], vouch_for=5.0)
+    ballot = Ballot.of(nodes, futures, vote_of_set, timeout=0.02)
+    for i in range(3):
+        futures[i].set_result(b"OK")
+    for i in (3, 4):
+        futures[i].set_result(None)  # held for someone else
+    await asyncio.sleep(0.1)  # past the 20 ms timeout: the held votes keep it open
+    assert ballot.verdict is Verdict.UNDECIDED
+    assert ballot.votes[:2] == [Vote.PENDING, Vote.PENDING]
+    _settle(nodes[0], marked=marked)
+    if marked:
+        assert ballot.verdict is Verdict.UNDECIDED  # 2 yes, 2 no, one still held
+        _settle(nodes[1], marked=True)
+        assert await ballot.wait() is Verdict.WON
+        assert ballot.votes[:3] == [Vote.YES] * 3
+    else:
+        assert await ballot.wait() is Verdict.LOST  # 1 yes and 3 refused: decided, the other held one refused too
+        assert ballot.votes[:2] == [Vote.QUARANTINED, Vote.QUARANTINED]
+        assert ballot.details is not None
+        assert "quarantine" in ballot.details[1]
+
+
+async def test_a_suspects_yes_is_held_no_longer_than_its_recheck_may_take() -> None:
+    nodes, futures = fake_nodes(), replies()
+    _suspect(nodes[0], vouch_for=0.1)
+    ballot = Ballot.of(nodes, futures, vote_of_set, timeout=0.02)
+    started = time.monotonic()
+    for i in range(3):
+        futures[i].set_result(b"OK")
+    for i in (3, 4):
+        futures[i].set_result(None)
+    assert await asyncio.wait_for(ballot.wait(), 2.0) is Verdict.LOST  # the recheck never answered
+    assert time.monotonic() - started >= 0.1
+    assert ballot.votes[0] is Vote.QUARANTINED
+
+
+async def test_a_release_does_not_hold_a_suspects_yes() -> None:
+    """Only majority ballots wait: a release's yes on a suspect is counted as it comes."""
+    nodes, futures = fake_nodes(), replies()
+    _suspect(nodes[0], vouch_for=5.0)
+    ballot = Ballot.of(nodes, futures, vote_of_script, timeout=5.0, majority=False, wait_for=[0])
+    futures[0].set_result(1)
+    assert await asyncio.wait_for(ballot.wait(), 1.0) is Verdict.WON
+    assert nodes[0].vouching == []
+
+
 async def test_silent_nodes_time_out_and_errors_keep_their_words() -> None:
     nodes, futures = fake_nodes(), replies()
     ballot = Ballot.of(nodes, futures, vote_of_script, timeout=0.02)

@@ -93,6 +93,52 @@ async def test_a_new_cluster_serves_at_once_and_is_marked(faulty: Cluster) -> No
         await lock.release()
 
 
+def _mark(node: object, period: float) -> None:
+    """Write the marker another client writes on a node it judged in service."""
+    run_id = node.command("INFO", "server")["run_id"]  # type: ignore[attr-defined]
+    node.command("SET", "redlock:", marker_value(run_id.encode(), period))  # type: ignore[attr-defined]
+
+
+def _held_yes(redlock: Redlock, indices: tuple[int, ...]) -> bool:
+    """Each of those nodes has a yes held for its recheck (``Node.vouching``)."""
+    nodes = redlock._connections.cluster.nodes
+    return all(nodes[i].vouching for i in indices)
+
+
+@pytest.mark.parametrize("marked_meanwhile", [True, False], ids=["marked-meanwhile", "never-marked"])
+async def test_a_node_another_client_marks_in_the_same_moment_counts(faulty: Cluster, marked_meanwhile: bool) -> None:
+    """Two clients meeting a new cluster at once each judge it new and mark every node; a probe may
+    land on a node just before the other's marker, while other nodes show theirs. That node's yes
+    waits for its first recheck: counted once it is marked, refused when it is not (it did lose its
+    data, or is new among nodes in service). Reproduced before: two ``blocking=False`` tries at the
+    same moment on a fresh cluster of 3 failed both (3 of 8 pairs; the Celery task ran in neither)."""
+    period = TTL_DEFAULT + 0.01 * TTL_DEFAULT + 0.002
+    for i in (0, 1):  # the other client's marks that landed first; its keys there, too
+        _mark(faulty[i], period)
+        faulty[i].command("SET", "redlock:moment", "the other client", "PX", 60_000)
+    async with Redlock(faulty.urls) as b:
+        lock = b.lock("moment")
+        trying = asyncio.ensure_future(lock.acquire(blocking=False))
+        # 2, 3 and 4 said yes without a marker: suspects, their yes votes held.
+        assert await eventually(lambda: _held_yes(b, (2, 3, 4)), 5.0)
+        assert not trying.done()
+        if marked_meanwhile:
+            for i in (2, 3, 4):  # the other client's marks land
+                _mark(faulty[i], period)
+        assert await trying is marked_meanwhile, lock.outcomes
+        votes = [o.vote for o in lock.outcomes]
+        assert votes[:2] == [Vote.NO, Vote.NO]
+        if marked_meanwhile:
+            assert votes[2:] == [Vote.YES] * 3
+            await lock.release()
+        else:
+            assert votes[2:] == [Vote.QUARANTINED] * 3
+            assert all("in restart quarantine" in o.detail for o in lock.outcomes[2:]), lock.outcomes
+            assert [faulty[i].command("EXISTS", "redlock:moment") for i in (2, 3, 4)] == [0, 0, 0]  # none left
+    for i in (0, 1):
+        faulty[i].command("DEL", "redlock:moment")
+
+
 @pytest.mark.slow
 async def test_a_node_without_its_marker_sits_out_for_a_new_client(faulty: Cluster) -> None:
     async with Redlock(faulty.urls) as a:
