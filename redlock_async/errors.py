@@ -12,12 +12,18 @@ Misuse (releasing a lock that was never acquired, acquiring one twice)
 raises ``RuntimeError``; bad settings raise ``ValueError`` when the
 ``Redlock`` or ``Lock`` is made. Errors of the Redis client never leave the
 library: a node that fails is a failed vote, told in :attr:`RedlockError.outcomes`.
+
+Every error survives ``pickle`` and ``copy`` with its message and attributes (a process pool, Celery's
+pickle serializer and ``multiprocessing`` send exceptions to another process): it is rebuilt without
+calling ``__init__`` (whose keywords a plain exception's pickling would not pass), its attributes set
+back as they were, a subclass's own ones too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from redlock_async._algorithm import Vote
 from redlock_async._deprecated import renamed
@@ -40,7 +46,11 @@ class NodeOutcome:
 
 
 class RedlockError(Exception):
-    """Root of every deliberate failure; carries the lock's name and the per-node outcomes."""
+    """Root of every deliberate failure; carries the lock's name and the per-node outcomes.
+
+    Every one survives ``pickle`` and ``copy`` with its message and attributes: a process pool, Celery or
+    ``multiprocessing`` hands the caller the error the worker raised.
+    """
 
     def __init__(
         self,
@@ -65,6 +75,12 @@ class RedlockError(Exception):
         """Deprecated spelling of :attr:`name`."""
         renamed(f"{type(self).__name__}.resource", ".name")
         return self.name
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # BaseException's own reduce rebuilds as cls(*args), which drops the keyword-only name= and
+        # outcomes= (a TypeError on unpickling, in the process that wanted the error). Rebuild through
+        # __new__ instead (args as they were), then set the attributes back (BaseException.__setstate__).
+        return (_rebuilt, (type(self), self.args), self.__dict__)
 
     def __str__(self) -> str:
         text = str(self.args[0]) if self.args else ""
@@ -129,3 +145,8 @@ class NestedAcquire(RedlockError, RuntimeError):
     that answer "busy, try again" do not catch it; retrying can never succeed. Another task (a
     child task of the holder too) waits as any other. ``outcomes`` is empty: no node was asked.
     """
+
+
+def _rebuilt(cls: type[RedlockError], args: tuple[object, ...]) -> RedlockError:
+    """*cls* with *args*, made without its ``__init__`` (unpickling and ``copy``: the attributes follow)."""
+    return cls.__new__(cls, *args)
