@@ -36,6 +36,7 @@ __all__ = [
     "ACQUIRE_ALL_FENCED",
     "ACQUIRE_FENCED",
     "ACQUIRE_PERMIT",
+    "DROP_LINES",
     "EXTEND",
     "EXTEND_MANY",
     "FENCE",
@@ -121,6 +122,7 @@ QUEUE_LEAVE_ALL = Script(_queue_many.QUEUE_LEAVE_ALL)
 PERMIT_ENTER = Script(_queue_permit.PERMIT_ENTER, creates=True)
 PERMIT_LEAVE = Script(_queue_permit.PERMIT_LEAVE)
 PERMIT_STAY = Script(_queue_permit.PERMIT_STAY, creates=True)
+DROP_LINES = Script(_queue.DROP_LINES)  # redlock break's alone: not loaded on every connection
 
 # The read/write lock (its readers and writer extend and release with RELEASE, EXTEND, EXTEND_MANY, FENCE).
 RW_READ = Script(_rw.RW_READ, creates=True)

@@ -205,3 +205,29 @@ end
 return {0, time, 0, 0}
 """
 )
+
+
+DROP_LINES = b"""
+-- redlock break: a name's lines go (entries of waiters that died in line with them), sent before the
+-- broken holders' releases, so that no release hands a key or a slot to a waiter that is gone. A live
+-- waiter loses nothing: it enters again at its next try (at once when a release word wakes it,
+-- else within its retry delay), with the score it chose, and no grant is made here.
+-- KEYS     every line of the name and its companions, deleted: the sorted sets of waiting tokens
+--          (a lock's line, a semaphore's, a read/write lock's and its waiting writers) and the
+--          hashes of their entries
+-- returns  how many waiters were dropped (distinct tokens in the sorted sets)
+local seen = {}
+local dropped = 0
+for _, key in ipairs(KEYS) do
+    if redis.call('TYPE', key).ok == 'zset' then
+        for _, token in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+            if not seen[token] then
+                seen[token] = true
+                dropped = dropped + 1
+            end
+        end
+    end
+end
+redis.call('DEL', unpack(KEYS))
+return dropped
+"""

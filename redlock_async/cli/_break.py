@@ -3,17 +3,22 @@
 For an operator whose lock was left by a process that died with a long ttl. It shows who holds
 NAME (the table of ``redlock status``), asks, then on each node sends the holder's own release
 for the value it read there: the compare-and-delete a release sends (``QUEUE_LEAVE`` for a lock
-key: the next waiter in the grant queue's line, if any, is granted the key, else the release is
-published; ``PERMIT_LEAVE`` for a semaphore's permit: its slot to the first in the semaphore's line, or
-freed and published; ``RELEASE`` of the writer key
+key: a waiter that entered the line again since break dropped it, if any, is granted the key, else the
+release is published; ``PERMIT_LEAVE`` for a semaphore's permit: its slot to such a waiter, or freed and
+published; ``RELEASE`` of the writer key
 for a read/write lock's writer, ``RW_READ_RELEASE`` for each of its readers). So:
 
 * only what was shown is deleted: a value that changed since the table was read (its holder
   released, and someone else took the key) is left alone, and said so;
-* waiters are woken as by a release, and the grant queue's line keeps its order;
+* the name's lines go first, in one script on each node (``DROP_LINES``: the grant queue's line of
+  the lock key, the semaphore's and the read/write lock's, and the read/write lock's waiting
+  writers). Break cannot tell a waiter that died in line from a live one, and a release hands the
+  key to the first entry that has not expired (an entry lives five retry delays): kept, a dead
+  waiter would be handed the key for its whole ttl. A live waiter loses nothing but its place: it
+  enters again at its next try, at once when the release word wakes it; no grant is made for it;
+* waiters are woken as by a release (with the lines gone, the release word goes out);
 * fencing counters are never written (the next holder's token is still larger than the broken
-  holder's), nor the grant queue's line, nor a semaphore's limit key, nor a read/write lock's
-  waiting writers.
+  holder's), nor a semaphore's limit key.
 
 Nodes are read as they are, restart quarantine or not: break concludes nothing from a node that may
 have lost keys, it only deletes what each node holds, so it must see it.
@@ -36,9 +41,9 @@ from redlock_async._endpoint import endpoints_for
 from redlock_async._inspect import Keys, digest, inspect, keys_of
 from redlock_async._names import rw_keys, semaphore_keys
 from redlock_async._node import Node
-from redlock_async._queue import queue_keys
+from redlock_async._queue import SUFFIXES, queue_keys
 from redlock_async._queue_permit import Permits
-from redlock_async._scripts import PERMIT_LEAVE, QUEUE_LEAVE, RELEASE, RW_READ_RELEASE
+from redlock_async._scripts import DROP_LINES, PERMIT_LEAVE, QUEUE_LEAVE, RELEASE, RW_READ_RELEASE
 from redlock_async._settings import Settings
 from redlock_async._wire import Failure, Reply
 from redlock_async.cli._codes import EXIT_NOT_CONFIRMED, EXIT_UNAVAILABLE
@@ -107,15 +112,18 @@ async def break_command(name: str, nodes: list[str], *, yes: bool, ask: Ask | No
             return EXIT_NOT_CONFIRMED
     with _quiet():
         results = await _delete(nodes, settings, resource, found, set(targets))
-    cleared = 0
+    cleared = dropped = 0
     for address, result in results:
         if isinstance(result, str):
             print(f"  {address:<24} {result}")
             continue
-        deleted, others = result
+        deleted, others, waiters = result
         cleared += 1
+        dropped = max(dropped, waiters)
         said = [f"deleted {', '.join(targets[d] for d in deleted)}"] if deleted else ["nothing to delete"]
         said += [f"left alone {d} (it took the key after the table was read)" for d in others]
+        if waiters:
+            said.append(f"dropped {waiters} waiter{'s' * (waiters != 1)} from the line")
         print(f"  {address:<24} {'; '.join(said)}")
     need = quorum(len(nodes))
     if cleared < need:
@@ -128,12 +136,17 @@ async def break_command(name: str, nodes: list[str], *, yes: bool, ask: Ask | No
         f"broken: {cleared} of {len(nodes)} nodes are clear of {who}; fencing counters are kept (the next "
         "holder's token is larger). The holder finds out at its next extension (LockLost)"
     )
+    if dropped:
+        print(
+            "the waiters' lines were dropped (a waiter that died in line would have been handed the lock): "
+            "live waiters enter again at their next try"
+        )
     return 0
 
 
-Result = tuple[list[str], list[str]] | str
-"""One node's outcome: (digests deleted, digests of holders that were not shown: left alone), or why it
-did not answer (then it may still hold the lease)."""
+Result = tuple[list[str], list[str], int] | str
+"""One node's outcome: (digests deleted, digests of holders that were not shown: left alone, waiters dropped
+from the name's lines), or why it did not answer (then it may still hold the lease)."""
 
 
 async def _delete(
@@ -189,14 +202,27 @@ def _checked(reply: Reply, what: str) -> Reply:
     return reply
 
 
+def lines(keys: Keys, permits: Permits) -> tuple[bytes, ...]:
+    """Every line of the name (``DROP_LINES``' KEYS): the lock key's line and waits, the semaphore's, and the
+    read/write lock's with its waiting writers."""
+    found = [keys.lock + suffix for suffix in SUFFIXES] + list(permits.keys[1:3])
+    if keys.writer is not None:
+        found += [keys.writer + suffix for suffix in SUFFIXES] + [rw_keys(keys.writer)[2]]
+    return tuple(found)
+
+
 async def _release_shown(
     node: Node, keys: Keys, slots: Sequence[bytes], permits: Permits, targets: set[str]
-) -> tuple[list[str], list[str]]:
-    """Read the name's keys on *node* (the lock, the permits' slots, the read/write lock's writer and its
-    readers), then send the holder's own release for each value whose holder was shown."""
+) -> tuple[list[str], list[str], int]:
+    """Drop the name's lines on *node*, read its keys (the lock, the permits' slots, the read/write lock's
+    writer and its readers), then send the holder's own release for each value whose holder was shown."""
+    # The lines go before any release is sent (one connection: in this order): a release hands the key to
+    # the first unexpired entry in line, and that may be a waiter that died there.
+    dropping = node.send_script(DROP_LINES, lines(keys, permits), ())
     writer = () if keys.writer is None else (keys.writer,)
     reading = node.send(b"MGET", keys.lock, *slots, *writer)
     index = node.send(b"SMEMBERS", rw_keys(keys.writer)[1]) if keys.writer is not None else None
+    dropped = _checked(await dropping, "unreachable: nothing deleted here")
     values = _checked(await reading, "unreachable: nothing deleted here")
     ids = _checked(await index, "unreachable: nothing deleted here") if index is not None else []
     assert isinstance(values, list)
@@ -231,7 +257,7 @@ async def _release_shown(
         if _checked(await reply, f"failed: it may still hold {holder}") == 1:
             deleted.append(holder)
         # 0: released or expired between the read and the delete; gone all the same
-    return deleted, others
+    return deleted, others, dropped if isinstance(dropped, int) else 0
 
 
 def confirm_on_terminal() -> Ask | None:

@@ -1,0 +1,160 @@
+"""``redlock break NAME`` and the grant queue's lines, against real nodes and real processes.
+
+A waiter that died in line leaves an entry that lives five of its retry delays. Were the lines kept,
+break's release would hand the key (a semaphore's slot, a read/write lock's writer key) to that dead
+waiter for its whole ttl, and the next client would wait for it. Break drops the name's lines first:
+dead waiters go, live ones enter again at their next try (at once, woken by the release word).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import typing
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+
+from redlock_async import Redlock
+from redlock_async._names import rw_writer_key, semaphore_keys
+
+from .conftest import Cluster, MakeRedlock
+from .test_cli_break import redlock_break
+
+PY = sys.executable
+
+CHILD = """
+import asyncio, sys
+from redlock_async import Redlock
+
+urls, kind, role, name = sys.argv[1].split(","), *sys.argv[2:]
+
+async def main():
+    # retry_delay 5 s: an entry lives 25 s after the waiter's last try, far longer than the test.
+    async with Redlock(urls, retry_delay=5.0) as redlock:
+        if kind == "lock":
+            lock = redlock.lock(name, ttl=60.0)
+        elif kind == "semaphore":
+            lock = redlock.semaphore(name, limit=1, ttl=60.0)
+        else:
+            lock = redlock.rw_lock(name, ttl=60.0).write()
+        if role == "hold":
+            assert await lock.acquire(blocking=False)
+            print("holding", flush=True)
+        else:
+            print("waiting", flush=True)
+            await lock.acquire(timeout=600)
+            print("acquired", flush=True)  # (never: it is killed while in line)
+        await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+KINDS = ("lock", "semaphore", "rw")
+
+
+def line_key(kind: str, name: str) -> bytes:
+    """The key of *name*'s line for *kind* (a sorted set of the waiting tokens)."""
+    if kind == "lock":
+        base = b"redlock:" + name.encode()
+    elif kind == "semaphore":
+        base = semaphore_keys("redlock:", name)[0]
+    else:
+        base = rw_writer_key("redlock:", name)
+    return base + b"\x00queue"
+
+
+def in_line(cluster: Cluster, key: bytes) -> list[int]:
+    return [typing.cast(int, cluster[i].command("ZCARD", key)) for i in range(len(cluster))]
+
+
+@asynccontextmanager
+async def child(cluster: Cluster, kind: str, role: str, name: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A process that holds *name* or waits for it; SIGKILLed (if still running) on the way out."""
+    process = await asyncio.create_subprocess_exec(
+        PY, "-c", CHILD, ",".join(cluster.urls), kind, role, name, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None
+        async with asyncio.timeout(30):
+            said = (await process.stdout.readline()).decode().strip()
+        assert said == ("holding" if role == "hold" else "waiting")
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+
+
+async def until(predicate: Callable[[], bool], within: float) -> None:
+    async with asyncio.timeout(within):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
+def kill(process: asyncio.subprocess.Process) -> None:
+    process.send_signal(signal.SIGKILL)
+
+
+def fresh(redlock: Redlock, kind: str, name: str) -> object:
+    """The next client of *name* (a read/write lock's: a reader, which a waiting writer keeps out)."""
+    if kind == "lock":
+        return redlock.lock(name, ttl=10.0)
+    if kind == "semaphore":
+        return redlock.semaphore(name, limit=1, ttl=10.0)
+    return redlock.rw_lock(name, ttl=10.0).read()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_waiter_killed_in_line_is_not_handed_the_broken_lock(
+    cluster: Cluster, make_redlock: MakeRedlock, kind: str
+) -> None:
+    """Holder and waiter SIGKILLed (the waiter in line on every node), break: a fresh client acquires at
+    once, without waiting (blocking=False). On main, break's release granted the dead waiter the key for
+    its 60 s ttl."""
+    name = f"dead-line-{kind}"
+    async with child(cluster, kind, "hold", name) as holder, child(cluster, kind, "wait", name) as waiter:
+        await until(lambda: in_line(cluster, line_key(kind, name)) == [1] * len(cluster), 10)
+        kill(waiter)
+        kill(holder)
+        await waiter.wait()
+        await holder.wait()
+    code, out, err = await redlock_break(cluster.urls, name, "--yes")
+    assert code == 0, out + err
+    assert out.count("dropped 1 waiter from the line") == len(cluster), out
+    assert "live waiters enter again at their next try" in out
+    assert in_line(cluster, line_key(kind, name)) == [0] * len(cluster)
+    after = fresh(await make_redlock(), kind, name)
+    assert await after.acquire(blocking=False)  # type: ignore[attr-defined]
+    await after.release()  # type: ignore[attr-defined]
+
+
+async def test_a_live_waiter_behind_a_dead_one_gets_the_lock_at_once(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """A live waiter is not lost when the line goes: the release word wakes it (its retry delay is 30 s), it
+    enters again and is granted the lock once, the dead waiter ahead of it never."""
+    name = "dead-ahead"
+    async with child(cluster, "lock", "hold", name) as holder, child(cluster, "lock", "wait", name) as dead:
+        await until(lambda: in_line(cluster, line_key("lock", name)) == [1] * len(cluster), 10)
+        live = (await make_redlock(retry_delay=30.0)).lock(name, ttl=10.0, acquire_timeout=20.0)
+        waiting = asyncio.create_task(live.acquire())
+        await until(lambda: in_line(cluster, line_key("lock", name)) == [2] * len(cluster), 10)
+        kill(dead)
+        kill(holder)
+        await dead.wait()
+        await holder.wait()
+    code, out, err = await redlock_break(cluster.urls, name, "--yes")
+    assert code == 0, out + err
+    assert out.count("dropped 2 waiters from the line") == len(cluster), out
+    async with asyncio.timeout(3):  # only the release word can wake it this soon
+        assert await waiting
+    assert live.held
+    # Held once: no one else can have it while it holds, and once it releases the next one can.
+    others = (await make_redlock()).lock(name)
+    assert not await others.acquire(blocking=False)
+    await live.release()
+    assert await others.acquire(blocking=False)
+    await others.release()
