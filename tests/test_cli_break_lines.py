@@ -29,17 +29,17 @@ CHILD = """
 import asyncio, sys
 from redlock_async import Redlock
 
-urls, kind, role, name = sys.argv[1].split(","), *sys.argv[2:]
+urls, kind, role, name, ttl = sys.argv[1].split(","), *sys.argv[2:5], float(sys.argv[5])
 
 async def main():
     # retry_delay 5 s: an entry lives 25 s after the waiter's last try, far longer than the test.
     async with Redlock(urls, retry_delay=5.0) as redlock:
         if kind == "lock":
-            lock = redlock.lock(name, ttl=60.0)
+            lock = redlock.lock(name, ttl=ttl)
         elif kind == "semaphore":
-            lock = redlock.semaphore(name, limit=1, ttl=60.0)
+            lock = redlock.semaphore(name, limit=1, ttl=ttl)
         else:
-            lock = redlock.rw_lock(name, ttl=60.0).write()
+            lock = redlock.rw_lock(name, ttl=ttl).write()
         if role == "hold":
             assert await lock.acquire(blocking=False)
             print("holding", flush=True)
@@ -71,10 +71,12 @@ def in_line(cluster: Cluster, key: bytes) -> list[int]:
 
 
 @asynccontextmanager
-async def child(cluster: Cluster, kind: str, role: str, name: str) -> AsyncIterator[asyncio.subprocess.Process]:
-    """A process that holds *name* or waits for it; SIGKILLed (if still running) on the way out."""
+async def child(
+    cluster: Cluster, kind: str, role: str, name: str, ttl: float = 60.0
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A process that holds *name* or waits for it (a lease of *ttl*); SIGKILLed (if still running) on the way out."""
     process = await asyncio.create_subprocess_exec(
-        PY, "-c", CHILD, ",".join(cluster.urls), kind, role, name, stdout=asyncio.subprocess.PIPE
+        PY, "-c", CHILD, ",".join(cluster.urls), kind, role, name, str(ttl), stdout=asyncio.subprocess.PIPE
     )
     try:
         assert process.stdout is not None
@@ -158,3 +160,42 @@ async def test_a_live_waiter_behind_a_dead_one_gets_the_lock_at_once(
     await live.release()
     assert await others.acquire(blocking=False)
     await others.release()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_with_no_holder_left_it_drops_a_dead_waiters_line(
+    cluster: Cluster, make_redlock: MakeRedlock, kind: str
+) -> None:
+    """The holder's lease ran out after it died; the waiter killed in line is still in it (its entry
+    outlives the lease). The next acquire would hand it the lock for 60 s: break offers to drop the lines,
+    though no one holds the name. On main: "nothing to break", and the fresh client was refused."""
+    name = f"no-holder-{kind}"
+    async with child(cluster, kind, "hold", name, ttl=1.0) as holder, child(cluster, kind, "wait", name) as waiter:
+        await until(lambda: in_line(cluster, line_key(kind, name)) == [1] * len(cluster), 10)
+        kill(waiter)
+        kill(holder)
+        await waiter.wait()
+        await holder.wait()
+    await asyncio.sleep(1.2)  # the holder's 1 s lease runs out: no one holds the name
+    code, out, err = await redlock_break(cluster.urls, name, "--yes")
+    assert code == 0, out + err
+    assert "no one holds" in out
+    assert "but its lines have up to 1 waiter:" in out
+    assert out.count("nothing to delete; dropped 1 waiter from the line") == len(cluster), out
+    assert in_line(cluster, line_key(kind, name)) == [0] * len(cluster)
+    after = fresh(await make_redlock(), kind, name)
+    assert await after.acquire(blocking=False)  # type: ignore[attr-defined]
+    # The next one waits in line; the release hands it the lock, not the dead waiter (still in line on
+    # main: its entry lives 25 s, and it would get the lock for 60 s).
+    second = fresh(await make_redlock(), kind, name)
+    waiting = asyncio.create_task(second.acquire(timeout=5.0))  # type: ignore[attr-defined]
+    await asyncio.sleep(0.3)
+    await after.release()  # type: ignore[attr-defined]
+    assert await waiting
+    await second.release()  # type: ignore[attr-defined]
+
+
+async def test_with_no_one_holding_or_waiting_there_is_nothing_to_break(cluster: Cluster) -> None:
+    code, out, err = await redlock_break(cluster.urls, "idle-name", "--yes")
+    assert code == 0, out + err
+    assert "nothing to break: no node that answered holds idle-name, and no one waits for it" in out

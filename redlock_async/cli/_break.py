@@ -33,8 +33,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 from redlock_async._algorithm import quorum
 from redlock_async._endpoint import endpoints_for
@@ -51,6 +52,8 @@ from redlock_async.cli._run import resource_name
 from redlock_async.cli._status import print_found
 from redlock_async.client import Redlock
 from redlock_async.inspection import LockInfo
+
+T = TypeVar("T")
 
 Ask = Callable[[str], str]
 """How the question is put to the operator (``input`` on a terminal)."""
@@ -97,17 +100,30 @@ async def break_command(name: str, nodes: list[str], *, yes: bool, ask: Ask | No
     print_found(shown_name, found)
     targets = holders_shown(found)
     answered = sum(view.state != "unreachable" for view in found.nodes)
-    if not targets:
-        if answered >= quorum(len(nodes)):
-            print(f"nothing to break: no node that answered holds {shown_name}")
-            return 0
-        print(f"nothing to break on the {answered} of {len(nodes)} nodes that answered: too few to tell")
-        return EXIT_UNAVAILABLE
-    who = ", ".join(targets.values())
+    if targets:
+        who = ", ".join(targets.values())
+        question = f"break {shown_name}: delete the lease of {who} on every node that has it? [y/N] "
+    else:
+        # No holder, but a waiter that died in line would be handed the lock by the next acquire that finds
+        # the key free (its entry lives five of its retry delays): its lines are worth dropping on their own.
+        with _quiet():
+            sets = lines(keys, _permits(settings, resource, 0))
+            waiting = await _on_nodes(nodes, settings, lambda node: _waiting(node, sets))
+        most = max((count for _, count in waiting if isinstance(count, int)), default=0)
+        if not most:
+            if answered >= quorum(len(nodes)):
+                print(f"nothing to break: no node that answered holds {shown_name}, and no one waits for it")
+                return 0
+            print(f"nothing to break on the {answered} of {len(nodes)} nodes that answered: too few to tell")
+            return EXIT_UNAVAILABLE
+        print(
+            f"no one holds {shown_name}, but its lines have up to {_waiters(most)}: one that died there would be "
+            "handed the lock by the next acquire (break cannot tell a dead waiter from a live one)"
+        )
+        question = f"drop the lines of {shown_name} on every node (live waiters enter again at their next try)? [y/N] "
     if not yes:
         assert ask is not None
-        reply = ask(f"break {shown_name}: delete the lease of {who} on every node that has it? [y/N] ")
-        if reply.strip().lower() not in ("y", "yes"):
+        if ask(question).strip().lower() not in ("y", "yes"):
             print("not broken: nothing was deleted")
             return EXIT_NOT_CONFIRMED
     with _quiet():
@@ -123,9 +139,15 @@ async def break_command(name: str, nodes: list[str], *, yes: bool, ask: Ask | No
         said = [f"deleted {', '.join(targets[d] for d in deleted)}"] if deleted else ["nothing to delete"]
         said += [f"left alone {d} (it took the key after the table was read)" for d in others]
         if waiters:
-            said.append(f"dropped {waiters} waiter{'s' * (waiters != 1)} from the line")
+            said.append(f"dropped {_waiters(waiters)} from the line")
         print(f"  {address:<24} {'; '.join(said)}")
     need = quorum(len(nodes))
+    if not targets:
+        if cleared < need:
+            print(f"lines dropped on {cleared} of {len(nodes)} nodes (a majority is {need}): run it again later")
+            return EXIT_UNAVAILABLE
+        print(f"lines dropped on {cleared} of {len(nodes)} nodes: live waiters enter again at their next try")
+        return 0
     if cleared < need:
         print(
             f"partly broken: {cleared} of {len(nodes)} nodes are clear of it (a majority is {need}): "
@@ -144,6 +166,10 @@ async def break_command(name: str, nodes: list[str], *, yes: bool, ask: Ask | No
     return 0
 
 
+def _waiters(count: int) -> str:
+    return f"{count} waiter{'s' * (count != 1)}"
+
+
 Result = tuple[list[str], list[str], int] | str
 """One node's outcome: (digests deleted, digests of holders that were not shown: left alone, waiters dropped
 from the name's lines), or why it did not answer (then it may still hold the lease)."""
@@ -152,13 +178,26 @@ from the name's lines), or why it did not answer (then it may still hold the lea
 async def _delete(
     nodes: list[str], settings: Settings, resource: str | bytes, found: LockInfo, targets: set[str]
 ) -> list[tuple[str, Result]]:
-    """On every node at once: read the lock key and the permits' slots, and release each value shown."""
+    """On every node at once: drop the name's lines, read the lock key and the permits' slots, and release
+    each value shown."""
     keys = keys_of(settings, resource)
     slots: list[bytes] = []
     if found.limit is not None and keys.slot_prefix is not None:
         slots = [keys.slot_prefix + b"%d" % i for i in range(found.limit)]
+    permits = _permits(settings, resource, found.limit or 0)
+    return await _on_nodes(nodes, settings, lambda node: _release_shown(node, keys, slots, permits, targets))
+
+
+def _permits(settings: Settings, resource: str | bytes, limit: int) -> Permits:
+    """Semaphore *resource*'s keys (a permit's release names them; so do its lines)."""
     base, prefix, widest = semaphore_keys(settings.key_prefix, resource)
-    permits = Permits(base, widest, prefix, found.limit or 0)  # a permit's release names these keys
+    return Permits(base, widest, prefix, limit)
+
+
+async def _on_nodes(
+    nodes: list[str], settings: Settings, work: Callable[[Node], Awaitable[T]]
+) -> list[tuple[str, T | str]]:
+    """*work* on a connection of its own to every node at once: each node's result, or why it has none."""
     connections = [
         Node(
             endpoint,
@@ -170,22 +209,18 @@ async def _delete(
         for endpoint in endpoints_for(nodes)
     ]
     try:
-        return list(
-            await asyncio.gather(*(_delete_on(node, settings, keys, slots, permits, targets) for node in connections))
-        )
+        return list(await asyncio.gather(*(_on_node(node, settings, work) for node in connections)))
     finally:
         for node in connections:
             node.close_now()
         await asyncio.sleep(0)  # the transports close their sockets on the next loop turn
 
 
-async def _delete_on(
-    node: Node, settings: Settings, keys: Keys, slots: Sequence[bytes], permits: Permits, targets: set[str]
-) -> tuple[str, Result]:
+async def _on_node(node: Node, settings: Settings, work: Callable[[Node], Awaitable[T]]) -> tuple[str, T | str]:
     limit = settings.connect_timeout * 2  # a connect, then a round trip (as the inspection waits)
     try:
         async with asyncio.timeout(limit):
-            return node.name, await _release_shown(node, keys, slots, permits, targets)
+            return node.name, await work(node)
     except TimeoutError:
         return node.name, f"no answer within {limit:g} s: it may still hold the lease"
     except _Unanswered as exc:
@@ -203,12 +238,27 @@ def _checked(reply: Reply, what: str) -> Reply:
 
 
 def lines(keys: Keys, permits: Permits) -> tuple[bytes, ...]:
-    """Every line of the name (``DROP_LINES``' KEYS): the lock key's line and waits, the semaphore's, and the
-    read/write lock's with its waiting writers."""
-    found = [keys.lock + suffix for suffix in SUFFIXES] + list(permits.keys[1:3])
+    """Every line of the name, a sorted set of waiting tokens each: the lock key's, the semaphore's, the
+    read/write lock's and its waiting writers."""
+    found = [keys.lock + SUFFIXES[0], permits.keys[1]]
     if keys.writer is not None:
-        found += [keys.writer + suffix for suffix in SUFFIXES] + [rw_keys(keys.writer)[2]]
+        found += [keys.writer + SUFFIXES[0], rw_keys(keys.writer)[2]]
     return tuple(found)
+
+
+def entries(keys: Keys, permits: Permits) -> tuple[bytes, ...]:
+    """The hashes of the entries of those lines (each waiter's expiry and ttl)."""
+    found = [keys.lock + SUFFIXES[1], permits.keys[2]]
+    if keys.writer is not None:
+        found.append(keys.writer + SUFFIXES[1])
+    return tuple(found)
+
+
+async def _waiting(node: Node, sets: Sequence[bytes]) -> int:
+    """How many waiters *node* has in the lines *sets* (read only)."""
+    members = _checked(await node.send(b"ZUNION", b"%d" % len(sets), *sets), "unreachable")
+    assert isinstance(members, list)
+    return len(members)
 
 
 async def _release_shown(
@@ -218,7 +268,7 @@ async def _release_shown(
     writer and its readers), then send the holder's own release for each value whose holder was shown."""
     # The lines go before any release is sent (one connection: in this order): a release hands the key to
     # the first unexpired entry in line, and that may be a waiter that died there.
-    dropping = node.send_script(DROP_LINES, lines(keys, permits), ())
+    dropping = node.send_script(DROP_LINES, lines(keys, permits) + entries(keys, permits), ())
     writer = () if keys.writer is None else (keys.writer,)
     reading = node.send(b"MGET", keys.lock, *slots, *writer)
     index = node.send(b"SMEMBERS", rw_keys(keys.writer)[1]) if keys.writer is not None else None
