@@ -8,12 +8,13 @@ import hashlib
 import sys
 import threading
 import time
+from pathlib import Path
 
 from redlock_async.cli._codes import EXIT_HELD, EXIT_NOT_ACQUIRED
 from redlock_async.sync import Redlock as SyncRedlock
 from redlock_async.testing import History
 
-from .conftest import Cluster, MakeRedlock
+from .conftest import Cluster, MakeRedlock, eventually
 
 PY = sys.executable
 
@@ -86,22 +87,35 @@ async def test_status_shows_readers_and_a_writer(cluster: Cluster, make_redlock:
     assert code == 0, out
 
 
-async def test_run_shared_commands_run_together_and_exclusive_alone(cluster: Cluster) -> None:
-    # Each command prints when it started and ended (monotonic: one clock for every process here).
-    span = "import time; a = time.monotonic(); time.sleep(1.5); print(a, time.monotonic())"
+async def test_run_shared_commands_run_together_and_exclusive_alone(cluster: Cluster, tmp_path: Path) -> None:
+    # Each command says it runs, waits (up to 20 s) until all three do, and prints when it went on and
+    # ended (monotonic: one clock for every process here). Readers that exclude each other never meet.
+    met = tmp_path / "met"
+    met.mkdir()
+    span = (
+        "import os, pathlib, time\n"
+        f"met = pathlib.Path({str(met)!r}); (met / str(os.getpid())).touch(); give_up = time.monotonic() + 20\n"
+        "while len(list(met.iterdir())) < 3 and time.monotonic() < give_up: time.sleep(0.01)\n"
+        "a = time.monotonic(); time.sleep(0.3); print(a, time.monotonic())"
+    )
     shared = [await_cli(cluster, "run", "doc", "--shared", "--wait", "10", "--", PY, "-c", span) for _ in range(3)]
     results = await asyncio.gather(*shared)
     assert [code for code, _, _ in results] == [0, 0, 0], results
     spans = [tuple(map(float, out.split())) for _, out, _ in results]
     assert max(start for start, _ in spans) < min(end for _, end in spans), spans  # all three at once
-    reading = asyncio.ensure_future(
-        await_cli(cluster, "run", "doc", "--shared", "--", PY, "-c", "import time; time.sleep(2)")
-    )
-    await asyncio.sleep(1.0)
-    code, out, err = await cli(cluster, "run", "doc", "--exclusive", "--", PY, "-c", "print('wrote')")
-    assert code == EXIT_NOT_ACQUIRED, err
-    assert "held elsewhere by readers or a writer" in err
-    assert (await reading)[0] == 0
+    # A reader that says when its command runs (under load a CLI process takes a second to start):
+    # the writer comes once it does, and finds the lock held.
+    started = tmp_path / "reading"
+    body = f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(2)"
+    reading = asyncio.ensure_future(await_cli(cluster, "run", "doc", "--shared", "--", PY, "-c", body))
+    try:
+        assert await eventually(started.exists, 30.0)
+        code, out, err = await cli(cluster, "run", "doc", "--exclusive", "--", PY, "-c", "print('wrote')")
+        assert code == EXIT_NOT_ACQUIRED, err
+        assert "held elsewhere by readers or a writer" in err
+    finally:
+        read = await reading  # the reader's process ends here whatever the outcome: nothing leaks into later tests
+    assert read[0] == 0, read
     code, out, err = await cli(
         cluster,
         "run",
