@@ -26,7 +26,7 @@ from .test_cli_break import redlock_break
 PY = sys.executable
 
 CHILD = """
-import asyncio, sys
+import asyncio, sys, time
 from redlock_async import Redlock
 
 urls, kind, role, name, ttl = sys.argv[1].split(","), *sys.argv[2:5], float(sys.argv[5])
@@ -43,6 +43,15 @@ async def main():
         if role == "hold":
             assert await lock.acquire(blocking=False)
             print("holding", flush=True)
+        elif role == "live":  # waits, holds 0.3 s, says when (one monotonic clock for every process)
+            print("waiting", flush=True)
+            assert await lock.acquire(timeout=20)
+            start = time.monotonic()
+            await asyncio.sleep(0.3)
+            end = time.monotonic()
+            await lock.release()
+            print(start, end, flush=True)
+            return
         else:
             print("waiting", flush=True)
             await lock.acquire(timeout=600)
@@ -199,3 +208,34 @@ async def test_with_no_one_holding_or_waiting_there_is_nothing_to_break(cluster:
     code, out, err = await redlock_break(cluster.urls, "idle-name", "--yes")
     assert code == 0, out + err
     assert "nothing to break: no node that answered holds idle-name, and no one waits for it" in out
+
+
+async def test_live_waiters_of_other_processes_are_each_served_once_after_break(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """Two live waiters in processes of their own (retry delay 5 s: only the release word wakes them at
+    once), behind a waiter killed in line: after break each gets the lock once, one after the other."""
+    name = "live-processes"
+    async with child(cluster, "lock", "hold", name) as holder, child(cluster, "lock", "wait", name) as dead:
+        await until(lambda: in_line(cluster, line_key("lock", name)) == [1] * len(cluster), 10)
+        async with child(cluster, "lock", "live", name) as first, child(cluster, "lock", "live", name) as second:
+            await until(lambda: in_line(cluster, line_key("lock", name)) == [3] * len(cluster), 10)
+            kill(dead)
+            kill(holder)
+            await dead.wait()
+            await holder.wait()
+            code, out, err = await redlock_break(cluster.urls, name, "--yes")
+            assert code == 0, out + err
+            assert out.count("dropped 3 waiters from the line") == len(cluster), out
+            held: list[tuple[float, float]] = []
+            async with asyncio.timeout(8):
+                for live in (first, second):
+                    assert live.stdout is not None
+                    start, end = (float(t) for t in (await live.stdout.readline()).split())
+                    held.append((start, end))
+                    assert await live.wait() == 0
+    earlier, later = sorted(held)
+    assert earlier[1] <= later[0], held  # one after the other, never both
+    after = (await make_redlock()).lock(name, ttl=10.0)
+    assert await after.acquire(blocking=False)  # and nothing is left for the dead waiter
+    await after.release()
