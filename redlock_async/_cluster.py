@@ -96,9 +96,10 @@ class Cluster:
         self.watchdog.reading = self.reading
         self.held: weakref.WeakSet[Kept] = weakref.WeakSet()
         """Locks held now: given up when the Redlock closes."""
-        self.bound: dict[bytes, list[asyncio.Task[Any]]] = {}
-        """Which task holds which key inside ``async with`` (one entry per hold; a semaphore's key can
-        have several): a nested acquire of a key its own task holds fails at once (:meth:`held_by`)."""
+        self.bound: dict[bytes, list[object]] = {}
+        """Which holder (a task; for the blocking API, a thread: ``_holder``) holds which key inside ``async
+        with`` (one entry per hold; a semaphore's key can have several): a nested acquire of a key its own
+        holder holds fails at once (:meth:`held_by`)."""
         self.clock: ClockGuard | None = None
         """The clock guard (``clock_guard=True``, the default), set by the Redlock once its nodes are made."""
         self.closed = False
@@ -202,30 +203,31 @@ class Cluster:
         finally:
             self._pauses.discard(fut)
 
-    def bind(self, keys: tuple[bytes, ...], task: asyncio.Task[Any]) -> None:
-        """*task* holds *keys* inside ``async with`` from now on (until :meth:`unbind`)."""
+    def bind(self, keys: tuple[bytes, ...], holder: object) -> None:
+        """*holder* (a task, or a thread: ``_holder``) holds *keys* inside ``async with`` from now on (until
+        :meth:`unbind`)."""
         bound = self.bound
         for key in keys:
-            tasks = bound.get(key)
-            if tasks is None:
-                bound[key] = [task]
+            holders = bound.get(key)
+            if holders is None:
+                bound[key] = [holder]
             else:
-                tasks.append(task)
+                holders.append(holder)
 
-    def unbind(self, keys: tuple[bytes, ...], task: asyncio.Task[Any]) -> None:
-        """One hold of *keys* by *task* ended (released, lost, or its ``async with`` left)."""
+    def unbind(self, keys: tuple[bytes, ...], holder: object) -> None:
+        """One hold of *keys* by *holder* ended (released, lost, or its ``async with`` left)."""
         bound = self.bound
         for key in keys:
-            tasks = bound.get(key)
-            if tasks is not None and task in tasks:
-                tasks.remove(task)
-                if not tasks:
+            holders = bound.get(key)
+            if holders is not None and holder in holders:
+                holders.remove(holder)
+                if not holders:
                     del bound[key]
 
-    def held_by(self, key: bytes, task: asyncio.Task[Any] | None) -> int:
-        """How many holds of *key* *task* has inside ``async with`` (a semaphore's permits: several)."""
-        tasks = self.bound.get(key)
-        return tasks.count(task) if tasks and task is not None else 0
+    def held_by(self, key: bytes, holder: object | None) -> int:
+        """How many holds of *key* *holder* has inside ``async with`` (a semaphore's permits: several)."""
+        holders = self.bound.get(key)
+        return holders.count(holder) if holders and holder is not None else 0
 
     def watchdog_failed(self, exc: BaseException) -> None:
         """The watchdog's task failed unexpectedly (logged there): no lock it kept can be trusted."""

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
-from redlock_async import _algorithm, _clock
+from redlock_async import _algorithm, _clock, _holder
 from redlock_async._cleanup import complete
 from redlock_async._emitter import emit, emit_lost
 from redlock_async._fanout import Ballot, vote_of_script
@@ -50,9 +50,10 @@ async def enter(lock: Guarded, keeper: Keeper) -> None:
         )
     host = asyncio.current_task()
     assert host is not None
-    # Held by this task until the lease ends: its nested acquires of the same keys fail at once.
-    tenure.bound = host
-    cluster.bind(tenure.keys, host)
+    # Held by this task (the blocking API: by its thread) until the lease ends: its nested acquires of
+    # the same keys fail at once.
+    holder = tenure.bound = _holder.current()
+    cluster.bind(tenure.keys, holder)
     if settings.auto_extend:
         tenure.host, tenure.host_cancelling, tenure.cancelled_host = host, host.cancelling(), False
         tenure.watched = True

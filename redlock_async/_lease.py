@@ -325,7 +325,8 @@ class Tenure:
         self.host_cancelling = 0
         self.cancelled_host = False
         self.bound: Any = None
-        """The task holding this lock inside ``async with``: a nested acquire by it fails at once."""
+        """The holder of this lock inside ``async with`` (its task; a thread for the blocking API: ``_holder``):
+        a nested acquire by it fails at once."""
 
     def to(self, phase: Phase, lost: LockLost | None = None) -> None:
         """Move to *phase* (IllegalMove unless :data:`EFFECTS` allows it) and do what the move implies;

@@ -103,7 +103,9 @@ def decorate_sync(
                     return fn(*args, **kwargs)
             except NodesUnavailable:
                 raise  # not busy: too few nodes could vote, and "skip" would drop the call unseen
-            except LockNotAcquired:
+            except (LockNotAcquired, NestedAcquire):
+                # NestedAcquire: a call nested in one of the same name in this thread (recursion); the lock
+                # is held (by the caller), so "skip" skips it at once, and "raise" says so.
                 if entered or on_busy == "raise":
                     raise
                 return None

@@ -21,6 +21,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
+from redlock_async import _holder
 from redlock_async._deprecated import keyword_timeout
 from redlock_async._names import check_owner, resource_key
 from redlock_async._settings import check_duration
@@ -90,14 +91,14 @@ class Election:
     @contextlib.asynccontextmanager
     async def _campaign(self, timeout: float | None) -> AsyncIterator[int]:
         limit = math.inf if timeout is None else check_duration("timeout", timeout, zero_ok=True, inf_ok=True)
-        task = asyncio.current_task()
-        if self._cluster.held_by(self._key, task):
+        holder = _holder.current()
+        if self._cluster.held_by(self._key, holder):
             # Leading already (or holding the lock of the same name): the campaign would wait for itself,
             # with no timeout for ever.
+            words = _holder.described(holder)
             raise NestedAcquire(
-                f"this task ({task.get_name() if task else '?'}) already leads election {self.name!r} (or holds "
-                "its lock) in an enclosing `async with` of this Redlock: a nested campaign() would wait for "
-                "itself. Use the term already held, or resign first",
+                f"{words.who} already leads election {self.name!r} (or holds its lock) in {words.block} of this "
+                "Redlock: a nested campaign() would wait for itself. Use the term already held, or resign first",
                 name=self.name if isinstance(self.name, str) else repr(self.name),
             )
         settings = self._cluster.lease_settings(self._settings, acquire_timeout=limit)

@@ -12,12 +12,11 @@ lease is kept, lost and released (``_keeper``), ``async with`` (``_guard``) and 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
-from redlock_async import _clock, _guard
+from redlock_async import _clock, _guard, _holder
 from redlock_async._cluster import Cluster
 from redlock_async._deprecated import renamed
 from redlock_async._emitter import emit, emit_lost, heard
@@ -196,8 +195,8 @@ class Lock:
         tenure, cluster = self._tenure, self._cluster
         if tenure.phase is _ACQUIRING:
             raise RuntimeError(f"lock {self.name!r} is already being acquired: use one Lock per task")
-        if cluster.bound:  # some lock of this Redlock is held inside `async with`
-            self._refuse_nested()
+        if cluster.bound and (nested := nested_acquire(self, _holder.current())) is not None:
+            raise nested  # some lock of this Redlock is held inside `async with`, by this task (or thread)
         if tenure.phase is _HELD and _clock.now() < tenure.lease.expires:  # (self.held, inline: the hot path)
             raise RuntimeError(f"lock {self.name!r} is already held: a Lock is not reentrant")
         if not blocking and timeout is not None:
@@ -249,23 +248,6 @@ class Lock:
                 reason=not_acquired_reason(tenure.votes, blocking),
             )
         return acquired
-
-    def _refuse_nested(self) -> None:
-        """Raise NestedAcquire when the current task holds, inside ``async with``, what this acquire asks
-        for: it would wait for itself until its timeout. Another task (a child task too) waits as any other."""
-        task = asyncio.current_task()
-        cluster, strategy = self._cluster, self._strategy
-        for name, key in zip(strategy.names, strategy.keys, strict=False):
-            if cluster.held_by(key, task) < strategy.permits:
-                continue
-            asking = "acquiring it again" if len(strategy.keys) == 1 else f"lock_many({list(strategy.names)!r})"
-            raise NestedAcquire(
-                f"this task ({task.get_name() if task else '?'}) already holds {strategy.held_words(name)} in an "
-                f"enclosing `async with` of this Redlock: {asking} would wait for itself until the acquire "
-                "timeout. Use the lock already held, or release it first (a lock of one name may be made "
-                "reentrant, for this task to enter again at once: redlock.lock(name, reentrant=True), both)",
-                name=self._tenure.label,
-            )
 
     async def extend(self, ttl: float | None = None) -> None:
         """Reset the lease to *ttl* seconds from now (default: the lock's ttl) on a majority, and take
@@ -334,3 +316,24 @@ class Lock:
         """Deprecated spelling of :attr:`name`."""
         renamed("Lock.resource", ".name")
         return self.name
+
+
+def nested_acquire(lock: Lock, holder: object) -> NestedAcquire | None:
+    """The NestedAcquire for *holder* (a task; a thread of the blocking API) asking *lock* for what it holds
+    inside ``async with`` of the same Redlock (the blocking API's ``with`` or ``acquire()``), None when it
+    holds too little of it to wait for itself: another holder (a child task too) waits as any other.
+    For the library's fronts (the blocking API asks it of a lock entered again); reads no node."""
+    cluster, strategy = lock._cluster, lock._strategy
+    for name, key in zip(strategy.names, strategy.keys, strict=False):
+        if cluster.held_by(key, holder) < strategy.permits:
+            continue
+        words = _holder.described(holder)
+        asking = "acquiring it again" if len(strategy.keys) == 1 else f"lock_many({list(strategy.names)!r})"
+        return NestedAcquire(
+            f"{words.who} already holds {strategy.held_words(name)} in {words.block} of this Redlock: {asking} "
+            "would wait for itself until the acquire timeout. Use the lock already held, or release it first (a "
+            f"lock of one name may be made reentrant, for this {words.kind} to enter again at once: "
+            "redlock.lock(name, reentrant=True), both)",
+            name=lock._tenure.label,
+        )
+    return None

@@ -388,7 +388,21 @@ class Election:
         runtime = self._runtime
         portal = runtime.portal()
         holding = self._fresh()
-        election = self._make(runtime.current())
+        user = holding.claim()
+        if user is not None:
+            if user is not threading.current_thread():
+                raise RuntimeError(
+                    f"election {self.name!r} is campaigning in another thread ({user.name}) through this same "
+                    "Election object: make one per thread"
+                )
+            # Nested in this thread's own campaign: as any campaign of the name, NestedAcquire while it leads.
+            holding = Holding()
+            holding.claim()
+        try:
+            election = self._make(runtime.current())
+        except BaseException:
+            holding.unclaim()
+            raise
         term = holding.enter(portal, lambda: election.campaign(timeout=timeout), runtime.holders)
         try:
             yield term

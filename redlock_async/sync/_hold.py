@@ -23,6 +23,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, TypeVar
 
+from redlock_async import _holder
 from redlock_async.errors import LockLost
 from redlock_async.sync._interrupt import Interrupter, check_supported
 from redlock_async.sync._portal import Portal, Reply
@@ -33,7 +34,7 @@ T = TypeVar("T")
 class Holding(Generic[T]):
     """The holder of one acquisition at a time: entered by :meth:`enter`, left by :meth:`leave`."""
 
-    __slots__ = ("_interrupter", "_leave", "_task", "error", "lost")
+    __slots__ = ("_interrupter", "_leave", "_mutex", "_task", "error", "lost", "thread")
 
     def __init__(self, *, interrupt_main: bool = False) -> None:
         if interrupt_main:
@@ -45,25 +46,57 @@ class Holding(Generic[T]):
         """The current (or last) acquisition's loss."""
         self._task: asyncio.Task[None] | None = None
         self._leave: Leave | None = None
+        self.thread: threading.Thread | None = None
+        """The thread that is acquiring or holds it (from :meth:`claim` to the end of :meth:`leave`)."""
+        self._mutex = threading.Lock()  # two threads claiming at once: one wins
 
     @property
     def active(self) -> bool:
         """True from a successful :meth:`enter` to the matching :meth:`leave` (whatever happened meanwhile)."""
         return self._task is not None
 
+    def claim(self) -> threading.Thread | None:
+        """Take this holding for the current thread, for one acquisition: None when taken, else the thread
+        that is acquiring or holds it (one acquisition at a time)."""
+        with self._mutex:
+            if self.thread is not None:
+                return self.thread
+            self.thread = threading.current_thread()
+            return None
+
+    def unclaim(self) -> None:
+        """Give back a claim that was not entered (:meth:`enter` gives it back when it fails)."""
+        self.thread = None
+
     def enter(self, portal: Portal, cm: Callable[[], AbstractAsyncContextManager[T]], track: set[Any]) -> T:
         """Enter ``cm()`` on the loop thread and keep it entered; its value (raises what ``__aenter__`` raises).
 
-        *track* is the set the holder task is kept in while it runs (the Redlock's, to wait for at close).
+        The current thread must have claimed it (:meth:`claim`); the holder task stands in for that thread
+        (``_holder``: its nested acquires are refused). *track* is the set the holder task is kept in while
+        it runs (the Redlock's, to wait for at close).
         """
-        if self._task is not None:
-            raise RuntimeError("this lock is already held (or being acquired): use one lock per thread")
+        thread = threading.current_thread()
+        assert self.thread is thread, "claim() first"
+        try:
+            return self._enter(portal, cm, track, thread)
+        except BaseException:
+            if self._task is None:
+                self.thread = None
+            raise
+
+    def _enter(
+        self,
+        portal: Portal,
+        cm: Callable[[], AbstractAsyncContextManager[T]],
+        track: set[Any],
+        thread: threading.Thread,
+    ) -> T:
         self.lost.clear()
         self.error = None
         reply = Reply()
         leave = Leave()
         # One hop to the loop and one back: the holder task answers as soon as it is inside the block.
-        portal.loop.call_soon_threadsafe(self._start, cm, reply, leave, track)
+        portal.loop.call_soon_threadsafe(self._start, cm, reply, leave, track, thread)
         value: T = reply.wait(portal.loop)  # interrupted: the holder is cancelled (nothing left) and waited for
         self._task, self._leave = reply.task, leave
         if self._interrupter is not None:
@@ -72,9 +105,8 @@ class Holding(Generic[T]):
             except BaseException:
                 self.leave(lambda: portal)
                 raise
-            if self.lost.is_set():  # lost before the interrupter was armed: say it now
-                assert self.error is not None
-                raise self.error
+            if self.lost.is_set():  # lost before the interrupter was armed: say it now (left: raises the loss)
+                self.leave(lambda: portal)
         return value
 
     def leave(self, portal: Callable[[], Portal]) -> None:
@@ -98,15 +130,21 @@ class Holding(Generic[T]):
                 reply.wait(loop)
         finally:
             self._task = self._leave = None
+            self.thread = None
         if self.error is not None:
             raise self.error
 
     def _start(
-        self, cm: Callable[[], AbstractAsyncContextManager[T]], reply: Reply, leave: Leave, track: set[Any]
+        self,
+        cm: Callable[[], AbstractAsyncContextManager[T]],
+        reply: Reply,
+        leave: Leave,
+        track: set[Any],
+        thread: threading.Thread,
     ) -> None:
         """On the loop thread: start the holder task."""
         try:
-            task = asyncio.get_running_loop().create_task(self._hold(cm(), reply, leave))
+            task = asyncio.get_running_loop().create_task(self._hold(cm(), reply, leave, thread))
         except BaseException as exc:
             reply.fail(exc)
             return
@@ -115,7 +153,16 @@ class Holding(Generic[T]):
         track.add(task)
         task.add_done_callback(track.discard)
 
-    async def _hold(self, cm: AbstractAsyncContextManager[T], reply: Reply, leave: Leave) -> None:
+    async def _hold(
+        self, cm: AbstractAsyncContextManager[T], reply: Reply, leave: Leave, thread: threading.Thread
+    ) -> None:
+        _holder.stand_in(thread)  # what this task holds, the thread holds (its nested acquires are refused)
+        try:
+            await self._hold_for(cm, reply, leave)
+        finally:
+            _holder.step_down()
+
+    async def _hold_for(self, cm: AbstractAsyncContextManager[T], reply: Reply, leave: Leave) -> None:
         entered = False
         try:
             async with cm as value:

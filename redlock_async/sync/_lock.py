@@ -8,8 +8,9 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from redlock_async.errors import LockLost, LockNotAcquired, NodeOutcome
+from redlock_async.errors import LockLost, LockNotAcquired, NestedAcquire, NodeOutcome
 from redlock_async.lock import Lock as AsyncLock
+from redlock_async.lock import nested_acquire
 from redlock_async.statistics import LockStatistics
 from redlock_async.sync._hold import Holding
 
@@ -135,15 +136,49 @@ class Lock:
         runtime = self._runtime
         portal = runtime.portal()
         self._fresh()
-        lock = self._by_timeout.get(timeout)
-        if lock is None:
-            # An async lock per acquire timeout (the async `async with` takes the lock's own): the lock's
-            # own, blocking=False's and the last other one are kept (a deadline's timeouts all differ).
-            if len(self._by_timeout) > 2:
-                self._by_timeout = {key: kept for key, kept in self._by_timeout.items() if key in (None, 0.0)}
-            lock = self._by_timeout[timeout] = self._make(runtime.current(), timeout)
+        holding = self._holding
+        user = holding.claim()  # before anything changes: the held acquisition's state stays as it is
+        if user is not None:
+            raise self._refusal(user)
+        try:
+            lock = self._by_timeout.get(timeout)
+            if lock is None:
+                # An async lock per acquire timeout (the async `async with` takes the lock's own): the lock's
+                # own, blocking=False's and the last other one are kept (a deadline's timeouts all differ).
+                if len(self._by_timeout) > 2:
+                    self._by_timeout = {key: kept for key, kept in self._by_timeout.items() if key in (None, 0.0)}
+                lock = self._by_timeout[timeout] = self._make(runtime.current(), timeout)
+        except BaseException:
+            holding.unclaim()
+            raise
         self._current = lock
-        self._holding.enter(portal, lambda: lock, runtime.holders)
+        holding.enter(portal, lambda: lock, runtime.holders)
+
+    def _refusal(self, user: threading.Thread) -> RuntimeError:
+        """Why this Lock, acquiring or held by *user*, cannot be acquired again now: NestedAcquire when the
+        current thread holds it (it would wait for itself), as the async side says it; else a misuse."""
+        holding, held = self._holding, self._current
+        me = threading.current_thread()
+        if user is me and holding.active:
+
+            async def ask() -> NestedAcquire | None:
+                return nested_acquire(held, me)  # on the loop thread, which changes what is bound
+
+            nested = self._runtime.call(ask)
+            if nested is not None:
+                return nested
+        if user is not me:
+            doing = "held" if holding.active else "being acquired"
+            return RuntimeError(
+                f"lock {self.name!r} is {doing} by another thread ({user.name}) through this same Lock object: a "
+                "Lock serves one acquisition at a time. Make one Lock per thread (threads wait for each other's "
+                "locks of a name as any clients do)"
+            )
+        state = "being acquired" if not holding.active else "lost, not yet released" if self.lost.is_set() else "held"
+        return RuntimeError(
+            f"lock {self.name!r} is already {state} by this thread through this Lock, which is not reentrant: "
+            "release it first (or leave its `with` block)"
+        )
 
     def current(self) -> AsyncLock:
         """The async lock of this process's current (or last) acquisition, on the background loop
