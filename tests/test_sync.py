@@ -10,10 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from redlock_async import LockLost, LockNotAcquired
+from redlock_async import LockLost, LockNotAcquired, NestedAcquire
 from redlock_async.sync import Lock, Redlock
 from redlock_async.testing import History
 from tests.conftest import Cluster, client_connections, keys_everywhere
+from tests.threads import elsewhere, held_elsewhere
 
 LOOP_THREAD = "redlock-sync-loop"
 
@@ -40,9 +41,9 @@ def test_lock_acquire_release_and_state(sync_redlock: Redlock, cluster: Cluster)
         assert lock.fencing_token is not None
         assert lock.name == "orders:42"
         assert lock.names == ("orders:42",)
-        assert not other.acquire(blocking=False)
+        assert not elsewhere(lambda: other.acquire(blocking=False))  # another thread: contention, not nesting
         for timeout in (0.01, 0.02, 0.03, 0.04):  # a deadline's timeouts, each another value
-            assert not other.acquire(timeout=timeout)
+            assert not elsewhere(lambda t=timeout: other.acquire(timeout=t))  # type: ignore[misc]
         lock.extend(2.0)
         assert lock.validity > 1.5
         lock.check()  # held: nothing to say
@@ -52,7 +53,7 @@ def test_lock_acquire_release_and_state(sync_redlock: Redlock, cluster: Cluster)
     counter = [b"redlock-fence:orders:42", b"redlock-fence:orders:42\x00by"]  # the counter and its fencer stay
     assert keys_everywhere(cluster) == [counter] * len(cluster)
     assert other.acquire(blocking=False)
-    with pytest.raises(RuntimeError, match="already held"):
+    with pytest.raises(NestedAcquire, match="already holds lock 'orders:42'"):
         other.acquire()
     other.release()
     with pytest.raises(RuntimeError, match="not held"):
@@ -62,7 +63,11 @@ def test_lock_acquire_release_and_state(sync_redlock: Redlock, cluster: Cluster)
 
 
 def test_with_raises_lock_not_acquired_when_held_elsewhere(sync_redlock: Redlock) -> None:
-    with sync_redlock.lock("busy"), pytest.raises(LockNotAcquired), sync_redlock.lock("busy", acquire_timeout=0.2):
+    with (
+        held_elsewhere(sync_redlock.lock("busy")),
+        pytest.raises(LockNotAcquired),
+        sync_redlock.lock("busy", acquire_timeout=0.2),
+    ):
         pass
 
 
@@ -97,7 +102,7 @@ def test_watchdog_keeps_the_lease_while_a_blocking_body_sleeps(cluster: Cluster)
             time.sleep(1.5)  # three ttls: only the watchdog on the loop thread keeps it
             assert lock.held
             assert not lock.lost.is_set()
-            assert not rival.acquire(blocking=False)
+            assert not elsewhere(lambda: rival.acquire(blocking=False))
             lock.check()
             assert lock.statistics().extensions >= 2
         assert keys_everywhere(cluster) == [[]] * len(cluster)
@@ -194,7 +199,7 @@ def test_ctrl_c_during_a_blocking_acquire_leaves_nothing(sync_redlock: Redlock, 
 
 
 def _interrupted_acquire(holder: Lock, waiter: Lock, main: int, cluster: Cluster) -> None:
-    with holder:
+    with held_elsewhere(holder):  # another thread's (in this one, waiter's acquire would be nested)
         timer = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
         timer.start()
         with pytest.raises(KeyboardInterrupt):
@@ -277,7 +282,7 @@ def test_semaphore_and_lock_many(sync_redlock: Redlock) -> None:
     permits = [sync_redlock.semaphore("pool", limit=2) for _ in range(3)]
     assert permits[0].acquire(blocking=False)
     assert permits[1].acquire(blocking=False)
-    assert not permits[2].acquire(blocking=False)
+    assert not elsewhere(lambda: permits[2].acquire(blocking=False))
     permits[0].release()
     assert permits[2].acquire(blocking=False)
     permits[1].release()
@@ -285,7 +290,7 @@ def test_semaphore_and_lock_many(sync_redlock: Redlock) -> None:
     both = sync_redlock.lock_many(["b", "a"])
     with both:
         assert both.names == ("a", "b")
-        assert not sync_redlock.lock("a").acquire(blocking=False)
+        assert not elsewhere(lambda: sync_redlock.lock("a").acquire(blocking=False))
 
 
 def test_election(sync_redlock: Redlock) -> None:
@@ -293,8 +298,8 @@ def test_election(sync_redlock: Redlock) -> None:
     second = sync_redlock.election("leader", owner="two")
     with first.campaign() as term:
         assert sync_redlock.election("leader").leader().owner == "one"
-        with pytest.raises(LockNotAcquired), second.campaign(timeout=0.2):
-            pass
+        with pytest.raises(LockNotAcquired):
+            elsewhere(lambda: second.campaign(timeout=0.2).__enter__())
     with second.campaign() as later:
         assert later > term
         observed = second.observe()

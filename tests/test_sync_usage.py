@@ -17,6 +17,7 @@ from redlock_async import LockNotAcquired
 from redlock_async import Redlock as AsyncRedlock
 from redlock_async.sync import Lock, Redlock
 from tests.conftest import Cluster, keys_everywhere, keys_on
+from tests.threads import held_elsewhere
 
 LOOP_THREAD = "redlock-sync-loop"
 
@@ -133,8 +134,8 @@ def test_synchronized_raise_and_bad_templates(sync_redlock: Redlock) -> None:
     def busy() -> None:
         raise AssertionError("must not run")
 
-    with sync_redlock.lock("busy"), pytest.raises(LockNotAcquired):
-        busy()
+    with held_elsewhere(sync_redlock.lock("busy")), pytest.raises(LockNotAcquired):
+        busy()  # held by another thread: busy (in this thread it would be nested: test_sync_nested.py)
     with pytest.raises(ValueError, match="does not take"):
 
         @sync_redlock.synchronized("x:{missing}")
@@ -153,7 +154,7 @@ def test_synchronized_raise_and_bad_templates(sync_redlock: Redlock) -> None:
         with sync_redlock.lock("busy", acquire_timeout=0.0):
             pass
 
-    with sync_redlock.lock("busy"), pytest.raises(LockNotAcquired):
+    with held_elsewhere(sync_redlock.lock("busy")), pytest.raises(LockNotAcquired):
         nested()
 
 
