@@ -144,6 +144,8 @@ class NestedAcquire(RedlockError, RuntimeError):
     A misuse, not contention: it is a ``RuntimeError`` and not a ``LockNotAcquired``, so handlers
     that answer "busy, try again" do not catch it; retrying can never succeed. Another task (a
     child task of the holder too) waits as any other. ``outcomes`` is empty: no node was asked.
+    In the blocking API (``redlock_async.sync``) the holder is the thread: a thread asking for what
+    it holds through ``with`` or ``acquire()`` gets it; another thread waits.
     """
 
 

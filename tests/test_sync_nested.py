@@ -115,6 +115,12 @@ def test_another_lock_of_the_name_in_the_same_thread(redlock: Redlock, cluster: 
     with refused("lock 'name'"):
         inner.acquire(timeout=LONG)
     outer.release()
+    with redlock.lock("name", reentrant=True) as reentrant:
+        with redlock.lock("name", reentrant=True) as joined:  # reentrant in reentrant: joins, by design
+            assert joined.depth == 1
+        with refused("lock 'name'"):
+            inner.acquire()  # a plain lock inside a reentrant hold
+        assert reentrant.held
     assert nothing_left(cluster)
 
 

@@ -38,7 +38,8 @@ class Lock:
     with ``interrupt_main=True`` it is raised in the main thread's body at once. Made by
     :meth:`redlock_async.sync.Redlock.lock` (and ``lock_many``, ``semaphore``, and a read/write
     lock's ``read()``; its ``write()`` is a :class:`WriteLock`, which adds ``downgrade()``). One thread
-    at a time uses a Lock; make one per thread.
+    at a time uses a Lock; make one per thread. A thread that asks for what it holds (this Lock again,
+    another of the name, ...) gets :class:`redlock_async.NestedAcquire` at once; other threads wait.
     """
 
     __slots__ = (
@@ -89,7 +90,8 @@ class Lock:
 
         Blocking (the default) retries until *timeout* seconds (default: the lock's
         ``acquire_timeout``) have passed; ``blocking=False`` makes one attempt. Nothing is left on
-        any node when it returns False or is interrupted (Ctrl-C).
+        any node when it returns False or is interrupted (Ctrl-C). The hold is this thread's until
+        released: its nested acquires of the name raise :class:`redlock_async.NestedAcquire` at once.
         """
         if not isinstance(blocking, bool):
             raise TypeError(
