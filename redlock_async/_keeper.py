@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Sequence
+from typing import Protocol, TypeAlias
 
 from redlock_async import _algorithm, _clock, _requests
 from redlock_async._cluster import Cluster
@@ -33,16 +34,28 @@ _CONFIRMED, _RETRY, _REFUSED = _algorithm.Extension.CONFIRMED, _algorithm.Extens
 _YES, _PENDING, _ERROR = _algorithm.YES, _algorithm.PENDING, _algorithm.ERROR
 
 
+class Successor(Protocol):
+    """The lock a lease is handed over to (a downgrade's reader): what an extension of the old lease does."""
+
+    async def extend(self, ttl: float | None = None) -> None: ...
+
+
+Handover: TypeAlias = "tuple[Lease, asyncio.Future[bool | None], Successor]"
+"""A lease handed over, its verdict (True: the successor holds; False: lost; None: given up) and the successor."""
+
+
 class Keeper:
     """The held side of one lock: extension, loss, release, and the watchdog's hooks."""
 
-    __slots__ = ("cluster", "settings", "strategy", "tenure")
+    __slots__ = ("cluster", "handover", "settings", "strategy", "tenure")
 
     def __init__(self, tenure: Tenure, strategy: Strategy, cluster: Cluster, settings: Settings) -> None:
         self.tenure = tenure
         self.strategy = strategy
         self.cluster = cluster
         self.settings = settings
+        self.handover: Handover | None = None
+        """The lease being (or last) handed over to another lock in one step on the nodes (a downgrade)."""
 
     def _gone(self) -> LockLost:
         tenure = self.tenure
@@ -61,6 +74,8 @@ class Keeper:
         try:
             while True:
                 lease = tenure.lease
+                if (handover := self.handover) is not None and handover[0] is lease:
+                    return await self._follow(settings, handover)
                 if tenure.phase is not _HELD or lease.token != token:
                     # Lost (the watchdog, or the Redlock closed) or released during our retry's sleep:
                     # an extension now would take free nodes for a lease no one holds.
@@ -75,6 +90,9 @@ class Keeper:
                     _requests.send_keep(nodes, lease.keys[0], lease.keeps, token, ttl_ms)
                 await ballot.wait()
                 tenure.votes, tenure.details = ballot.votes, ballot.details
+                if (handover := self.handover) is not None and handover[0] is lease:
+                    # Handed over while out: a node that did the swap first refused it, though nothing was lost.
+                    return await self._follow(settings, handover)
                 if tenure.phase is not _HELD or tenure.lease.token != token:
                     # The watchdog declared it lost (or the Redlock closed) while we waited.
                     raise self._gone()
@@ -106,6 +124,19 @@ class Keeper:
                 bound = first_sent + _algorithm.best_validity(ttl_ms / 1000, settings.drift_factor)
                 tenure.lease.expires = min(tenure.lease.expires, bound)
             raise
+
+    async def _follow(self, settings: Settings, handover: Handover) -> None:
+        """An extension of a lease handed over (or being handed over): the hand-over's verdict decides. Done,
+        the extension goes to the successor's lease, which holds in its place; failed, the lease is lost."""
+        _, verdict, successor = handover
+        # Shielded: the verdict is the hand-over's, which a cancelled extension must not cancel.
+        if await asyncio.shield(verdict):
+            await successor.extend(settings.ttl)
+            return
+        if verdict.result() is None:
+            name = self.tenure.name
+            raise RuntimeError(f"extend() of lock {name!r}, which was released: its downgrade was cancelled")
+        raise self._gone()
 
     async def lose(self, why: str, holders: Sequence[int]) -> LockLost:
         """The lease is gone (explicit extend): free what is left of it, and wait for the holders."""
@@ -332,3 +363,42 @@ class Keeper:
         if heard(cluster, _RELEASED):
             now = _clock.now()
             emit(cluster, tenure, _RELEASED, duration=now - began, held_for=now - lease.acquired_at)
+
+
+# -- a hand-over (a read/write lock's downgrade): told by the lock, kept by its keeper -------------------------
+
+
+def hand_over(keeper: Keeper, successor: Successor) -> None:
+    """Before a request that, on each node in one step, swaps *keeper*'s held lease for *successor*'s (a
+    downgrade): from now on a refusal is no loss (an extension that lands after the swap is refused
+    there), so the watchdog lets the lease go (its rounds out change nothing) and an ``extend()``
+    waits for :func:`handed_over`'s verdict."""
+    tenure = keeper.tenure
+    tenure.watched = False
+    keeper.cluster.watchdog.discard(tenure.lease)
+    keeper.handover = (tenure.lease, asyncio.get_running_loop().create_future(), successor)
+
+
+def handed_over(keeper: Keeper, done: bool | None, why: str = "") -> LockLost | None:
+    """The swap was decided (synchronous): *done*, the successor holds and this lease ends released (what
+    is left of its keys released, unwaited); False, lost (*why*: the whole sentence), the LockLost
+    returned; None (cancelled or failed before a verdict), released. An ``extend()`` waiting is told."""
+    tenure = keeper.tenure
+    handover = keeper.handover
+    assert handover is not None
+    lease = handover[0]
+    if tenure.phase is _HELD and lease is tenure.lease and lease.token is not None:
+        if done is False:
+            keeper.mark_lost(why, ())
+            host = tenure.host
+            if host is not None and host is not asyncio.current_task() and not host.done():
+                # Its body runs in another task: told as the watchdog tells a loss.
+                tenure.cancelled_host = True
+                host.cancel(msg=f"redlock: {why}")
+        else:
+            keeper.strategy.send_release(lease, lease.token, lease.skip)
+            tenure.to(_IDLE)
+            emit(keeper.cluster, tenure, _RELEASED, duration=0.0, held_for=_clock.now() - lease.acquired_at)
+    if not handover[1].done():
+        handover[1].set_result(done)
+    return tenure.lost if tenure.phase is _LOST else None

@@ -24,13 +24,15 @@ import secrets
 from collections.abc import Sequence
 from typing import Protocol
 
-from redlock_async import _requests, _rw_requests
+from redlock_async import _algorithm, _requests, _rw_requests
 from redlock_async._cluster import Cluster
 from redlock_async._fanout import Ballot
+from redlock_async._keeper import Successor
 from redlock_async._lease import Lease, Tenure
 from redlock_async._names import Name, default_owner, resource_key
 from redlock_async._settings import Settings
 from redlock_async._strategies import Words
+from redlock_async.errors import LockLost
 
 BOUND = b"\x00task"
 """After the writer key: the key a task holding the read or the write lock is bound to (never on a node)."""
@@ -49,7 +51,9 @@ class Downgrading(Protocol):
     @property
     def token(self) -> str | None: ...
 
-    async def release(self) -> None: ...
+    def on_handing_over(self, successor: Successor) -> None: ...
+
+    def on_handed_over(self, done: bool | None, why: str = "") -> LockLost | None: ...
 
 
 class _Side(Words):
@@ -77,7 +81,7 @@ class _Side(Words):
 class Reader(_Side):
     """A reader: its own key on each node (``RW_READ``)."""
 
-    __slots__ = ("downgrading", "permits")
+    __slots__ = ("downgrading", "permits", "successor")
 
     def __init__(
         self,
@@ -92,6 +96,8 @@ class Reader(_Side):
         self.fence_keys = ()  # a reader raises no counter: its extension is a plain key's
         self.downgrading = downgrading
         """For a downgrade: the held writer; this reader's first acquire is then the downgrade."""
+        self.successor: Successor | None = None
+        """For a downgrade: the reader's front, which an extension of the writer's lease in flight extends."""
         # The writer's task holds the name (bound inside `async with`): its downgrade is no nested acquire.
         self.permits = 1 if downgrading is None else 2
 
@@ -109,11 +115,17 @@ class Reader(_Side):
                 cluster.nodes, self.rw_key, self.fence_key, settings, owner, cluster.reading()
             )
         writer, self.downgrading, self.permits = self.downgrading, None, 1  # the first acquire only
+        successor, self.successor = self.successor, None
         token = writer.token
-        if token is None or not writer.held:
+        if token is None or not writer.held or successor is None:
             raise RuntimeError(f"downgrade of read/write lock {self.name!r}: its writer is no longer held")
+        # From here the writer's key gives way to the reader's on each node: an extension of the writer that
+        # lands after that (the watchdog's, or an extend() in flight) is refused there, which is no loss. The
+        # downgrade's own votes decide whether the writer held to the end.
+        writer.on_handing_over(successor)
+        result: _requests.Attempt | None = None
         try:
-            return await _rw_requests.downgrade(
+            result = await _rw_requests.downgrade(
                 cluster.nodes,
                 self.rw_key,
                 token.encode(),
@@ -124,9 +136,25 @@ class Reader(_Side):
                 queued=settings.queue is True,
             )
         finally:
-            # The writer's key is gone wherever the downgrade ran; its release (compare-and-delete, so never
-            # another's) takes it from the nodes where it did not, and ends the writer's hold, done or not.
-            await writer.release()
+            # Synchronous, so the reader is held (by attempt(), right after this returns) before anyone told
+            # of the verdict runs. The writer's key is gone wherever the downgrade ran; the writer's release
+            # (compare-and-delete, so never another's) takes it from the nodes where it did not.
+            if result is None:  # cancelled (or failed) before a verdict: released, as the caller asked
+                writer.on_handed_over(None)
+            elif result.validity is not None:
+                writer.on_handed_over(True)
+        if result.validity is not None:
+            return result
+        # Not done on a majority: the write lock cannot be shown to have held up to the read lock.
+        refused = _algorithm.refused(result.votes)
+        why = f"read/write lock {self.name!r} " + (
+            "was lost before its downgrade: its write lock is gone from a majority of nodes (expired or taken)"
+            if refused
+            else "could not be downgraded on a majority of nodes in time: its write lock is given up"
+        )
+        lost = writer.on_handed_over(False, why)
+        assert lost is not None
+        raise lost
 
     def send_release(
         self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False

@@ -20,7 +20,7 @@ from redlock_async import _clock, _guard, _holder
 from redlock_async._cluster import Cluster
 from redlock_async._deprecated import renamed
 from redlock_async._emitter import emit, emit_lost, heard
-from redlock_async._keeper import Keeper
+from redlock_async._keeper import Keeper, Successor, hand_over, handed_over
 from redlock_async._lease import Phase, Tenure
 from redlock_async._names import Name, check_owner, default_owner
 from redlock_async._not_acquired import reason as not_acquired_reason
@@ -310,6 +310,18 @@ class Lock:
         """Told by ``redlock_async.testing.lose`` (not for users): lost now, as the watchdog declares a
         loss (*why* after the lock's name): keys released, the holder told."""
         self._keeper.lose_watched(f"lock {self.name!r} {why}")
+
+    def on_handing_over(self, successor: Successor) -> None:
+        """Told by a read/write lock's downgrade (not for users), just before it goes out: on each node this
+        held lease gives way to *successor*'s in one step, so an extension landing after that step is refused
+        there though nothing was lost. Until :meth:`on_handed_over`, no refusal is a loss."""
+        hand_over(self._keeper, successor)
+
+    def on_handed_over(self, done: bool | None, why: str = "") -> LockLost | None:
+        """Told by a read/write lock's downgrade (not for users), as soon as it is decided: True, the successor
+        holds, this lock is released; False, lost (*why*: the whole sentence), the LockLost returned;
+        None (cancelled before a verdict), released."""
+        return handed_over(self._keeper, done, why)
 
     @property
     def resource(self) -> Name | tuple[Name, ...]:

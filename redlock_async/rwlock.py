@@ -77,7 +77,9 @@ class ReadWriteLock:
     def _downgrade(self, writer: WriteLock) -> Lock:
         kind = QueuedReader if self._settings.queue else Reader
         reader = kind(self._cluster, self._settings, self.name, self._owner, self._key, downgrading=writer)
-        return Lock(self._cluster, self.name, self._settings, on_lost=self._on_lost, strategy=reader)
+        lock = Lock(self._cluster, self.name, self._settings, on_lost=self._on_lost, strategy=reader)
+        reader.successor = lock  # (until its first acquire, the downgrade, drops it)
+        return lock
 
 
 @final

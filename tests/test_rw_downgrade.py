@@ -1,0 +1,208 @@
+"""A read/write writer's downgrade racing an extension of that writer, on real nodes.
+
+The downgrade swaps, on each node in one step, the writer's key for the reader's: an extension of the
+writer that lands after the swap is refused there although nothing was lost. So a downgrade sent in the
+same loop turn as the watchdog's round, or with ``extend()`` in flight, must end holding the read lock,
+never in LockLost; the extension goes to the read hold; a real loss (the writer's key gone from a
+majority) during a downgrade is still LockLost, with nothing left on the nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import anyio
+import pytest
+
+from redlock_async import LockEvent, LockLost, Redlock
+from redlock_async.events import EventKind
+from redlock_async.sync import Redlock as SyncRedlock
+from redlock_async.testing import LocalNodes
+
+from .conftest import Cluster, MakeRedlock, assert_empty, keys_everywhere
+
+W = b"redlock:\x00rw\x00doc"
+READER = W + b"\x00r\x00"
+FENCE = (b"redlock-fence:doc", b"redlock-fence:doc\x00by")
+
+
+def drop_writer_key(nodes: Cluster | LocalNodes, *indexes: int) -> None:
+    """The writer's key vanishes from these nodes (a restart without data, an eviction)."""
+    for i in indexes:
+        assert nodes[i].command("DEL", W) == 1
+
+
+def readers_per_node(nodes: Cluster | LocalNodes) -> list[int]:
+    return [sum(1 for key in keys if key.startswith(READER)) for keys in keys_everywhere(nodes)]
+
+
+@pytest.mark.parametrize("queue", [True, False])
+async def test_a_downgrade_in_the_watchdogs_turn_holds_the_read_lock(
+    make_redlock: MakeRedlock, cluster: Cluster, queue: bool
+) -> None:
+    redlock = await make_redlock(queue=queue, extend_threshold=0.5)
+    rw = redlock.rw_lock("doc", ttl=1.0, fencing=True)
+    loop = asyncio.get_running_loop()
+    writer = rw.write()
+    async with writer:
+        token = writer.fencing_token
+        assert token is not None
+        # Two nodes lost the writer's key (still held on three): the watchdog's extension is refused there
+        # at once, and by every node that did the swap first, so its refusal can count before the downgrade.
+        drop_writer_key(cluster, 0, 1)
+        due = writer.validity - 0.5  # the watchdog's next round (extend_threshold=0.5 of ttl=1.0)
+        rounds = redlock.statistics().watchdog_rounds
+        # A stalled loop (one long callback) wakes this task and then the watchdog in one turn: the downgrade
+        # and the watchdog's round go out in one write per node, the downgrade first.
+        loop.call_later(due - 0.1, time.sleep, 0.2)
+        await asyncio.sleep(due - 0.05)
+        async with writer.downgrade() as reader:
+            assert reader.held
+            assert not writer.held
+            assert writer.fencing_token is None
+            assert reader.fencing_token == token  # the last writer's: its own
+            assert all(W not in keys for keys in keys_everywhere(cluster))  # no writer beside the reader
+            assert readers_per_node(cluster) == [0, 0, 1, 1, 1]
+            await asyncio.sleep(0.7)  # past the reader's own first round: it keeps the read lock
+            assert reader.held
+            assert redlock.statistics().watchdog_rounds > rounds
+    assert not writer.held
+    await assert_empty(cluster, *FENCE)
+
+
+@pytest.mark.parametrize("lost", [(), (0, 1)], ids=["all-nodes", "minority-lost"])
+async def test_an_extend_in_flight_goes_to_the_read_hold(
+    make_redlock: MakeRedlock, cluster: Cluster, lost: tuple[int]
+) -> None:
+    events: list[LockEvent] = []
+    redlock = await make_redlock(on_event=events.append)
+    rw = redlock.rw_lock("doc", ttl=5.0, fencing=True)
+    writer = rw.write()
+    async with writer:
+        token = writer.fencing_token
+        drop_writer_key(cluster, *lost)
+        reader = writer.downgrade()
+        # Both in the next loop turn, the downgrade first: an extension sent there lands after the swap.
+        downgrading = asyncio.create_task(reader.acquire())
+        extending = asyncio.create_task(writer.extend())
+        assert await downgrading
+        del events[:]
+        await extending  # no LockLost: the hold went on as a read
+        assert [event.kind for event in events] == [EventKind.EXTENDED]  # the read hold's extension
+        assert 4.5 < reader.validity <= 5.0
+        assert reader.held
+        assert reader.fencing_token == token
+        assert not writer.held
+        assert all(W not in keys for keys in keys_everywhere(cluster))
+        with pytest.raises(RuntimeError, match="not held"):
+            await writer.extend()  # after the downgrade: the writer is released
+        await reader.release()
+    await assert_empty(cluster, *FENCE)
+
+
+@pytest.mark.parametrize("queue", [True, False])
+async def test_a_real_loss_during_a_downgrade_is_lock_lost(
+    make_redlock: MakeRedlock, cluster: Cluster, queue: bool
+) -> None:
+    redlock = await make_redlock(queue=queue)
+    rw = redlock.rw_lock("doc", ttl=5.0, fencing=True)
+    writer = rw.write()
+    extending: asyncio.Task[None] | None = None
+    with pytest.raises(LockLost, match="was lost before its downgrade: its write lock is gone from a majority"):
+        async with writer:
+            drop_writer_key(cluster, 0, 1, 2)
+            reader = writer.downgrade()
+            extending = asyncio.create_task(writer.extend())
+            with pytest.raises(LockLost, match="was lost before its downgrade"):
+                await reader.acquire()  # never a plain read instead: a writer could have come between
+            assert not reader.held
+    assert extending is not None
+    with pytest.raises(LockLost, match="was lost before its downgrade"):
+        await extending  # the extension in flight hears the same verdict
+    assert not writer.held
+    await assert_empty(cluster, *FENCE)
+    assert await rw.write().acquire(blocking=False)  # nothing left behind: not a waiting writer, not a reader
+
+
+async def test_a_downgrade_no_majority_answers_is_lock_lost(faulty: Cluster, make_redlock: MakeRedlock) -> None:
+    redlock = await make_redlock(faulty.urls, node_timeout=0.05, ttl=5.0)
+    writer = redlock.rw_lock("doc").write()
+    with pytest.raises(LockLost, match="could not be downgraded") as outer:
+        async with writer:
+            for i in (0, 1, 2):
+                faulty[i].pause()
+            try:
+                with pytest.raises(LockLost, match="could not be downgraded on a majority of nodes in time") as inner:
+                    async with writer.downgrade():
+                        pytest.fail("downgraded without a majority")
+            finally:
+                for i in (0, 1, 2):
+                    faulty[i].resume()
+            assert not writer.held
+    # The body went on after the loss: its block says so, as for any loss it outlived.
+    assert outer.value is inner.value
+    await assert_empty(faulty)
+
+
+async def test_a_writer_whose_body_runs_in_another_task_is_told_of_a_failed_downgrade(
+    redlock: Redlock, cluster: Cluster
+) -> None:
+    writer = redlock.rw_lock("doc", ttl=5.0).write()
+    inside = asyncio.Event()
+
+    async def body() -> None:
+        async with writer:
+            inside.set()
+            await asyncio.sleep(10)
+
+    holder = asyncio.create_task(body())
+    await inside.wait()
+    drop_writer_key(cluster, 0, 1, 2)
+    with pytest.raises(LockLost):
+        await writer.downgrade().acquire()
+    with pytest.raises(LockLost, match="was lost before its downgrade"):
+        await asyncio.wait_for(holder, 2.0)  # cancelled as the watchdog cancels a body, as LockLost
+    await assert_empty(cluster)
+
+
+@pytest.mark.parametrize("when", ["votes-out", "replies-in"])
+async def test_a_cancelled_downgrade_releases_the_writer_and_is_no_loss(
+    redlock: Redlock, cluster: Cluster, when: str
+) -> None:
+    rw = redlock.rw_lock("doc", ttl=5.0)
+    writer = rw.write()
+    async with writer:  # no LockLost on the way out
+        reader = writer.downgrade()
+        if when == "votes-out":
+            with anyio.CancelScope() as scope:
+                asyncio.get_running_loop().call_soon(scope.cancel)
+                await reader.acquire()
+            assert scope.cancelled_caught
+        else:
+            acquiring = asyncio.create_task(reader.acquire())
+            await asyncio.sleep(0)  # the downgrade goes out
+            time.sleep(0.05)  # (blocking) its replies are in: cancelled in the turn they are read
+            acquiring.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await acquiring
+        assert not writer.held
+        assert not reader.held
+    await assert_empty(cluster)
+    assert await rw.write().acquire(blocking=False)
+
+
+def test_the_blocking_writer_hears_a_real_loss_during_its_downgrade(cluster: Cluster) -> None:
+    with SyncRedlock(cluster.urls) as redlock:
+        rw = redlock.rw_lock("doc", ttl=5.0)
+        writer = rw.write()
+        with pytest.raises(LockLost, match="was lost before its downgrade"), writer:
+            drop_writer_key(cluster, 0, 1, 2)
+            with writer.downgrade():
+                pytest.fail("downgraded a writer that was lost")
+        assert not writer.held
+        held = threading.Event()
+        with rw.write():
+            held.set()
+    assert held.is_set()
