@@ -389,12 +389,11 @@ def handed_over(keeper: Keeper, done: bool | None, why: str = "") -> LockLost | 
     lease = handover[0]
     if tenure.phase is _HELD and lease is tenure.lease and lease.token is not None:
         if done is False:
-            keeper.mark_lost(why, ())
             host = tenure.host
             if host is not None and host is not asyncio.current_task() and not host.done():
-                # Its body runs in another task: told as the watchdog tells a loss.
-                tenure.cancelled_host = True
-                host.cancel(msg=f"redlock: {why}")
+                keeper.lose_watched(why)  # its body runs in another task: told as the watchdog tells a loss
+            else:
+                keeper.mark_lost(why, ())  # raised to the downgrade's caller
         else:
             keeper.strategy.send_release(lease, lease.token, lease.skip)
             tenure.to(_IDLE)

@@ -108,8 +108,10 @@ class WriteLock(Lock):
         """A reader whose first acquire turns this held writer into it in one step: on each node the
         writer's key gives way to the reader's, so no other writer can come between (readers may join
         as soon as the writer's key is gone from a majority: stop writing before). ``async with
-        writer.downgrade() as reader:``. This writer is then released, done or not; the reader is
-        acquired only when a majority did it. The reader's later acquires are a plain reader's."""
+        writer.downgrade() as reader:``. Done on a majority, this writer is released and the reader
+        holds (an extension of the writer in flight, the watchdog's or ``extend()``'s, goes to the
+        reader); not done, the writer is lost and the acquire raises its :class:`LockLost`
+        (cancelled, the writer is released). The reader's later acquires are a plain reader's."""
         if not self.held:
             raise RuntimeError(f"downgrade() of read/write lock {self.name!r}, whose writer is not held")
         return self._rw._downgrade(self)

@@ -86,6 +86,7 @@ class WriteLock(Lock):
         """A reader whose first acquire turns this held writer into it in one step, as the async
         ``WriteLock.downgrade()``: ``with writer.downgrade() as reader:``. No other writer can come
         between; other readers may join as soon as the writer's key is gone from a majority (stop
-        writing before). This writer is then released, done or not (leaving its ``with`` block
-        releases nothing more); the reader is acquired only when a majority did it."""
+        writing before). Done on a majority, this writer is released (leaving its ``with`` block
+        releases nothing more) and the reader holds; not done, the writer is lost and the reader's
+        ``with`` raises :class:`LockLost`."""
         return self._rw._downgrade(self)
