@@ -225,7 +225,7 @@ def test_another_thread_waits_for_the_holder(redlock: Redlock, cluster: Cluster)
         thread = threading.Thread(target=lambda: order.append("ok" if other() else "no"))
         thread.start()
         waiting.wait(AT_ONCE)
-        time.sleep(0.2)  # the other thread is in its acquire by now (an earlier release would reorder)
+        time.sleep(0.2)  # (the other thread waits in its acquire meanwhile: it gets the lock only after)
         order.append("holder")
     thread.join(LONG)
     assert order == ["holder", "other", "ok"]
@@ -246,7 +246,9 @@ def test_the_same_lock_object_from_another_thread(redlock: Redlock, cluster: Clu
     with held_elsewhere(redlock.lock("one-object")):
         waiter = threading.Thread(target=lambda: lock.acquire(timeout=LONG))
         waiter.start()
-        time.sleep(0.2)
+        stop = time.monotonic() + LONG
+        while lock.statistics().phase != "acquiring" and time.monotonic() < stop:
+            time.sleep(0.01)  # until the waiter's acquire runs (a busy machine may start it late)
         with pytest.raises(RuntimeError, match=r"being acquired by another thread"):
             lock.acquire(timeout=1.0)
     waiter.join(LONG)
