@@ -105,8 +105,9 @@ class Holding(Generic[T]):
             except BaseException:
                 self.leave(lambda: portal)
                 raise
-            if self.lost.is_set():  # lost before the interrupter was armed: say it now (left: raises the loss)
-                self.leave(lambda: portal)
+            if self.lost.is_set():  # lost before the interrupter was armed: say it now
+                assert self.error is not None
+                raise self.error
         return value
 
     def leave(self, portal: Callable[[], Portal]) -> None:
