@@ -23,8 +23,10 @@ dies leaves entries that expire unless entered again (every retry delay).
 **Fenced claims**: every grant reads the fencing counter in the same step; a majority's counters are
 raised (``QUEUE_FENCE``) before the claim counts (docs/fencing.md, "Fenced grants from the queue").
 
-**Permits** (``_queue_permit``): a semaphore's line; a node grants a slot, held once a majority holds
-the same one.
+**Each primitive's line** (``_queue_line.Line``): which scripts a claim enters, stays and leaves with,
+how a reply's and a word's last field are read, what "held" means. A lock's is :class:`LockLine` (a
+node holds the key); a read/write lock's ``_queue_rw.RwLine`` (a reader's key or the writer key); a
+semaphore's ``_queue_permit.PermitLine`` (a slot, held once a majority holds the same one).
 
 **Scripts the server lost**: a leave is always sent again after NOSCRIPT, an entry or a give-back
 not behind a later command on its key (``Script.creates``).
@@ -42,21 +44,13 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from redlock_async import _algorithm, _clock, _queue_rw
+from redlock_async import _algorithm, _clock
 from redlock_async._clock_guard import ClockGuard
-from redlock_async._fanout import sitting_out, timed_out
+from redlock_async._fanout import sitting_out
 from redlock_async._node import Node
-from redlock_async._queue_permit import Permits
-from redlock_async._scripts import (
-    FENCED_BY,
-    PERMIT_ENTER,
-    PERMIT_LEAVE,
-    PERMIT_STAY,
-    QUEUE_ENTER,
-    QUEUE_FENCE,
-    QUEUE_LEAVE,
-    QUEUE_STAY,
-)
+from redlock_async._queue_fence import Counters
+from redlock_async._queue_line import KeyLine, Line, Packed
+from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE, QUEUE_STAY, Script
 from redlock_async._settings import Settings
 from redlock_async._wire import Failure, Reply, pack_script
 
@@ -128,6 +122,27 @@ class Bell:
             self._changed = None
 
 
+class LockLine(KeyLine):
+    """A lock's line (``_queue_line.Line``): the lock key's own; a node holds the key for the waiter."""
+
+    __slots__ = ("fenced", "keys")
+
+    reads = False
+
+    def __init__(self, key: bytes, fence_key: bytes | None) -> None:
+        self.keys = queue_keys(key, fence_key)
+        self.fenced = fence_key is not None
+
+    def enter(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
+        return QUEUE_ENTER, (token, ttl_ms, score, life_ms)
+
+    def stay(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
+        return QUEUE_STAY, (token, score, life_ms, ttl_ms)
+
+    def leave(self, token: bytes) -> Packed:
+        return QUEUE_LEAVE, (token,)
+
+
 class _Request:
     """The receiver of one of our requests on one node: it knows when it was sent, and which of the
     claim's methods reads its replies."""
@@ -148,9 +163,9 @@ class Claim:
     The waiter's token is fixed for the whole acquire: every grant names it. *fence_key*, the name's
     fencing counter, goes with every script (a grant to a fenced waiter reads it); a fenced claim
     (``settings.fencing``) keeps each node's counter beside the grant it came with, and counts only
-    once a fence round raised the counters of a majority (:meth:`fence`; docs/fencing.md). With
-    *permits*, the claim is a semaphore waiter's: its line is the semaphore's, and what a node grants
-    is a slot (:attr:`slots`; ``_queue_permit``).
+    once a fence round raised the counters of a majority (:meth:`fence`; docs/fencing.md). *line*: the
+    primitive's line (``_queue_line.Line``; by default a lock's, :class:`LockLine`): a semaphore
+    waiter's holds a slot, a read/write lock waiter's its reader key or the writer key.
     """
 
     def __init__(
@@ -163,27 +178,23 @@ class Claim:
         *,
         score: bytes | None = None,
         bell: Bell | None = None,
-        permits: Permits | None = None,
         guard: ClockGuard | None = None,
-        rw: _queue_rw.RwLine | None = None,
+        line: Line | None = None,
     ) -> None:
         self.nodes = nodes
         self._guard = guard  # the clock guard: a TIME before each script that can grant, and grant words judged
         self.token = token
-        self.permits = permits
-        self.rw = rw  # a read/write lock's claim: its line is the name's, of readers and writers
-        self.keys = rw.keys if rw is not None else permits.keys if permits is not None else queue_keys(key, fence_key)
-        self.fenced = (
-            settings.fencing and fence_key is not None and permits is None and (not rw or rw.kind == _queue_rw.WRITER)
-        )
-        self.reads = settings.fencing and rw is not None and not self.fenced  # a reader: counters read, none raised
-        self._fence_key = fence_key or b""
-        self._fence_ttl = settings.fence_ttl_ms
+        self.line = LockLine(key, fence_key) if line is None else line
+        self.keys = self.line.keys
+        self.fenced = settings.fencing and self.line.fenced
+        self.reads = settings.fencing and self.line.reads  # a reader: counters read, none raised
+        self._counts = self.fenced or self.reads  # a reply's or word's last field is a fencing counter
+        self.fencing = Counters(len(nodes), fence_key or b"", settings.fence_ttl_ms, floor=self.fenced)
+        """The fencing counters read and raised (a fenced claim's, a reader's; ``_queue_fence``)."""
         self._ttl = settings.ttl_ms / 1000
-        self._ttl_ms = settings.ttl_ms
-        self._life_ms = entry_life_ms(settings)
         self._drift = settings.drift_factor
-        self._score = new_score() if score is None else score  # the same on every node: our place in line
+        # Every entry's and give-back's: token, ttl, our place in line (the same on every node), entry's life.
+        self._entry = (token, settings.ttl_ms, new_score() if score is None else score, entry_life_ms(settings))
         self.bell = Bell() if bell is None else bell
         """Rung at every reply and grant word: the claims of one acquire share one."""
         n = len(nodes)
@@ -192,23 +203,13 @@ class Claim:
         """Per node: until when its key holds our token for sure (our clock); -inf: not ours."""
         self.since = [math.inf] * n
         """Per node: when we learnt it holds our token (for the split grace); inf: it does not."""
-        self.counters: list[int | None] = [None] * n
-        """Per node (a fenced claim): the largest fencing counter read there while the key held our token,
-        since the node last stopped holding it for us (with fence_ttl, at least the node's clock then)."""
-        self.slots: list[int | None] = [None] * n
-        """Per node (a permit claim): the slot it holds for us (None: none, or we cannot tell)."""
-        self.want = -1
-        """A permit claim split between slots: the slot it waits for on every node (-1: any)."""
-        self.refusals = [0] * n
-        """Per node (a permit claim): the limit its latest reply said a slot is held under (0: none)."""
-        self.fenced_to = [0] * n
-        """Per node (a fenced claim): the fencing token our fence round raised its counter to, while the
-        key held our token (0: none since the node last stopped holding it for us)."""
         self._ref: list[tuple[float, int] | None] = [None] * n  # (our send time, node us when it ran)
         self._floor = [math.inf] * n  # words of grants at node times <= this are stale
-        self._busy = [0] * n  # our scripts on the wire per node: words heard meanwhile wait for the reply
+        self.busy = [0] * n
+        """Per node: our scripts on the wire there (grant words heard meanwhile wait for the reply)."""
         self._stash: list[tuple[int, int | None] | None] = [None] * n  # latest grant word heard while busy
-        self._failed: list[Failure | None] = [None] * n  # how each node's latest script failed (for outcomes)
+        self.failed: list[Failure | None] = [None] * n
+        """Per node: how its latest script failed (None: it did not; for outcomes)."""
         self.pending = 0
         """Our scripts not answered yet, on all nodes."""
         self.poked = False
@@ -224,57 +225,52 @@ class Claim:
         """What grant words name this claim by (worked out only for a claim that waits)."""
         return hashlib.sha1(self.token).hexdigest().encode()
 
+    @property
+    def counters(self) -> list[int | None]:
+        """Per node: the largest fencing counter read there while the key held our token (``Counters.read``)."""
+        return self.fencing.read
+
+    @property
+    def fenced_to(self) -> list[int]:
+        """Per node: the fencing token our fence round raised its counter to (``Counters.fenced_to``)."""
+        return self.fencing.fenced_to
+
     # -- sending ------------------------------------------------------------------
 
     def enter(self) -> None:
         """Join (or stay in) every node's line; a node whose key is free grants it to its first waiter."""
-        args = (self.token, self._ttl_ms, self._score, self._life_ms)
-        if self.rw is not None:
-            self._send(range(len(self.nodes)), *self.rw.enter(*args))
-            return
-        if (permits := self.permits) is not None:
-            self._send(range(len(self.nodes)), PERMIT_ENTER, (*args, permits.limit, permits.prefix, self.want))
-            return
-        self._send(range(len(self.nodes)), QUEUE_ENTER, args)
+        self._send(range(len(self.nodes)), *self.line.enter(*self._entry))
 
     def give_back(self, nodes: Sequence[int]) -> None:
         """Give back what *nodes* granted us, and stay in their lines (a split: no majority came)."""
         for i in nodes:
             self._drop(i)
-        args = (self.token, self._score, self._life_ms, self._ttl_ms)
-        if self.rw is not None:
-            self._send(nodes, *self.rw.stay(*args))
-            return
-        if (permits := self.permits) is not None:
-            self._send(nodes, PERMIT_STAY, (*args, permits.limit, permits.prefix, self.want))
-            return
-        self._send(nodes, QUEUE_STAY, args)
+        self._send(nodes, *self.line.stay(*self._entry))
+
+    def split(self, now: float) -> None:
+        """What we hold at *now* short of a win goes back, and we stay in line (the nodes serve the first in
+        line); what the line keeps (a permit: the slot most nodes gave us) starts its grace again."""
+        keep, back = self.line.split(self.held(now), len(self.nodes))
+        for i in keep:
+            self.since[i] = now
+        if back:
+            self.give_back(back)
 
     def leave(self) -> None:
         """Leave every node's line; a key granted to us goes to the next waiter (synchronous: survives
         cancellation). Nothing of ours stays on the nodes once these ran, and nothing counts any more."""
         self.left = True
         self.ends = [-math.inf] * len(self.nodes)
-        self.fenced_to = [0] * len(self.nodes)
-        if self.rw is not None:
-            self._send(range(len(self.nodes)), *self.rw.leave(self.token))
-            return
-        if (permits := self.permits) is not None:
-            self._send(range(len(self.nodes)), PERMIT_LEAVE, (self.token, permits.prefix))
-            return
-        self._send(range(len(self.nodes)), QUEUE_LEAVE, (self.token,))
+        self.fencing.forget()
+        self._send(range(len(self.nodes)), *self.line.leave(self.token), timed=False)
 
     def fence(self, held: Sequence[int]) -> int:
         """Choose the fencing token (one more than the largest counter read on *held*, a majority that
         holds the key for us) and send QUEUE_FENCE on every node: it raises the counter to it where the
         key still holds our token (:attr:`fenced_to`), and its reply says where things stand, as an
         entry's does. Returns the token; the claim counts once a majority raised it (:meth:`fenced_on`)."""
-        chosen = 1 + max(self.counters[i] or 0 for i in held)
-        keys = (self.keys[0], self._fence_key, self._fence_key + FENCED_BY)
-        args: tuple[bytes | int, ...] = (self.token, chosen)
-        if self._fence_ttl is not None:
-            args += (self._fence_ttl,)
-        self._send(range(len(self.nodes)), QUEUE_FENCE, args, keys, functools.partial(self._fence_answered, chosen))
+        chosen, script, args, keys = self.fencing.round(self.keys[0], self.token, held)
+        self._send(range(len(self.nodes)), script, args, keys, functools.partial(self._fence_answered, chosen))
         return chosen
 
     def fenced_on(self, now: float, chosen: int) -> list[int]:
@@ -284,23 +280,22 @@ class Claim:
     def _send(
         self,
         nodes: Sequence[int],
-        script: object,
+        script: Script,
         args: tuple[bytes | int, ...],
         keys: tuple[bytes, ...] | None = None,
         answer: Callable[[int, float, Reply], None] | None = None,
+        *,
+        timed: bool = True,
     ) -> None:
-        known = (QUEUE_ENTER, QUEUE_LEAVE, QUEUE_STAY, QUEUE_FENCE, PERMIT_ENTER, PERMIT_LEAVE, PERMIT_STAY)
-        assert script in known or script in _queue_rw.SCRIPTS
         keys = self.keys if keys is None else keys
         packed = pack_script(script, keys, args)
         fallback = (script, keys, args)
         receiver = _Request(self._answered if answer is None else answer, _clock.now())
-        # A script that can grant us the key carries the node's TIME right before it (the clock guard:
-        # a node whose clock jumped ahead sits out before its grant is counted).
-        leave = script in (QUEUE_LEAVE, PERMIT_LEAVE, _queue_rw.LEAVE)
-        clock = None if self._guard is None or leave else self._guard.reading()
+        # A script that can grant us the key (*timed*: all but a leave) carries the node's TIME right before
+        # it (the clock guard: a node whose clock jumped ahead sits out before its grant is counted).
+        clock = None if self._guard is None or not timed else self._guard.reading()
         for i in nodes:
-            self._busy[i] += 1
+            self.busy[i] += 1
             self.pending += 1
             if clock is None:
                 self.nodes[i].send_packed(receiver, i, packed, fallback=fallback)
@@ -310,9 +305,9 @@ class Claim:
     # -- hearing --------------------------------------------------------------------
 
     def _answered(self, i: int, sent: float, reply: Reply) -> None:
-        self._busy[i] -= 1
+        self.busy[i] -= 1
         self.pending -= 1
-        self._failed[i] = reply if isinstance(reply, Failure) else None
+        self.failed[i] = reply if isinstance(reply, Failure) else None
         new = False
         if self.left:
             pass  # out of every line: what a node says now grants us nothing
@@ -323,27 +318,21 @@ class Claim:
             self._ref[i] = None
         else:
             node_us, pttl = int(reply[1]), reply[2]
-            if self.permits is not None:  # PERMIT_ENTER's -L: a slot is held under another limit L
-                self.refusals[i] = -reply[0] if isinstance(reply[0], int) and reply[0] < 0 else 0
+            self.line.replied(i, reply[0])
             self._ref[i] = (sent, node_us)
             self._floor[i] = node_us
-            if self._busy[i]:
+            if self.busy[i]:
                 pass  # a later script of ours is on the wire (a give-back?): its reply says where things stand
             elif isinstance(pttl, int) and pttl > 0:
-                if self.permits is not None:
-                    self.slots[i] = int(reply[3])  # the slot it holds for us
-                if self.fenced or self.reads:
+                extra = reply[3] if len(reply) > 3 else None
+                self.line.took(i, extra)  # (a permit's slot)
+                if self._counts:
                     # Read while the key held our token: every grant before ours there had ended.
-                    self._count(i, reply[3] if len(reply) > 3 else None, node_us)
-                end = _algorithm.held_until(sent, pttl / 1000, self._drift)
-                if end > self.ends[i]:
-                    if self.ends[i] == -math.inf:
-                        self.since[i] = _clock.now()
-                        new = True
-                    self.ends[i] = end
+                    self.fencing.count(i, extra, node_us)
+                new = self._holds(i, _algorithm.held_until(sent, pttl / 1000, self._drift), None)
             else:
                 self._drop(i)
-        if not self._busy[i] and (stashed := self._stash[i]) is not None:
+        if not self.busy[i] and (stashed := self._stash[i]) is not None:
             self._stash[i] = None
             new = self._granted(i, *stashed) or new
         if new or not self.pending:
@@ -353,16 +342,17 @@ class Claim:
         """A reply to our fence round: as an entry's, and where it raised the counter, say so."""
         self._answered(i, sent, reply)
         raised = isinstance(reply, list) and len(reply) > 3 and reply[0] == 1
-        if raised and not self._busy[i] and not self.left and self.ends[i] > -math.inf:
-            self.fenced_to[i] = max(self.fenced_to[i], chosen)
-            self._wake()
+        if raised and not self.busy[i] and not self.left and self.ends[i] > -math.inf:
+            self.fencing.raised(i, chosen)
+            self.bell.ring()
         elif not self.pending:
-            self._wake()
+            self.bell.ring()
 
     def heard(self, i: int, grant_us: int, counter: int | None = None) -> None:
-        """Node *i* published a grant of the key to us, at its time *grant_us*, with the fencing counter
-        it read in the same step (None: the word carries none, from a client before fenced grants)."""
-        if self._busy[i]:
+        """Node *i* published a grant of the key to us, at its time *grant_us*, with the last field of its
+        word (a lock's: the fencing counter it read in the same step, a permit's: the slot; None: the word
+        carries none, from a client before fenced grants)."""
+        if self.busy[i]:
             stashed = self._stash[i]
             if stashed is None or grant_us > stashed[0]:
                 self._stash[i] = (grant_us, counter)
@@ -378,14 +368,12 @@ class Claim:
         now = _clock.now()
         if self._guard is not None and self._guard.heard(i, grant_us / 1e6, now):
             return False  # its clock jumped ahead since our last reading: it sits out (and keys there die early)
-        if self.permits is not None:
-            if counter is None:
-                return False  # no slot named: the next entry's reply says where things stand
-            self.slots[i] = counter  # a permit's grant word names the slot where a lock's names the counter
-        elif self.fenced or self.reads:
-            if counter is None:
-                return False  # no counter with it: the next entry's reply says where things stand
-            self._count(i, counter, grant_us)
+        if self._counts and counter is None:
+            return False  # no counter with it: the next entry's reply says where things stand
+        if not self.line.took(i, counter):
+            return False
+        if self._counts:
+            self.fencing.count(i, counter, grant_us)
         sent, node_us = ref
         # The grant's time on the node, mapped to ours through the latest reply, and capped at a ttl from
         # now (the grant came before we heard it): a clock that stepped ahead since that reply and went
@@ -394,58 +382,43 @@ class Claim:
             _algorithm.held_until(sent, (grant_us - node_us) / 1e6 + self._ttl, self._drift),
             _algorithm.held_until(now, self._ttl, self._drift),
         )
+        return self._holds(i, end, now)
+
+    def _holds(self, i: int, end: float, now: float | None) -> bool:
+        """Node *i* holds the key for us until *end*, if later than we knew; True when it newly does (since
+        *now*, or the clock's now)."""
         if end <= self.ends[i]:
             return False
         new = self.ends[i] == -math.inf
         if new:
-            self.since[i] = now
+            self.since[i] = _clock.now() if now is None else now
         self.ends[i] = end
         return new
-
-    def _count(self, i: int, counter: object, node_us: int) -> None:
-        """Keep a fencing counter node *i* read while its key held our token (with fence_ttl, at least
-        the node's clock *node_us* then: counters expire, and a token never goes back; docs/fencing.md)."""
-        value = int(counter) if isinstance(counter, (int, bytes)) else 0
-        if self._fence_ttl is not None and self.fenced:  # (a reader's token is the last writer's, not a floor)
-            value = max(value, node_us)
-        self.counters[i] = max(self.counters[i] or 0, value)
 
     def _drop(self, i: int) -> None:
         """Node *i* no longer holds the key for us (or we cannot tell): what we knew of it goes."""
         self.ends[i], self.since[i] = -math.inf, math.inf
-        self.counters[i], self.fenced_to[i], self.slots[i] = None, 0, None
+        self.fencing.drop(i)
+        self.line.drop(i)
 
     def _wake_for_grant(self) -> None:
         """Wake the waiter if what changed may decide: every script answered, a majority holds, or (eager)
         any new grant."""
         if self.eager or not self.pending or len(self.ends) - self.ends.count(-math.inf) >= self._quorum:
-            self._wake()
+            self.bell.ring()
 
     async def raised(self, chosen: int, timeout: float) -> None:
         """Wait until a majority raised its counter to *chosen* for us, every script of ours was answered,
         or *timeout* seconds passed (a dead minority does not hold the grant up)."""
         ends = _clock.now() + timeout
         while self.pending and (left := ends - _clock.now()) > 0:
-            if sum(raised >= chosen for raised in self.fenced_to) >= self._quorum:
+            if self.fencing.raised_on(chosen) >= self._quorum:
                 return
-            await self.changed(left)
-
-    async def settled(self, timeout: float) -> None:
-        """Wait until every script of ours was answered, at most *timeout* seconds."""
-        ends = _clock.now() + timeout
-        while self.pending and (left := ends - _clock.now()) > 0:
-            await self.changed(left)
+            await self.bell.wait(left)
 
     def poke(self) -> None:
         self.poked = True
-        self._wake()
-
-    def _wake(self) -> None:
         self.bell.ring()
-
-    async def changed(self, timeout: float) -> None:
-        """Return at the next reply or grant word (of any claim sharing our bell), or after *timeout* s."""
-        await self.bell.wait(timeout)
 
     # -- deciding ---------------------------------------------------------------------
 
@@ -453,39 +426,10 @@ class Claim:
         """The nodes whose key holds our token for sure at *now*, and count (not sitting out)."""
         return [i for i, end in enumerate(self.ends) if end > now and sitting_out(self.nodes[i]) is None]
 
-    def best_slot(self, now: float) -> tuple[int | None, list[int]]:
-        """A permit claim: the slot that the most nodes of :meth:`held` hold for us, and those nodes (a
-        permit is held once they are a majority: two holders of one slot would be two of one lock)."""
-        by_slot: dict[int, list[int]] = {}
-        for i in self.held(now):
-            if (slot := self.slots[i]) is not None:
-                by_slot.setdefault(slot, []).append(i)
-        if not by_slot:
-            return None, []
-        slot = max(by_slot, key=lambda s: len(by_slot[s]))
-        return slot, by_slot[slot]
-
-    def votes(self, now: float, waited: float) -> tuple[list[_algorithm.Vote], list[str]]:
-        """Each node's standing at *now*, as votes (with details) for ``Lock.outcomes`` and errors: yes
-        (holds the key for us), quarantined (holds it, but sits out), no (answered: not ours), its
-        failure's vote, or timeout (a script of ours still unanswered after *waited* seconds, the try's
-        patience: its detail says which setting to change, as a fan-out's does)."""
-        votes, details = [], []
-        for i, node in enumerate(self.nodes):
-            failed, detail = self._failed[i], ""
-            if failed is not None:
-                vote, detail = failed.vote, failed.detail
-            elif self._busy[i]:
-                vote, detail = _algorithm.Vote.TIMEOUT, timed_out(node, waited)
-            elif self.ends[i] > now:
-                quarantined = sitting_out(node)
-                vote = _algorithm.YES if quarantined is None else _algorithm.Vote.QUARANTINED
-                detail = quarantined or ""
-            else:
-                vote = _algorithm.NO
-            votes.append(vote)
-            details.append(detail)
-        return votes, details
+    def holding(self, now: float) -> list[int]:
+        """The nodes of :meth:`held` a win is counted on (a permit: those of the slot most of them hold for
+        us; two holders of one slot would be two of one lock)."""
+        return self.line.holding(self.held(now))
 
     def until(self, now: float, holders: Sequence[int] | None = None) -> float:
         """Until when a majority of the nodes that count (or of *holders*) hold the key for us (-inf: no

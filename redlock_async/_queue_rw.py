@@ -14,23 +14,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redlock_async._scripts import RW_ENTER, RW_QUEUE_LEAVE, RW_QUEUE_STAY, Script
+from redlock_async._queue_line import KeyLine, Packed
+from redlock_async._scripts import RW_ENTER, RW_QUEUE_LEAVE, RW_QUEUE_STAY
 
 LINE, WAITS = b"\x00queue", b"\x00waits"
 """What a writer key adds for its line and its waits (as a lock key's: ``_queue.SUFFIXES``)."""
 
 READER, WRITER = b"r", b"w"
 
-SCRIPTS = (RW_ENTER, RW_QUEUE_LEAVE, RW_QUEUE_STAY)
-"""What a read/write claim sends (``_queue.Claim`` checks it sends nothing else)."""
-LEAVE = RW_QUEUE_LEAVE
-"""The one of them that cannot grant (sent without the clock guard's TIME, as every leave)."""
-
 
 @dataclass(frozen=True, slots=True)
-class RwLine:
+class RwLine(KeyLine):
     """What a read/write lock's claim needs: its writer key (the channel) and companions
-    (``_names.rw_keys``), the fencing counter, its side."""
+    (``_names.rw_keys``), the fencing counter, its side. As a claim's line (``_queue_line.Line``), a node
+    holds the waiter's key: a reader's own, or the writer key."""
 
     writer_key: bytes
     companions: tuple[bytes, bytes, bytes]
@@ -51,11 +48,21 @@ class RwLine:
     def prefix(self) -> bytes:
         return self.companions[0]
 
-    def enter(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> tuple[Script, tuple[bytes | int, ...]]:
+    @property
+    def fenced(self) -> bool:
+        """A writer, fenced as a lock is (with a fencing counter: ``settings.fencing``)."""
+        return self.kind == WRITER and self.fence_key is not None
+
+    @property
+    def reads(self) -> bool:
+        """A reader: its token is the last writer's, the largest counter its majority read."""
+        return not self.fenced
+
+    def enter(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
         return RW_ENTER, (token, ttl_ms, score, life_ms, self.prefix, self.kind)
 
-    def stay(self, token: bytes, score: bytes, life_ms: int, ttl_ms: int) -> tuple[Script, tuple[bytes | int, ...]]:
+    def stay(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
         return RW_QUEUE_STAY, (token, score, life_ms, ttl_ms, self.prefix, self.kind)
 
-    def leave(self, token: bytes) -> tuple[Script, tuple[bytes | int, ...]]:
+    def leave(self, token: bytes) -> Packed:
         return RW_QUEUE_LEAVE, (token, self.prefix, self.kind)

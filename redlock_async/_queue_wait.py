@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from redlock_async import _algorithm, _clock
+from redlock_async._fanout import sitting_out, timed_out
 from redlock_async._queue import Claim
 
 
@@ -48,11 +49,9 @@ class Won:
 
 def holding(claims: Sequence[Claim], now: float) -> list[int]:
     """The nodes that hold every claim's key for us at *now*, and count (a permit claim: one slot)."""
-    if claims[0].permits is not None:
-        return claims[0].best_slot(now)[1]
-    held = claims[0].held(now)
+    held = claims[0].holding(now)
     for claim in claims[1:]:
-        theirs = set(claim.held(now))
+        theirs = set(claim.holding(now))
         held = [i for i in held if i in theirs]
     return held
 
@@ -79,17 +78,40 @@ def leave(claims: Sequence[Claim]) -> None:
 def votes(claims: Sequence[Claim], now: float, waited: float) -> tuple[list[_algorithm.Vote], list[str]]:
     """Each node's standing at *now* for every name: yes where every claim's is, else the first other
     (for ``Lock.outcomes`` and errors; *waited*: the try's patience, for a timeout's detail)."""
-    votes, details = claims[0].votes(now, waited)
-    if (permit := claims[0]).permits is not None:
-        best, keep = permit.best_slot(now)
-        for i, vote in enumerate(votes):
-            if vote is _algorithm.YES and i not in keep:  # a slot, but not the one a permit is counted on
-                votes[i], details[i] = _algorithm.NO, f"granted slot {permit.slots[i]}, most nodes slot {best}"
+    votes, details = standing(claims[0], now, waited)
     for claim in claims[1:]:
-        theirs, why = claim.votes(now, waited)
+        theirs, why = standing(claim, now, waited)
         for i, vote in enumerate(theirs):
             if votes[i] is _algorithm.YES and vote is not _algorithm.YES:
                 votes[i], details[i] = vote, why[i]
+    return votes, details
+
+
+def standing(claim: Claim, now: float, waited: float) -> tuple[list[_algorithm.Vote], list[str]]:
+    """Each node's standing at *now* for *claim*, as votes (with details): yes (holds the key for us, as
+    :meth:`Claim.holding` counts), quarantined (holds it, but sits out), no (answered: not ours, or held
+    but not counted), its failure's vote, or timeout (a script of ours still unanswered after *waited*
+    seconds, the try's patience: its detail says which setting to change, as a fan-out's does)."""
+    out = [sitting_out(node) for node in claim.nodes]  # read once: the holders and the votes agree
+    holders = claim.line.holding([i for i, end in enumerate(claim.ends) if end > now and out[i] is None])
+    votes, details = [], []
+    for i, node in enumerate(claim.nodes):
+        failed, detail = claim.failed[i], ""
+        if failed is not None:
+            vote, detail = failed.vote, failed.detail
+        elif claim.busy[i]:
+            vote, detail = _algorithm.Vote.TIMEOUT, timed_out(node, waited)
+        elif claim.ends[i] > now:
+            if (quarantined := out[i]) is not None:
+                vote, detail = _algorithm.Vote.QUARANTINED, quarantined
+            elif i in holders:
+                vote = _algorithm.YES
+            else:
+                vote, detail = _algorithm.NO, claim.line.why_not(i, holders)
+        else:
+            vote = _algorithm.NO
+        votes.append(vote)
+        details.append(detail)
     return votes, details
 
 
@@ -97,7 +119,7 @@ async def settled(claims: Sequence[Claim], timeout: float) -> None:
     """Wait until every script of every claim was answered, at most *timeout* seconds."""
     ends = _clock.now() + timeout
     while any(claim.pending for claim in claims) and (left := ends - _clock.now()) > 0:
-        await claims[0].changed(left)
+        await claims[0].bell.wait(left)
 
 
 async def claimed(
@@ -117,9 +139,9 @@ async def claimed(
         held = holding(claims, now)
         if len(held) >= need and (end := until(claims, held)) > now:
             if first.reads:  # a reader: the last writer's token, the largest counter its majority read
-                return Won(held, now, end, (max(first.counters[i] or 0 for i in held),))
+                return Won(held, now, end, (first.fencing.last(held),))
             if not first.fenced:
-                return Won(held, now, end, None, first.best_slot(now)[0] if first.permits is not None else None)
+                return Won(held, now, end, None, first.line.slot(held))
             # Fenced: a majority must raise each name's counter to its token while the keys are ours first.
             chosen = [claim.fence(held) for claim in claims]
             deadline = now + grace
@@ -144,26 +166,11 @@ async def claimed(
             split = _give_back_due(claims, held, now, grace, hold_back if several else grace)
             if split is not None and now >= split:
                 for claim in claims:
-                    if claim.permits is not None:
-                        _split_permit(claim, now)
-                    elif mine := claim.held(now):
-                        claim.give_back(mine)  # a split: the nodes serve the first in line
+                    claim.split(now)  # the nodes serve the first in line (a permit: keeps its likeliest slot)
                 continue
             if split is not None:
                 wake = min(wake, split)
-        await first.changed(wake - now)
-
-
-def _split_permit(claim: Claim, now: float) -> None:
-    """A permit claim that holds no slot on a majority: it keeps the slot most nodes gave it and waits
-    for that one everywhere (``PERMIT_STAY`` with it wanted): other slots go on to other waiters, so
-    every waiter's holdings converge on one slot, and each slot's waiters are served in line order as a
-    lock's are. Its split grace starts again on the nodes it keeps."""
-    slot, keep = claim.best_slot(now)
-    claim.want = -1 if slot is None else slot
-    for i in keep:
-        claim.since[i] = now
-    claim.give_back([i for i in range(len(claim.nodes)) if i not in keep])
+        await first.bell.wait(wake - now)
 
 
 def _give_back_due(

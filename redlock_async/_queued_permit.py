@@ -15,7 +15,7 @@ from redlock_async import _algorithm, _queue, _queue_wait, _requests
 from redlock_async._fanout import Ballot
 from redlock_async._lease import Lease
 from redlock_async._names import default_owner
-from redlock_async._queue_permit import Permits
+from redlock_async._queue_permit import PermitLine, Permits
 from redlock_async._queue_release import release_permit
 from redlock_async._strategies import Permit, Queued
 
@@ -39,11 +39,12 @@ class QueuedPermit(Queued, Permit):
 
     def new_claims(self, token: bytes) -> list[_queue.Claim]:
         cluster = self.cluster
-        claim = _queue.Claim(cluster.nodes, self.keys[0], self.settings, token, permits=self.spec, guard=cluster.clock)
-        return [claim]
+        line = PermitLine(self.spec, len(cluster.nodes))
+        return [_queue.Claim(cluster.nodes, self.keys[0], self.settings, token, guard=cluster.clock, line=line)]
 
     def check_refused(self, claims: Sequence[_queue.Claim]) -> None:
-        limits = [limit for claim in claims for limit in claim.refusals if limit]
+        lines = [claim.line for claim in claims]  # (PermitLines: the claims are new_claims')
+        limits = [limit for line in lines if isinstance(line, PermitLine) for limit in line.refusals if limit]
         n = len(self.cluster.nodes)
         if len(limits) > n - _algorithm.quorum(n):  # no majority could grant a permit of our limit
             raise ValueError(

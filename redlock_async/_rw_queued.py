@@ -40,7 +40,7 @@ class QueuedReader(Queued, Reader):
         self.claim_token = token
         cluster = self.cluster
         claim = _queue.Claim(
-            cluster.nodes, self.rw_key, self.settings, token, self.fence_key, guard=cluster.clock, rw=self.line
+            cluster.nodes, self.rw_key, self.settings, token, self.fence_key, guard=cluster.clock, line=self.line
         )
         return [claim]
 
@@ -71,7 +71,7 @@ class QueuedWriter(Queued, Writer):
     def new_claims(self, token: bytes) -> list[_queue.Claim]:
         cluster = self.cluster
         claim = _queue.Claim(
-            cluster.nodes, self.rw_key, self.settings, token, self.fence_key, guard=cluster.clock, rw=self.line
+            cluster.nodes, self.rw_key, self.settings, token, self.fence_key, guard=cluster.clock, line=self.line
         )
         return [claim]
 
