@@ -5,8 +5,9 @@ each primitive.
 for stale grant words, the split grace and give-back, the fence round). What differs per primitive is a
 :class:`Line`: the scripts a claim enters, stays and leaves with, how a reply's or a grant word's last
 field is read, and what "held" means. A lock's line (``_queue.LockLine``) and a read/write lock's
-(``_queue_rw.RwLine``) are :class:`KeyLine`\\ s: a node holds a key for the waiter. A semaphore's
-(``_queue_permit.PermitLine``) holds a slot, and counts on the nodes of the slot most of them hold.
+(``_queue_rw.RwLine``) are key lines (:class:`KeyLine`): a node holds a key for the waiter. A
+semaphore's (``_queue_permit.PermitLine``) holds a slot, and counts on the nodes of the slot most of
+them hold.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ class RwLine(KeyLine):
 
     @property
     def reads(self) -> bool:
-        """A reader: its token is the last writer's, the largest counter its majority read."""
+        """Not fenced (a reader): its token is the last writer's, the largest counter its majority read."""
         return not self.fenced
 
     def enter(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:

@@ -50,7 +50,8 @@ def test_a_permit_counts_on_the_nodes_of_the_slot_most_of_them_hold() -> None:
         assert votes == [_algorithm.YES, _algorithm.NO, _algorithm.YES, _algorithm.YES, _algorithm.NO]
         assert details[1] == "granted slot 0, most nodes slot 2"
         won = await _queue_wait.claimed([claim], now + 1.0, 0.1, 0.1, until_answered=True)
-        assert won is not None and won.holders == [0, 2, 3] and won.slot == 2 and won.fencing_tokens is None
+        assert won is not None
+        assert (won.holders, won.slot, won.fencing_tokens) == ([0, 2, 3], 2, None)
 
     virtual(scenario)
 
@@ -69,7 +70,8 @@ def test_a_split_permit_keeps_the_likeliest_slot_and_waits_for_it_everywhere() -
         assert [node.waiting for node in nodes[:2]] == [[], []]  # slot 1 kept: nothing sent
         for node in nodes[2:]:
             (stay,) = node.waiting
-            assert PERMIT_STAY.sha in stay.args and stay.args[-1] == b"1"  # (token, ..., prefix, wanted slot)
+            assert PERMIT_STAY.sha in stay.args
+            assert stay.args[-1] == b"1"  # (token, ..., prefix, the slot wanted)
         assert claim.since[0] == claim.since[1] == start + 0.1
         assert claim.ends[2] == -math.inf  # slot 0 given back
 
@@ -134,7 +136,8 @@ def test_fencing_roles_a_writer_raises_the_counter_a_reader_reads_it() -> None:
         for node, counter in zip(nodes, (7, 9, 4), strict=True):
             node.answer([1, b"1000000", 9_000, str(counter).encode()])
         won = await _queue_wait.claimed([reader], _clock.now() + 1.0, 0.1, 0.1, until_answered=True)
-        assert won is not None and won.fencing_tokens == (9,)  # the last writer's token: the largest read
+        assert won is not None
+        assert won.fencing_tokens == (9,)  # the last writer's token: the largest read
 
     virtual(scenario)
 
@@ -143,12 +146,11 @@ def test_every_line_leaves_without_a_clock_reading_and_enters_with_one() -> None
     """The clock guard's TIME goes before each script that can grant us something; a leave cannot."""
 
     async def scenario() -> None:
-        made = [
-            (QUEUE_LEAVE, lambda nodes, guard: Claim(as_nodes(nodes), b"redlock:r", Settings(), b"t", guard=guard)),
-            (PERMIT_LEAVE, lambda nodes, guard: permit_claim_on(nodes, guard)),
-            (RW_QUEUE_LEAVE, lambda nodes, guard: rw_claim_on(nodes, guard)),
-        ]
-        for leave, make in made:
+        for leave, make in (
+            (QUEUE_LEAVE, lock_claim_on),
+            (PERMIT_LEAVE, permit_claim_on),
+            (RW_QUEUE_LEAVE, rw_claim_on),
+        ):
             nodes = fake_nodes(3)
             guard = ClockGuard(as_nodes(nodes), 0.01, lambda: 1.0, lambda *_: None)
             claim = make(nodes, guard)
@@ -161,6 +163,10 @@ def test_every_line_leaves_without_a_clock_reading_and_enters_with_one() -> None
             assert nodes[0].waiting[-2].args[0] != b"TIME"
 
     virtual(scenario)
+
+
+def lock_claim_on(nodes: list[FakeNode], guard: ClockGuard) -> Claim:
+    return Claim(as_nodes(nodes), b"redlock:r", Settings(), b"t", guard=guard)
 
 
 def permit_claim_on(nodes: list[FakeNode], guard: ClockGuard) -> Claim:
