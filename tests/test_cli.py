@@ -34,6 +34,7 @@ from .conftest import (
     Cluster,
     MakeRedlock,
     assert_empty,
+    client_connections,
     eventually,
     free_port,
     holders,
@@ -123,6 +124,22 @@ async def test_signals_reach_the_command_and_the_lock_is_released(cluster: Clust
     assert code == 5
     assert "got TERM" in out
     assert [cluster[i].command("GET", "redlock:signalled-job") for i in range(len(cluster))] == [None] * len(cluster)
+
+
+@pytest.mark.parametrize("name", ["TERM", "INT"])
+async def test_a_signal_sent_as_the_command_starts_still_reaches_it(cluster: Cluster, name: str) -> None:
+    """A signal that comes while the command is being started (here the command itself sends it to
+    redlock, its parent, first thing) is the command's too: it is not lost, and redlock is not killed
+    by it, leaving the lock on the nodes (CI: the signal test saw redlock die of SIGTERM, -15)."""
+    script = (
+        f"sleep 10 </dev/null >/dev/null 2>&1 & s=$!; trap 'kill $s; echo got {name}; exit 5' {name}; "
+        f"kill -{name} $PPID; wait $s"
+    )
+    for _ in range(5):  # each time: the window is a few loop turns wide
+        process = await redlock_run(cluster.urls, "self-signalled", "--", "sh", "-c", script)
+        code, out, err = await finish(process)
+        assert (code, out.strip()) == (5, f"got {name}"), err
+        assert [cluster[i].command("GET", "redlock:self-signalled") for i in range(len(cluster))] == [None] * 5
 
 
 @pytest.mark.slow
@@ -459,14 +476,23 @@ async def test_ctrl_c_while_waiting_is_one_line_and_130(
 ) -> None:
     redlock = await make_redlock()
     async with redlock.lock("interrupted", ttl=30.0) as holder:
+        before = [client_connections(cluster[i]) for i in range(len(cluster))]
         process = await asyncio.create_subprocess_exec(
             *INTERRUPTIBLE, PY, "-m", "redlock_async", "run", "interrupted", "--nodes", ",".join(cluster.urls),
             "--wait", "30", *(["--quiet"] if quiet else []), "--", PY, "-c", "print('ran')",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
-        await asyncio.sleep(1.5)  # it waits for the lock
+        # It waits for the lock once it is connected to every node (and, without --quiet, has said so), not
+        # after a fixed time: CI's first run, compiling redis-py's bytecode, was still importing after 1.5 s.
+        assert await eventually(lambda: all(client_connections(cluster[i]) > n for i, n in enumerate(before)), 20.0)
+        said = b""
+        if not quiet:
+            assert process.stderr is not None
+            async with asyncio.timeout(20):
+                said = await process.stderr.readline()
         process.send_signal(signal.SIGINT)
         code, out, err = await finish(process)
+        err = said.decode() + err
         assert code == 130, err
         assert out == ""
         # Without --quiet the wait was announced; the interruption is still one line, and no "gave up".

@@ -410,13 +410,18 @@ async def test_an_anyio_cancel_right_after_the_lease_ran_out_still_reports_the_l
     """The exit's confirmation round is not cut short by anyio's repeated cancellation."""
     events: list[LockEvent] = []
     async with Redlock(faulty.urls, on_event=events.append) as redlock:
-        lock = redlock.lock("anyio:overrun", ttl=0.6)  # the watchdog is due at 0.4 s
-        with anyio.move_on_after(0.2) as scope:  # before the watchdog
+        # The watchdog is due at 0.8 s: time enough, on a loaded box, to reach the blocking sleep before it.
+        lock = redlock.lock("anyio:overrun", ttl=1.2)
+        with anyio.CancelScope() as scope:
             async with lock:
                 for i in (0, 1, 2):
                     faulty[i].pause()
-                await anyio.sleep(0.01)  # the watchdog's task starts, and waits for its due time (0.4 s)
-                time.sleep(0.7)  # the loop blocked past the validity: the watchdog cannot run
+                await anyio.sleep(0.01)  # the watchdog's task starts, and waits for its due time (0.8 s)
+                # The deadline is set here, not by a move_on_after around the acquire: under load, a
+                # deadline counted from before it could pass before the lease ran out (CI saw that: the
+                # exit released a live lease, and no loss was reported).
+                scope.deadline = anyio.current_time() + 0.2
+                time.sleep(1.3)  # the loop blocked past the validity and the deadline: the watchdog cannot run
                 await anyio.sleep(30)  # the scope's deadline has passed: cancelled here, at once
         for i in (0, 1, 2):
             faulty[i].resume()

@@ -117,20 +117,24 @@ async def run_command(
                 env["REDLOCK_FENCING_TOKENS"] = ",".join(f"{typed}={tokens[resource]}" for typed, resource, _ in held)
             elif lock.fencing_token is not None:
                 env["REDLOCK_FENCING_TOKEN"] = str(lock.fencing_token)
+            # What is sent to redlock goes to the command, from before it starts: one sent while it
+            # starts (it may run before create_subprocess_exec returns) waits for it, not killing redlock.
+            signals = _Forwarder()
+            for signum in FORWARDED:
+                loop.add_signal_handler(signum, signals.forward, signum)
             try:
-                process = await asyncio.create_subprocess_exec(
-                    *cmd, env=env, preexec_fn=functools.partial(_die_with_parent, os.getpid())
-                )
-            except OSError as exc:
-                print(f"redlock: cannot run {cmd[0]}: {exc.strerror or exc}", file=sys.stderr)
-                # The shell's convention: 127 not found, 126 found but not executable.
-                return 127 if isinstance(exc, FileNotFoundError) else 126
-            # Whatever ends this process (SIGKILL included), the command must not outlive it, and
-            # so its lease, beside the next holder: the kernel's parent-death signal, and a reaper.
-            _reaper.watch_pid(process.pid)
-            for signum in FORWARDED:  # what is sent to redlock goes to the command
-                loop.add_signal_handler(signum, _forward, process, signum)
-            try:
+                try:
+                    process = await asyncio.create_subprocess_exec(
+                        *cmd, env=env, preexec_fn=functools.partial(_die_with_parent, os.getpid())
+                    )
+                except OSError as exc:
+                    print(f"redlock: cannot run {cmd[0]}: {exc.strerror or exc}", file=sys.stderr)
+                    # The shell's convention: 127 not found, 126 found but not executable.
+                    return 127 if isinstance(exc, FileNotFoundError) else 126
+                # Whatever ends this process (SIGKILL included), the command must not outlive it, and
+                # so its lease, beside the next holder: the kernel's parent-death signal, and a reaper.
+                _reaper.watch_pid(process.pid)
+                signals.started(process)
                 exited = asyncio.ensure_future(process.wait())
                 gone = asyncio.ensure_future(lost.wait())
                 await asyncio.wait([exited, gone], return_when=asyncio.FIRST_COMPLETED)
@@ -150,8 +154,9 @@ async def run_command(
             finally:
                 for signum in FORWARDED:
                     loop.remove_signal_handler(signum)
-                if process.returncode is not None:
-                    _reaper.forget_pid(process.pid)
+                child = signals.process
+                if child is not None and child.returncode is not None:
+                    _reaper.forget_pid(child.pid)
         finally:
             await lock.__aexit__(None, None, None)
 
@@ -217,6 +222,26 @@ def _die_with_parent(parent: int) -> None:
 
 
 PR_SET_PDEATHSIG = 1
+
+
+class _Forwarder:
+    """The signals sent to redlock, for the command: kept until it has started, then sent on."""
+
+    def __init__(self) -> None:
+        self.process: asyncio.subprocess.Process | None = None
+        self.pending: list[int] = []
+
+    def forward(self, signum: int) -> None:
+        if self.process is None:
+            self.pending.append(signum)
+        else:
+            _forward(self.process, signum)
+
+    def started(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        for signum in self.pending:
+            _forward(process, signum)
+        self.pending.clear()
 
 
 def _forward(process: asyncio.subprocess.Process, signum: int) -> None:
