@@ -111,11 +111,13 @@ async def test_a_scripted_sequence_gives_exact_counts_and_attributes(faulty: Clu
 
         # 3. Lost in the watchdog's task while the body runs under the caller's span "job".
         with otel.tracer.start_as_current_span("job") as job, pytest.raises(LockLost):
-            async with redlock.lock("orders:3", ttl=0.5) as doomed:
+            # ttl 1.5 s: the DELs below block the loop (so that no extension runs before them), and on a
+            # loaded box they took longer than a 0.5 s lease (CI: "expired before the watchdog could extend it").
+            async with redlock.lock("orders:3", ttl=1.5) as doomed:
                 count(doomed)
                 for i in range(5):
                     faulty[i].command("DEL", "redlock:orders:3")  # gone: the first extension is refused
-                await asyncio.sleep(2.0)
+                await asyncio.sleep(5.0)  # cancelled at the first extension (due at 1 s), once refused
 
         # 4. A node down: acquired on the other four.
         faulty[4].kill()

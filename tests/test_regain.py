@@ -225,12 +225,13 @@ async def test_holders_after_hand_offs_between_processes_regain_every_node(clust
     """The issue's setting, between OS processes (a waiter's SETs overtake a release on a minority,
     and are given back when it loses): however few nodes a section was granted on, its first
     extension takes those its key is free on (a node whose reply came late, or whose other key is
-    given back late, at the second). Before the fix, 5 of the 18 sections stayed on 3 or 4 nodes
-    through both (14 and 8 of 30 in two longer runs)."""
+    given back late, at the second; on a loaded box a late reply may make it the third or fourth:
+    _regain_child.MOST). Before the fix, 5 of the 18 sections stayed on 3 or 4 nodes through both
+    (14 and 8 of 30 in two longer runs): no extension took a free node."""
     children = [await start_module("tests._regain_child", "handed", "6", *cluster.urls) for _ in range(3)]
     rows = [row for child in children for row in await finish_child(child, 120)]
     assert len(rows) == 18
-    assert [row for row in rows if len(row["extended"][1]) < 5] == []
+    assert [row for row in rows if len(row["extended"][-1]) < 5] == []
 
 
 # -- without servers: what each node is sent ---------------------------------------------------------
