@@ -153,7 +153,8 @@ class Reader(_Side):
             else "could not be downgraded on a majority of nodes in time: its write lock is given up"
         )
         lost = writer.on_handed_over(False, why)
-        assert lost is not None
+        if lost is None:  # released by another task while the downgrade was out
+            raise RuntimeError(f"downgrade of read/write lock {self.name!r}: its writer was released meanwhile")
         raise lost
 
     def send_release(

@@ -10,8 +10,10 @@ majority) during a downgrade is still LockLost, with nothing left on the nodes.
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
+from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -19,7 +21,7 @@ import pytest
 from redlock_async import LockEvent, LockLost, Redlock
 from redlock_async.events import EventKind
 from redlock_async.sync import Redlock as SyncRedlock
-from redlock_async.testing import LocalNodes
+from redlock_async.testing import History, LocalNodes
 
 from .conftest import Cluster, MakeRedlock, assert_empty, keys_everywhere
 
@@ -179,7 +181,12 @@ async def test_a_cancelled_downgrade_releases_the_writer_and_is_no_loss(
             with anyio.CancelScope() as scope:
                 asyncio.get_running_loop().call_soon(scope.cancel)
                 await reader.acquire()
-            assert scope.cancelled_caught
+            if not scope.cancelled_caught:
+                # anyio delivers the cancel a turn later: the replies (local nodes) may have come first, and
+                # the downgrade was done. Consistent either way: the writer released, the reader held.
+                assert reader.held
+                assert all(W not in keys for keys in keys_everywhere(cluster))
+                await reader.release()
         else:
             acquiring = asyncio.create_task(reader.acquire())
             await asyncio.sleep(0)  # the downgrade goes out
@@ -206,3 +213,82 @@ def test_the_blocking_writer_hears_a_real_loss_during_its_downgrade(cluster: Clu
         with rw.write():
             held.set()
     assert held.is_set()
+
+
+@pytest.fixture(scope="module")
+def slow_nodes() -> Iterator[LocalNodes]:
+    with LocalNodes(3, proxied=True) as nodes:
+        yield nodes
+
+
+@pytest.mark.parametrize("queue", [True, False])
+async def test_downgrades_over_a_slow_network_beside_a_contender_keep_exclusion(
+    slow_nodes: LocalNodes, make_redlock: MakeRedlock, queue: bool
+) -> None:
+    """Writers downgrade at random moments while their watchdog extends every ~0.25 s over a 10-20 ms
+    round trip, beside another client's readers and writers: never a writer beside another holder,
+    fencing tokens in order, and no LockLost but for a downgrade whose nodes did not answer in time
+    (under load: the write lock is then given up, truly)."""
+    slow_nodes.flush()
+    for i, proxy in enumerate(slow_nodes.proxies):
+        proxy.latency(0.005 + 0.0025 * i)
+    settings = {"queue": queue, "node_timeout": 0.05, "extend_threshold": 0.5, "retry_delay": 0.02}
+    ours = await make_redlock(slow_nodes.urls, **settings)
+    theirs = await make_redlock(slow_nodes.urls, **settings)
+    history = History()
+    rng = random.Random(7)
+    stop = False
+    slow: list[LockLost] = []
+
+    async def downgrader() -> int:
+        rw = ours.rw_lock("doc", ttl=0.5, fencing=True)
+        done = 0
+        for _ in range(6):
+            writer = rw.write()
+            try:
+                async with writer:
+                    with history.section("downgrader", writer):
+                        await asyncio.sleep(rng.uniform(0.0, 0.6))
+                    async with writer.downgrade() as reader:
+                        with history.section("downgrader", reader, shared=True):
+                            await asyncio.sleep(rng.uniform(0.0, 0.05))
+                    done += 1
+            except LockLost as lost:
+                slow.append(lost)  # checked below: only a downgrade not answered in time
+        return done
+
+    async def contender() -> None:
+        rw = theirs.rw_lock("doc", ttl=0.5, fencing=True)
+        while not stop:
+            read = rng.random() < 0.5
+            lock = rw.read() if read else rw.write()
+            if await lock.acquire(timeout=0.5):
+                with history.section("contender", lock, shared=read):
+                    await asyncio.sleep(0.01)
+                await lock.release()
+
+    other = asyncio.create_task(contender())
+    try:
+        assert await downgrader() + len(slow) == 6
+    finally:
+        stop = True
+        await other
+        slow_nodes.heal()
+    history.check()
+    assert all("could not be downgraded on a majority of nodes in time" in str(lost) for lost in slow), slow
+    assert len(slow) <= 3, slow  # most downgrades are done
+    assert sum(1 for section in history.sections if section.client == "contender") > 0
+
+
+async def test_a_writer_released_while_its_failing_downgrade_is_out_says_so(redlock: Redlock, cluster: Cluster) -> None:
+    writer = redlock.rw_lock("doc", ttl=5.0).write()
+    assert await writer.acquire()
+    drop_writer_key(cluster, 0, 1, 2)
+    reader = writer.downgrade()
+    acquiring = asyncio.create_task(reader.acquire())
+    await asyncio.sleep(0)  # the downgrade is out
+    await writer.release()  # (another task's misuse) released before the downgrade's verdict: no loss to tell
+    with pytest.raises(RuntimeError, match="its writer was released meanwhile"):
+        await acquiring
+    assert not reader.held
+    await assert_empty(cluster)
