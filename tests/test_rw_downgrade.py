@@ -33,6 +33,10 @@ FENCE = (b"redlock-fence:doc", b"redlock-fence:doc\x00by")
 def drop_writer_key(nodes: Cluster | LocalNodes, *indexes: int) -> None:
     """The writer's key vanishes from these nodes (a restart without data, an eviction)."""
     for i in indexes:
+        # A node whose yes came after the grant was decided may set it a moment later (the SET is out).
+        give_up = time.monotonic() + 2.0
+        while nodes[i].command("EXISTS", W) != 1 and time.monotonic() < give_up:
+            time.sleep(0.005)
         assert nodes[i].command("DEL", W) == 1
 
 
