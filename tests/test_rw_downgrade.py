@@ -212,6 +212,7 @@ def test_the_blocking_writer_hears_a_real_loss_during_its_downgrade(cluster: Clu
             drop_writer_key(cluster, 0, 1, 2)
             with writer.downgrade():
                 pytest.fail("downgraded a writer that was lost")
+        assert writer.lost.is_set()  # told as any loss is told in this API
         assert not writer.held
         held = threading.Event()
         with rw.write():
