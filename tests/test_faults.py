@@ -310,15 +310,21 @@ async def test_a_late_set_of_our_own_acquisition_is_no_proof_of_a_clean_exit() -
     it throughout (B held the lock meanwhile). Only the nodes of the grant count: LockLost."""
     import threading
 
+    # Margins (CI, loaded: "B never held the lock"): B had 0.15 s to take 2, 3 and 4 between node 2's key
+    # expiring and A's stall ending at a fixed time. Now nodes 0 and 1 get A's SET `late` s after node 2
+    # (their keys expire that much after its; node_timeout, at most ttl/10, bounds it: hence ttl 8 s),
+    # B tries for 0.45 s of it, and A's stall ends as soon as B is done, 0.3 s at least before 0 and 1
+    # let A's key go.
+    ttl, late = 8.0, 0.75
     with LocalNodes(5, proxied=True) as nodes:
         b_held = threading.Event()
 
         def b_side(start: float) -> None:
             async def run() -> None:
                 async with Redlock(nodes.direct_urls, restart_quarantine=0) as b:
-                    lock = b.lock("late-set", ttl=4.0)
+                    lock = b.lock("late-set", ttl=ttl)
                     await asyncio.sleep(max(0.0, start - time.monotonic()))
-                    while time.monotonic() < start + 0.15:
+                    while time.monotonic() < start + late - 0.3:
                         if await lock.acquire(blocking=False):
                             b_held.set()
                             await lock.release()
@@ -329,19 +335,18 @@ async def test_a_late_set_of_our_own_acquisition_is_no_proof_of_a_clean_exit() -
 
             asyncio.run(run())
 
-        async with Redlock(nodes.urls, restart_quarantine=0, node_timeout=0.4) as a:
+        async with Redlock(nodes.urls, restart_quarantine=0, node_timeout=ttl / 10) as a:
             for i in (0, 1):
-                nodes[i].proxy.latency(0.35, direction="request")  # their keys expire 0.35 s after node 2's
+                nodes[i].proxy.latency(late, direction="request")  # their keys expire LATE s after node 2's
             for i in (3, 4):
                 nodes[i].proxy.blackhole()
             t0 = time.monotonic()
             with pytest.raises(LockLost, match="ran out while the body ran"):
-                async with a.lock("late-set", ttl=4.0) as held:
+                async with a.lock("late-set", ttl=ttl) as held:
                     for i in (0, 1):
                         nodes[i].proxy.heal()
                     assert held.outcomes[2].vote is Vote.YES
-                    thread = threading.Thread(target=b_side, args=(t0 + 4.0,))  # node 2's key is gone then
+                    thread = threading.Thread(target=b_side, args=(t0 + ttl,))  # node 2's key is gone then
                     thread.start()
-                    time.sleep(max(0.0, t0 + 4.2 - time.monotonic()))  # the loop stalls past the validity
-                    thread.join(5)
+                    thread.join(2 * ttl)  # the loop stalls past the validity (t0 + 7.2 s or so), until B is done
             assert b_held.is_set(), "B never held the lock: the sequence did not happen"

@@ -155,10 +155,14 @@ class DockerNode:
         if wrapped.status == "running":
             self.command("SAVE" if keep_data else "FLUSHALL")
         self._close_client()
+        if self._clock is not None:
+            self._clock.rewrite()  # it comes back with the clock it had, not where its last change put it
         wrapped.restart(timeout=5)
         self._wait_ready()
         if not keep_data:
             self.command("FLUSHALL")  # a killed container may have come back with an older snapshot
+        if self._clock is not None:
+            self._clock.settle()
 
     def partition(self) -> None:
         """Cut the container off its network: connections to it fail, nothing it says gets out."""

@@ -306,6 +306,8 @@ class LocalNode:
         if self._faketime is not None:
             if self._clock is None:  # kept across restarts: a node comes back with the clock it had
                 self._clock = NodeClock(os.path.join(directory, SPEC_NAME), self.time)
+            else:
+                self._clock.rewrite()  # where it reads now, not where its last change put it
             env = server_environment(self._faketime, self._clock.spec)
         self._process.spawn(argv, env)
 
@@ -328,6 +330,8 @@ class LocalNode:
                 raise
             else:
                 self._port_fixed = True
+                if self._clock is not None:
+                    self._clock.settle()  # its clock as asked (the server read the spec at its start, maybe late)
                 return
         raise RuntimeError(
             f"port {self.port} on 127.0.0.1 stayed in use after {SPAWN_ATTEMPTS} attempts{self._process.log_tail()}"
