@@ -297,8 +297,11 @@ async def test_aiohttp_handler_answers_503_not_409_when_no_node_answers(monkeypa
 
 
 async def serving(process: asyncio.subprocess.Process, port: int) -> None:
-    """Wait until *process* accepts connections on 127.0.0.1:*port*."""
-    async with asyncio.timeout(20):
+    """Wait until *process* accepts connections on 127.0.0.1:*port*.
+
+    Up to 60 s: a loaded CI box (a first run compiling aiohttp's bytecode beside the suite) saw both
+    replicas still starting after 20 s. Only a failure waits that long."""
+    async with asyncio.timeout(60):
         while True:
             if process.returncode is not None:
                 raise AssertionError(f"the app exited with {process.returncode}")
