@@ -189,6 +189,8 @@ class Quarantine:
 
     def _warn_suspect(self, i: int) -> None:
         node = self._nodes[i]
+        if node.vouching is not None:
+            return  # met a moment ago: another client may be marking it now; its first recheck warns if not
         left = node.quarantined_until - _clock.now()
         log.log(
             self._warning,
@@ -226,7 +228,10 @@ class Quarantine:
                 self._sit_out(i, 0.0, "")
                 log.log(self._info, "redlock node %s: marked in service by another client, counts again", node.name)
                 return
+            first = node.vouching is not None
             _settle(node)  # still no marker: a yes held for this recheck is refused
+            if first and self._fresh_checked:
+                self._warn_suspect(i)  # not told when met: no other client marked it meanwhile either
             left = node.quarantined_until - _clock.now()
             later = min(delay * 2, max(left, 0.0), self._period() / 4)
             self._timers[i] = asyncio.get_running_loop().call_later(later, self._recheck, i, delay * 2)
