@@ -123,12 +123,15 @@ async def test_the_watchdog_keeps_a_lock_across_container_faults(nodes: DockerNo
     async with Redlock(nodes.urls, fencing=True) as redlock:
         async with redlock.lock("docker:watched", ttl=1.0) as lock:
             first = lock.fencing_token
-            nodes[0].pause()
+            # Each fault through the engine in a thread: a docker API call can take longer than the watchdog's
+            # margin on a loaded box, and made on the loop it stalled it (CI: "expired before the watchdog could
+            # extend it (loop stall?)", with three containers healthy).
+            await asyncio.to_thread(nodes[0].pause)
             await asyncio.sleep(1.2)  # beyond the ttl: node 0's copy is gone, the others extended
-            nodes[0].resume()
-            nodes[1].partition()
+            await asyncio.to_thread(nodes[0].resume)
+            await asyncio.to_thread(nodes[1].partition)
             await asyncio.sleep(1.2)
-            nodes.heal()
+            await asyncio.to_thread(nodes.heal)
             await asyncio.to_thread(nodes[0].restart, keep_data=False)
             await asyncio.sleep(1.2)
             assert lock.held
