@@ -423,6 +423,7 @@ async def test_never_more_than_limit_holders_while_minorities_fail(faulty: Clust
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # counts faults and sections made in 3 s of 12 tasks and 5 proxies: load starves them
 async def test_never_more_than_limit_holders_while_a_minority_is_slow_or_silent() -> None:
     """3 Redlocks x 4 tasks contend for a semaphore of 3 for 3 s while a changing pair of nodes is slow
     (past the node timeout) or black-holed."""
@@ -447,14 +448,20 @@ async def test_never_more_than_limit_holders_while_a_minority_is_slow_or_silent(
                 nodes.heal()
             nodes.heal()
 
+        lost: list[str] = []
+
         async def task(n: int, redlock: Redlock) -> None:
-            # ttl 2 s: a section of 10 ms is rarely extended, but under load one was, and its 3 yes came
-            # after a 1 s lease ran out (CI: LockLost). What is checked is safety (history), not that.
-            sem = redlock.semaphore("slow-pool", limit=limit, ttl=2.0, acquire_timeout=5.0)
+            sem = redlock.semaphore("slow-pool", limit=limit, ttl=1.0, acquire_timeout=5.0)
             while time.monotonic() < stop:
-                async with sem:
-                    with history.section(f"task{n}", sem):
-                        await asyncio.sleep(rng.uniform(0.0, 0.01))
+                # A section of 10 ms is rarely extended; on a loaded box one was, and its three yes came after
+                # the 1 s lease ran out (CI: LockLost). A loss under these faults is the algorithm at work
+                # (the body is cancelled): safety is what is checked, with few losses.
+                try:
+                    async with sem:
+                        with history.section(f"task{n}", sem):
+                            await asyncio.sleep(rng.uniform(0.0, 0.01))
+                except LockLost as exc:
+                    lost.append(str(exc))
 
         redlocks = [Redlock(nodes.urls, retry_delay=0.02) for _ in range(3)]
         try:
@@ -469,6 +476,7 @@ async def test_never_more_than_limit_holders_while_a_minority_is_slow_or_silent(
         assert history.most_inside() == limit
         assert len(faults) >= 6, faults
         assert len(history.sections) > 100, faults
+        assert len(lost) <= len(history.sections) // 20, lost
         # Every permit was given back (blackholed bytes flowed once healed): only the widest limit is left.
         expected = [[widest("slow-pool")]] * 5
         assert await eventually(lambda: keys_everywhere(nodes) == expected, 2.0), keys_everywhere(nodes)
