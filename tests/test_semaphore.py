@@ -423,19 +423,21 @@ async def test_never_more_than_limit_holders_while_minorities_fail(faulty: Clust
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # counts faults and sections made in 3 s of 12 tasks and 5 proxies: load starves them
 async def test_never_more_than_limit_holders_while_a_minority_is_slow_or_silent() -> None:
     """3 Redlocks x 4 tasks contend for a semaphore of 3 for 3 s while a changing pair of nodes is slow
-    (past the node timeout) or black-holed."""
+    (past the node timeout) or black-holed; on a loaded box, for as long as 6 faults and 100 sections
+    take (in 3 s under load the chaos made 4 faults and the tasks 90 sections: the run was too short to
+    prove much, not unsafe)."""
     limit = 3
     history = History()
     rng = random.Random(17)
     faults: list[str] = []
     with LocalNodes(5, proxied=True) as nodes:
         stop = time.monotonic() + 3.0
+        chaos_over = asyncio.Event()
 
         async def chaos() -> None:
-            while time.monotonic() < stop - 0.3:
+            while time.monotonic() < stop - 0.3 or len(faults) < 6:
                 down = sorted(rng.sample(range(5), 2))
                 kind = rng.choice(["slow", "blackhole"])
                 faults.append(f"{kind} {down}")
@@ -447,12 +449,13 @@ async def test_never_more_than_limit_holders_while_a_minority_is_slow_or_silent(
                 await asyncio.sleep(0.3)
                 nodes.heal()
             nodes.heal()
+            chaos_over.set()
 
         lost: list[str] = []
 
         async def task(n: int, redlock: Redlock) -> None:
             sem = redlock.semaphore("slow-pool", limit=limit, ttl=1.0, acquire_timeout=5.0)
-            while time.monotonic() < stop:
+            while time.monotonic() < stop or not chaos_over.is_set() or len(history.sections) <= 100:
                 # A section of 10 ms is rarely extended; on a loaded box one was, and its three yes came after
                 # the 1 s lease ran out (CI: LockLost). A loss under these faults is the algorithm at work
                 # (the body is cancelled): safety is what is checked, with few losses.
