@@ -230,8 +230,10 @@ class Quarantine:
                 return
             first = node.vouching is not None
             _settle(node)  # still no marker: a yes held for this recheck is refused
-            if first and self._fresh_checked:
-                self._warn_suspect(i)  # not told when met: no other client marked it meanwhile either
+            if first and self._fresh_checked and not _lost(reply):
+                # Not told when met: no other client marked it meanwhile either. (A broken connection's
+                # next probe judges it again, and warns then.)
+                self._warn_suspect(i)
             left = node.quarantined_until - _clock.now()
             later = min(delay * 2, max(left, 0.0), self._period() / 4)
             self._timers[i] = asyncio.get_running_loop().call_later(later, self._recheck, i, delay * 2)
