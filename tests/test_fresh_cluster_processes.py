@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 import sys
-import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,21 +24,30 @@ from redlock_async.testing import LocalNodes
 from .conftest import LOOP
 
 TRY = """
-import asyncio, json, sys, time
+import asyncio, json, os, sys, time
+from pathlib import Path
 from redlock_async import Redlock
 
-urls, start, blocking, loop = json.loads(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
+urls, room, count = json.loads(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+blocking, loop = sys.argv[4] == "1", sys.argv[5]
+
+def everyone(what):
+    return len(list(room.glob(what + "-*"))) >= count
 
 async def main():
-    while time.time() < start:
-        await asyncio.sleep(0.001)
+    (room / f"ready-{os.getpid()}").touch()
+    while not everyone("ready"):  # all processes are up: they try within a millisecond of each other
+        await asyncio.sleep(0.0005)
     began = time.time()
     async with Redlock(urls) as redlock:  # the default ttl: a waiter served late would wait 10 s
         lock = redlock.lock("fresh", acquire_timeout=8.0)
         won = await (lock.acquire() if blocking else lock.acquire(blocking=False))
         got = time.time()
+        (room / f"tried-{os.getpid()}").touch()
         if won:
-            await asyncio.sleep(0.1 if blocking else 2.0)  # every try of a round meets the winner holding
+            await asyncio.sleep(0.1)
+            while not blocking and not everyone("tried") and time.time() < got + 30:
+                await asyncio.sleep(0.01)  # every try of the round meets the winner holding
         left = time.time()
         if won:
             await lock.release()
@@ -52,10 +61,10 @@ else:
 """
 
 
-def _round(urls: list[str], processes: int, *, blocking: bool) -> list[tuple[dict[str, Any], str]]:
-    start = time.time() + 1.5  # every process is up and waiting by then (nearly: see the winner's hold)
+def _round(urls: list[str], room: Path, processes: int, *, blocking: bool) -> list[tuple[dict[str, Any], str]]:
+    room.mkdir()
     loop = "uvloop" if LOOP == "uvloop" else "asyncio"
-    args = [json.dumps(urls), repr(start), "1" if blocking else "0", loop]
+    args = [json.dumps(urls), str(room), str(processes), "1" if blocking else "0", loop]
     children = [
         subprocess.Popen(
             [sys.executable, "-c", TRY, *args],
@@ -68,7 +77,7 @@ def _round(urls: list[str], processes: int, *, blocking: bool) -> list[tuple[dic
     ]
     results = []
     for child in children:
-        out, err = child.communicate(timeout=60)
+        out, err = child.communicate(timeout=120)
         assert child.returncode == 0, err
         results.append((json.loads(out), err))
     return results
@@ -77,10 +86,10 @@ def _round(urls: list[str], processes: int, *, blocking: bool) -> list[tuple[dic
 @pytest.mark.slow
 @pytest.mark.parametrize(("nodes", "processes"), [(3, 3), (5, 4)])
 @pytest.mark.parametrize("blocking", [False, True], ids=["blocking=False", "blocking"])
-def test_fresh_processes_on_a_fresh_cluster(nodes: int, processes: int, blocking: bool) -> None:
-    for _ in range(3):
+def test_fresh_processes_on_a_fresh_cluster(nodes: int, processes: int, blocking: bool, tmp_path: Path) -> None:
+    for round_ in range(3):
         with LocalNodes(nodes) as cluster:
-            results = _round(cluster.urls, processes, blocking=blocking)
+            results = _round(cluster.urls, tmp_path / str(round_), processes, blocking=blocking)
         said = [err for _, err in results if "lost its data" in err]
         assert not said, said  # a new cluster: no node of it lost anything
         outcomes = [result for result, _ in results]
