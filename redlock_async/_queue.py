@@ -423,8 +423,18 @@ class Claim:
     # -- deciding ---------------------------------------------------------------------
 
     def held(self, now: float) -> list[int]:
-        """The nodes whose key holds our token for sure at *now*, and count (not sitting out)."""
-        return [i for i, end in enumerate(self.ends) if end > now and sitting_out(self.nodes[i]) is None]
+        """The nodes whose key holds our token for sure at *now*, and count (not sitting out). A node that
+        sits out only until its first recheck (``Node.vouching``) rings the bell once that has decided: a
+        node another client marked in service meanwhile counts at once, not at the next reply or retry."""
+        held = []
+        for i, end in enumerate(self.ends):
+            if end > now:
+                node = self.nodes[i]
+                if sitting_out(node) is None:
+                    held.append(i)
+                elif (vouching := node.vouching) is not None and self.bell.ring not in vouching:
+                    vouching.append(self.bell.ring)
+        return held
 
     def holding(self, now: float) -> list[int]:
         """The nodes of :meth:`held` a win is counted on (a permit: those of the slot most of them hold for

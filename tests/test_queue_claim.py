@@ -175,6 +175,29 @@ async def test_a_node_sitting_out_counts_for_nothing(clock: Clock) -> None:
     assert claim.until(clock.t) == -math.inf
 
 
+async def test_a_node_sitting_out_until_its_recheck_wakes_the_waiter_once_it_counts(clock: Clock) -> None:
+    """Met without marker (``Node.vouching``): its grant counts once another client marked it in service,
+    and the waiter hears of it then (its bell), not at the next reply or retry."""
+    claim, nodes = make_claim()
+    nodes[1].quarantined_until = clock.t + 30
+    nodes[1].vouching = []
+    claim.enter()
+    for i in range(3):
+        nodes[i].answer(reply(True, 1_000_000, pttl=10_000))
+    assert claim.held(clock.t) == [0, 2]
+    assert claim.held(clock.t) == [0, 2]  # asked again: one ring registered, not two
+    assert len(nodes[1].vouching) == 1
+    woken = asyncio.ensure_future(claim.bell.wait(60.0))
+    await asyncio.sleep(0)
+    nodes[1].quarantined_until = 0.0  # the recheck found it marked: the Quarantine settles it
+    waiting, nodes[1].vouching = nodes[1].vouching, None
+    for count in waiting:
+        count()
+    await asyncio.wait_for(woken, 1.0)
+    assert claim.held(clock.t) == [0, 1, 2]
+    assert claim.until(clock.t) > clock.t
+
+
 async def test_a_lease_past_its_end_is_not_held(clock: Clock) -> None:
     claim, nodes = make_claim()
     claim.enter()
