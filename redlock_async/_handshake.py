@@ -1,6 +1,7 @@
 """Opening a node's connection: the socket or TLS stream with our protocol from the first byte, and the
 handshake (AUTH with an ACL user or a password, SELECT, CLIENT SETNAME, INFO server for the server's
-identity), pipelined in one write; and the words for a connection that failed.
+identity, INFO replication and INFO cluster for its role), pipelined in one write; and the words for a
+connection that failed.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ async def open_transport(loop: asyncio.AbstractEventLoop, endpoint: Endpoint, wi
 
 
 async def handshake_commands(endpoint: Endpoint) -> list[Command]:
-    """AUTH (when the endpoint has a password), SELECT (a database other than 0), CLIENT SETNAME, INFO server."""
+    """AUTH (when the endpoint has a password), SELECT (a database other than 0), CLIENT SETNAME, INFO server,
+    INFO replication, INFO cluster (one section each: Redis 6.2 reads one section per INFO)."""
     username, password = await endpoint.credentials()
     commands: list[Command] = []
     if password is not None:
@@ -45,12 +47,18 @@ async def handshake_commands(endpoint: Endpoint) -> list[Command]:
         commands.append((b"SELECT", endpoint.db))
     commands.append((b"CLIENT", b"SETNAME", endpoint.client_name))
     commands.append((b"INFO", b"server"))
+    commands.append((b"INFO", b"replication"))
+    commands.append((b"INFO", b"cluster"))
     return commands
 
 
-def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[Reply]) -> bytes | None:
-    """The server's run_id (None when it would not say); raise ConnectError if the server refused us."""
+def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[Reply]) -> tuple[bytes | None, int]:
+    """The server's run_id (None when it would not say) and how many replicas it has; raise ConnectError
+    if the server refused us, or cannot be a voter (a replica, a cluster-mode node)."""
+    sections: dict[bytes, bytes] = {}
     for command, reply in zip(commands, replies, strict=True):
+        if command[0] == b"INFO" and isinstance(reply, bytes) and isinstance(section := command[1], bytes):
+            sections[section] = reply
         if not isinstance(reply, Failure):
             continue
         if command[0] == b"AUTH":
@@ -62,8 +70,21 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
         if "NOAUTH" in reply.detail or "Authentication required" in reply.detail:
             raise ConnectError(f"the server wants a password: put it in the URL ({reply.detail})")
         # CLIENT SETNAME or INFO refused (an ACL user without them): we can do without.
-    info = replies[-1]
-    return run_id(info) if isinstance(info, bytes) else None
+    replication = info_fields(sections.get(b"replication", b""))
+    if replication.get(b"role") == b"slave":
+        master = f"{replication.get(b'master_host', b'?').decode()}:{replication.get(b'master_port', b'?').decode()}"
+        raise ConnectError(
+            f"this server is a replica (of {master}): a voter must be a master that keeps its own keys;"
+            " list the master itself, never a replica (a replica may be promoted without the latest lock keys)"
+        )
+    if info_fields(sections.get(b"cluster", b"")).get(b"cluster_enabled") == b"1":
+        raise ConnectError(
+            "this server runs in cluster mode: a redis:// voter must be a standalone master"
+            " (cluster_enabled:0); run standalone nodes, or list one standalone server per voter"
+        )
+    replicas = int(replication.get(b"connected_slaves", b"0") or 0)
+    server = sections.get(b"server")
+    return (run_id(server) if server is not None else None), replicas
 
 
 def describe_connect(exc: BaseException) -> str:
@@ -85,6 +106,16 @@ def tls_hint(endpoint: Endpoint, exc: BaseException) -> str:
         # The server hung up on the handshake: a TLS server does that to a plain client.
         return " (if the server speaks TLS on this port, write rediss://)"
     return ""
+
+
+def info_fields(info: bytes) -> dict[bytes, bytes]:
+    """The ``name:value`` lines of an INFO reply."""
+    fields: dict[bytes, bytes] = {}
+    for line in info.splitlines():
+        name, colon, value = line.partition(b":")
+        if colon and not name.startswith(b"#"):
+            fields[name] = value.strip()
+    return fields
 
 
 def run_id(info: bytes) -> bytes | None:

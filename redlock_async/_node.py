@@ -79,6 +79,7 @@ class Node:
         # Connection trouble (cannot connect, connection lost) at WARNING; a node's second connection
         # (its subscriber) says it at DEBUG: one warning per node, from the connection that carries votes.
         self._trouble = logging.WARNING if warn else logging.DEBUG
+        self._warned_replicas = False
         self.name = endpoint.name
         # Votes of this node do not count before this (monotonic) time: it
         # restarted or lost its data recently. Set by the Redlock's Quarantine,
@@ -327,7 +328,17 @@ class Node:
         self.load.waiting_since = _clock.now()
         transport.write(b"".join(pack(command) for command in commands))
         replies = [await fut for fut in futures]
-        self.server_id = judge_handshake(self.endpoint, commands, replies)
+        self.server_id, replicas = judge_handshake(self.endpoint, commands, replies)
+        if replicas and not self._warned_replicas:
+            self._warned_replicas = True  # once per node: it is a setup, not an event
+            log.log(
+                self._trouble,
+                "redlock node %s: this master has %d connected replica(s): if a failover promotes one, keys it had"
+                " not received yet are lost; a Redlock voter should be a master without failover"
+                " (see docs/deployment.md)",
+                self.name,
+                replicas,
+            )
         if self._on_identified is not None and (refusal := self._on_identified(self)):
             raise ConnectError(refusal)
 

@@ -141,9 +141,10 @@ class Wire(asyncio.Protocol):
 
 
 def error_reply(text: str) -> Failure:
-    """A server's error reply as a failed vote, worded as redis-py words it (the error code dropped)."""
+    """A server's error reply as a failed vote: its text, with its code word but for the generic ``ERR``
+    (``MOVED``, ``CROSSSLOT``, ``NOPERM``, ``OOM``, ``READONLY``... say what happened; ``ERR`` says nothing)."""
     code, _, rest = text.partition(" ")
-    detail = server_error(rest if rest and code.isupper() else text)
+    detail = server_error(rest if rest and code == "ERR" else text)
     return Failure(Vote.ERROR, detail, noscript=code == "NOSCRIPT", answered=True)
 
 

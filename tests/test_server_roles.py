@@ -1,0 +1,127 @@
+"""Servers in shapes a voter must not have, on real servers: a replica, a cluster-mode node, a master with
+replicas. A replica or a cluster-mode node is refused at connect in words that name what it is and what
+to list instead; a master with replicas is used, with one warning that names it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from redlock_async import NodesUnavailable, Redlock
+from redlock_async._algorithm import Vote
+from redlock_async._wire import error_reply
+from redlock_async.testing import LocalNode, LocalNodes
+
+from .conftest import assert_no_library_tasks
+
+
+@pytest.fixture
+def masters() -> Iterator[LocalNodes]:
+    with LocalNodes(3) as nodes:
+        for node in nodes:
+            node.command("CONFIG", "SET", "repl-diskless-sync-delay", "0")  # a replica links at once
+        yield nodes
+
+
+def wait_for_link(replica: LocalNode) -> None:
+    """Until the replica reports its link to the master up (bounded)."""
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        info = replica.command("INFO", "replication")
+        assert isinstance(info, dict)
+        if info.get("master_link_status") == "up":
+            return
+        time.sleep(0.05)
+    raise AssertionError("the replica never linked to its master")
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_replica_is_refused_as_a_voter_in_words(masters: LocalNodes, caplog: pytest.LogCaptureFixture) -> None:
+    first = masters.nodes[0]
+    with LocalNode(server_args=("--replicaof", "127.0.0.1", str(first.port))) as replica:
+        wait_for_link(replica)
+        urls = [replica.url, *masters.urls[1:]]
+        async with Redlock(urls, acquire_timeout=0.2, auto_extend=False) as redlock:
+            lock = redlock.lock("roles:replica", ttl=5.0)
+            assert await lock.acquire(blocking=False)  # the two masters decide
+            refused = lock.outcomes[0]
+            assert refused.vote is not Vote.YES
+            assert "replica" in refused.detail, refused.detail
+            await lock.release()
+        texts = warnings_of(caplog)
+        name = f"127.0.0.1:{replica.port}"
+        assert any(name in text and "is a replica" in text and str(first.port) in text for text in texts), texts
+
+        # The master itself, listed: used, with one warning naming it.
+        caplog.clear()
+        async with Redlock(masters.urls, auto_extend=False) as redlock:
+            lock = redlock.lock("roles:master", ttl=5.0)
+            for _ in range(3):
+                assert await lock.acquire(blocking=False)
+                await lock.release()
+        texts = [t for t in warnings_of(caplog) if "connected replica" in t]
+        assert len(texts) == 1, texts
+        assert f"127.0.0.1:{first.port}" in texts[0]
+    assert_no_library_tasks()
+
+
+async def test_all_replicas_never_give_a_lock(masters: LocalNodes) -> None:
+    replicas = [LocalNode(server_args=("--replicaof", "127.0.0.1", str(m.port))) for m in masters.nodes]
+    try:
+        for replica in replicas:
+            replica.start()  # a replica says so from its start, linked or not yet
+        async with Redlock([r.url for r in replicas], acquire_timeout=0.2) as redlock:
+            with pytest.raises(NodesUnavailable) as caught:
+                async with redlock.lock("roles:all-replicas"):
+                    pytest.fail("acquired on replicas")
+            assert all("replica" in outcome.detail for outcome in caught.value.outcomes), caught.value.outcomes
+        for replica in replicas:
+            assert replica.command("DBSIZE") == 0
+    finally:
+        for replica in replicas:
+            replica.close()
+    assert_no_library_tasks()
+
+
+async def test_a_cluster_mode_node_is_refused_in_words() -> None:
+    """A redis:// URL to a cluster-mode node: refused at connect naming cluster mode, never half-working (a
+    plain SET that works beside scripts refused with CROSSSLOT)."""
+    with (
+        LocalNode(server_args=("--cluster-enabled", "yes")) as clustered,
+        LocalNodes(2) as standalone,
+    ):
+        clustered.command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+        urls = [clustered.url, *standalone.urls]
+        async with Redlock(urls, acquire_timeout=0.2, auto_extend=False) as redlock:
+            lock = redlock.lock("roles:cluster", ttl=5.0)
+            assert await lock.acquire(blocking=False)
+            refused = lock.outcomes[0]
+            assert refused.vote is not Vote.YES
+            assert "cluster mode" in refused.detail, refused.detail
+            await lock.release()
+        assert clustered.command("DBSIZE") == 0
+    assert_no_library_tasks()
+
+
+@pytest.mark.parametrize(
+    ("reply", "detail"),
+    [
+        ("MOVED 14692 127.0.0.1:7002", "MOVED 14692 127.0.0.1:7002"),
+        ("CROSSSLOT Keys in request don't hash to the same slot", "CROSSSLOT Keys in request"),
+        ("NOPERM User alice has no permissions to run the 'pexpire' command", "NOPERM User alice has no"),
+        ("OOM command not allowed when used memory > 'maxmemory'.", "OOM command not allowed"),
+        ("READONLY You can't write against a read only replica.", "READONLY You can't write"),
+        ("ERR unknown command 'DELIFEQ'", "unknown command 'DELIFEQ'"),
+    ],
+)
+def test_server_errors_keep_their_code_word(reply: str, detail: str) -> None:
+    failure = error_reply(reply)
+    assert failure.detail.startswith(detail), failure.detail
+    assert failure.answered
