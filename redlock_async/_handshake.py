@@ -9,11 +9,26 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
+from dataclasses import dataclass
 
 from redlock_async._endpoint import Endpoint
 from redlock_async._wire import Failure, Reply, Wire, describe
 
 Command = tuple[bytes | str | int, ...]
+
+_SAFE_POLICIES = (b"noeviction", b"")  # "" when the server would not say (INFO refused to an ACL user)
+"""``maxmemory-policy`` values that never evict a key: every other one may evict lock keys (``volatile-*``
+too: lock keys have a ttl)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """What the handshake learnt of the server: its run_id (None when it would not say), how many
+    replicas it has, and the eviction policy it runs under when that can evict keys ("" when not)."""
+
+    run_id: bytes | None
+    replicas: int
+    eviction: str
 
 
 class ConnectError(Exception):
@@ -38,7 +53,7 @@ async def open_transport(loop: asyncio.AbstractEventLoop, endpoint: Endpoint, wi
 
 async def handshake_commands(endpoint: Endpoint) -> list[Command]:
     """AUTH (when the endpoint has a password), SELECT (a database other than 0), CLIENT SETNAME, INFO server,
-    INFO replication, INFO cluster (one section each: Redis 6.2 reads one section per INFO)."""
+    INFO replication, INFO cluster, INFO memory (one section each: Redis 6.2 reads one section per INFO)."""
     username, password = await endpoint.credentials()
     commands: list[Command] = []
     if password is not None:
@@ -49,12 +64,13 @@ async def handshake_commands(endpoint: Endpoint) -> list[Command]:
     commands.append((b"INFO", b"server"))
     commands.append((b"INFO", b"replication"))
     commands.append((b"INFO", b"cluster"))
+    commands.append((b"INFO", b"memory"))
     return commands
 
 
-def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[Reply]) -> tuple[bytes | None, int]:
-    """The server's run_id (None when it would not say) and how many replicas it has; raise ConnectError
-    if the server refused us, or cannot be a voter (a replica, a cluster-mode node)."""
+def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[Reply]) -> Identity:
+    """What the server is; raise ConnectError if it refused us, or cannot be a voter (a replica, a
+    cluster-mode node)."""
     sections: dict[bytes, bytes] = {}
     for command, reply in zip(commands, replies, strict=True):
         if command[0] == b"INFO" and isinstance(reply, bytes) and isinstance(section := command[1], bytes):
@@ -83,8 +99,12 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
             " (cluster_enabled:0); run standalone nodes, or list one standalone server per voter"
         )
     replicas = int(replication.get(b"connected_slaves", b"0") or 0)
+    memory = info_fields(sections.get(b"memory", b""))
+    policy = memory.get(b"maxmemory_policy", b"")
+    limited = memory.get(b"maxmemory", b"0") not in (b"0", b"")
+    eviction = policy.decode(errors="replace") if limited and policy not in _SAFE_POLICIES else ""
     server = sections.get(b"server")
-    return (run_id(server) if server is not None else None), replicas
+    return Identity(run_id(server) if server is not None else None, replicas, eviction)
 
 
 def describe_connect(exc: BaseException) -> str:

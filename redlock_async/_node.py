@@ -34,6 +34,7 @@ from redlock_async._algorithm import Vote
 from redlock_async._endpoint import Endpoint
 from redlock_async._handshake import (
     ConnectError,
+    Identity,
     describe_connect,
     handshake_commands,
     judge_handshake,
@@ -79,7 +80,7 @@ class Node:
         # Connection trouble (cannot connect, connection lost) at WARNING; a node's second connection
         # (its subscriber) says it at DEBUG: one warning per node, from the connection that carries votes.
         self._trouble = logging.WARNING if warn else logging.DEBUG
-        self._warned_replicas = False
+        self._warned: set[str] = set()  # the kinds of setup warning given for this node (_warn_of_setup)
         self.name = endpoint.name
         # Votes of this node do not count before this (monotonic) time: it
         # restarted or lost its data recently. Set by the Redlock's Quarantine,
@@ -328,19 +329,32 @@ class Node:
         self.load.waiting_since = _clock.now()
         transport.write(b"".join(pack(command) for command in commands))
         replies = [await fut for fut in futures]
-        self.server_id, replicas = judge_handshake(self.endpoint, commands, replies)
-        if replicas and not self._warned_replicas:
-            self._warned_replicas = True  # once per node: it is a setup, not an event
-            log.log(
-                self._trouble,
-                "redlock node %s: this master has %d connected replica(s): if a failover promotes one, keys it had"
-                " not received yet are lost; a Redlock voter should be a master without failover"
-                " (see docs/deployment.md)",
-                self.name,
-                replicas,
-            )
+        identity = judge_handshake(self.endpoint, commands, replies)
+        self.server_id = identity.run_id
+        self._warn_of_setup(identity)
         if self._on_identified is not None and (refusal := self._on_identified(self)):
             raise ConnectError(refusal)
+
+    def _warn_of_setup(self, identity: Identity) -> None:
+        """Once per node and kind: a setup under which a node may lose lock keys (its replicas, its eviction)."""
+        warnings = (
+            (
+                "replicas",
+                identity.replicas,
+                "this master has %s connected replica(s): if a failover promotes one,"
+                " keys it had not received yet are lost; a Redlock voter should be a master without failover",
+            ),
+            (
+                "eviction",
+                identity.eviction,
+                "maxmemory-policy is %s: under memory pressure it may evict lock keys and"
+                " fencing counters, letting a second holder in; set maxmemory-policy noeviction",
+            ),
+        )
+        for kind, value, text in warnings:
+            if value and kind not in self._warned:
+                self._warned.add(kind)
+                log.log(self._trouble, "redlock node %s: " + text + " (see docs/deployment.md)", self.name, value)
 
     def received(self, wire: Wire, data: bytes, /) -> None:
         """Bytes from the server: parse every complete reply and resolve its future, oldest first."""

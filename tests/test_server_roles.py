@@ -125,3 +125,26 @@ def test_server_errors_keep_their_code_word(reply: str, detail: str) -> None:
     failure = error_reply(reply)
     assert failure.detail.startswith(detail), failure.detail
     assert failure.answered
+
+
+@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lru", "volatile-ttl"])
+async def test_a_policy_that_can_evict_lock_keys_warns_once_per_node(
+    masters: LocalNodes, caplog: pytest.LogCaptureFixture, policy: str
+) -> None:
+    """Lock keys have a ttl, so volatile-* evicts them too; noeviction (or no maxmemory) says nothing."""
+    evicting, plain, unlimited = masters.nodes
+    evicting.command("CONFIG", "SET", "maxmemory", "100mb")
+    evicting.command("CONFIG", "SET", "maxmemory-policy", policy)
+    plain.command("CONFIG", "SET", "maxmemory", "100mb")
+    plain.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    unlimited.command("CONFIG", "SET", "maxmemory-policy", policy)  # no maxmemory: nothing is evicted
+    async with Redlock(masters.urls, auto_extend=False) as redlock:
+        lock = redlock.lock("roles:eviction", ttl=5.0)
+        for _ in range(2):
+            assert await lock.acquire(blocking=False)
+            await lock.release()
+    texts = [t for t in warnings_of(caplog) if "maxmemory-policy" in t]
+    assert len(texts) == 1, texts
+    assert f"127.0.0.1:{evicting.port}" in texts[0]
+    assert policy in texts[0]
+    assert "noeviction" in texts[0]
