@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -27,9 +28,9 @@ from redlock_async._handoff import Listener
 from redlock_async._inspect import Inspector
 from redlock_async._node import Node
 from redlock_async._quarantine import Quarantine
-from redlock_async._scripts import RELEASE, SCRIPTS
+from redlock_async._scripts import PERMISSIONS, SCRIPTS
 from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings
-from redlock_async._wire import Failure
+from redlock_async._wire import Failure, Reply, server_error
 from redlock_async.errors import NodeOutcome, RedlockError
 from redlock_async.events import OnEvent
 from redlock_async.statistics import NodeStatistics, RedlockStatistics
@@ -159,27 +160,31 @@ class Connections:
                     down,
                     self.quorum,
                 )
-        await self._check_scripts(up)
+        await self._check_permissions(up)
         self.cluster.check_open()  # a node's task failed while connecting: say so here
 
-    async def _check_scripts(self, nodes: list[Node]) -> None:
-        """Run the release script once on each node that is up (it deletes nothing): say at once if it is refused."""
-        probe = self.settings.key_prefix.encode() + b"\x00script-probe"
-        futures = [node.send_script(RELEASE, (probe,), (b"",)) for node in nodes]
+    async def _check_permissions(self, nodes: list[Node]) -> None:
+        """Run the permissions probe once on each node that is up (it leaves nothing behind): every command
+        the lock scripts call, so a user who may not run one is told now, not by a lease lost a ttl later."""
+        settings = self.settings
+        key, fence = settings.key_prefix.encode() + b"\x00probe", settings.fence_prefix.encode() + b"\x00probe"
+        keys = (key, key + b":h", key + b":s", key + b":z", fence)
+        futures = [node.send_script(PERMISSIONS, keys, ()) for node in nodes]
         if futures:
-            await asyncio.wait(futures, timeout=self.settings.connect_timeout)
+            await asyncio.wait(futures, timeout=settings.connect_timeout)
         refused = [
-            NodeOutcome(node.name, Vote.ERROR, reply.detail)
+            NodeOutcome(node.name, Vote.ERROR, detail)
             for node, fut in zip(nodes, futures, strict=True)
-            if fut.done() and isinstance(reply := fut.result(), Failure) and reply.answered
+            if fut.done() and (detail := permissions_refused(fut.result()))
         ]
         for outcome in refused:
-            log.warning("redlock node %s answers the lock scripts with an error: %s", outcome.node, outcome.detail)
+            log.warning("redlock node %s refuses what the lock scripts run: %s", outcome.node, outcome.detail)
         if len(refused) > len(self.nodes) - self.quorum:
             raise RedlockError(
-                f"{len(refused)} of {len(self.nodes)} nodes answer the Lua scripts with an error, so no majority "
+                f"{len(refused)} of {len(self.nodes)} nodes refuse commands the lock scripts run, so no majority "
                 "could release or extend a lock: let the user run EVAL, EVALSHA and SCRIPT (ACL +@scripting), "
-                "unrenamed",
+                "unrenamed, and every command the scripts call, on the keys and channels under key_prefix and "
+                "fence_prefix (the ACL line in docs/deployment.md)",
                 name="",
                 outcomes=refused,
             )
@@ -243,3 +248,15 @@ class Connections:
             for node in (*self.nodes, *self.subscribers):
                 node.close_now()
             await self.inspector.aclose()
+
+
+def permissions_refused(reply: Reply) -> str:
+    """What the permissions probe's *reply* says was refused, in words ("" when nothing was)."""
+    if isinstance(reply, Failure):
+        return reply.detail if reply.answered else ""  # not answered: a node down, said elsewhere
+    if not isinstance(reply, list) or not reply:
+        return ""
+    errors = [error.decode(errors="replace") if isinstance(error, bytes) else str(error) for error in reply]
+    commands = [found.group(1) for error in errors if (found := re.search(r"'([a-z|]+)'", error))]
+    missing = f"not allowed: {', '.join(commands)}" if len(commands) == len(errors) else "refused"
+    return server_error(f"{missing} ({errors[0]})")

@@ -141,8 +141,9 @@ class Redlock(Makers):
     async def connect(self) -> None:
         """Connect to every node now rather than on first use; a node that fails is logged and retried later.
 
-        Raises :class:`RedlockError` when so many nodes answer the Lua scripts with an error (an ACL
-        user without ``+@scripting``, a renamed EVALSHA) that no majority could release or extend a lock.
+        Raises :class:`RedlockError` when so many nodes refuse a command the lock scripts run (an ACL
+        user without ``+@scripting`` or one the scripts call, such as ``PEXPIRE``; a renamed EVALSHA) that
+        no majority could release or extend a lock: each connect runs a probe script calling every one.
         """
         await self._connections.connect()
 

@@ -395,7 +395,7 @@ async def test_nodes_that_refuse_scripts_are_refused_at_connect(how: str) -> Non
                 async with redlock:
                     raise AssertionError("connected to a node that cannot release locks")
             message = str(caught.value)
-            assert "1 of 1 nodes answer the Lua scripts with an error" in message
+            assert "1 of 1 nodes refuse commands the lock scripts run" in message
             assert "ACL +@scripting" in message
             assert REFUSING[how][1] in message
             assert [o.node for o in caught.value.outcomes] == [f"127.0.0.1:{server.port}"]

@@ -629,7 +629,7 @@ async def test_cli_with_a_node_that_refuses_scripts(cluster: Cluster) -> None:
         code, out, err = await run_cli("run", "job", "--nodes", url, "--", PY, "-c", "print('ran')")
         assert code == 1
         assert "ran" not in out
-        assert "redlock: 1 of 1 nodes answer the Lua scripts with an error" in err
+        assert "redlock: 1 of 1 nodes refuse commands the lock scripts run" in err
         assert "Traceback" not in err
         assert lock_keys(server) == []
 

@@ -21,6 +21,7 @@ from redlock_async._scripts import (
     _fencing,
     _lock,
     _many,
+    _probe,
     _queue,
     _queue_many,
     _queue_permit,
@@ -45,6 +46,7 @@ __all__ = [
     "FENCE_ALL",
     "HANDED_RELEASE",
     "KEEP_LIMIT",
+    "PERMISSIONS",
     "PERMIT_ENTER",
     "PERMIT_LEAVE",
     "PERMIT_STAY",
@@ -123,6 +125,9 @@ PERMIT_ENTER = Script(_queue_permit.PERMIT_ENTER, creates=True)
 PERMIT_LEAVE = Script(_queue_permit.PERMIT_LEAVE)
 PERMIT_STAY = Script(_queue_permit.PERMIT_STAY, creates=True)
 DROP_LINES = Script(_queue.DROP_LINES)  # redlock break's alone: not loaded on every connection
+
+# The permissions probe of a connect (run once per node: not loaded on every connection).
+PERMISSIONS = Script(_probe.PERMISSIONS)
 
 # The read/write lock (its readers and writer extend and release with RELEASE, EXTEND, EXTEND_MANY, FENCE).
 RW_READ = Script(_rw.RW_READ, creates=True)

@@ -1,0 +1,52 @@
+"""Lua of the permissions probe: every command the lock scripts call, on probe keys, so that a connect
+proves what the user may run (an ACL applies to each command a script calls, not to the script)."""
+
+from __future__ import annotations
+
+PERMISSIONS = b"""
+-- Run every command the library's scripts call, on keys and a channel of the
+-- library's own (under its prefixes), and leave nothing behind: what an ACL
+-- user may not run answers with an error here, at connect, not a ttl later.
+-- KEYS[1]  a string key under key_prefix (and the channel, as a lock key's)
+-- KEYS[2]  a hash key, KEYS[3] a set key, KEYS[4] a sorted-set key, under key_prefix
+-- KEYS[5]  a string key under fence_prefix
+-- returns  the errors, one per refused command (empty: everything may run)
+local errors = {}
+local function try(...)
+    local reply = redis.pcall(...)
+    if type(reply) == 'table' and reply.err then
+        errors[#errors + 1] = reply.err
+    end
+end
+try('TIME')
+try('SET', KEYS[1], '1', 'PX', 1000)
+try('GET', KEYS[1])
+try('EXISTS', KEYS[1])
+try('TYPE', KEYS[1])
+try('PTTL', KEYS[1])
+try('PEXPIRE', KEYS[1], 1000)
+try('PUBLISH', KEYS[1], 'probe')
+try('DEL', KEYS[1])
+try('HSET', KEYS[2], 'probe', '1')
+try('HGET', KEYS[2], 'probe')
+try('HDEL', KEYS[2], 'probe')
+try('SADD', KEYS[3], 'probe')
+try('SCARD', KEYS[3])
+try('SMEMBERS', KEYS[3])
+try('SRANDMEMBER', KEYS[3])
+try('SREM', KEYS[3], 'probe')
+try('ZADD', KEYS[4], 0, 'probe')
+try('ZCARD', KEYS[4])
+try('ZRANGE', KEYS[4], 0, 0)
+try('ZSCORE', KEYS[4], 'probe')
+try('ZREMRANGEBYSCORE', KEYS[4], 1, 1)
+try('ZPOPMIN', KEYS[4])
+try('ZREM', KEYS[4], 'probe')
+try('SET', KEYS[5], '1', 'PX', 1000)
+try('GET', KEYS[5])
+try('PEXPIRE', KEYS[5], 1000)
+try('DEL', KEYS[5])
+redis.pcall('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.pcall('DEL', KEYS[5])
+return errors
+"""
