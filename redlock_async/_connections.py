@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -256,7 +255,8 @@ def permissions_refused(reply: Reply) -> str:
         return reply.detail if reply.answered else ""  # not answered: a node down, said elsewhere
     if not isinstance(reply, list) or not reply:
         return ""
-    errors = [error.decode(errors="replace") if isinstance(error, bytes) else str(error) for error in reply]
-    commands = [found.group(1) for error in errors if (found := re.search(r"'([a-z|]+)'", error))]
-    missing = f"not allowed: {', '.join(commands)}" if len(commands) == len(errors) else "refused"
-    return server_error(f"{missing} ({errors[0]})")
+    refusals = [(error.decode(errors="replace") if isinstance(error, bytes) else str(error)) for error in reply]
+    commands = [refusal.partition(": ")[0] for refusal in refusals]
+    missing = f"not allowed: {', '.join(commands)}"
+    first = refusals[0].partition(": ")[2]
+    return server_error(f"{missing} ({first})")

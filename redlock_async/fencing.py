@@ -61,7 +61,7 @@ async def fenced_set(
     try:
         applied, seen = await script(keys=[key, fence_key], args=[token, value])
     except ResponseError as exc:
-        if "compare" in str(exc) or str(exc).startswith("WRONGTYPE"):
+        if "compare" in str(exc) or "WRONGTYPE" in str(exc):  # Redis 6.2 words it "Error running script ...: WRONGTYPE"
             raise ValueError(
                 f"fence_key {fence_key!r} holds something other than a fencing token ({exc}): "
                 "give fenced_set a key that only it writes"

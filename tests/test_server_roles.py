@@ -6,6 +6,7 @@ to list instead; a master with replicas is used, with one warning that names it.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Iterator
 
@@ -39,6 +40,17 @@ def wait_for_link(replica: LocalNode) -> None:
     raise AssertionError("the replica never linked to its master")
 
 
+def cluster_port() -> int:
+    """A free port a cluster-mode node can take: its bus listens 10000 higher, so at most 55535."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port: int = probe.getsockname()[1]
+        if port <= 55535:
+            return port
+    raise AssertionError("no free port at most 55535")
+
+
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
@@ -51,9 +63,8 @@ async def test_a_replica_is_refused_as_a_voter_in_words(masters: LocalNodes, cap
         async with Redlock(urls, acquire_timeout=0.2, auto_extend=False) as redlock:
             lock = redlock.lock("roles:replica", ttl=5.0)
             assert await lock.acquire(blocking=False)  # the two masters decide
-            refused = lock.outcomes[0]
-            assert refused.vote is not Vote.YES
-            assert "replica" in refused.detail, refused.detail
+            refused = lock.outcomes[0]  # decided by the two masters, maybe before it was refused again
+            assert refused.vote is Vote.PENDING or (refused.vote is not Vote.YES and "replica" in refused.detail)
             await lock.release()
         texts = warnings_of(caplog)
         name = f"127.0.0.1:{replica.port}"
@@ -90,22 +101,23 @@ async def test_all_replicas_never_give_a_lock(masters: LocalNodes) -> None:
     assert_no_library_tasks()
 
 
-async def test_a_cluster_mode_node_is_refused_in_words() -> None:
+async def test_a_cluster_mode_node_is_refused_in_words(caplog: pytest.LogCaptureFixture) -> None:
     """A redis:// URL to a cluster-mode node: refused at connect naming cluster mode, never half-working (a
     plain SET that works beside scripts refused with CROSSSLOT)."""
     with (
-        LocalNode(server_args=("--cluster-enabled", "yes")) as clustered,
+        LocalNode(port=cluster_port(), server_args=("--cluster-enabled", "yes")) as clustered,
         LocalNodes(2) as standalone,
     ):
-        clustered.command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+        clustered.command("CLUSTER", "ADDSLOTS", *range(16384))  # every slot served (ADDSLOTSRANGE is 7.0+)
         urls = [clustered.url, *standalone.urls]
         async with Redlock(urls, acquire_timeout=0.2, auto_extend=False) as redlock:
             lock = redlock.lock("roles:cluster", ttl=5.0)
             assert await lock.acquire(blocking=False)
             refused = lock.outcomes[0]
-            assert refused.vote is not Vote.YES
-            assert "cluster mode" in refused.detail, refused.detail
+            assert refused.vote is Vote.PENDING or (refused.vote is not Vote.YES and "cluster mode" in refused.detail)
             await lock.release()
+        name = f"127.0.0.1:{clustered.port}"
+        assert any(name in text and "cluster mode" in text for text in warnings_of(caplog)), warnings_of(caplog)
         assert clustered.command("DBSIZE") == 0
     assert_no_library_tasks()
 

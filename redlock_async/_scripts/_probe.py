@@ -10,12 +10,12 @@ PERMISSIONS = b"""
 -- KEYS[1]  a string key under key_prefix (and the channel, as a lock key's)
 -- KEYS[2]  a hash key, KEYS[3] a set key, KEYS[4] a sorted-set key, under key_prefix
 -- KEYS[5]  a string key under fence_prefix
--- returns  the errors, one per refused command (empty: everything may run)
+-- returns  the refused commands, one "command: error" each (empty: everything may run)
 local errors = {}
-local function try(...)
-    local reply = redis.pcall(...)
+local function try(command, ...)
+    local reply = redis.pcall(command, ...)
     if type(reply) == 'table' and reply.err then
-        errors[#errors + 1] = reply.err
+        errors[#errors + 1] = string.lower(command) .. ': ' .. reply.err
     end
 end
 try('TIME')
