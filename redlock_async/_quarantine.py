@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from redlock_async import _clock
 from redlock_async._algorithm import Marker, quorum, sit_out
@@ -40,6 +40,14 @@ log = logging.getLogger(__name__)
 
 RECHECK_FIRST = 0.1
 """Seconds before a node without marker is asked again: another client may have just judged it in service."""
+
+REPAIR_RETRY = 0.5
+"""Seconds before the fencing counters of a node back from a restart are copied again, when the other nodes
+could not be read (too few in service): it keeps sitting out until they are."""
+
+Repair = Callable[[int], Awaitable[str | None]]
+"""Raises node *i*'s fencing counters from the other nodes (``_fence_repair.raise_counters``): None when
+done, else why not."""
 
 VOUCH_WAIT = 0.3
 """Longest a ballot holds a yes of a node met without marker, waiting for that first recheck's answer.
@@ -56,9 +64,18 @@ class Quarantine:
     """Per Redlock: probes each node on connect and sets its ``quarantined_until``."""
 
     def __init__(
-        self, marker: bytes, period: Callable[[], float], nodes: Sequence[Node], *, read_only: bool = False
+        self,
+        marker: bytes,
+        period: Callable[[], float],
+        nodes: Sequence[Node],
+        *,
+        read_only: bool = False,
+        repair: Repair | None = None,
     ) -> None:
         self._marker = marker
+        # A node whose quarantine is over first gets its fencing counters back (docs/fencing.md).
+        self._repair = None if read_only else repair
+        self._repairs: dict[int, asyncio.Task[None]] = {}
         self._read_only = read_only  # judge, but write no marker (inspection writes nothing)
         # Inspection's judgement is its own verdicts' business: the locking clients warn of a restart.
         self._warning = logging.DEBUG if read_only else logging.WARNING
@@ -80,6 +97,9 @@ class Quarantine:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        for task in self._repairs.values():
+            task.cancel()
+        self._repairs.clear()
         for node in self._nodes:
             _settle(node)
 
@@ -88,6 +108,9 @@ class Quarantine:
     def on_ready(self, node: Node) -> None:
         """A new connection to *node*: count nothing from it until the probe is answered."""
         node.quarantined_until = math.inf
+        repairing = self._repairs.pop(self._nodes.index(node), None)
+        if repairing is not None:
+            repairing.cancel()  # the new connection's probe judges it again
         _settle(node)  # votes held for the last connection's recheck count for nothing now
         # Replies come in order: when the marker's is in, so is INFO's. Both are read the moment
         # they are parsed, before any vote that follows them on this connection is counted.
@@ -201,9 +224,42 @@ class Quarantine:
         )
 
     def _served(self, i: int) -> None:
-        """The quarantine ran out: the node is in service, and says so to clients that meet it later."""
+        """The quarantine ran out: the node is in service, and says so to clients that meet it later; first,
+        its fencing counters are raised from the other nodes' (it sits out until they are)."""
         self._timers.pop(i, None)
         self._suspects.discard(i)
+        if self._repair is not None and i not in self._repairs:
+            node = self._nodes[i]
+            node.quarantined_until = math.inf
+            node.quarantine_reason = "back from a restart: its fencing counters are being raised from the other nodes"
+            self._repairs[i] = asyncio.get_running_loop().create_task(self._repaired(i))
+            return
+        self._in_service(i)
+
+    async def _repaired(self, i: int) -> None:
+        """Copy node *i*'s fencing counters from the others; then it counts again, or the copy is tried later."""
+        try:
+            assert self._repair is not None
+            why = await self._repair(i)
+        except Exception as exc:  # a bug here must not leave the node out for ever, unsaid
+            why = f"{type(exc).__name__}: {exc}"
+        if self._closed or self._repairs.get(i) is not asyncio.current_task():
+            return  # closed, or a new connection's probe judges it again
+        del self._repairs[i]
+        if why is None:
+            self._in_service(i)
+            return
+        node = self._nodes[i]
+        log.log(self._info, "redlock node %s sits out a moment more: %s", node.name, why)
+        node.quarantine_reason = f"back from a restart, its fencing counters not raised yet: {why}"
+        self._timers[i] = asyncio.get_running_loop().call_later(REPAIR_RETRY, self._retry_repair, i)
+
+    def _retry_repair(self, i: int) -> None:
+        self._timers.pop(i, None)
+        if not self._closed and i not in self._repairs:
+            self._repairs[i] = asyncio.get_running_loop().create_task(self._repaired(i))
+
+    def _in_service(self, i: int) -> None:
         _release(self._nodes[i])
         log.log(self._info, "redlock node %s: quarantine over, counts again", self._nodes[i].name)
         self._mark(i)

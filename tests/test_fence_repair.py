@@ -1,0 +1,70 @@
+"""A node back from a restart gets its fencing counters back before it counts again (issue 35, item 6).
+
+Without it, a restarted node counted again after its quarantine with the counters it came back with: two
+nodes of the last fence majority restarted empty one after the other (each after the other's quarantine)
+left too few nodes with the last token, and the next grant, on a majority that met none of them, read a
+lower counter: 8, then 6.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from redlock_async import Redlock
+
+from .conftest import Cluster
+
+COUNTER = "redlock-fence:ledger"
+
+
+def counters(nodes: Cluster) -> list[int]:
+    return [int(nodes[i].command("GET", COUNTER) or 0) for i in range(len(nodes))]  # type: ignore[call-overload]
+
+
+async def back_in_service(redlock: Redlock, i: int, before: str | None) -> None:
+    """Until *redlock* met node *i*'s new server process and counts it again (its quarantine is over).
+    A connection comes back when a command needs it: a lock of another name is taken meanwhile."""
+    async with asyncio.timeout(30):
+        while True:
+            node = redlock.statistics().nodes[i]
+            if node.connected and node.server_id not in (None, before) and not node.quarantined:
+                return
+            other = redlock.lock("other")
+            if await other.acquire(blocking=False):
+                await other.release()
+            await asyncio.sleep(0.05)
+
+
+async def grant(redlock: Redlock) -> int:
+    lock = redlock.lock("ledger")
+    assert await lock.acquire(timeout=5.0)
+    token = lock.fencing_token
+    assert token is not None
+    await lock.release()
+    return token
+
+
+async def test_two_nodes_of_the_last_fence_majority_restarted_empty_in_turn_never_lower_the_token(
+    faulty: Cluster,
+) -> None:
+    async with Redlock(faulty.urls, fencing=True, ttl=1.0) as redlock:  # a quarantine of about a second
+        tokens = [await grant(redlock) for _ in range(5)]
+        faulty[4].command("SET", "redlock:ledger", "another holder's")  # node 4 refuses the next grants
+        tokens += [await grant(redlock) for _ in range(3)]  # fenced on nodes 0-3 only
+        faulty[4].command("DEL", "redlock:ledger")
+        assert counters(faulty) == [8, 8, 8, 8, 5]
+        for i in (0, 1):  # each restarted after the other's quarantine is over
+            before = redlock.statistics().nodes[i].server_id
+            faulty[i].restart(keep_data=False)
+            await back_in_service(redlock, i, before)
+        restarted = counters(faulty)
+        for i in (2, 3):
+            faulty[i].pause()  # the next grant's majority is nodes 0, 1 and 4
+        try:
+            tokens.append(await grant(redlock))
+        finally:
+            for i in (2, 3):
+                faulty[i].resume()
+        assert tokens == list(range(1, 10)), f"tokens {tokens}"  # before: [1, ..., 8, 6]
+        # Raised from the others before they counted again (before: 0 and 0, and only nodes 2 and 3 had 8).
+        assert restarted == [8, 8, 8, 8, 5]
