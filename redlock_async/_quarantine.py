@@ -152,7 +152,11 @@ class Quarantine:
         else:
             self._suspects.discard(i)
         self._sit_out(i, seconds, "" if suspect else _why(state, marker, run_id))
-        if not seconds and state is not Marker.CURRENT and run_id is not None:
+        if not seconds and _restarted_since_marked(state, marker, run_id):
+            # Back with its data (a snapshot) longer than a quarantine ago, marked in service by no client
+            # since: its counters may be the snapshot's. Raised from the others before it counts.
+            self._served(i)
+        elif not seconds and state is not Marker.CURRENT and run_id is not None:
             self._mark(i)
         if suspect and self._fresh_checked:
             self._warn_suspect(i)
@@ -330,6 +334,16 @@ def _why(state: Marker, marker: Reply, run_id: bytes | None) -> str:
     if state is Marker.ABSENT:
         return "restarted, and lost its data"
     return "restarted"
+
+
+def _restarted_since_marked(state: Marker, marker: Reply, run_id: bytes | None) -> bool:
+    """The marker names another server process than *run_id*: the node restarted since it was marked."""
+    return (
+        state is Marker.STALE
+        and run_id is not None
+        and isinstance(marker, bytes)
+        and marker.partition(b"/")[0] != run_id
+    )
 
 
 def marker_value(run_id: bytes, period: float) -> bytes:
