@@ -68,3 +68,29 @@ async def test_two_nodes_of_the_last_fence_majority_restarted_empty_in_turn_neve
         assert tokens == list(range(1, 10)), f"tokens {tokens}"  # before: [1, ..., 8, 6]
         # Raised from the others before they counted again (before: 0 and 0, and only nodes 2 and 3 had 8).
         assert restarted == [8, 8, 8, 8, 5]
+
+
+async def test_a_restarted_node_sits_out_until_its_counters_can_be_raised(faulty: Cluster) -> None:
+    """With too few other nodes to read (three of the four stopped), the restarted node keeps sitting out
+    past its quarantine, saying why; once they answer, its counters are raised and it counts."""
+    async with Redlock(faulty.urls, fencing=True, ttl=1.0, connect_timeout=0.2) as redlock:
+        tokens = [await grant(redlock) for _ in range(3)]
+        before = redlock.statistics().nodes[0].server_id
+        faulty[0].restart(keep_data=False)
+        for i in (2, 3, 4):
+            faulty[i].pause()
+        try:
+            async with asyncio.timeout(30):
+                while "fencing counters not raised yet" not in redlock._connections.nodes[0].quarantine_reason:
+                    other = redlock.lock("other")
+                    assert not await other.acquire(blocking=False)
+                    await asyncio.sleep(0.05)
+            assert redlock.statistics().nodes[0].quarantined
+            assert faulty[0].command("GET", COUNTER) is None
+        finally:
+            for i in (2, 3, 4):
+                faulty[i].resume()
+        await back_in_service(redlock, 0, before)
+        assert counters(faulty) == [3, 3, 3, 3, 3]
+        tokens.append(await grant(redlock))
+        assert tokens == [1, 2, 3, 4]
