@@ -8,8 +8,9 @@ over it would count again with a counter below what it had, and two such nodes o
 restarted one after the other, leave fewer than a majority with that grant's token: a later grant can
 then read only lower counters (8, then 6). So before it counts again, every counter of the other nodes
 is copied onto it, raised only (``RAISE_COUNTER``): for each counter, the largest value read on a
-majority of the nodes in service. Every earlier grant's token is on at least one of them (see the docs),
-so the restarted node is back to at least every token given, and the majorities are whole again.
+majority of the nodes that kept their data (the quarantine says which nodes those are). Every earlier
+grant's token is on at least one of them (see the docs), so the restarted node is back to at least
+every token given, and the majorities are whole again.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from redlock_async._algorithm import quorum
-from redlock_async._fanout import sitting_out
 from redlock_async._node import Node
 from redlock_async._scripts import FENCED_BY, RAISE_COUNTER
 from redlock_async._wire import Failure, Reply
@@ -34,14 +33,16 @@ class _Unread(Exception):
     """A node could not be read (or written) in time: the copy is tried again later."""
 
 
-async def raise_counters(nodes: Sequence[Node], i: int, *, prefix: bytes, timeout: float) -> str | None:
-    """Raise every fencing counter (keys under *prefix*) on ``nodes[i]`` to the largest value a majority
-    of the nodes in service hold for it, with its ttl. None when done; else why not (the caller tries
-    again later; the node keeps sitting out meanwhile). *timeout*: one round trip's."""
-    need = quorum(len(nodes))
-    others = [node for j, node in enumerate(nodes) if j != i and node.connected and sitting_out(node) is None]
-    if len(others) < need:
-        return f"only {len(others)} other nodes in service to read its fencing counters from, {need} needed"
+async def raise_counters(
+    nodes: Sequence[Node], i: int, sources: Sequence[int], need: int, *, prefix: bytes, timeout: float
+) -> str | None:
+    """Raise every fencing counter (keys under *prefix*) on ``nodes[i]`` to the largest value read for it
+    on the nodes *sources* (at least *need* of them must answer: a majority of nodes that kept their data),
+    with its ttl. None when done; else why not (the caller tries again later; the node keeps sitting out
+    meanwhile). *timeout*: one round trip's."""
+    if len(sources) < need:
+        return f"only {len(sources)} other nodes that kept their data to read its fencing counters from, {need} needed"
+    others = [nodes[j] for j in sources]
     read = await asyncio.gather(*(_counters(node, prefix, timeout) for node in others), return_exceptions=True)
     counters = [one for one in read if isinstance(one, dict)]
     if len(counters) < need:
