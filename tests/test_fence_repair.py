@@ -111,3 +111,17 @@ async def test_a_cluster_restarted_empty_all_at_once_comes_back(faulty: Cluster)
                 await asyncio.sleep(0.05)
         assert lock.fencing_token == 1  # counters lost on a majority: nothing keeps the token then
         await lock.release()
+
+
+async def test_nodes_that_sat_out_a_longer_quarantine_than_their_marks_are_not_copied_to(faulty: Cluster) -> None:
+    """Nodes marked in service by a client with short leases sit out the rest of a longer-lease client's
+    quarantine, all five at once; they lost nothing, so they count once it is over, with no copy (a copy
+    there would need other nodes in service, and there are none: they would sit out for ever)."""
+    async with Redlock(faulty.urls, ttl=0.5) as short:  # marks every node under a 0.5 s quarantine
+        first = short.lock("first")
+        assert await first.acquire(timeout=5.0)
+        await first.release()
+    async with Redlock(faulty.urls, fencing=True, ttl=3.0) as longer:
+        lock = longer.lock("ledger")
+        assert await lock.acquire(timeout=15.0), lock.outcomes
+        await lock.release()
