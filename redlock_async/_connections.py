@@ -23,6 +23,7 @@ from redlock_async._clock_guard import ClockGuard
 from redlock_async._cluster import Cluster, describe
 from redlock_async._endpoint import endpoints_for
 from redlock_async._fanout import sitting_out
+from redlock_async._fence_repair import raise_counters
 from redlock_async._handoff import Listener
 from redlock_async._inspect import Inspector
 from redlock_async._node import Node
@@ -95,16 +96,25 @@ class Connections:
         """The pub/sub connections, one per node (the listener's)."""
         cluster = self.cluster = Cluster(self.nodes, settings, listener, hook)
         if on_ready is not None:
-            quarantine = Quarantine(settings.key_prefix.encode(), cluster.quarantine_period, self.nodes)
+            # A node back from a restart raises its fencing counters from the others before it counts again.
+            repair = functools.partial(
+                raise_counters, self.nodes, prefix=settings.fence_prefix.encode(), timeout=settings.connect_timeout * 2
+            )
+            quarantine = Quarantine(settings.key_prefix.encode(), cluster.quarantine_period, self.nodes, repair=repair)
         self._quarantine = quarantine
         if settings.clock_guard:
             cluster.clock = ClockGuard(self.nodes, settings.drift_factor, cluster.longest_lease, cluster.clock_fault)
         # Read-only connections, opened on first inspect(), judging the restart quarantine as the locks do.
-        self.inspector = Inspector(endpoints, settings, cluster.quarantine_period)
+        # A node the clock guard holds out (its clock jumped ahead) rules out no holder there either.
+        self.inspector = Inspector(endpoints, settings, cluster.quarantine_period, self._clock_held)
 
     @property
     def quorum(self) -> int:
         return quorum(len(self.nodes))
+
+    def _clock_held(self, i: int) -> float:
+        """Until when (monotonic) the clock guard holds node *i* out, 0 when it never did."""
+        return self.nodes[i].clock_held_until
 
     def statistics(self) -> RedlockStatistics:
         """A snapshot of the nodes' connections, the locks held and watched, the watchdog and the waiters."""

@@ -3,22 +3,28 @@ the same name), writing nothing to any node.
 
 An :class:`Inspector` has connections of its own that send nothing but the
 handshake (AUTH, SELECT, CLIENT SETNAME), the restart-quarantine probe (INFO,
-GET of the marker) and reads (MGET, GET, PTTL, SMEMBERS): no restart-quarantine marker
+GET of the marker) and reads (TIME, MGET, GET, PTTL, SMEMBERS): no restart-quarantine marker
 written, no script loaded or run, no PUBLISH. So it can never change what a
 locking client decides (a marker written under its period would vouch for a
 restarted node to clients with longer leases).
 
-It judges the restart quarantine as a locking client does (read-only): a node
-that came back without its keys, or that no one vouched for yet, can neither
-confirm nor rule out a holder, so it counts as a node that did not answer.
+It judges the restart quarantine as a locking client does (read-only), and
+looks at each node's clock: a node that came back without its keys, or that no
+one vouched for yet, or whose clock jumped ahead (the locking connections' clock
+guard holds it out, or its ``TIME``, read with the keys, is ahead of ours and of
+the other nodes' by more than the drift), may have lost keys. What it shows
+still counts toward a holder's majority (a node can lose a key, never invent
+one), never toward "free": a verdict is never wrong, at worst ``unknown``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -75,11 +81,17 @@ class Inspector:
     """Read-only connections to the nodes, opened on first use and kept until closed."""
 
     def __init__(
-        self, endpoints: Sequence[Endpoint], settings: Settings, period: Callable[[], float] | None = None
+        self,
+        endpoints: Sequence[Endpoint],
+        settings: Settings,
+        period: Callable[[], float] | None = None,
+        clock_held: Callable[[int], float] | None = None,
     ) -> None:
         self._endpoints = endpoints
         self._settings = settings
         self._period = period or (lambda: default_period(settings))
+        # Per node: until when (monotonic) the locking connections' clock guard holds it out (0: never).
+        self._clock_held = clock_held or (lambda i: 0.0)
         self._nodes: tuple[Node, ...] = ()
         self._quarantine: Quarantine | None = None
 
@@ -125,8 +137,12 @@ class Inspector:
         nodes = self._connect()
         reads = (keys.lock, keys.fence, keys.fence + FENCED_BY)
         asks = []
-        for node in nodes:
-            ask = [node.send(b"MGET", *reads), node.send(b"PTTL", keys.lock)]
+        sent = time.time()  # the wall clock: what the nodes' TIME is compared with
+        received = [math.inf] * len(nodes)
+        for i, node in enumerate(nodes):
+            clock = node.send(b"TIME")
+            clock.add_done_callback(functools.partial(_stamp, received, i))
+            ask = [clock, node.send(b"MGET", *reads), node.send(b"PTTL", keys.lock)]
             if keys.widest is not None:
                 ask.append(node.send(b"GET", keys.widest))
             if keys.writer is not None:
@@ -136,26 +152,56 @@ class Inspector:
                     node.send(b"SMEMBERS", rw_keys(keys.writer)[1]),
                 )
             asks.append(ask)
-        answers = await self._ask(asks)
-        views = tuple(_view(node, replies[0], replies[1]) for node, replies in zip(nodes, answers, strict=True))
+        answered = await self._ask(asks)
+        answers = [replies[1:] for replies in answered]
+        settings = self._settings
+        ahead = clocks_ahead(
+            sent,
+            [(replies[0], at) for replies, at in zip(answered, received, strict=True)],
+            drift(settings.ttl, settings.drift_factor),
+        )
         # Quarantine is read after every reply is in: each node's probe went first on its connection.
-        views = tuple(_sat_out(node, view) for node, view in zip(nodes, views, strict=True))
+        doubts = [self._doubt(i, node, ahead[i]) for i, node in enumerate(nodes)]
+        views = tuple(
+            _sat_out(_view(node, replies[0], replies[1]), doubt)
+            for node, replies, doubt in zip(nodes, answers, doubts, strict=True)
+        )
         info = judge(views)
         if keys.widest is None or keys.slot_prefix is None:
             return info
         widest = max((_limit(replies[2]) for replies in answers if len(replies) > 2), default=0)
         if widest != 0:  # a semaphore of this name on some node that answered
-            info = await self._permits(info, keys.slot_prefix, widest)
+            info = await self._permits(info, keys.slot_prefix, widest, doubts)
         if keys.writer is None:
             return info
-        return await self._rw(info, keys.writer, [replies[3:] for replies in answers])
+        return await self._rw(info, keys.writer, [replies[3:] for replies in answers], doubts)
 
-    async def _rw(self, info: LockInfo, writer_key: bytes, answers: list[list[Reply]]) -> LockInfo:
+    def _doubt(self, i: int, node: Node, ahead: float | None) -> str | None:
+        """Why node *i* may have lost keys (it rules no holder out then), or None: its restart quarantine
+        (this inspector's judgement), the locking connections' clock guard, or its clock read *ahead*."""
+        now = _clock.now()
+        left = node.quarantined_until - now
+        if left > 0:
+            why = "not judged yet" if math.isinf(left) else f"{left:.1f} s left"
+            return f"in restart quarantine ({why}): it may have lost keys"
+        held = self._clock_held(i) - now
+        if held > 0:
+            why = f"held out by the clock guard, {held:.1f} s left"
+            return f"its clock jumped ahead ({why}): its keys may have expired early"
+        if ahead is not None:
+            return f"its clock is {ahead:.3f} s ahead of ours and of another node's: its keys may have expired early"
+        return None
+
+    async def _rw(
+        self, info: LockInfo, writer_key: bytes, answers: list[list[Reply]], doubts: list[str | None]
+    ) -> LockInfo:
         """*info* with the read/write lock's verdicts: its writer judged as a lock, and each reader listed
-        in an index (*answers*: per node, the writer's MGET, its PTTL, the index) judged as a lock."""
+        in an index (*answers*: per node, the writer's MGET, its PTTL, the index) judged as a lock. Nothing
+        of a read/write lock is added when no node that answered has its writer's key or a readers' index."""
         nodes = self._nodes
         views = tuple(
-            _sat_out(node, _view(node, replies[0], replies[1])) for node, replies in zip(nodes, answers, strict=True)
+            _sat_out(_view(node, replies[0], replies[1]), doubt)
+            for node, replies, doubt in zip(nodes, answers, doubts, strict=True)
         )
         writer = judge(views)
         ids = sorted({one for replies in answers if isinstance(replies[2], list) for one in replies[2]})
@@ -166,23 +212,27 @@ class Inspector:
             asks = [[node.send(b"MGET", *keys), *(node.send(b"PTTL", key) for key in keys)] for node in nodes]
             replies_of = await self._ask(asks)
             per_reader: list[list[NodeInfo]] = [[] for _ in keys]
-            for node, replies in zip(nodes, replies_of, strict=True):
+            for node_index, replies in enumerate(replies_of):
+                node = nodes[node_index]
                 values = replies[0]
                 for i, reader_views in enumerate(per_reader):
                     value = values[i] if isinstance(values, list) and len(values) == len(keys) else values
                     view = _view(node, [value, None, None] if not isinstance(value, Failure) else value, replies[1 + i])
-                    reader_views.append(_sat_out(node, view))
+                    reader_views.append(_sat_out(view, doubts[node_index]))
             readers = tuple(
                 reader for reader in (judge(tuple(views)) for views in per_reader) if reader.state != "free"
             )
-        shown = writer if writer.state != "free" else None
+        # A writer is spoken of only where some node shows its key: with none, an "unknown" is the
+        # unanswered nodes', which the lock's own verdict already says (the same nodes, the same read).
+        seen = any(view.holder is not None for view in views)
+        shown = writer if seen and writer.state != "free" else None
         if shown is None and not readers:
             return info
-        states = {info.state, *(reader.state for reader in readers), writer.state}
+        states = {info.state, *(reader.state for reader in readers), *((shown.state,) if shown else ())}
         state: LockState = "held" if "held" in states else "unknown" if "unknown" in states else "free"
         return dataclasses.replace(info, state=state, writer=shown, readers=readers)
 
-    async def _permits(self, info: LockInfo, slot_prefix: bytes, widest: int) -> LockInfo:
+    async def _permits(self, info: LockInfo, slot_prefix: bytes, widest: int, doubts: list[str | None]) -> LockInfo:
         """The lock's verdict *info* with the semaphore's: each of its *widest* slots judged as a lock."""
         nodes = self._nodes
         slots = [slot_prefix + b"%d" % i for i in range(widest)]
@@ -190,14 +240,14 @@ class Inspector:
         answers = await self._ask(asks)
         per_slot: list[list[NodeInfo]] = [[] for _ in slots]
         limits: dict[str, int] = {}  # holder -> the limit its token was taken under
-        for node, replies in zip(nodes, answers, strict=True):
+        for node, replies, doubt in zip(nodes, answers, doubts, strict=True):
             values = replies[0]
             for i, slot_views in enumerate(per_slot):
                 value = values[i] if isinstance(values, list) and len(values) == widest else values
                 view = _view(node, [value, None, None] if not isinstance(value, Failure) else value, replies[1 + i])
                 if view.holder is not None:
                     limits[view.holder] = _limit(value)
-                slot_views.append(_sat_out(node, view))
+                slot_views.append(_sat_out(view, doubt))
         permits = tuple(judge(tuple(slot_views)) for slot_views in per_slot)
         shown = tuple(permit for permit in permits if permit.state != "free")
         held = [limits[permit.holder] for permit in permits if permit.holder is not None]
@@ -257,31 +307,73 @@ def _view(node: Node, values: Reply, pttl: Reply) -> NodeInfo:
     )
 
 
-def _sat_out(node: Node, view: NodeInfo) -> NodeInfo:
-    """*view*, unless *node* is in restart quarantine: then it can confirm nothing and rule out nothing."""
-    if view.state == "unreachable":
+def clocks_ahead(sent: float, readings: Sequence[tuple[Reply, float]], tolerance: float) -> list[float | None]:
+    """Per node, how far (seconds, at least) its clock is ahead, or None: a node whose ``TIME`` is ahead of our
+    wall clock by more than *tolerance*, and ahead of another node's by more than that too (so that our own
+    clock, behind every node alike, or one node running behind, makes no node suspect).
+
+    *sent* is our wall clock before the reads were sent; *readings*, per node, its ``TIME`` reply and our wall
+    clock when that came in (inf when it did not). A node read its clock between the two: it is certainly
+    ahead of ours by ``node - received``, and another node certainly by no more than ``its - sent``.
+    """
+    least: list[float] = []  # per node read: how far ahead of ours it is at least
+    most: list[float] = []  # and at most
+    for reply, received in readings:
+        seconds = _seconds(reply)
+        if seconds is None or math.isinf(received):
+            least.append(math.nan)
+            continue
+        least.append(seconds - received)
+        most.append(seconds - sent)
+    slowest = min(most, default=math.inf)
+    # (nan, a node not read, compares False: it is not judged)
+    return [ahead if ahead > tolerance and ahead - slowest > tolerance else None for ahead in least]
+
+
+def _stamp(received: list[float], i: int, _: object) -> None:
+    """Node *i*'s ``TIME`` reply came in: our wall clock now."""
+    received[i] = time.time()
+
+
+def _seconds(reply: Reply) -> float | None:
+    """A ``TIME`` reply as seconds since the epoch; None when it is not one."""
+    if not isinstance(reply, list) or len(reply) != 2:
+        return None
+    try:
+        return int(reply[0]) + int(reply[1]) * 1e-6
+    except (TypeError, ValueError):
+        return None
+
+
+def _sat_out(view: NodeInfo, doubt: str | None) -> NodeInfo:
+    """*view*, unless its node may have lost keys (*doubt*: why): then it is ``quarantined``. What it shows
+    still counts toward a holder (a key there is a key), never toward free; its counters count for nothing."""
+    if view.state == "unreachable" or doubt is None:
         return view
-    left = node.quarantined_until - _clock.now()
-    if left <= 0:
-        return view
-    why = "not judged yet" if math.isinf(left) else f"{left:.1f} s left"
-    return NodeInfo(node.name, "quarantined", error=f"in restart quarantine ({why}): it may have lost keys")
+    return dataclasses.replace(view, state="quarantined", error=doubt, fencing_counter=None, fenced_by=None)
 
 
 def judge(views: tuple[NodeInfo, ...]) -> LockInfo:
-    """The verdict by the majority rule (``_algorithm.held_by_majority``); a node in quarantine counts
-    as one that did not answer."""
+    """The verdict by the majority rule (``_algorithm.held_by_majority``). A node that may have lost keys
+    (``quarantined``) counts toward the majority of a holder it shows (it lost keys, it invented none), and
+    for free as one that did not answer: so a verdict is never wrong, at worst unknown."""
     counts: dict[str, int] = {}
+    trusted: dict[str, int] = {}
     for view in views:
         if view.holder is not None:
             counts[view.holder] = counts.get(view.holder, 0) + 1
+            if view.state == "held":
+                trusted[view.holder] = trusted.get(view.holder, 0) + 1
     silent = sum(view.state in ("unreachable", "quarantined") for view in views)
-    state = held_by_majority(len(views), counts.values(), silent)
+    need = quorum(len(views))
+    if counts and max(counts.values()) >= need:
+        state = Held.HELD
+    else:
+        state = held_by_majority(len(views), trusted.values(), silent)
     holder = max(counts, key=counts.__getitem__) if state is Held.HELD else None
     holding = [view for view in views if holder is not None and view.holder == holder]
     ttls = [view.ttl for view in holding if view.ttl is not None]
     counters = sorted((view.fencing_counter for view in views if view.fencing_counter is not None), reverse=True)
-    need = quorum(len(views))
     counter: int | None
     if holder is not None:
         # The holder's token, once its fence is written on a majority: those nodes name it as their

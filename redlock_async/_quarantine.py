@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from redlock_async import _clock
 from redlock_async._algorithm import Marker, quorum, sit_out
@@ -40,6 +40,14 @@ log = logging.getLogger(__name__)
 
 RECHECK_FIRST = 0.1
 """Seconds before a node without marker is asked again: another client may have just judged it in service."""
+
+REPAIR_RETRY = 0.5
+"""Seconds before the fencing counters of a node back from a restart are copied again, when the other nodes
+could not be read (too few in service): it keeps sitting out until they are."""
+
+Repair = Callable[[int, list[int], int], Awaitable[str | None]]
+"""Raises node *i*'s fencing counters from the nodes listed, at least as many as the number given answering
+(``_fence_repair.raise_counters``): None when done, else why not."""
 
 VOUCH_WAIT = 0.3
 """Longest a ballot holds a yes of a node met without marker, waiting for that first recheck's answer.
@@ -56,9 +64,18 @@ class Quarantine:
     """Per Redlock: probes each node on connect and sets its ``quarantined_until``."""
 
     def __init__(
-        self, marker: bytes, period: Callable[[], float], nodes: Sequence[Node], *, read_only: bool = False
+        self,
+        marker: bytes,
+        period: Callable[[], float],
+        nodes: Sequence[Node],
+        *,
+        read_only: bool = False,
+        repair: Repair | None = None,
     ) -> None:
         self._marker = marker
+        # A node whose quarantine is over first gets its fencing counters back (docs/fencing.md).
+        self._repair = None if read_only else repair
+        self._repairs: dict[int, asyncio.Task[None]] = {}
         self._read_only = read_only  # judge, but write no marker (inspection writes nothing)
         # Inspection's judgement is its own verdicts' business: the locking clients warn of a restart.
         self._warning = logging.DEBUG if read_only else logging.WARNING
@@ -69,6 +86,9 @@ class Quarantine:
         self._run_ids: list[bytes | None] = [None] * n
         self._marked: list[bool | None] = [None] * n  # None: not seen yet, or the marker could not be read
         self._seen = [False] * n
+        # Per node: it restarted or lost its data since it was last marked in service, and its fencing counters
+        # were not raised from the others since: they may be behind (docs/fencing.md).
+        self._behind = [False] * n
         self._suspects: set[int] = set()
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._fresh_checked = False
@@ -80,6 +100,9 @@ class Quarantine:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        for task in self._repairs.values():
+            task.cancel()
+        self._repairs.clear()
         for node in self._nodes:
             _settle(node)
 
@@ -88,6 +111,9 @@ class Quarantine:
     def on_ready(self, node: Node) -> None:
         """A new connection to *node*: count nothing from it until the probe is answered."""
         node.quarantined_until = math.inf
+        repairing = self._repairs.pop(self._nodes.index(node), None)
+        if repairing is not None:
+            repairing.cancel()  # the new connection's probe judges it again
         _settle(node)  # votes held for the last connection's recheck count for nothing now
         # Replies come in order: when the marker's is in, so is INFO's. Both are read the moment
         # they are parsed, before any vote that follows them on this connection is counted.
@@ -115,6 +141,11 @@ class Quarantine:
         if run_id is not None:
             self._run_ids[i] = run_id
         self._seen[i] = True
+        self._behind[i] = state is not Marker.CURRENT and (
+            state is Marker.ABSENT
+            or (known is not None and run_id is not None and run_id != known)
+            or _restarted_since_marked(state, marker, run_id)
+        )
         self._marked[i] = marked
         if suspect and known is None and node.connect_started <= self._fresh_at:
             # Its first connection began before we judged the cluster new: one of that round, late.
@@ -129,7 +160,11 @@ class Quarantine:
         else:
             self._suspects.discard(i)
         self._sit_out(i, seconds, "" if suspect else _why(state, marker, run_id))
-        if not seconds and state is not Marker.CURRENT and run_id is not None:
+        if not seconds and _restarted_since_marked(state, marker, run_id):
+            # Back with its data (a snapshot) longer than a quarantine ago, marked in service by no client
+            # since: its counters may be the snapshot's. Raised from the others before it counts.
+            self._served(i)
+        elif not seconds and state is not Marker.CURRENT and run_id is not None:
             self._mark(i)
         if suspect and self._fresh_checked:
             self._warn_suspect(i)
@@ -201,9 +236,62 @@ class Quarantine:
         )
 
     def _served(self, i: int) -> None:
-        """The quarantine ran out: the node is in service, and says so to clients that meet it later."""
+        """The quarantine ran out: the node is in service, and says so to clients that meet it later; first,
+        its fencing counters are raised from the other nodes' (it sits out until they are)."""
         self._timers.pop(i, None)
         self._suspects.discard(i)
+        if self._repair is not None and self._behind[i] and i not in self._repairs:
+            node = self._nodes[i]
+            node.quarantined_until = math.inf
+            node.quarantine_reason = "back from a restart: its fencing counters are being raised from the other nodes"
+            self._repairs[i] = asyncio.get_running_loop().create_task(self._repaired(i))
+            return
+        self._in_service(i)
+
+    async def _repaired(self, i: int) -> None:
+        """Copy node *i*'s fencing counters from the others; then it counts again, or the copy is tried later."""
+        try:
+            assert self._repair is not None
+            why = await self._repair(i, *self._sources(i))
+        except Exception as exc:  # a bug here must not leave the node out for ever, unsaid
+            why = f"{type(exc).__name__}: {exc}"
+        if self._closed or self._repairs.get(i) is not asyncio.current_task():
+            return  # closed, or a new connection's probe judges it again
+        del self._repairs[i]
+        if why is None:
+            self._in_service(i)
+            return
+        node = self._nodes[i]
+        log.log(self._info, "redlock node %s sits out a moment more: %s", node.name, why)
+        node.quarantine_reason = f"back from a restart, its fencing counters not raised yet: {why}"
+        self._timers[i] = asyncio.get_running_loop().call_later(REPAIR_RETRY, self._retry_repair, i)
+
+    def _sources(self, i: int) -> tuple[list[int], int]:
+        """The nodes to read node *i*'s counters from, and how many of them must answer: the others whose
+        counters are whole (not behind), a majority of them. If not even every node not judged yet could make
+        that majority (a majority restarted at once: nothing keeps every token then), every other node that
+        is connected, as many as answer, so that the cluster comes back at all."""
+        need = quorum(len(self._nodes))
+        others = [j for j in range(len(self._nodes)) if j != i]
+        whole = [j for j in others if self._seen[j] and not self._behind[j] and self._nodes[j].connected]
+        maybe = [j for j in others if not self._seen[j] or not self._nodes[j].connected]
+        if len(whole) + len(maybe) >= need:
+            return whole, need
+        log.log(
+            self._warning,
+            "redlock node %s: too few other nodes kept their data to raise its fencing counters from a majority "
+            "(a majority restarted at once?): raised from the %d connected others as they are",
+            self._nodes[i].name,
+            sum(self._nodes[j].connected for j in others),
+        )
+        return [j for j in others if self._nodes[j].connected], 0
+
+    def _retry_repair(self, i: int) -> None:
+        self._timers.pop(i, None)
+        if not self._closed and i not in self._repairs:
+            self._repairs[i] = asyncio.get_running_loop().create_task(self._repaired(i))
+
+    def _in_service(self, i: int) -> None:
         _release(self._nodes[i])
         log.log(self._info, "redlock node %s: quarantine over, counts again", self._nodes[i].name)
         self._mark(i)
@@ -225,6 +313,7 @@ class Quarantine:
             if _marker_state(reply, self._run_ids[i], self._period()) is Marker.CURRENT:
                 self._suspects.discard(i)
                 self._marked[i] = True
+                self._behind[i] = False  # that client raised its counters before it marked it
                 self._sit_out(i, 0.0, "")
                 log.log(self._info, "redlock node %s: marked in service by another client, counts again", node.name)
                 return
@@ -242,6 +331,7 @@ class Quarantine:
 
     def _mark(self, i: int) -> None:
         self._marked[i] = True
+        self._behind[i] = False  # counters raised (or nothing to raise: a new cluster, a period's marker)
         run_id = self._run_ids[i]
         if run_id is not None and not self._read_only:  # without INFO there is no run_id to vouch for
             # With the period it was judged under: a client with longer leases trusts it for no more.
@@ -274,6 +364,16 @@ def _why(state: Marker, marker: Reply, run_id: bytes | None) -> str:
     if state is Marker.ABSENT:
         return "restarted, and lost its data"
     return "restarted"
+
+
+def _restarted_since_marked(state: Marker, marker: Reply, run_id: bytes | None) -> bool:
+    """The marker names another server process than *run_id*: the node restarted since it was marked."""
+    return (
+        state is Marker.STALE
+        and run_id is not None
+        and isinstance(marker, bytes)
+        and marker.partition(b"/")[0] != run_id
+    )
 
 
 def marker_value(run_id: bytes, period: float) -> bytes:

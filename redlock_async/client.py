@@ -118,8 +118,9 @@ class Redlock(Makers):
         restart-quarantine marker, no PUBLISH), opened on the first call and kept until the
         Redlock closes. The verdict follows the majority rule: ``"held"`` when one holder has
         a majority (of the lock, or of a permit), ``"free"`` when a majority answered and no one
-        could have one, otherwise ``"unknown"``. A node in restart quarantine counts as one that
-        did not answer. Never shows a token.
+        could have one, otherwise ``"unknown"``. A node that may have lost keys (in restart
+        quarantine, or its clock jumped ahead) rules no holder out, but a holder it shows counts:
+        a verdict is never wrong, at worst unknown. Never shows a token.
         """
         if not isinstance(name, (str, bytes)):
             raise TypeError(f"lock name must be str or bytes, got {type(name).__name__}")

@@ -7,8 +7,10 @@ holders are told apart by a digest of it, and named by the owner label stored wi
 One name is looked at as every primitive uses it: the lock (``redlock.lock``, ``lock_many``, whose
 holder holds each of its names, an election), the semaphore of that name (its permits) and the
 read/write lock of that name (its writer and its readers).
-A node in restart quarantine (it came back without its keys, or no one vouched for it yet) can
-neither confirm nor rule out a holder: it counts as a node that did not answer.
+A node that may have lost keys (in restart quarantine: it came back without its keys, or no one
+vouched for it yet; or its clock jumped ahead, which expires keys early) rules no holder out: for
+"free" it counts as a node that did not answer. A key it shows still counts toward its holder's
+majority (a node can lose a key, never invent one). So a verdict is never wrong, at worst unknown.
 """
 
 from __future__ import annotations
@@ -33,14 +35,16 @@ class NodeInfo:
     address: str
     """host:port or unix path, as ``Redlock.nodes`` names it."""
     state: NodeState
-    """``"held"``, ``"free"``, ``"unreachable"``, or ``"quarantined"`` (in restart quarantine: what it
-    holds is not read, and it counts as unreachable)."""
+    """``"held"``, ``"free"``, ``"unreachable"``, or ``"quarantined"`` (it may have lost keys: in restart
+    quarantine, or its clock jumped ahead; *error* says which). A quarantined node's *holder*, *owner*
+    and *ttl* are what it shows, which counts toward that holder's majority; it rules no holder out, and
+    its fencing counter is not shown."""
     owner: str | None = None
     """The holder's owner label (``redlock.lock(name, owner=)``), when held and labelled."""
     ttl: float | None = None
     """Seconds the key has left, when held."""
     error: str = ""
-    """Why the node could not be read, when unreachable or quarantined."""
+    """Why the node could not be read (unreachable), or why it may have lost keys (quarantined)."""
     holder: str | None = None
     """A digest of the holder's token: tells holders apart, useless to extend or release a lease."""
     fencing_counter: int | None = None
@@ -55,10 +59,10 @@ class LockInfo:
     """The verdict over every node, by the majority rule."""
 
     state: LockState
-    """``"held"`` when one holder's key is on a majority (the lock's, a permit's of the semaphore of
-    the same name, or the writer's or a reader's of the read/write lock of the same name); ``"free"``
-    when a majority answered and no holder could have a majority even
-    with every unanswered or quarantined node; ``"unknown"`` otherwise."""
+    """``"held"`` when one holder's key is on a majority (quarantined nodes included: the lock's, a
+    permit's of the semaphore of the same name, or the writer's or a reader's of the read/write lock
+    of the same name); ``"free"`` when a majority answered (quarantined nodes excluded) and no holder
+    could have a majority even with every unanswered or quarantined node; ``"unknown"`` otherwise."""
     owner: str | None
     """The lock holder's owner label when the lock is held, else None (a semaphore's: *permits*)."""
     ttl: float | None

@@ -33,6 +33,7 @@ READS = frozenset(
         "get",
         "mget",
         "pttl",
+        "time",
         "smembers",
         "info",
         "dbsize",

@@ -12,10 +12,12 @@ import sys
 import time
 
 from redlock_async import Redlock
+from redlock_async._names import rw_writer_key
 from redlock_async.cli import EXIT_HELD, EXIT_UNKNOWN
 from redlock_async.inspection import LockInfo
+from redlock_async.testing import LocalNodes
 
-from .conftest import Cluster, MakeRedlock
+from .conftest import Cluster, MakeRedlock, dead_urls
 
 PY = sys.executable
 SLOW = 2.0
@@ -286,3 +288,36 @@ async def test_every_node_down_is_unknown(faulty: Cluster) -> None:
     code, out = await redlock_status(faulty.urls, "gone")
     assert code == EXIT_UNKNOWN, out
     assert "only 0 of 5 nodes answered" in out
+
+
+async def test_a_majority_showing_one_live_key_is_held_whatever_the_quarantine_says() -> None:
+    """Issue 35.5: a fresh cluster put in service by a client with 2 s leases (the Celery example's) is
+    vouched for under its 2 s quarantine only; `redlock status` (default ttl 10 s) sat all 5 nodes out
+    and answered unknown (exit 3) for a lock held on all 5. A quarantine can hide a holder, never invent
+    one: the same live key on a majority is held."""
+    with LocalNodes(5) as nodes:
+        async with Redlock(nodes.urls, ttl=2.0) as short, short.lock("job", owner="celery"):
+            async with Redlock(nodes.urls) as reader:  # ttl 10 s: a longer quarantine than the marks'
+                info = await reader.inspect("job")
+            assert [node.state for node in info.nodes] == ["quarantined"] * 5, info  # the premise
+            assert (info.state, info.owner) == ("held", "celery"), info  # before: unknown
+            code, out = await redlock_status(nodes.urls, "job")
+            assert code == EXIT_HELD, out  # before: 3
+            assert "(celery) on 5 of 5 nodes (a majority)" in out, out
+
+
+async def test_status_speaks_of_a_read_write_lock_only_when_its_keys_exist(cluster: Cluster) -> None:
+    """Issue 35.5: whenever the verdict was unknown, status printed "read/write lock NAME: a writer,
+    0 readers" for a name never used as one."""
+    urls = cluster.urls[:2] + dead_urls(3)
+    code, out = await redlock_status(urls, "plain")
+    assert code == EXIT_UNKNOWN, out
+    assert "read/write lock" not in out, out  # before: "read/write lock plain: a writer, 0 readers"
+    async with Redlock(urls) as reader:
+        info = await reader.inspect("plain")
+    assert (info.state, info.writer, info.readers) == ("unknown", None, ()), info
+    # A writer's key on the nodes that answer: too few to tell, but it is spoken of.
+    cluster[0].command("SET", rw_writer_key("redlock:", "plain"), "dG9rZW4x~W", "PX", 20_000)
+    code, out = await redlock_status(urls, "plain")
+    assert code == EXIT_UNKNOWN, out
+    assert "read/write lock plain: maybe a writer, 0 readers" in out, out

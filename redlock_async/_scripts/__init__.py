@@ -55,6 +55,7 @@ __all__ = [
     "QUEUE_LEAVE",
     "QUEUE_LEAVE_ALL",
     "QUEUE_STAY",
+    "RAISE_COUNTER",
     "READERS_HOLD",
     "RELEASE",
     "RELEASE_ALL",
@@ -104,6 +105,7 @@ EXTEND_MANY = Script(_lock.EXTEND_MANY)
 ACQUIRE_FENCED = Script(_fencing.ACQUIRE_FENCED, creates=True)
 FENCE = Script(_fencing.FENCE)
 FENCED_SET = Script(_fencing.FENCED_SET)
+RAISE_COUNTER = Script(_fencing.RAISE_COUNTER)  # a node back from a restart, once: not loaded on every connection
 
 # lock_many.
 ACQUIRE_ALL = Script(_many.ACQUIRE_ALL, creates=True)

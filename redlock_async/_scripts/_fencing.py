@@ -101,6 +101,27 @@ return 0
 )
 
 
+RAISE_COUNTER = b"""
+-- A node back from a restart: raise its fencing counter to what the nodes in service have, before it
+-- counts again (docs/fencing.md, "A node that lost its counters"). Raises only: a counter already as
+-- high is left as it is, with its life; a key that is not a counter is left alone.
+-- KEYS[1]  a fencing counter
+-- ARGV[1]  the largest value read for it on the nodes in service
+-- ARGV[2]  its ttl in integer milliseconds there (fence_ttl), 0 when it never expires
+-- returns  1 raised, 0 left as it was
+local counter = tonumber(redis.call('GET', KEYS[1]) or '0')
+if counter == nil or counter >= tonumber(ARGV[1]) then
+    return 0
+end
+if ARGV[2] == '0' then
+    redis.call('SET', KEYS[1], ARGV[1])
+else
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+return 1
+"""
+
+
 FENCED_BY = b"\x00by"
 """After a fencing counter's key: the key that names (SHA1 of the token, hex) the acquisition whose fence
 ran last there. Its life is the counter's."""

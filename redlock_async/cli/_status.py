@@ -34,7 +34,8 @@ async def status_command(name: str, nodes: list[str], *, ttl: float = 10.0) -> i
         quiet.setLevel(level)
     print_found(name, found)
     answered = sum(view.state not in ("unreachable", "quarantined") for view in found.nodes)
-    sitting_out = sum(view.state == "quarantined" for view in found.nodes)
+    restarted = sum(view.state == "quarantined" and view.error.startswith("in restart") for view in found.nodes)
+    clocked = sum(view.state == "quarantined" for view in found.nodes) - restarted
     if found.state == "held":
         if found.holder is not None:
             count = sum(view.holder == found.holder for view in found.nodes)
@@ -49,10 +50,13 @@ async def status_command(name: str, nodes: list[str], *, ttl: float = 10.0) -> i
         else:
             print(f"verdict: held (permits of semaphore {name})")
         return EXIT_HELD
-    # Nodes in restart quarantine answered, but may have lost keys: they count as silent.
+    # Nodes in restart quarantine, or whose clock jumped ahead, answered but may have lost keys: they rule
+    # out no holder (a holder they show counts, above).
     said = f"{answered} of {len(nodes)} nodes answered"
-    if sitting_out:
-        said += f" in service ({sitting_out} more in restart quarantine: they may have lost keys)"
+    doubts = [f"{restarted} more in restart quarantine"] if restarted else []
+    doubts += [f"{clocked} more with a clock ahead"] if clocked else []
+    if doubts:
+        said += f" in service ({', '.join(doubts)}: they may have lost keys)"
     if found.state == "free":
         print(f"verdict: free ({said}; no one can hold a majority)")
         return 0
@@ -78,8 +82,14 @@ def print_found(name: str, found: LockInfo) -> None:
             else:
                 print("  a permit may be held: too few nodes answered for it")
     if found.writer is not None or found.readers:
+        # Only where its keys were seen (the inspection adds a writer or readers only then).
         reading = sum(reader.state == "held" for reader in found.readers)
-        print(f"read/write lock {name}: {'a writer' if found.writer is not None else 'no writer'}, {reading} readers")
+        maybe = sum(reader.state != "held" for reader in found.readers)
+        writer = (
+            "no writer" if found.writer is None else "a writer" if found.writer.state == "held" else "maybe a writer"
+        )
+        readers = f"{reading} reader{'' if reading == 1 else 's'}" + (f" (and maybe {maybe} more)" if maybe else "")
+        print(f"read/write lock {name}: {writer}, {readers}")
         roles = [("writer", found.writer)] if found.writer is not None else []
         for role, one in roles + [("reader", reader) for reader in found.readers]:
             if one.state == "held":
@@ -93,7 +103,11 @@ def print_found(name: str, found: LockInfo) -> None:
 def _print_nodes(views: Sequence[NodeInfo]) -> None:
     for view in views:
         counter = f"  fencing counter {view.fencing_counter}" if view.fencing_counter is not None else ""
-        if view.state in ("unreachable", "quarantined"):
+        if view.state == "quarantined" and view.holder is not None:
+            ttl = f"ttl {view.ttl:.1f} s" if view.ttl is not None else "no ttl"
+            shows = f"held by {holder_label(view.holder, view.owner)}  {ttl}"
+            print(f"  {view.address:<24} {view.state} ({view.error}); {shows}")
+        elif view.state in ("unreachable", "quarantined"):
             print(f"  {view.address:<24} {view.state} ({view.error})")
         elif view.holder is None:
             print(f"  {view.address:<24} free{counter}")
