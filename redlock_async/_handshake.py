@@ -7,6 +7,7 @@ connection that failed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import ssl
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from redlock_async._endpoint import Endpoint
 from redlock_async._wire import Failure, Reply, Wire, describe
 
 Command = tuple[bytes | str | int, ...]
+
+log = logging.getLogger("redlock_async._node")  # said of a node, as its connection's other words
 
 _SAFE_POLICIES = (b"noeviction", b"")  # "" when the server would not say (INFO refused to an ACL user)
 """``maxmemory-policy`` values that never evict a key: every other one may evict lock keys (``volatile-*``
@@ -105,6 +108,29 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
     eviction = policy.decode(errors="replace") if limited and policy not in _SAFE_POLICIES else ""
     server = sections.get(b"server")
     return Identity(run_id(server) if server is not None else None, replicas, eviction)
+
+
+def warn_of_setup(name: str, identity: Identity, warned: set[str], level: int) -> None:
+    """Once per node and kind (*warned* holds the kinds said): a setup under which node *name* may lose lock
+    keys (its replicas, its eviction policy)."""
+    warnings = (
+        (
+            "replicas",
+            identity.replicas,
+            "this master has %s connected replica(s): if a failover promotes one, keys it had not received yet"
+            " are lost; a Redlock voter should be a master without failover",
+        ),
+        (
+            "eviction",
+            identity.eviction,
+            "maxmemory-policy is %s: under memory pressure it may evict lock keys and fencing counters, letting"
+            " a second holder in; set maxmemory-policy noeviction",
+        ),
+    )
+    for kind, value, text in warnings:
+        if value and kind not in warned:
+            warned.add(kind)
+            log.log(level, "redlock node %s: " + text + " (see docs/deployment.md)", name, value)
 
 
 def describe_connect(exc: BaseException) -> str:

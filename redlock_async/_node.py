@@ -34,12 +34,12 @@ from redlock_async._algorithm import Vote
 from redlock_async._endpoint import Endpoint
 from redlock_async._handshake import (
     ConnectError,
-    Identity,
     describe_connect,
     handshake_commands,
     judge_handshake,
     open_transport,
     tls_hint,
+    warn_of_setup,
 )
 from redlock_async._load import NodeLoad
 from redlock_async._outbox import Entry, Outbox
@@ -331,30 +331,9 @@ class Node:
         replies = [await fut for fut in futures]
         identity = judge_handshake(self.endpoint, commands, replies)
         self.server_id = identity.run_id
-        self._warn_of_setup(identity)
+        warn_of_setup(self.name, identity, self._warned, self._trouble)
         if self._on_identified is not None and (refusal := self._on_identified(self)):
             raise ConnectError(refusal)
-
-    def _warn_of_setup(self, identity: Identity) -> None:
-        """Once per node and kind: a setup under which a node may lose lock keys (its replicas, its eviction)."""
-        warnings = (
-            (
-                "replicas",
-                identity.replicas,
-                "this master has %s connected replica(s): if a failover promotes one,"
-                " keys it had not received yet are lost; a Redlock voter should be a master without failover",
-            ),
-            (
-                "eviction",
-                identity.eviction,
-                "maxmemory-policy is %s: under memory pressure it may evict lock keys and"
-                " fencing counters, letting a second holder in; set maxmemory-policy noeviction",
-            ),
-        )
-        for kind, value, text in warnings:
-            if value and kind not in self._warned:
-                self._warned.add(kind)
-                log.log(self._trouble, "redlock node %s: " + text + " (see docs/deployment.md)", self.name, value)
 
     def received(self, wire: Wire, data: bytes, /) -> None:
         """Bytes from the server: parse every complete reply and resolve its future, oldest first."""
