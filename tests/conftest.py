@@ -311,17 +311,38 @@ ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """The repository: where ``python -m tests.<module>`` finds this package."""
 
 
-async def start_module(module: str, *args: str) -> asyncio.subprocess.Process:
-    """``python -m <module> <args>`` from the repository, with pipes: the other OS process of a test."""
+async def start_module(module: str, *args: str, stdin: bool = False) -> asyncio.subprocess.Process:
+    """``python -m <module> <args>`` from the repository, with pipes: the other OS process of a test
+    (*stdin*: a pipe to its standard input too, for a child that waits for the test's word)."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         module,
         *args,
         cwd=ROOT_DIR,
+        stdin=asyncio.subprocess.PIPE if stdin else None,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+STARTUP = 60.0
+"""How long a child process may take to start and connect (imports included) on a loaded box."""
+
+
+async def start_together(processes: list[asyncio.subprocess.Process], seconds: float) -> float:
+    """A start barrier: once every child said ``{"ready": ...}`` (its first line), send each the moment to
+    stop, *seconds* from now (``time.monotonic()``, which is system-wide on Linux) and return it. Children
+    started one after another on a loaded box can be ready seconds apart: without it they would contend
+    in turn, not together."""
+    for process in processes:
+        assert "ready" in await next_event(process, STARTUP)
+    stop = time.monotonic() + seconds
+    for process in processes:
+        assert process.stdin is not None
+        process.stdin.write(json.dumps({"stop": stop}).encode() + b"\n")
+        await process.stdin.drain()
+    return stop
 
 
 INTERRUPTIBLE = (

@@ -11,7 +11,8 @@ or a queued waiter SIGKILLed delays the others by about a ttl (plus an entry's l
 exclusion and progress under a paused node, a node restarted empty (its quarantine respected) and a
 node wiped (FLUSHALL); uvloop; and the settings the queue refuses.
 
-``python -m tests.test_queue contend URLS NAME SECONDS TASKS RETRY_DELAY QUEUE`` and
+``python -m tests.test_queue contend URLS NAME TASKS RETRY_DELAY QUEUE`` (started with the test's other
+contenders: conftest's ``start_together``) and
 ``... wait URLS NAME RETRY_DELAY TTL HOLD`` are the other OS process of these tests (:func:`child_main`).
 """
 
@@ -50,6 +51,7 @@ from .conftest import (
     kill_child,
     next_event,
     start_module,
+    start_together,
 )
 
 SLOW = 5.0
@@ -111,19 +113,24 @@ async def in_line(cluster: Any, name: str, waiters: int, within: float = 10.0) -
 
 
 async def start_child(urls: list[str], *args: str) -> asyncio.subprocess.Process:
-    return await start_module("tests.test_queue", args[0], ",".join(urls), *args[1:])
+    return await start_module("tests.test_queue", args[0], ",".join(urls), *args[1:], stdin=args[0] == "contend")
 
 
 async def child_contend(
-    urls: list[str], name: str, seconds: float, tasks: int, retry_delay: float, queue: bool, fencing: bool = False
+    urls: list[str], name: str, tasks: int, retry_delay: float, queue: bool, fencing: bool = False
 ) -> None:
-    """Tasks taking *name* for *seconds*; prints each critical section and how long its acquire
+    """Tasks taking *name* until the test's stop time; prints each critical section and how long its acquire
     waited: [client, token, fencing token (None unfenced), start, end, waited]; then {"timeouts": n}.
-    (tests/test_queue_fencing.py runs it fenced.)"""
+    (tests/test_queue_fencing.py runs it fenced.)
+
+    It starts with the test's other contenders (conftest's :func:`start_together`): connected, it says
+    ``{"ready": ...}`` and reads the moment to stop (``{"stop": monotonic}``) from its standard input."""
     rows: list[list[Any]] = []
     timeouts = 0
     async with Redlock(urls, retry_delay=retry_delay, queue=queue, fencing=fencing) as redlock:
-        stop = time.monotonic() + seconds
+        await redlock.connect()
+        print(json.dumps({"ready": os.getpid()}), flush=True)
+        stop = float(json.loads(await asyncio.to_thread(sys.stdin.readline))["stop"])
 
         async def task(n: int) -> None:
             nonlocal timeouts
@@ -173,8 +180,8 @@ async def child_wait(urls: list[str], name: str, retry_delay: float, ttl: float,
 def child_main(argv: list[str]) -> None:
     mode, urls = argv[0], argv[1].split(",")
     if mode == "contend":
-        queue, fencing = argv[6] == "queue", argv[7:] == ["fenced"]
-        asyncio.run(child_contend(urls, argv[2], float(argv[3]), int(argv[4]), float(argv[5]), queue, fencing))
+        queue, fencing = argv[5] == "queue", argv[6:] == ["fenced"]
+        asyncio.run(child_contend(urls, argv[2], int(argv[3]), float(argv[4]), queue, fencing))
     else:
         asyncio.run(child_wait(urls, argv[2], float(argv[3]), float(argv[4]), float(argv[5])))
 
@@ -334,8 +341,13 @@ async def contend(
     process = None
     if child is not None:
         mode = "queue" if child[1] else "plain"
-        process = await start_child(cluster.urls, "contend", name, str(seconds), str(child[0]), str(retry_delay), mode)
-    stop = time.monotonic() + seconds
+        process = await start_child(cluster.urls, "contend", name, str(child[0]), str(retry_delay), mode)
+    try:
+        stop = time.monotonic() + seconds if process is None else await start_together([process], seconds)
+    except BaseException:
+        if process is not None:
+            await kill_child(process)
+        raise
 
     async def worker(client: str, redlock: Redlock) -> None:
         lock = redlock.lock(name, acquire_timeout=BOUND)
