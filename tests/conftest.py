@@ -330,9 +330,10 @@ STARTUP = 60.0
 """How long a child process may take to start and connect (imports included) on a loaded box."""
 
 
-async def start_together(processes: list[asyncio.subprocess.Process], seconds: float) -> float:
+async def start_together(processes: list[asyncio.subprocess.Process], seconds: float, **more: Any) -> float:
     """A start barrier: once every child said ``{"ready": ...}`` (its first line), send each the moment to
-    stop, *seconds* from now (``time.monotonic()``, which is system-wide on Linux) and return it. Children
+    stop, *seconds* from now (``time.monotonic()``, which is system-wide on Linux), with *more* beside it
+    in the same JSON line, and return it. Children
     started one after another on a loaded box can be ready seconds apart: without it they would contend
     in turn, not together."""
     for process in processes:
@@ -340,7 +341,7 @@ async def start_together(processes: list[asyncio.subprocess.Process], seconds: f
     stop = time.monotonic() + seconds
     for process in processes:
         assert process.stdin is not None
-        process.stdin.write(json.dumps({"stop": stop}).encode() + b"\n")
+        process.stdin.write(json.dumps({"stop": stop, **more}).encode() + b"\n")
         await process.stdin.drain()
     return stop
 

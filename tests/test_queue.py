@@ -124,23 +124,27 @@ async def child_contend(
     (tests/test_queue_fencing.py runs it fenced.)
 
     It starts with the test's other contenders (conftest's :func:`start_together`): connected, it says
-    ``{"ready": ...}`` and reads the moment to stop (``{"stop": monotonic}``) from its standard input."""
+    ``{"ready": ...}`` and reads the moment to stop (``{"stop": monotonic}``) from its standard input; with
+    ``"rounds": n`` there too, each task stops sooner, after n sections."""
     rows: list[list[Any]] = []
     timeouts = 0
     async with Redlock(urls, retry_delay=retry_delay, queue=queue, fencing=fencing) as redlock:
         await redlock.connect()
         print(json.dumps({"ready": os.getpid()}), flush=True)
-        stop = float(json.loads(await asyncio.to_thread(sys.stdin.readline))["stop"])
+        go = json.loads(await asyncio.to_thread(sys.stdin.readline))
+        stop, rounds = float(go["stop"]), go.get("rounds")
 
         async def task(n: int) -> None:
             nonlocal timeouts
             lock = redlock.lock(name, acquire_timeout=BOUND)
-            while time.monotonic() < stop:
+            done = 0
+            while time.monotonic() < stop and (rounds is None or done < rounds):
                 wanted = time.monotonic()
                 try:
                     async with lock:
                         start = time.monotonic()
                         await asyncio.sleep(0.0005)
+                        done += 1
                         row = [f"pid{os.getpid()}.{n}", lock.token, lock.fencing_token, start, time.monotonic()]
                         rows.append([*row, start - wanted])
                 except LockNotAcquired:
