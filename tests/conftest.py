@@ -15,7 +15,9 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import itertools
 import json
 import os
 import socket
@@ -344,6 +346,33 @@ async def start_together(processes: list[asyncio.subprocess.Process], seconds: f
         process.stdin.write(json.dumps({"stop": stop, **more}).encode() + b"\n")
         await process.stdin.drain()
     return stop
+
+
+def passed_over(owners: list[str]) -> dict[str, int]:
+    """For each owner in *owners* (who held the lock, in the order the bodies ran), the most grants to
+    others between two grants of its own: how long, counted in grants, it went without the lock while
+    others had it. The grants before its first and after its last are left out (processes start and stop
+    a moment apart)."""
+    at: dict[str, list[int]] = collections.defaultdict(list)
+    for i, owner in enumerate(owners):
+        at[owner].append(i)
+    return {owner: max((b - a - 1 for a, b in itertools.pairwise(places)), default=0) for owner, places in at.items()}
+
+
+ROUNDS = 25
+"""In the contention tests across processes, how many times each task takes the lock: a count, not a
+time, so that a loaded box slows them down but changes nothing they assert."""
+
+TURNS_WITHOUT = 3
+"""In the contention tests of the grant queue, how many turns of the whole line (every task once) a process
+or a task may go without the lock (:func:`passed_over`).
+
+With the queue the nodes serve the line in order: a waiter has at most every other task ahead of it, so a
+process with a waiter in line is served within one turn. It can go longer only while none of its tasks is
+in line (between a release and its next entry, descheduled), which load stretches. Measured in
+tests/test_queue_fencing.py (8 tasks of 4 processes): at most 7 to 15 grants to others with the queue
+(alone, under the other work of a shared 2-core box, and beside two CPU hogs), against 31 to 63 with
+``queue=False`` (release notices: the quickest process wins)."""
 
 
 INTERRUPTIBLE = (

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
-import itertools
 import time
 from typing import Any
 
@@ -32,12 +31,15 @@ from redlock_async.testing import History, LocalNodes
 from redlock_async.testing._history import Section
 
 from .conftest import (
+    ROUNDS,
+    TURNS_WITHOUT,
     Cluster,
     MakeRedlock,
     eventually,
     finish_child,
     keys_everywhere,
     kill_child,
+    passed_over,
     start_module,
     start_together,
 )
@@ -157,30 +159,6 @@ def check_fenced(history: History, fenced: set[str] | None = None) -> None:
 
 
 # -- 1. across processes ------------------------------------------------------------------------------------
-
-
-def passed_over(owners: list[str]) -> dict[str, int]:
-    """For each owner in *owners* (who held the lock, in the order the bodies ran), the most grants to
-    others between two grants of its own: how long, counted in grants, it went without the lock while
-    others had it. The grants before its first and after its last are left out (processes start and stop
-    a moment apart)."""
-    at: dict[str, list[int]] = collections.defaultdict(list)
-    for i, owner in enumerate(owners):
-        at[owner].append(i)
-    return {owner: max((b - a - 1 for a, b in itertools.pairwise(places)), default=0) for owner, places in at.items()}
-
-
-ROUNDS = 25
-"""In the contention test across processes, how many times each task takes the lock (8 tasks: 200 grants)."""
-
-TURNS_WITHOUT = 3
-"""In that test, how many turns of the whole line (8 tasks) a process may go without the lock.
-
-With the queue the nodes serve the line in order: a waiter has at most every other task ahead of it, so a
-process with a waiter in line is served within one turn. It can go longer only while none of its tasks is
-in line (between a release and its next entry, descheduled), which load stretches. Measured: at most 7 to
-14 grants to others with the queue (alone, under the other work of a shared 2-core box, and beside two
-CPU hogs), against 31 to 63 with ``queue=False`` (release notices: the quickest process wins)."""
 
 
 @pytest.mark.serial  # 4 processes at once: beside the parallel legs they would slow those more than themselves
