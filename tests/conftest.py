@@ -328,8 +328,14 @@ async def start_module(module: str, *args: str, stdin: bool = False) -> asyncio.
     )
 
 
-STARTUP = 60.0
-"""How long a child process may take to start and connect (imports included) on a loaded box."""
+STARTUP = 150.0
+"""How long a child process may take to start and connect (imports included) on a loaded box: 36 s was
+seen for one child on a 2-core box at load 16 (0.5 s idle). Tests that wait for it take a pytest
+timeout of :data:`CHILDREN_TIMEOUT`."""
+
+CHILDREN_TIMEOUT = 400
+"""The pytest timeout (seconds) of a test that starts children with :func:`start_together`: STARTUP, then
+its contention, on a loaded box."""
 
 
 async def start_together(processes: list[asyncio.subprocess.Process], seconds: float, **more: Any) -> float:

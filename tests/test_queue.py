@@ -42,6 +42,7 @@ from redlock_async.testing import History
 from redlock_async.testing._history import Section
 
 from .conftest import (
+    CHILDREN_TIMEOUT,
     ROUNDS,
     Cluster,
     MakeRedlock,
@@ -407,6 +408,7 @@ async def contend(
 
 @pytest.mark.slow
 @pytest.mark.serial
+@pytest.mark.timeout(CHILDREN_TIMEOUT)
 async def test_two_redlocks_and_another_process_exclude_each_other(cluster: Cluster, make_redlock: MakeRedlock) -> None:
     """3 + 1 tasks of two Redlocks and 2 tasks of another process, all queue=True, on one key, started
     together, each task taking it ROUNDS times (retry delay SLOW: the lock moves by grants only): one
@@ -431,6 +433,7 @@ async def test_two_redlocks_and_another_process_exclude_each_other(cluster: Clus
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(CHILDREN_TIMEOUT)
 async def test_clients_with_and_without_the_queue_exclude_each_other_and_all_progress(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:

@@ -31,6 +31,7 @@ from redlock_async.testing import History, LocalNodes
 from redlock_async.testing._history import Section
 
 from .conftest import (
+    CHILDREN_TIMEOUT,
     ROUNDS,
     TURNS_WITHOUT,
     Cluster,
@@ -162,6 +163,7 @@ def check_fenced(history: History, fenced: set[str] | None = None) -> None:
 
 
 @pytest.mark.serial  # 4 processes at once: beside the parallel legs they would slow those more than themselves
+@pytest.mark.timeout(CHILDREN_TIMEOUT)
 async def test_fenced_tokens_grow_in_the_order_bodies_ran_across_four_processes(cluster: Cluster) -> None:
     """This process (2 tasks) and 3 others (2 tasks each), all queue=True and fencing=True, retry delay SLOW
     (only grants move the lock promptly), started together, each task taking the lock ROUNDS times: no
@@ -188,6 +190,7 @@ async def test_fenced_tokens_grow_in_the_order_bodies_ran_across_four_processes(
     assert await eventually(lambda: no_lock_keys(cluster), PROMPT), keys_everywhere(cluster)
 
 
+@pytest.mark.timeout(CHILDREN_TIMEOUT)
 async def test_fenced_clients_with_and_without_the_queue_share_one_order_of_tokens(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:

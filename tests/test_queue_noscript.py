@@ -22,7 +22,7 @@ import redis.asyncio
 from redlock_async import LockNotAcquired
 from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
 
-from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere
+from .conftest import CHILDREN_TIMEOUT, Cluster, MakeRedlock, eventually, keys_everywhere
 from .test_queue import contend
 
 PROMPT = 1.0
@@ -193,6 +193,7 @@ def test_a_late_leave_only_takes_away_what_is_its_own(cluster: Cluster) -> None:
 
 
 @pytest.mark.serial  # bounds on gaps and waits: load skews them
+@pytest.mark.timeout(CHILDREN_TIMEOUT)
 async def test_under_a_script_flush_every_few_ms_processes_exclude_and_all_progress(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:
