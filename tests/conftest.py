@@ -376,9 +376,10 @@ or a task may go without the lock (:func:`passed_over`).
 With the queue the nodes serve the line in order: a waiter has at most every other task ahead of it, so a
 process with a waiter in line is served within one turn. It can go longer only while none of its tasks is
 in line (between a release and its next entry, descheduled), which load stretches. Measured in
-tests/test_queue_fencing.py (8 tasks of 4 processes): at most 7 to 15 grants to others with the queue
-(alone, under the other work of a shared 2-core box, and beside two CPU hogs), against 31 to 63 with
-``queue=False`` (release notices: the quickest process wins)."""
+tests/test_queue_fencing.py (8 tasks of 4 processes): at most 6 to 15 grants to others with the queue
+alone on a shared 2-core box (load 15 from other work), and up to 19 with two copies of the test at
+once beside two CPU hogs (load 20); against 31 to 63 with ``queue=False`` (release notices: the
+quickest process wins), which fails it."""
 
 
 INTERRUPTIBLE = (
