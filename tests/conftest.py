@@ -15,7 +15,9 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import itertools
 import json
 import os
 import socket
@@ -311,17 +313,73 @@ ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """The repository: where ``python -m tests.<module>`` finds this package."""
 
 
-async def start_module(module: str, *args: str) -> asyncio.subprocess.Process:
-    """``python -m <module> <args>`` from the repository, with pipes: the other OS process of a test."""
+async def start_module(module: str, *args: str, stdin: bool = False) -> asyncio.subprocess.Process:
+    """``python -m <module> <args>`` from the repository, with pipes: the other OS process of a test
+    (*stdin*: a pipe to its standard input too, for a child that waits for the test's word)."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         module,
         *args,
         cwd=ROOT_DIR,
+        stdin=asyncio.subprocess.PIPE if stdin else None,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+STARTUP = 150.0
+"""How long a child process may take to start and connect (imports included) on a loaded box: 36 s was
+seen for one child on a 2-core box at load 16 (0.5 s idle). Tests that wait for it take a pytest
+timeout of :data:`CHILDREN_TIMEOUT`."""
+
+CHILDREN_TIMEOUT = 400
+"""The pytest timeout (seconds) of a test that starts children with :func:`start_together`: STARTUP, then
+its contention, on a loaded box."""
+
+
+async def start_together(processes: list[asyncio.subprocess.Process], seconds: float, **more: Any) -> float:
+    """A start barrier: once every child said ``{"ready": ...}`` (its first line), send each the moment to
+    stop, *seconds* from now (``time.monotonic()``, which is system-wide on Linux), with *more* beside it
+    in the same JSON line, and return it. Children
+    started one after another on a loaded box can be ready seconds apart: without it they would contend
+    in turn, not together."""
+    for process in processes:
+        assert "ready" in await next_event(process, STARTUP)
+    stop = time.monotonic() + seconds
+    for process in processes:
+        assert process.stdin is not None
+        process.stdin.write(json.dumps({"stop": stop, **more}).encode() + b"\n")
+        await process.stdin.drain()
+    return stop
+
+
+def passed_over(owners: list[str]) -> dict[str, int]:
+    """For each owner in *owners* (who held the lock, in the order the bodies ran), the most grants to
+    others between two grants of its own: how long, counted in grants, it went without the lock while
+    others had it. The grants before its first and after its last are left out (processes start and stop
+    a moment apart)."""
+    at: dict[str, list[int]] = collections.defaultdict(list)
+    for i, owner in enumerate(owners):
+        at[owner].append(i)
+    return {owner: max((b - a - 1 for a, b in itertools.pairwise(places)), default=0) for owner, places in at.items()}
+
+
+ROUNDS = 25
+"""In the contention tests across processes, how many times each task takes the lock: a count, not a
+time, so that a loaded box slows them down but changes nothing they assert."""
+
+TURNS_WITHOUT = 3
+"""In the contention tests of the grant queue, how many turns of the whole line (every task once) a process
+or a task may go without the lock (:func:`passed_over`).
+
+With the queue the nodes serve the line in order: a waiter has at most every other task ahead of it, so a
+process with a waiter in line is served within one turn. It can go longer only while none of its tasks is
+in line (between a release and its next entry, descheduled), which load stretches. Measured in
+tests/test_queue_fencing.py (8 tasks of 4 processes): at most 6 to 15 grants to others with the queue
+alone on a shared 2-core box (load 15 from other work), and up to 19 with two copies of the test at
+once beside two CPU hogs (load 20); against 31 to 63 with ``queue=False`` (release notices: the
+quickest process wins), which fails it."""
 
 
 INTERRUPTIBLE = (

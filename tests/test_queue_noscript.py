@@ -22,7 +22,7 @@ import redis.asyncio
 from redlock_async import LockNotAcquired
 from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
 
-from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere
+from .conftest import CHILDREN_TIMEOUT, Cluster, MakeRedlock, eventually, keys_everywhere
 from .test_queue import contend
 
 PROMPT = 1.0
@@ -74,19 +74,26 @@ async def test_a_waiter_cancelled_as_the_holder_releases_after_a_script_flush_le
     assert await eventually(lambda: keys_everywhere(cluster) == empty, PROMPT), keys_everywhere(cluster)
 
 
-async def _flush_scripts(urls: list[str], every: float, stop: asyncio.Event) -> int:
-    """SCRIPT FLUSH on every node every *every* seconds until *stop*; how many rounds were sent."""
+async def _flush_scripts(urls: list[str], every: float, stop: asyncio.Event, sent: list[int] | None = None) -> int:
+    """SCRIPT FLUSH on every node every *every* seconds until *stop*; how many rounds were sent (counted
+    in ``sent[0]`` as they go, too)."""
     clients = [redis.asyncio.Redis.from_url(url) for url in urls]
     rounds = 0
     try:
         while not stop.is_set():
             await asyncio.gather(*(client.script_flush() for client in clients))
             rounds += 1
+            if sent is not None:
+                sent[0] = rounds
             await asyncio.sleep(every)
     finally:
         for client in clients:
             await client.aclose()
     return rounds
+
+
+FLUSHES = 100
+SECTIONS = 50
 
 
 @pytest.mark.serial  # bounds on gaps and waits: load skews them
@@ -95,22 +102,29 @@ async def test_under_a_script_flush_every_few_ms_the_lock_is_never_left_to_no_on
 ) -> None:
     """Two Redlocks (queue=True, ttl 10 s), six tasks taking one name for about a millisecond each, some
     cancelled while they wait (in the same loop turn as another's release, or not), while every node's
-    scripts are flushed every 3 ms, for 3 s. Then: every gap between one holder's release and the next
-    holder's grant while someone waited is far below the ttl (a leave that never ran cost 10 s gaps),
-    and once every client has closed, no lock key and no line is left on any node."""
+    scripts are flushed every 3 ms, for 3 s and until at least FLUSHES flushes and SECTIONS sections came
+    (a count, so that a loaded box takes longer but tests as much). Then: every gap between one holder's
+    release and the next holder's grant while someone waited is far below the ttl (a leave that never ran
+    cost 10 s gaps), and once every client has closed, no lock key and no line is left on any node."""
     rng = random.Random(26_9)
     redlocks = [await make_redlock(queue=True, ttl=10.0, retry_delay=0.2) for _ in range(2)]
     stop = asyncio.Event()
-    flusher = asyncio.create_task(_flush_scripts(cluster.urls, 0.003, stop))
+    flushed = [0]
+    flusher = asyncio.create_task(_flush_scripts(cluster.urls, 0.003, stop, flushed))
     released_at: list[float] = []
     gaps: list[float] = []
     sections = 0
     deadline = time.monotonic() + 3.0
+    cap = deadline + 60.0
+
+    def going() -> bool:
+        now = time.monotonic()
+        return now < deadline or (now < cap and (flushed[0] < FLUSHES or sections < SECTIONS))
 
     async def take(n: int) -> None:
         nonlocal sections
         lock = redlocks[n % 2].lock("churn", acquire_timeout=15.0, owner=f"t{n}")
-        while time.monotonic() < deadline:
+        while going():
             attempt = asyncio.create_task(lock.acquire())
             if rng.random() < 0.3:
                 await asyncio.sleep(rng.choice((0.0, 0.0005, 0.002)))
@@ -136,10 +150,10 @@ async def test_under_a_script_flush_every_few_ms_the_lock_is_never_left_to_no_on
         rounds = await flusher
     for redlock in redlocks:
         await redlock.aclose()
-    assert rounds > 100, rounds  # the flushes really came every few ms
+    assert rounds >= FLUSHES, rounds  # the flushes really came between the sections
     assert gaps
     assert max(gaps) < 2.0, f"longest gaps with no holder: {sorted(gaps)[-5:]} in {sections} sections"
-    assert sections > 50, sections
+    assert sections >= SECTIONS, sections
     empty: list[list[bytes]] = [[]] * len(cluster)
     assert await eventually(lambda: keys_everywhere(cluster) == empty, PROMPT), keys_everywhere(cluster)
 
@@ -179,6 +193,7 @@ def test_a_late_leave_only_takes_away_what_is_its_own(cluster: Cluster) -> None:
 
 
 @pytest.mark.serial  # bounds on gaps and waits: load skews them
+@pytest.mark.timeout(CHILDREN_TIMEOUT)
 async def test_under_a_script_flush_every_few_ms_processes_exclude_and_all_progress(
     cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:
@@ -190,18 +205,16 @@ async def test_under_a_script_flush_every_few_ms_processes_exclude_and_all_progr
     stop = asyncio.Event()
     flusher = asyncio.create_task(_flush_scripts(cluster.urls, 0.003, stop))
     try:
-        history, longest, grants, timeouts = await contend(
-            cluster, [("a", redlocks[0], 2), ("b", redlocks[1], 2)], "processes", 3.0, child=(2, True)
-        )
+        run = await contend(cluster, [("a", redlocks[0], 2), ("b", redlocks[1], 2)], "processes", 3.0, child=(2, True))
     finally:
         stop.set()
         rounds = await flusher
     for redlock in redlocks:
         await redlock.aclose()
     assert rounds > 100, rounds
-    history.check()
-    assert timeouts == 0, (timeouts, grants)
-    assert max(longest.values()) < 5.0, longest
-    assert len(grants) == 6, grants  # every task of both processes held it
+    run.history.check()
+    assert run.timeouts == 0, (run.timeouts, run.grants)
+    assert max(run.longest.values()) < 5.0, run.longest
+    assert len(run.grants) == 6, run.grants  # every task of both processes held it
     empty: list[list[bytes]] = [[]] * len(cluster)
     assert await eventually(lambda: keys_everywhere(cluster) == empty, PROMPT), keys_everywhere(cluster)

@@ -3,6 +3,7 @@ fails on what it should. (The build itself runs in .ci/run, beside the linters.)
 
 from __future__ import annotations
 
+import html.parser
 import importlib
 import os
 import pkgutil
@@ -136,6 +137,99 @@ def test_a_broken_anchor_fails_the_strict_build(tmp_path: Path) -> None:
     )
     assert built.returncode != 0
     assert re.search(r"interop\.md.*does not contain an anchor '#no-such-section'", built.stderr), built.stderr
+
+
+EXTERNAL = re.compile(r"^\s*(?:[a-z][a-z0-9+.-]*:)?//", re.IGNORECASE)
+"""A URL on another host: ``https://...``, ``http://...``, or protocol-relative ``//...``."""
+
+CSS_EXTERNAL = re.compile(r"""(?:@import\s+|url\(\s*)["']?((?:[a-z][a-z0-9+.-]*:)?//[^"')\s;]+)""", re.IGNORECASE)
+"""A stylesheet's ``@import`` or ``url(...)`` of another host (a web font, an image)."""
+
+LINK_LOADS = {"stylesheet", "preconnect", "preload", "prefetch", "dns-prefetch", "modulepreload", "icon", "manifest"}
+"""``<link rel=...>`` values that make the browser fetch (or connect) as the page loads; ``canonical`` and
+``alternate`` only name a page."""
+
+
+class _Assets(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+        self._style = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {name: value or "" for name, value in attrs}
+        urls: list[str] = []
+        if tag == "link" and set(values.get("rel", "").lower().split()) & LINK_LOADS:
+            urls.append(values.get("href", ""))
+        elif tag in ("script", "img", "iframe", "audio", "video", "source", "embed", "track", "input"):
+            urls.append(values.get("src", ""))
+            urls.extend(part.split()[0] for part in values.get("srcset", "").split(",") if part.strip())
+        elif tag == "object":
+            urls.append(values.get("data", ""))
+        urls.extend(m.group(1) for m in CSS_EXTERNAL.finditer(values.get("style", "")))
+        self.found.extend(f"<{tag}> {url}" for url in urls if EXTERNAL.match(url))
+        self._style = tag == "style"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._style = False
+
+    def handle_data(self, data: str) -> None:
+        if self._style:
+            self.found.extend(f"<style> {m.group(1)}" for m in CSS_EXTERNAL.finditer(data))
+
+
+def external_assets(page: str) -> list[str]:
+    """What an HTML page loads from another host as it opens: stylesheets, fonts (a preconnect, a
+    stylesheet's ``@import`` or ``url()``), scripts, images, frames. Links a reader follows are not."""
+    parser = _Assets()
+    parser.feed(page)
+    parser.close()
+    return parser.found
+
+
+def test_the_external_asset_check_finds_what_a_page_would_load() -> None:
+    """The check below can fail: mkdocs-material's default head (Google Fonts) and the other ways a page
+    loads from elsewhere are found; links, local assets and a canonical URL are not."""
+    head = (
+        '<link rel="preconnect" href="https://fonts.gstatic.com" crossorigin>'
+        '<link rel="stylesheet" href="https://fonts.googleapis.com/css?family=Roboto&display=fallback">'
+        '<script src="//cdn.example.com/x.js"></script><img src="http://example.com/badge.svg">'
+        "<style>@import url('https://fonts.example.com/a.css'); body { background: url(//e.com/b.png) }</style>"
+        '<div style="background: url(https://e.com/c.png)"></div>'
+    )
+    assert len(external_assets(head)) == 7, external_assets(head)
+    local = (
+        '<link rel="stylesheet" href="assets/stylesheets/main.css"><link rel="canonical" href="https://e.com/">'
+        '<script src="../assets/javascripts/bundle.js"></script><img src="img/compare.png">'
+        '<a href="https://github.com/">a link</a><style>body { background: url(img/a.png) }</style>'
+    )
+    assert external_assets(local) == []
+
+
+@pytest.mark.slow
+def test_the_built_site_loads_nothing_from_other_hosts(tmp_path: Path) -> None:
+    """Every page of the built site opens offline: no font, stylesheet, script or image from another host
+    (mkdocs-material loads Roboto from Google Fonts unless ``theme: font: false``), and no stylesheet of
+    the site imports one."""
+    _mkdocs()
+    site = tmp_path / "site"
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 20, pages
+    found = {str(page.relative_to(site)): external_assets(page.read_text()) for page in pages}
+    for sheet in site.rglob("*.css"):
+        found[str(sheet.relative_to(site))] = [m.group(1) for m in CSS_EXTERNAL.finditer(sheet.read_text())]
+    loaded = {name: urls for name, urls in found.items() if urls}
+    assert not loaded, f"pages that load from other hosts (serve it with the site, or drop it): {loaded}"
 
 
 def test_the_readme_is_short_and_its_two_commands_are_the_ones_tested() -> None:
