@@ -45,6 +45,7 @@ __all__ = [
     "FENCE_ALL",
     "HANDED_RELEASE",
     "KEEP_LIMIT",
+    "KEEP_READERS",
     "PERMIT_ENTER",
     "PERMIT_LEAVE",
     "PERMIT_STAY",
@@ -130,6 +131,7 @@ RW_WRITE = Script(_rw.RW_WRITE, creates=True)
 RW_LEAVE = Script(_rw.RW_LEAVE)
 RW_READ_RELEASE = Script(_rw.RW_READ_RELEASE)
 RW_DOWNGRADE = Script(_rw.RW_DOWNGRADE, creates=True)
+KEEP_READERS = Script(_rw.KEEP_READERS)
 RW_ENTER = Script(_rw_queue.RW_ENTER, creates=True)
 RW_QUEUE_LEAVE = Script(_rw_queue.RW_QUEUE_LEAVE)
 RW_QUEUE_STAY = Script(_rw_queue.RW_QUEUE_STAY, creates=True)
@@ -161,6 +163,7 @@ SCRIPTS = (
     RW_LEAVE,
     RW_READ_RELEASE,
     RW_DOWNGRADE,
+    KEEP_READERS,
     RW_ENTER,
     RW_QUEUE_LEAVE,
     RW_QUEUE_STAY,
