@@ -429,6 +429,8 @@ def redlock() -> Redlock:
         ("\u00e9" * 2049, ValueError, r"^resource name is 4098 bytes, more than 4096"),
         ("\ud800", ValueError, r"^resource name '\\ud800' is not valid UTF-8 .*: pass bytes"),
         ("ok\udcffok", ValueError, r"is not valid UTF-8"),
+        (b"\x00", ValueError, r"^resource name b'\\x00' contains a NUL byte"),
+        ("a\x00b", ValueError, r"contains a NUL byte .*: such a name could stand for their keys. Leave it out"),
     ],
 )
 def test_lock_bad_names(redlock: Redlock, name: Any, error: type[Exception], pattern: str) -> None:
@@ -438,7 +440,7 @@ def test_lock_bad_names(redlock: Redlock, name: Any, error: type[Exception], pat
 
 @pytest.mark.parametrize(
     "name",
-    ["a", "x" * 4096, "\u00e9" * 2048, b"\xff\xfe", b"\x00", b"x" * 4096, "\U0001f512 lock", "with space"],
+    ["a", "x" * 4096, "\u00e9" * 2048, b"\xff\xfe", b"\x01", b"x" * 4096, "\U0001f512 lock", "with space"],
 )
 def test_lock_good_names(redlock: Redlock, name: str | bytes) -> None:
     lock = redlock.lock(name)
