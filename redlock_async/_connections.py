@@ -39,6 +39,32 @@ log = logging.getLogger("redlock_async.client")  # the Redlock's messages, under
 
 SAME_SERVER = "the same server as"
 
+_told_even: set[int] = set()
+"""The even node counts whose fault tolerance this process has told of (once each)."""
+
+
+def tell_fault_tolerance(n: int) -> None:
+    """Log once per process (a WARNING, per count) that an even number of nodes tolerates no more node
+    failures than one node fewer: 2 none, 4 one as 3 do. A log line, not ``warnings.warn``: the node
+    count is the deployment's, read by whoever runs it (as the nodes' other findings are), and a chosen
+    count (a migration from 3 to 5) must not fail test suites that turn warnings into errors."""
+    if n < 2 or n % 2 or n in _told_even:
+        return
+    _told_even.add(n)
+    tolerated, majority = n - quorum(n), quorum(n)
+    if tolerated == 0:
+        log.warning(
+            "redlock: %d nodes tolerate no node failure (a majority is %d of %d: one node down stops every "
+            "acquire and extension); 3 nodes tolerate one, 5 two",
+            n, majority, n,
+        )  # fmt: skip
+    else:
+        log.warning(
+            "redlock: %d nodes tolerate %d node failure%s (a majority is %d of %d), no more than %d nodes do: "
+            "use %d nodes, or %d to tolerate %d",
+            n, tolerated, "" if tolerated == 1 else "s", majority, n, n - 1, n - 1, n + 1, tolerated + 1,
+        )  # fmt: skip
+
 
 class Connections:
     """The nodes of one Redlock and what is built on them (:attr:`cluster`, quarantine, clock guard, inspector)."""
@@ -46,6 +72,7 @@ class Connections:
     def __init__(self, nodes: Iterable[str | Redis], settings: Settings, hook: OnEvent | None) -> None:
         self.settings = settings
         endpoints = endpoints_for(nodes)
+        tell_fault_tolerance(len(endpoints))
         built: list[Node] = []
         subscribers: list[Node] = []
         # Redlocks of this process on the same nodes share their waiters' queues.

@@ -40,6 +40,7 @@ from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from redlock_async import _algorithm
 from redlock_async._algorithm import PENDING, YES, Vote
+from redlock_async._scripts import Script
 from redlock_async._settings import Settings
 from redlock_async.errors import LockLost
 
@@ -120,6 +121,15 @@ Late: TypeAlias = "tuple[Sequence[Vote], Sequence[Any], Callable[[Any], Vote]]"
 which late ones still fill) and how a reply votes."""
 
 
+class Keep(NamedTuple):
+    """A key a lease's extensions keep alive beside its own, and the script that does it, sent right
+    behind each extension (``_requests.send_keep``): a permit's semaphore's widest-limit key
+    (KEEP_LIMIT), a reader's readers' index (KEEP_READERS)."""
+
+    script: Script
+    key: bytes
+
+
 class Lease:
     """One acquisition's lease: its token on the nodes, how long it can be trusted, who holds it.
 
@@ -165,7 +175,7 @@ class Lease:
         skip: list[int] | None = None,
         fencing_token: int | None = None,
         fencing_tokens: tuple[int, ...] | None = None,
-        keeps: bytes | None = None,
+        keeps: Keep | None = None,
         fence_keys: tuple[bytes, ...] = (),
         fence_ttl_ms: int | None = None,
         regain: list[int] | None = None,
@@ -194,7 +204,8 @@ class Lease:
         """Per key, in the order of ``keys`` (fenced locks); ``fencing_token`` is the first."""
         self.keeps = keeps
         """A key every extension keeps alive a lease longer than this lease's (a permit's: its
-        semaphore's widest-limit key, which must exist while any permit may be held); None for most."""
+        semaphore's widest-limit key, which must exist while any permit may be held; a reader's: its
+        readers' index, which must name it while it holds); None for most."""
         self.fence_keys = fence_keys
         """Per key, its fencing counter (fenced locks; else empty): an extension that takes a node
         raises them there to ``fencing_tokens`` (with ``fence_ttl_ms``, the counters' ttl)."""

@@ -1,9 +1,17 @@
 """Names, keys and owner labels: how a lock's name becomes its keys on the nodes, and who it says holds it.
 
 Checked once, when a lock is made, with errors that say what to change: a name is str (UTF-8) or
-bytes, not empty, at most MAX_RESOURCE_BYTES, and never ends like the grant queue's keys of
-another name; ``lock_many`` takes its names deduplicated and sorted by their bytes, the order
-every client takes them in; an owner label is printable text stored after the token.
+bytes, not empty, at most MAX_RESOURCE_BYTES, and without a NUL byte; ``lock_many`` takes its
+names deduplicated and sorted by their bytes, the order every client takes them in; an owner label
+is printable text stored after the token.
+
+**Keys never alias.** Every key the library adds to a name's bytes, or puts between the key prefix
+and them, starts with NUL (``\x00``): a semaphore's and a read/write lock's infixes, the grant
+queue's line and waits, a semaphore's slots and widest-limit key, a read/write lock's readers and
+waiting writers, a fencing counter's fencer, an election's channel. A name holds no NUL, so a
+key splits one way only: no name's lock key is another primitive's key (a lock on a semaphore's
+slot, or on a read/write lock's writer beside its readers). UTF-8 encodes no character but U+0000
+with a zero byte, so NUL is the only byte to refuse.
 """
 
 from __future__ import annotations
@@ -11,8 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-
-from redlock_async import _queue
 
 MAX_RESOURCE_BYTES = 4096
 """Longest resource name, in bytes once encoded: hash longer identifiers first."""
@@ -40,10 +46,11 @@ def resource_key(prefix: str, resource: str | bytes) -> bytes:
         raise ValueError(
             f"resource name is {len(raw)} bytes, more than {MAX_RESOURCE_BYTES}: hash long names (e.g. sha256)"
         )
-    if raw.endswith(_queue.SUFFIXES):
+    if b"\x00" in raw:
         raise ValueError(
-            f"resource name {resource!r} ends like the grant queue's keys of another name "
-            f"({' or '.join(map(repr, _queue.SUFFIXES))} are reserved): rename it"
+            f"resource name {resource!r} contains a NUL byte (\\x00), which the library's keys use as a separator "
+            "(a semaphore's, a read/write lock's, the grant queue's): such a name could stand for their keys. Leave "
+            "it out (for a binary identifier such as a digest, pass its .hex())"
         )
     return prefix.encode() + raw
 

@@ -63,7 +63,7 @@ delay (at most 1.5 of them), so only a waiter that died or was cut off lets it e
 
 
 SUFFIXES = (b"\x00queue", b"\x00waits")
-"""What a lock key's line and waits add to it: no resource name may end so (``_names.resource_key``)."""
+"""What a lock key's line and waits add to it: no resource name holds their NUL (``_names.resource_key``)."""
 
 
 def queue_keys(key: bytes, fence_key: bytes | None = None) -> tuple[bytes, ...]:

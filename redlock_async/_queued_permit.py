@@ -13,10 +13,11 @@ from collections.abc import Sequence
 
 from redlock_async import _algorithm, _queue, _queue_wait, _requests
 from redlock_async._fanout import Ballot
-from redlock_async._lease import Lease
+from redlock_async._lease import Keep, Lease
 from redlock_async._names import default_owner
 from redlock_async._queue_permit import PermitLine, Permits
 from redlock_async._queue_release import release_permit
+from redlock_async._scripts import KEEP_LIMIT
 from redlock_async._strategies import Permit, Queued
 
 
@@ -26,8 +27,8 @@ class QueuedPermit(Queued, Permit):
     __slots__ = ()
 
     @property
-    def keeps(self) -> bytes | None:  # type: ignore[override]
-        return self.widest  # the widest-limit key lives as long as the permits (KEEP_LIMIT at each extension)
+    def keeps(self) -> Keep | None:  # type: ignore[override]
+        return Keep(KEEP_LIMIT, self.widest)  # the widest-limit key lives as long as the permits
 
     @property
     def spec(self) -> Permits:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from redlock_async import _algorithm, _clock
 from redlock_async._algorithm import PENDING, SKIPPED, WON, YES, Vote
 from redlock_async._fanout import Ballot, vote_of_counters, vote_of_fenced, vote_of_script, vote_of_set
-from redlock_async._lease import Late, Lease
+from redlock_async._lease import Keep, Late, Lease
 from redlock_async._node import Node
 from redlock_async._scripts import (
     ACQUIRE_ALL,
@@ -65,8 +65,9 @@ class Attempt:
     permit's -L (a slot is held under limit L)."""
     free: dict[int, int] | None = None
     """A permit's round that was not granted: slot -> how many nodes said it is free there."""
-    keeps: bytes | None = None
-    """A permit's: its semaphore's widest-limit key, which every extension keeps alive (:func:`send_keep`)."""
+    keeps: Keep | None = None
+    """A permit's (its semaphore's widest-limit key) or a reader's (its readers' index): what every extension
+    keeps alive beside its key (:func:`send_keep`)."""
     late: Late | None = None
     """The votes and replies of the request that decided it (the fence round, for a fenced grant):
     its lease's first extension reads them (``Lease.late``)."""
@@ -194,7 +195,7 @@ async def attempt_permit(
     started = _clock.now()
     ballot.script(ACQUIRE_PERMIT, (slot, widest), (token, ttl_ms, limit, slot_prefix), limited=True, clock=clock)
     result = await _decide(nodes, (slot,), None, token, started, ballot, settings, channel)
-    result.keeps = widest
+    result.keeps = Keep(KEEP_LIMIT, widest)
     if result.validity is None:
         free: dict[int, int] = {}
         for reply in ballot.replies:
@@ -412,13 +413,15 @@ def send_extend(
     return ballot.start()
 
 
-def send_keep(nodes: Sequence[Node], slot: bytes, widest: bytes, token: bytes, margin_ms: int) -> None:
-    """Queue KEEP_LIMIT on every node, right behind a permit's extension (synchronous; no one awaits the
-    replies): the semaphore's widest-limit key lives *margin_ms* longer than the slot where it holds *token*."""
+def send_keep(nodes: Sequence[Node], key: bytes, keep: Keep, token: bytes, margin_ms: int) -> None:
+    """Queue *keep*'s script on every node, right behind an extension of the lease of *key* (synchronous; no
+    one awaits the replies): its kept key (a semaphore's widest-limit key, a readers' index) lives
+    *margin_ms* longer than *key* where *key* holds *token*."""
     args: tuple[bytes | int, ...] = (token, margin_ms)
-    packed = pack_script(KEEP_LIMIT, (slot, widest), args)
+    keys = (key, keep.key)
+    packed = pack_script(keep.script, keys, args)
     for i, node in enumerate(nodes):
-        node.send_packed(IGNORED, i, packed, limited=True, fallback=(KEEP_LIMIT, (slot, widest), args))
+        node.send_packed(IGNORED, i, packed, limited=True, fallback=(keep.script, keys, args))
 
 
 def send_release(

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from redlock_async import _queue, _queue_wait, _rw_requests
 from redlock_async._fanout import Ballot
-from redlock_async._lease import Lease
+from redlock_async._lease import Keep, Lease
 from redlock_async._names import reader_key, rw_keys
 from redlock_async._queue_rw import READER, WRITER, RwLine
 from redlock_async._rw_strategies import Reader, Writer
@@ -27,6 +27,10 @@ class QueuedReader(Queued, Reader):
     __slots__ = ("claim_token",)
 
     regains = False  # a read/write lease regains no node (docs/algorithm.md, "Read/write locks")
+
+    @property
+    def keeps(self) -> Keep | None:  # type: ignore[override]
+        return _rw_requests.keep_index(self.rw_key)  # the readers' index names us while we hold
 
     @property
     def channels(self) -> tuple[bytes, ...]:

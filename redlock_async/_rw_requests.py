@@ -44,10 +44,19 @@ from collections.abc import Sequence
 from redlock_async import _clock, _requests
 from redlock_async._algorithm import SKIPPED, YES
 from redlock_async._fanout import Ballot, vote_of_fenced
+from redlock_async._lease import Keep
 from redlock_async._names import reader_key, rw_keys
 from redlock_async._node import Node
 from redlock_async._queue_rw import READER, RwLine
-from redlock_async._scripts import RW_DOWNGRADE, RW_LEAVE, RW_QUEUE_DOWNGRADE, RW_READ, RW_READ_RELEASE, RW_WRITE
+from redlock_async._scripts import (
+    KEEP_READERS,
+    RW_DOWNGRADE,
+    RW_LEAVE,
+    RW_QUEUE_DOWNGRADE,
+    RW_READ,
+    RW_READ_RELEASE,
+    RW_WRITE,
+)
 from redlock_async._settings import Settings
 from redlock_async._wire import IGNORED, Failure, Receiver, pack, pack_script
 
@@ -57,6 +66,13 @@ def wait_life_ms(settings: Settings) -> int:
     attempts (at most 1.5 retry delays), and at least a ttl (a writer that died keeps readers out no
     longer than a holder that died keeps them)."""
     return max(settings.ttl_ms, math.ceil(2000 * settings.retry_delay))
+
+
+def keep_index(writer_key: bytes) -> Keep:
+    """What a reader's extensions keep alive beside its key: the readers' index (KEEP_READERS), which names
+    it and outlives it by two leases, so that a writer sees it, and which ends two leases after the last
+    reader."""
+    return Keep(KEEP_READERS, rw_keys(writer_key)[1])
 
 
 async def attempt_read(
@@ -81,6 +97,7 @@ async def attempt_read(
         counters = [reply for reply, vote in zip(ballot.replies, ballot.votes, strict=True) if vote is YES]
         result.fencing_tokens = (max(counters),)
     result.takes = False  # a read/write lease regains no node (docs/algorithm.md, "Read/write locks")
+    result.keeps = keep_index(writer_key)
     return result
 
 
@@ -215,4 +232,5 @@ async def downgrade(
         counters = [reply for reply, vote in zip(ballot.replies, ballot.votes, strict=True) if vote is YES]
         result.fencing_tokens = (max(counters),)
     result.takes = False
+    result.keeps = keep_index(writer_key)
     return result

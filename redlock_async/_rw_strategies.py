@@ -55,6 +55,8 @@ class Downgrading(Protocol):
 
     def on_handed_over(self, done: bool | None, why: str = "") -> LockLost | None: ...
 
+    def loss(self) -> LockLost | None: ...
+
 
 class _Side(Words):
     """What a reader and a writer share: the keys, no hand-over, nested acquires refused."""
@@ -118,6 +120,8 @@ class Reader(_Side):
         successor, self.successor = self.successor, None
         token = writer.token
         if token is None or not writer.held or successor is None:
+            if (lost := writer.loss()) is not None:
+                raise lost  # lost (or its validity ran out) since downgrade() was called
             raise RuntimeError(f"downgrade of read/write lock {self.name!r}: its writer is no longer held")
         # From here the writer's key gives way to the reader's on each node: an extension of the writer that
         # lands after that (the watchdog's, or an extend() in flight) is refused there, which is no loss. The

@@ -29,7 +29,7 @@ from redlock_async import _algorithm, _clock, _handoff, _line, _queue, _queue_re
 from redlock_async._algorithm import Vote
 from redlock_async._cluster import Cluster
 from redlock_async._fanout import Ballot, outcomes
-from redlock_async._lease import Lease, Phase, Tenure
+from redlock_async._lease import Keep, Lease, Phase, Tenure
 from redlock_async._names import Name, default_owner, released_word, resource_key, semaphore_keys
 from redlock_async._settings import Settings
 
@@ -384,8 +384,9 @@ class Queued(Words):
         )  # fmt: skip
         tenure.to(_HELD)
 
-    keeps: bytes | None = None
-    """A key the lease's extensions keep alive beside its own (a semaphore's widest-limit key)."""
+    keeps: Keep | None = None
+    """A key the lease's extensions keep alive beside its own (a semaphore's widest-limit key, a reader's
+    readers' index)."""
 
     regains = True
     """A won claim's lease takes its key where it is free on the nodes that did not grant it (a read/write

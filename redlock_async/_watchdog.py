@@ -227,7 +227,7 @@ class _Round:
                     node.send_timed(clock, Resolve(fut), i, packed[i], limited=True, fallback=fallback)
                 fut.add_done_callback(partial(self._on_reply, i, start, len(chunk)))
             for lock in chunk:
-                if lock.keeps is not None:  # a permit: its semaphore's limit key lives on with it
+                if lock.keeps is not None:  # a permit's limit key, a reader's index: lives on with it
                     assert lock.token is not None
                     _requests.send_keep(nodes, lock.keys[0], lock.keeps, lock.token, lock.ttl_ms)
         self._loop = loop

@@ -311,6 +311,18 @@ class Lock:
         loss (*why* after the lock's name): keys released, the holder told."""
         self._keeper.lose_watched(f"lock {self.name!r} {why}")
 
+    def loss(self) -> LockLost | None:
+        """Asked by a read/write lock's downgrade (not for users) of a lock that is not held: why, when it
+        was held: its LockLost (lost), or one saying its validity ran out (not yet declared lost); None
+        when it was not acquired or was released."""
+        tenure = self._tenure
+        if tenure.phase is _LOST:
+            return tenure.lost or LockLost(f"lock {self.name!r} was lost", name=tenure.label)
+        if tenure.phase is _HELD and not self.held:
+            why = f"lock {self.name!r}: its validity ran out (not extended in time)"
+            return LockLost(why, name=tenure.label, outcomes=self.outcomes)
+        return None
+
     def on_handing_over(self, successor: Successor) -> None:
         """Told by a read/write lock's downgrade (not for users), just before it goes out: on each node this
         held lease gives way to *successor*'s in one step, so an extension landing after that step is refused

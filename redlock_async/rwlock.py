@@ -111,7 +111,11 @@ class WriteLock(Lock):
         writer.downgrade() as reader:``. Done on a majority, this writer is released and the reader
         holds (an extension of the writer in flight, the watchdog's or ``extend()``'s, goes to the
         reader); not done, the writer is lost and the acquire raises its :class:`LockLost`
-        (cancelled, the writer is released). The reader's later acquires are a plain reader's."""
+        (cancelled, the writer is released). The reader's later acquires are a plain reader's.
+        A writer lost before (or whose validity ran out) raises its :class:`LockLost` here; one not
+        acquired, or released, a ``RuntimeError``."""
         if not self.held:
+            if (lost := self.loss()) is not None:
+                raise lost
             raise RuntimeError(f"downgrade() of read/write lock {self.name!r}, whose writer is not held")
         return self._rw._downgrade(self)

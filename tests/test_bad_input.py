@@ -20,7 +20,7 @@ import math
 import re
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -163,8 +163,8 @@ def test_a_synchronous_client_is_named_as_such() -> None:
 @pytest.mark.serial
 @pytest.mark.parametrize(
     "name",
-    [b"\xff\xfe", b"\x00\x01\x00", b"a\r\n*1\r\n$4\r\nPING\r\n", "caf\u00e9 \U0001f512", b"x" * 4096],
-    ids=["latin1", "nul", "resp-injection", "unicode", "longest"],
+    [b"\xff\xfe", b"\x01\x02\x7f", b"a\r\n*1\r\n$4\r\nPING\r\n", "caf\u00e9 \U0001f512", b"x" * 4096],
+    ids=["latin1", "control", "resp-injection", "unicode", "longest"],
 )
 async def test_any_bytes_name_locks_exactly_those_bytes(
     name: str | bytes, cluster: Cluster, make_redlock: MakeRedlock
@@ -196,15 +196,40 @@ async def test_a_rejected_name_sends_nothing(cluster: Cluster, make_redlock: Mak
     await assert_empty(cluster)
 
 
-@pytest.mark.parametrize("name", [b"a\x00queue", "a\x00waits"])
-async def test_a_name_ending_like_a_grant_queue_key_is_refused(name: str | bytes, make_redlock: MakeRedlock) -> None:
-    # The grant queue keeps the line of name "a" in "redlock:a\x00queue": a lock of that name would collide.
+@pytest.mark.parametrize(
+    "name",
+    [b"a\x00queue", "a\x00waits", "\x00semaphore\x00pool\x000", b"\x00rw\x00doc", "\x00", b"doc\x00"],
+    ids=["queue-line", "queue-waits", "semaphore-slot", "rw-writer", "nul", "trailing"],
+)
+async def test_a_name_with_a_nul_byte_is_refused_by_every_primitive(
+    name: str | bytes, cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """Issue 35: the library's keys use NUL as a separator, so a name holding one could stand for another
+    primitive's key: a lock on semaphore "pool"'s slot 0, or on read/write lock "doc"'s writer key (granted
+    beside a reader: its SET NX found the writer key free). Every maker refuses it, saying what to change,
+    and nothing is sent."""
     redlock = await make_redlock()
-    with pytest.raises(ValueError, match=r"ends like the grant queue's keys .* rename it"):
-        redlock.lock(name)
-    with pytest.raises(ValueError, match="reserved"):
-        redlock.lock_many(["b", name])
-    redlock.lock(b"a\x00queue-not")  # only the endings are reserved
+    makers: list[Callable[[], object]] = [
+        lambda: redlock.lock(name),
+        lambda: redlock.lock_many(["b", name]),
+        lambda: redlock.semaphore(name, limit=2),
+        lambda: redlock.rw_lock(name),
+        lambda: redlock.election(name),
+    ]
+    for make in makers:
+        with pytest.raises(ValueError, match=r"contains a NUL byte \(\\x00\).*Leave it out"):
+            make()
+    await assert_empty(cluster)
+
+
+async def test_a_lock_can_no_longer_be_granted_beside_a_reader(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    redlock = await make_redlock()
+    reader = redlock.rw_lock("doc").read()
+    assert await reader.acquire(blocking=False)
+    with pytest.raises(ValueError, match="NUL byte"):
+        redlock.lock(b"\x00rw\x00doc")  # (before: granted, beside the reader)
+    assert not await redlock.rw_lock("doc").write().acquire(blocking=False)
+    await reader.release()
 
 
 # -- acquire / extend / release arguments --------------------------------------------------------------

@@ -181,7 +181,7 @@ async def test_a_scripted_sequence_gives_exact_counts_and_attributes(faulty: Clu
     assert otel.points("redlock.lock.handoff.duration") == {}
     assert [p.value for p in otel.points("redlock.lock.held").values()] == [0]
     assert {key: p.value for key, p in otel.points("redlock.node.quarantined").items()} == {
-        attrs(**{"redlock.node": down}): 1
+        attrs(**{"redlock.node": node}): 1 if node == down else 0 for node in nodes
     }
     otel_votes = {
         (dict(key)["redlock.node"], dict(key)["redlock.vote"]): p.value
@@ -302,6 +302,36 @@ async def test_name_attribute_groups_lock_names(make_redlock: MakeRedlock, otel:
     }
     with pytest.raises(TypeError, match="name_attribute must be a function"):
         Prometheus(registry=CollectorRegistry(), name_attribute="prefix")  # type: ignore[arg-type]
+
+
+async def test_the_loss_counter_and_quarantine_gauges_have_a_sample_before_their_first_event(
+    cluster: Cluster, make_redlock: MakeRedlock, otel: Otel
+) -> None:
+    """Issue 35: redlock_lock_lost_total and redlock_node_quarantined had no sample until their first
+    loss or quarantine, so a dashboard's increase() missed each process's first loss. The loss counter
+    is 0 from the adapter's start (with groups: from a group's first grant), and each node's gauge is 0
+    from the first event that names it."""
+    registry, grouped = CollectorRegistry(), CollectorRegistry()
+    prometheus = Prometheus(registry=registry)
+    assert registry.get_sample_value("redlock_lock_lost_total") == 0
+    adapters = [
+        prometheus,
+        Prometheus(registry=grouped, name_attribute=lambda name: name.split(":")[0]),
+        OpenTelemetry(meter_provider=otel.meters, tracer_provider=otel.tracers),
+    ]
+    redlock = await make_redlock(on_event=adapters)
+    async with redlock.lock("orders:1"):
+        pass
+    nodes = [node.address for node in redlock.statistics().nodes]
+    assert len(nodes) == len(cluster)
+    assert registry.get_sample_value("redlock_lock_lost_total") == 0
+    assert grouped.get_sample_value("redlock_lock_lost_total", {"lock": "orders"}) == 0
+    for node in nodes:
+        assert registry.get_sample_value("redlock_node_quarantined", {"node": node}) == 0
+    assert [p.value for p in otel.points("redlock.lock.lost").values()] == [0]
+    assert {key: p.value for key, p in otel.points("redlock.node.quarantined").items()} == {
+        attrs(**{"redlock.node": node}): 0 for node in nodes
+    }
 
 
 async def test_on_event_takes_several_callbacks_and_one_failing_does_not_stop_the_others(

@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from redlock_async._names import semaphore_keys
-from redlock_async._scripts import PERMIT_ENTER, PERMIT_LEAVE, PERMIT_STAY, Script
+from redlock_async._scripts import ACQUIRE_PERMIT, PERMIT_ENTER, PERMIT_LEAVE, PERMIT_STAY, Script
 
 from .conftest import Cluster, Node
 
@@ -174,3 +174,73 @@ def test_another_limit_refuses_the_entry_and_writes_nothing(cluster: Cluster) ->
     refused = enter(node, b"3:x", 2, limit=3)
     assert refused[0] == -2
     assert sorted(node.command("KEYS", "*")) == before  # type: ignore[call-overload]
+
+
+def acquire_permit(node: Node, token: bytes, j: int, *, limit: int) -> Any:
+    """ACQUIRE_PERMIT of slot *j* (the first try of every permit, and every permit of ``queue=False``)."""
+    return node.command("EVAL", ACQUIRE_PERMIT.source, 2, PREFIX + b"%d" % j, WIDEST, token, 10_000, limit, PREFIX)
+
+
+def waiting_while_slots_expire(node: Node) -> None:
+    """A limit-2 waiter in line whose slots 0 and 1 then come free without a grant (their holders'
+    leases ran out, or a ``queue=False`` holder released them), and three limit-3 permits taken with
+    ACQUIRE_PERMIT, which passes the line by (slots 0, 1, 2): the line holds a waiter of another limit."""
+    enter(node, b"2:a", 1)
+    enter(node, b"2:b", 2)
+    assert enter(node, b"2:w", 3)[0] == 0
+    node.command("DEL", PREFIX + b"0", PREFIX + b"1")  # (their ttl ran out)
+    for j in range(3):
+        assert acquire_permit(node, b"3:%d" % j, j, limit=3) == 1
+    assert node.command("ZRANGE", LINE, 0, -1) == [b"2:w"]
+
+
+def test_a_slot_goes_to_no_waiter_beyond_its_limit_nor_beside_another_limit(cluster: Cluster) -> None:
+    """Issue 35: a limit-3 permit's release handed slot 2 to a limit-2 waiter; two more limit-2 clients
+    then took slots 0 and 1: three holders of a limit-2 semaphore. A slot goes only to a waiter it is
+    below the limit of, and only while no other slot of the node is held under another limit."""
+    node = cluster[0]
+    waiting_while_slots_expire(node)
+    assert leave(node, b"3:2") == 1
+    assert slot(node, 2) is None  # beyond the waiter's limit
+    assert leave(node, b"3:0") == 1
+    assert slot(node, 0) is None  # below it, but slot 1 is held under limit 3
+    assert node.command("ZRANGE", LINE, 0, -1) == [b"2:w"]
+    assert leave(node, b"3:1") == 1
+    assert slot(node, 1) == b"2:w"  # the last limit-3 permit gone: its slot is the waiter's
+    assert acquire_permit(node, b"2:d", 0, limit=2) == 1
+    assert acquire_permit(node, b"2:e", 1, limit=2) == []  # held, and no slot below limit 2 is free
+    assert [slot(node, j) for j in range(3)] == [b"2:d", b"2:w", None]
+
+
+def test_an_entry_hands_free_slots_to_no_waiter_of_another_limit(cluster: Cluster) -> None:
+    """Free slots that an entry finds go to the first in line that takes them, never beside a permit of
+    another limit: a limit-3 client entering behind a limit-2 waiter is not granted slot 1 once the
+    waiter holds slot 0 (it stays in line, and its next entry is refused)."""
+    node = cluster[0]
+    waiting_while_slots_expire(node)
+    for j in range(3):
+        leave(node, b"3:%d" % j)
+    node.command("ZADD", LINE, 3, b"2:w")  # (its entry is still live: put back as it was)
+    node.command("HSET", WAITS, b"2:w", b"%d 10000 -1" % (time.time() * 1000 + LIFE))
+    for j in range(3):
+        node.command("DEL", PREFIX + b"%d" % j)
+    entered = enter(node, b"3:n", 4, limit=3)
+    assert entered[0] == 0
+    assert [slot(node, j) for j in range(3)] == [b"2:w", None, None]
+    assert enter(node, b"3:n", 4, limit=3)[0] == -2  # its next entry: refused
+
+
+def test_a_give_back_hands_no_slot_beside_another_limit(cluster: Cluster) -> None:
+    """PERMIT_STAY hands on what the waiter does not want under the same rule."""
+    node = cluster[0]
+    enter(node, b"2:a", 1)
+    enter(node, b"2:b", 2)
+    assert enter(node, b"2:w", 3)[0] == 0
+    node.command("DEL", PREFIX + b"0", PREFIX + b"1")
+    assert acquire_permit(node, b"3:x", 0, limit=3) == 1
+    node.command("SET", PREFIX + b"2", b"3:y", "PX", 10_000)  # 3:y, split, was granted slot 2 here
+    back = stay(node, b"3:y", 5, limit=3, want=1)
+    assert back[0] == 1  # it took slot 1, the one it wants, where it was free
+    assert back[3] == 1
+    assert slot(node, 2) is None  # not to 2:w: beyond its limit
+    assert node.command("ZRANGE", LINE, 0, -1) == [b"2:w"]

@@ -25,7 +25,7 @@ import time
 import pytest
 import uvloop
 
-from redlock_async import LockNotAcquired, Redlock
+from redlock_async import LockNotAcquired, Redlock, Semaphore
 from redlock_async._names import semaphore_keys
 from redlock_async.testing import History
 
@@ -111,6 +111,54 @@ async def test_another_limit_is_a_value_error_for_a_waiter_in_line(cluster: Clus
     with pytest.raises(ValueError, match=r"held under limit 1, not 2"):
         await other.semaphore("qs-limits", limit=2).acquire(timeout=2)
     await held.release()
+
+
+async def test_a_rolling_change_of_limit_never_admits_more_than_the_smaller(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """Issue 35: a limit-2 waiter in line whose holders' leases ran out (crashed); three limit-3 permits
+    taken meanwhile (their first try passes the line by); the limit-3 permit on slot 2 released: it was
+    handed to the limit-2 waiter, and after the other two, two more limit-2 clients took slots 0 and 1:
+    three holders of a limit-2 semaphore. Now the slot is freed, its release word sends the waiter in
+    again, and that entry is refused (limit-3 permits are held): the waiter's ValueError; later limit-2
+    clients take at most 2 permits, and no limit-2 token ever holds slot 2."""
+    name = "qs-rolling"
+    old = await make_redlock()
+    crashed = [old.semaphore(name, limit=2, ttl=0.5, auto_extend=False) for _ in range(2)]
+    for permit in crashed:
+        assert await permit.acquire(blocking=False)
+    waiter = (await make_redlock(retry_delay=60.0)).semaphore(name, limit=2)  # no try of its own meanwhile
+    waiting = asyncio.create_task(waiter.acquire(timeout=30))
+    await in_line(cluster, name, 1)
+    slots = [base(name) + b"\x00%d" % j for j in range(3)]
+    assert await eventually(lambda: not any(cluster[i].command("EXISTS", *slots) for i in range(len(cluster))), 5)
+    new = await make_redlock()
+    wider = [new.semaphore(name, limit=3) for _ in range(3)]
+    for permit in wider:
+        assert await permit.acquire(blocking=False)
+
+    def slot_of(permit: Semaphore) -> int:
+        assert permit.token is not None
+        return [cluster[0].command("GET", key) for key in slots].index(permit.token.encode())
+
+    wider.sort(key=slot_of, reverse=True)  # slot 2 first
+    assert slot_of(wider[0]) == 2
+    await wider[0].release()
+    async with asyncio.timeout(10):
+        outcome = await asyncio.gather(waiting, return_exceptions=True)  # (before: handed slot 2, held)
+    for permit in wider[1:]:
+        await permit.release()
+    later = [(await make_redlock()).semaphore(name, limit=2) for _ in range(3)]
+    taken = [await permit.acquire(blocking=False) for permit in later]
+    beyond = [cluster[i].command("GET", slots[2]) for i in range(len(cluster))]
+    holders = [permit for permit in (waiter, *later) if permit.held]
+    assert len(holders) == 2, (outcome, taken, beyond)
+    assert beyond == [None] * len(cluster), beyond
+    assert isinstance(outcome[0], ValueError), outcome
+    assert "held under limit 3, not 2" in str(outcome[0])
+    assert taken == [True, True, False]
+    for permit in holders:
+        await permit.release()
 
 
 async def contend(

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from redlock_async import LockEvent, LockLost, Redlock
+from redlock_async import LockEvent, LockLost, Redlock, testing
 from redlock_async.events import EventKind
 from redlock_async.sync import Redlock as SyncRedlock
 from redlock_async.testing import History, LocalNodes
@@ -297,3 +297,48 @@ async def test_a_writer_released_while_its_failing_downgrade_is_out_says_so(redl
         await acquiring
     assert not reader.held
     await assert_empty(cluster)
+
+
+@pytest.mark.parametrize("queue", [True, False])
+async def test_a_downgrade_of_a_writer_lost_a_moment_earlier_is_its_lock_lost(
+    make_redlock: MakeRedlock, cluster: Cluster, queue: bool
+) -> None:
+    """Issue 35: downgrade() of a writer lost a moment earlier raised RuntimeError ("whose writer is not
+    held"), as did the first acquire of a reader made before the loss; both are the writer's LockLost.
+    A writer whose validity ran out (no watchdog) is LockLost too; one released is still a RuntimeError."""
+    redlock = await make_redlock(queue=queue)
+    rw = redlock.rw_lock("doc", ttl=5.0)
+    writer = rw.write()
+    assert await writer.acquire(blocking=False)
+    testing.lose(writer, "lost a moment earlier")
+    with pytest.raises(LockLost, match="lost a moment earlier"):
+        writer.downgrade()
+
+    assert await writer.acquire(blocking=False)
+    reader = writer.downgrade()
+    testing.lose(writer, "lost after downgrade()")
+    with pytest.raises(LockLost, match="lost after downgrade"):
+        await reader.acquire()
+    assert not reader.held
+
+    brief = redlock.rw_lock("doc", ttl=0.5, auto_extend=False).write()
+    assert await brief.acquire(blocking=False)
+    await asyncio.sleep(0.6)
+    with pytest.raises(LockLost, match="validity ran out"):
+        brief.downgrade()
+
+    assert await writer.acquire(blocking=False)
+    await writer.release()
+    with pytest.raises(RuntimeError, match="whose writer is not held"):
+        writer.downgrade()
+
+
+def test_a_blocking_downgrade_of_a_writer_lost_a_moment_earlier_is_its_lock_lost(cluster: Cluster) -> None:
+    with SyncRedlock(cluster.urls) as redlock:
+        writer = redlock.rw_lock("doc", ttl=0.5, auto_extend=False).write()
+        with writer:
+            time.sleep(0.6)
+            with pytest.raises(LockLost, match="validity ran out"):
+                writer.downgrade()
+        with pytest.raises(RuntimeError, match="whose writer is not held"):
+            writer.downgrade()

@@ -77,6 +77,27 @@ def test_history_checks_a_bound_other_than_one() -> None:
             history.check(limit=wrong)  # type: ignore[arg-type]
 
 
+def test_history_counts_an_empty_section_at_its_instant() -> None:
+    """Issue 35: a section entered and left at one clock reading made most_inside() and check(limit>1)
+    raise KeyError. It is open at its instant, with the sections open across it; it touches those that
+    end or start then (touching is fine, as for every section)."""
+    history = History()
+    history.sections += [
+        Section("a", "t1", None, 1.0, 1.0),
+        Section("b", "t2", None, 0.0, 2.0),  # open across 1.0: inside with a
+        Section("c", "t3", None, 1.0, 3.0),  # starts at 1.0: touches a, inside with b
+        Section("d", "t4", None, 0.5, 1.0),  # ends at 1.0: touches a and c, inside with b
+        Section("e", "t5", None, 1.0, 1.0),  # empty at the same instant as a: they touch
+    ]
+    assert history.most_inside() == 2
+    history.check(limit=2)
+    assert sorted((a.client, b.client) for a, b in history.overlaps()) == [("b", x) for x in "acde"]
+    history.sections.append(Section("f", "t6", None, 0.9, 1.1))  # open across 1.0 too: a is the third
+    assert history.most_inside() == 3
+    with pytest.raises(AssertionError, match=r"3 inside at once \(limit 2\) at 1\.000000: .*a from 1\.000000"):
+        history.check(limit=2)
+
+
 def test_history_default_check_is_the_lock_check() -> None:
     """check() with no limit still finds overlaps and fencing tokens that went backwards."""
     history = History()

@@ -7,6 +7,7 @@ import dataclasses
 import gc
 import math
 import re
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -428,6 +429,8 @@ def redlock() -> Redlock:
         ("\u00e9" * 2049, ValueError, r"^resource name is 4098 bytes, more than 4096"),
         ("\ud800", ValueError, r"^resource name '\\ud800' is not valid UTF-8 .*: pass bytes"),
         ("ok\udcffok", ValueError, r"is not valid UTF-8"),
+        (b"\x00", ValueError, r"^resource name b'\\x00' contains a NUL byte"),
+        ("a\x00b", ValueError, r"contains a NUL byte .*: such a name could stand for their keys. Leave it out"),
     ],
 )
 def test_lock_bad_names(redlock: Redlock, name: Any, error: type[Exception], pattern: str) -> None:
@@ -437,7 +440,7 @@ def test_lock_bad_names(redlock: Redlock, name: Any, error: type[Exception], pat
 
 @pytest.mark.parametrize(
     "name",
-    ["a", "x" * 4096, "\u00e9" * 2048, b"\xff\xfe", b"\x00", b"x" * 4096, "\U0001f512 lock", "with space"],
+    ["a", "x" * 4096, "\u00e9" * 2048, b"\xff\xfe", b"\x01", b"x" * 4096, "\U0001f512 lock", "with space"],
 )
 def test_lock_good_names(redlock: Redlock, name: str | bytes) -> None:
     lock = redlock.lock(name)
@@ -506,3 +509,26 @@ def test_lock_overrides_refuse_bad_values(overrides: dict[str, Any], error: type
 def test_bad_names_are_refused_by_lock(name: Any, error: type[Exception], pattern: str) -> None:
     with pytest.raises(error, match=pattern):
         Redlock([URL]).lock(name)
+
+
+FAULT_TOLERANCE = """
+import logging
+from redlock_async import Redlock
+logging.basicConfig(format="%(levelname)s %(name)s %(message)s")
+for n in (1, 2, 3, 4, 4, 5, 2, 4):
+    Redlock([f"redis://127.0.0.1:{7000 + i}" for i in range(n)])  # (made, never connected)
+"""
+
+
+def test_an_even_number_of_nodes_is_told_once_what_it_tolerates() -> None:
+    """Issue 35: 2 or 4 nodes were accepted without a word. Once per process and count, a WARNING of the
+    Redlock's logger says what the count tolerates: 2 no node failure, 4 one (as 3 do); odd counts,
+    and a single node (no Redlock, a single instance), nothing."""
+    ran = subprocess.run([sys.executable, "-c", FAULT_TOLERANCE], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stderr.splitlines() == [
+        "WARNING redlock_async.client redlock: 2 nodes tolerate no node failure (a majority is 2 of 2: one node "
+        "down stops every acquire and extension); 3 nodes tolerate one, 5 two",
+        "WARNING redlock_async.client redlock: 4 nodes tolerate 1 node failure (a majority is 3 of 4), no more than "
+        "3 nodes do: use 3 nodes, or 5 to tolerate 2",
+    ]

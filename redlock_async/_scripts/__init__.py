@@ -46,6 +46,7 @@ __all__ = [
     "FENCE_ALL",
     "HANDED_RELEASE",
     "KEEP_LIMIT",
+    "KEEP_READERS",
     "PERMISSIONS",
     "PERMIT_ENTER",
     "PERMIT_LEAVE",
@@ -137,6 +138,7 @@ RW_WRITE = Script(_rw.RW_WRITE, creates=True)
 RW_LEAVE = Script(_rw.RW_LEAVE)
 RW_READ_RELEASE = Script(_rw.RW_READ_RELEASE)
 RW_DOWNGRADE = Script(_rw.RW_DOWNGRADE, creates=True)
+KEEP_READERS = Script(_rw.KEEP_READERS)
 RW_ENTER = Script(_rw_queue.RW_ENTER, creates=True)
 RW_QUEUE_LEAVE = Script(_rw_queue.RW_QUEUE_LEAVE)
 RW_QUEUE_STAY = Script(_rw_queue.RW_QUEUE_STAY, creates=True)
@@ -168,6 +170,7 @@ SCRIPTS = (
     RW_LEAVE,
     RW_READ_RELEASE,
     RW_DOWNGRADE,
+    KEEP_READERS,
     RW_ENTER,
     RW_QUEUE_LEAVE,
     RW_QUEUE_STAY,

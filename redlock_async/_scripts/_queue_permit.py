@@ -6,8 +6,11 @@ release (or a waiter's give-back) hands its slot straight to the first live wait
 set to that waiter's token, and a grant word ``g<sha1 of the token>:<node time, us>:<slot>`` is
 published on the semaphore's channel (its base key). A free slot found by an entry goes to the
 first waiter the same way. Every token starts with its limit (``"<limit>:..."``): a slot held under
-another limit refuses the entry, as ``ACQUIRE_PERMIT`` does. Every write keeps the widest-limit key
-alive a lease longer than the permits it saw granted (``ACQUIRE_PERMIT``'s rule).
+another limit refuses the entry, as ``ACQUIRE_PERMIT`` does, and a slot goes only to a waiter it is
+below the limit of, while no slot of the node is held under another limit (a waiter of another limit
+stays in line until its next entry is refused): no grant puts permits of two limits on one node, nor a
+permit on a slot beyond its limit. Every write keeps the widest-limit key alive a lease longer than the
+permits it saw granted (``ACQUIRE_PERMIT``'s rule).
 """
 
 from __future__ import annotations
@@ -32,10 +35,30 @@ local function parse(entry)
     return tonumber(string.sub(entry, 1, a - 1)), string.sub(entry, a + 1, (b or 0) - 1), tonumber(want)
 end
 
--- SET slot j to the first live waiter that takes it (wants any slot, or j; expired entries are
--- dropped) and publish the grant on the semaphore's channel: g<sha1 of its token>:<node time of the
--- grant, us>:<j>; returns its token, or nil when no one waiting takes it.
-local function grant_permit(prefix, j)
+-- The limit a token was taken under (its "<limit>:" prefix; nil for a token without one).
+local function limit_of(token)
+    return tonumber(string.match(token, '^(%d+):'))
+end
+
+-- The limit of the slots held on this node once one of *limit* is held beside those of *held* (0: none
+-- held; -1: several limits, which no grant makes: only a lease regaining a free node can).
+local function joined(held, limit)
+    if held == 0 or held == limit then
+        return limit
+    end
+    return -1
+end
+
+-- SET slot j to the first live waiter that takes it and publish the grant on the semaphore's channel:
+-- g<sha1 of its token>:<node time of the grant, us>:<j>. A waiter takes slot j when it wants any slot
+-- or j, j is below its own limit, and every other slot held on this node (*held*: their limit, 0 for
+-- none) is held under its limit: a waiter is never handed a slot of another limit's range, nor one
+-- beside permits of another limit (ACQUIRE_PERMIT's rule; it stays in line, and its next entry is
+-- refused). Expired entries are dropped. Returns its token and its limit, or nil when no one takes it.
+local function grant_permit(prefix, j, held)
+    if held < 0 then
+        return nil
+    end
     local line = redis.call('ZRANGE', KEYS[2], 0, -1)
     for _, head in ipairs(line) do
         local entry = redis.call('HGET', KEYS[3], head)
@@ -43,17 +66,18 @@ local function grant_permit(prefix, j)
         if entry then
             expiry, ttl, want = parse(entry)
         end
+        local limit = limit_of(head)
         if not entry or expiry <= now_us() / 1000 then
             redis.call('ZREM', KEYS[2], head)
             redis.call('HDEL', KEYS[3], head)
-        elseif want < 0 or want == j then
+        elseif (want < 0 or want == j) and limit and j < limit and (held == 0 or held == limit) then
             redis.call('ZREM', KEYS[2], head)
             redis.call('HDEL', KEYS[3], head)
             redis.call('SET', prefix .. j, head, 'PX', ttl)
             keep_widest(ttl)
             local word = 'g' .. redis.sha1hex(head) .. ':' .. string.format('%.0f', now_us()) .. ':' .. j
             redis.call('PUBLISH', KEYS[1], word)
-            return head
+            return head, limit
         end
     end
     return nil
@@ -70,27 +94,34 @@ local function enter_line(token, score, life, ttl, want)
     end
 end
 
--- The slots (below the widest limit in use) that hold *token*.
-local function slots_of(prefix, token)
+-- The slots (below the widest limit in use) that hold *token*, but *keep*; and the limit of every other
+-- slot held on this node (*keep* included: 0 none, -1 several), what grant_permit is told.
+local function slots_of(prefix, token, keep)
     local mine = {}
+    local held = 0
     local widest = tonumber(redis.call('GET', KEYS[4]) or '0')
     for j = 0, widest - 1 do
-        if redis.call('GET', prefix .. j) == token then
+        local holder = redis.call('GET', prefix .. j)
+        if holder == token and j ~= keep then
             mine[#mine + 1] = j
+        elseif holder then
+            held = joined(held, limit_of(holder) or -1)
         end
     end
-    return mine
+    return mine, held
 end
 
--- Hand slot j, which held *token*, to the first live waiter; with none, free it and publish the
--- release word (waiters without the queue hear it). Returns the waiter's token, or nil.
-local function hand_on(prefix, j, token)
-    local head = grant_permit(prefix, j)
+-- Hand slot j, which held *token*, to the first live waiter that takes it (*held*: the limit of the
+-- other slots held here); with none, free it and publish the release word (waiters without the queue
+-- hear it). Returns the limit of the slots held here now.
+local function hand_on(prefix, j, token, held)
+    local head, limit = grant_permit(prefix, j, held)
     if not head then
         redis.call('DEL', prefix .. j)
         redis.call('PUBLISH', KEYS[1], redis.sha1hex(token))
+        return held
     end
-    return head
+    return joined(held, limit)
 end
 """
 
@@ -120,15 +151,17 @@ local prefix = ARGV[6]
 local want = tonumber(ARGV[7])
 local widest = tonumber(redis.call('GET', KEYS[4]) or '0')
 local free = {}
+local taken = 0  -- the limit of the slots held here (ours, once one is: another refuses us)
 for j = 0, math.max(widest, limit) - 1 do
     local held = redis.call('GET', prefix .. j)
     if held == ARGV[1] then
         return {1, time, redis.call('PTTL', prefix .. j), j}
     elseif held then
-        local other = tonumber(string.match(held, '^(%d+):'))
+        local other = limit_of(held)
         if other ~= limit then
             return {-other, time, 0, -1}
         end
+        taken = limit
     elseif j < limit then
         free[#free + 1] = j
     end
@@ -143,8 +176,11 @@ if free[1] and want < 0 and redis.call('EXISTS', KEYS[2]) == 0 then  -- a free s
 end
 enter_line(ARGV[1], ARGV[3], ARGV[4], ARGV[2], ARGV[7])
 for _, j in ipairs(free) do  -- free slots go to the first in line that takes them (which may be us)
-    if grant_permit(prefix, j) == ARGV[1] then
+    local head, other = grant_permit(prefix, j, taken)
+    if head == ARGV[1] then
         return {1, time, tonumber(ARGV[2]), j}
+    elseif head then
+        taken = joined(taken, other)
     end
 end
 return {0, time, 0, -1}
@@ -168,9 +204,9 @@ PERMIT_LEAVE = (
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
     redis.call('HDEL', KEYS[3], ARGV[1])
 end
-local mine = slots_of(ARGV[2], ARGV[1])
+local mine, held = slots_of(ARGV[2], ARGV[1], -1)
 for _, j in ipairs(mine) do
-    hand_on(ARGV[2], j, ARGV[1])
+    held = hand_on(ARGV[2], j, ARGV[1], held)
 end
 return mine[1] and 1 or 0
 """
@@ -198,14 +234,13 @@ local want = tonumber(ARGV[7])
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then  -- out of line while its slots go on: not to itself
     redis.call('HDEL', KEYS[3], ARGV[1])
 end
-local mine = slots_of(ARGV[6], ARGV[1])
+local mine, held = slots_of(ARGV[6], ARGV[1], want)  -- (the slot it wants, if its, is not handed on)
 local kept = -1
+if want >= 0 and redis.call('GET', ARGV[6] .. want) == ARGV[1] then
+    kept = want
+end
 for _, j in ipairs(mine) do
-    if j == want then
-        kept = j
-    else
-        hand_on(ARGV[6], j, ARGV[1])
-    end
+    held = hand_on(ARGV[6], j, ARGV[1], held)
 end
 local time = string.format('%.0f', now_us())
 if kept >= 0 then
@@ -213,7 +248,7 @@ if kept >= 0 then
 end
 enter_line(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[7])
 if want >= 0 and not redis.call('GET', ARGV[6] .. want) and want < tonumber(ARGV[5]) then
-    if grant_permit(ARGV[6], want) == ARGV[1] then  -- the slot it wants is free here: the first who takes it
+    if grant_permit(ARGV[6], want, held) == ARGV[1] then  -- the slot it wants is free here: the first who takes it
         return {1, time, tonumber(ARGV[4]), want}
     end
 end

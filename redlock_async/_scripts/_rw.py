@@ -33,6 +33,20 @@ local function counter(key)
 end
 """
 
+KEEP_INDEX = b"""
+-- The readers' index lives two leases longer than every reader key it names (a writer finds the readers
+-- through it: it must never end under a live one, even when a few KEEP_READERS after its extensions are
+-- lost): raised (never lowered) to three times a reader's ttl when the reader is added here, and after each
+-- of its extensions (KEEP_READERS). So the index of a name no one uses again ends two leases after its
+-- last reader, one that crashed included.
+local function keep_index(index, ttl)
+    local keep = 3 * tonumber(ttl)
+    if redis.call('PTTL', index) < keep then
+        redis.call('PEXPIRE', index, keep)
+    end
+end
+"""
+
 RW_READ = (
     b"""
 -- A reader's acquire: its own key, only while no writer holds W and no writer waits.
@@ -48,6 +62,7 @@ RW_READ = (
 """
     + NOW_MS
     + COUNTER
+    + KEEP_INDEX
     + b"""
 if redis.call('EXISTS', KEYS[1]) == 1 then
     return -1
@@ -67,6 +82,7 @@ for _, id in ipairs(redis.call('SRANDMEMBER', KEYS[3], 2)) do
 end
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 redis.call('SADD', KEYS[3], redis.sha1hex(ARGV[1]))
+keep_index(KEYS[3], ARGV[2])
 return counter(KEYS[5])
 """
 )
@@ -185,6 +201,7 @@ RW_DOWNGRADE = (
 -- returns  the counter (>= 0; 0 when none is named) done; -1 W is gone or holds another token
 """
     + COUNTER
+    + KEEP_INDEX
     + b"""
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return -1
@@ -192,7 +209,27 @@ end
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 redis.call('SADD', KEYS[3], redis.sha1hex(ARGV[2]))
+keep_index(KEYS[3], ARGV[3])
 redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
 return counter(KEYS[4])
 """
 )
+
+KEEP_READERS = b"""
+-- After a reader's extension: the readers' index names the reader (again, if this node lost it) and lives
+-- at least two leases longer than its key (keep_index's rule), only while the key holds the reader's token.
+-- KEYS[1]  the reader's key
+-- KEYS[2]  the readers' index
+-- ARGV[1]  the reader's token
+-- ARGV[2]  its ttl in integer milliseconds (the lease)
+-- returns  1 kept; 0 the key is gone or holds another token (nothing written)
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    return 0
+end
+redis.call('SADD', KEYS[2], redis.sha1hex(ARGV[1]))
+local keep = redis.call('PTTL', KEYS[1]) + 2 * tonumber(ARGV[2])
+if redis.call('PTTL', KEYS[2]) < keep then
+    redis.call('PEXPIRE', KEYS[2], keep)
+end
+return 1
+"""

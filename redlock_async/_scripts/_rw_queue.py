@@ -22,8 +22,11 @@ last writer's, a fenced writer's is raised by QUEUE_FENCE).
 from __future__ import annotations
 
 from redlock_async._scripts._queue import NOW
+from redlock_async._scripts._rw import KEEP_INDEX
 
-LINE = b"""
+LINE = (
+    KEEP_INDEX
+    + b"""
 local function counter_now()
     return KEYS[6] and redis.call('GET', KEYS[6]) or '0'
 end
@@ -78,6 +81,7 @@ local function set_reader(prefix, token, ttl)
     local id = redis.sha1hex(token)
     redis.call('SET', prefix .. id, token, 'PX', ttl)
     redis.call('SADD', KEYS[2], id)
+    keep_index(KEYS[2], ttl)
 end
 
 -- Grant the head of the line, as the rule on one node allows: a writer when W is free and no reader's
@@ -159,6 +163,7 @@ local function give_up(prefix, token, kind)
     return true
 end
 """
+)
 
 RW_ENTER = (
     b"""

@@ -53,7 +53,9 @@ class EventMeter:
         self._group = check_name_attribute(name_attribute)
         self._held: dict[int, str | None] = {}  # grant -> its group, for the grants held now
         self._held_by: dict[str | None, int] = {}  # group -> locks held now
-        self._lost_by: dict[str | None, int] = {}  # group -> locks lost
+        # group -> locks lost: 0 from the start (without groups) or from a group's first grant, so that a
+        # series exists before its first loss and rate()/increase() count that loss too.
+        self._lost_by: dict[str | None, int] = {None: 0} if self._group is None else {}
         self._patterns: dict[tuple[int, ...], int] = {}  # (id of nodes, id of each vote) -> events
         self._nodes_of: dict[int, tuple[str, ...]] = {}  # id -> the tuple of node names it is the id of
         self._quarantined: dict[str, bool] = {}  # node -> in quarantine, as of the last event that named it
@@ -75,6 +77,8 @@ class EventMeter:
                     self._held_by[held.pop(next(iter(held)))] -= 1  # a lock dropped unreleased: forgotten
                 held[grant] = group
                 self._held_by[group] = self._held_by.get(group, 0) + 1
+                if group not in self._lost_by:
+                    self._lost_by[group] = 0
         elif kind is _NOT_ACQUIRED:
             self.acquired(event, NOT_ACQUIRED, group)
         elif kind is _EXTENDED:
@@ -140,8 +144,12 @@ class EventMeter:
         return list(self._held_by.items())
 
     def quarantined_now(self) -> list[tuple[str, bool]]:
-        """(node, in restart quarantine now) for every node that has been in quarantine."""
-        return list(self._quarantined.items())
+        """(node, in restart quarantine now) for every node an event named: False until one says it is."""
+        quarantined = dict(self._quarantined)
+        for nodes in list(self._nodes_of.values()):
+            for node in nodes:
+                quarantined.setdefault(node, False)
+        return list(quarantined.items())
 
     # -- what an adapter records at each event --------------------------------------------------
 

@@ -4,6 +4,7 @@ makes a blocking reader whose first acquire is the async writer's downgrade."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import final
 
@@ -53,6 +54,8 @@ class ReadWriteLock:
 
     def _downgrade(self, writer: WriteLock) -> Lock:
         if not writer.held:
+            with contextlib.suppress(RuntimeError):  # (check() of a writer not held)
+                writer.check()  # lost, or its validity ran out: its LockLost
             raise RuntimeError(f"downgrade() of read/write lock {self.name!r}, whose writer is not held")
         held = writer.current()
         assert isinstance(held, AsyncWriteLock)

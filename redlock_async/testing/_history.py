@@ -74,7 +74,9 @@ class History:
         found: list[tuple[Section, Section]] = []
         latest: Section | None = None  # the section that ends last among those seen
         exclusive: Section | None = None  # the same among the sections not shared
-        for section in sorted(self.sections, key=lambda s: s.start):
+        # At one start, an empty section (entered and left at one clock reading) first: it touches the
+        # others that start then, as one that ends when another starts does.
+        for section in sorted(self.sections, key=lambda s: (s.start, s.end)):
             # Any section open at this start: the latest-ending one is. A shared section clashes only
             # with an exclusive one open then: the latest-ending exclusive one is, if any is.
             other = exclusive if section.shared else latest
@@ -109,7 +111,9 @@ class History:
         one acquisition (the same token) count once, as the span from their
         first start to their last end when they overlap or touch. A section
         that ends when another starts is not open with it (touching is fine,
-        as for :meth:`overlaps`).
+        as for :meth:`overlaps`). An empty section (entered and left at one
+        clock reading) is open at that instant, with the sections open across
+        it, but touches those that end or start then.
         """
         spans: list[tuple[float, float, Section]] = []
         by_token: dict[str, list[Section]] = {}
@@ -125,20 +129,22 @@ class History:
                 else:
                     end = max(end, section.end)
             spans.append((first.start, end, first))
-        # At one instant, ends come before starts (0 < 1): touching sections are not open together.
+        # At one instant, ends come first (0), then each empty span's start and its end (1, in turn), then
+        # starts (2): touching sections are not open together.
         events = sorted(
             itertools.chain(
-                ((start, 1, n) for n, (start, _, _) in enumerate(spans)),
-                ((end, 0, n) for n, (_, end, _) in enumerate(spans)),
-            )
+                ((start, 1 if start == end else 2, n, True) for n, (start, end, _) in enumerate(spans)),
+                ((end, 1 if start == end else 0, n, False) for n, (start, end, _) in enumerate(spans)),
+            ),
+            key=lambda event: (event[0], event[1], event[2], not event[3]),
         )
         open_now: dict[int, Section] = {}
-        for when, kind, n in events:
-            if kind == 0:
-                del open_now[n]
-            else:
+        for when, _, n, starts in events:
+            if starts:
                 open_now[n] = spans[n][2]
                 yield when, tuple(open_now.values())
+            else:
+                del open_now[n]
 
     def most_inside(self) -> int:
         """The largest number of acquisitions open at once (0 for an empty history)."""
