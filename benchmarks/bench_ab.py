@@ -1,22 +1,37 @@
-"""Same-run A/B of the uncontended path: two trees of the library, or two settings of one tree.
+"""Same-run A/B of the uncontended path, with an A/A control beside every ratio: two trees of the
+library (directories or git revisions), or two settings of one tree.
 
 Usage::
 
-    python benchmarks/bench_ab.py --trees OLD_DIR NEW_DIR [--rounds 8] [--loop asyncio|uvloop]
-    python benchmarks/bench_ab.py --settings 'clock_guard=False' 'clock_guard=True' [--rounds 8] [--loop uvloop]
+    python benchmarks/bench_ab.py --trees OLD NEW [--rounds 4] [--seconds 3] [--loop asyncio|uvloop]
+    python benchmarks/bench_ab.py --settings 'clock_guard=False' 'clock_guard=True' [--rounds 4]
+    python benchmarks/bench_ab.py --guard [--attempts 3]     # CI: this tree against benchmarks/BASELINE
 
-Each round runs two child processes one after the other (the order alternates between rounds) against
-the same 5 local nodes: each imports one side (a tree's ``redlock_async`` on PYTHONPATH, or this tree
-with the given Redlock keyword settings) and measures, after a warm-up, the p50 of 600 sequential
-acquire+release pairs on one lock, then 64 tasks on locks of their own for 2 s (pairs per second, and
-client CPU per pair by ``time.process_time``). Printed: each round, and the median of the per-round
-ratios new/old (the machine is noisy: only ratios taken within a round are compared). A tree is a
-directory holding ``redlock_async/`` (e.g. ``git worktree add --detach /tmp/old <commit>``).
+A tree is a directory holding ``redlock_async/`` (``.`` for this one) or a git revision of this
+repository (``dfc4c98``, ``main``): its ``redlock_async/`` is unpacked into ``.cache/ab/<sha>`` by
+``git archive``. Every phase runs in a child process of its own against the same 5 local nodes: it
+imports one side, warms up, takes the p50 of sequential ``async with lock`` pairs for a while, then
+runs 64 tasks on locks of their own for ``--seconds`` (pairs per second; client CPU per pair from
+``time.process_time``; the nodes' CPU per pair per node from ``INFO cpu``).
+
+Each round runs A, B, A', B' (the order of the sides alternating from round to round): A'/A is the
+**A/A control**, the same tree against itself in the same conditions, printed beside each ratio B/A
+(the mean of B and B' over the mean of A and A', median over the rounds). A ratio whose control is
+off by more than 3% (median over the rounds) is refused: the box was too noisy for it, and the exit
+status is 2. ``--judge cpu`` asks only that metric's control to be clean.
+
+``--guard`` (CI, about a minute per attempt): this tree against the baseline revision named on the
+first line of ``benchmarks/BASELINE`` (the rest of the file says why; it moves forward only in a
+commit that says why), CPU per pair judged. Tried again while the control is unclean, at most
+``--attempts`` times: FAIL (exit 1) only on a clean control with CPU per pair above ``--max-cpu``
+(1.10x) the baseline's; after as many unclean controls it prints NOT JUDGED and exits 0, so a
+noisy box never fails CI.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import statistics
@@ -24,42 +39,67 @@ import subprocess
 import sys
 from pathlib import Path
 
-from redlock_async.testing import LocalNodes
-
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CACHE = ROOT / ".cache" / "ab"
+CONTROL = 0.03
+"""The most an A/A control may be off (median over the rounds) for its ratio to be reported."""
+METRICS = {
+    "ops": "throughput",
+    "cpu": "client CPU per pair",
+    "p50": "uncontended p50",
+    "node": "node CPU per pair",
+}
 
 CHILD = r"""
 import asyncio, json, sys, time
-urls, loop, options = sys.argv[1].split(","), sys.argv[2], json.loads(sys.argv[3])
+import redis
+urls, loop, options, seconds = sys.argv[1].split(","), sys.argv[2], json.loads(sys.argv[3]), float(sys.argv[4])
 from redlock_async import Redlock
+
+
+def nodes_cpu():
+    used = 0.0
+    for url in urls:
+        client = redis.Redis.from_url(url)
+        info = client.info("cpu")
+        client.close()
+        used += info["used_cpu_sys"] + info["used_cpu_user"]
+    return used
+
 
 async def main():
     async with Redlock(urls, **options) as redlock:
         lock = redlock.lock("ab:seq", ttl=10.0)
-        for _ in range(100):
-            await lock.acquire()
-            await lock.release()
-        pairs = []
-        for _ in range(600):
+        for _ in range(200):
+            async with lock:
+                pass
+        pairs, stop = [], time.perf_counter() + min(seconds / 4, 1.0)
+        while time.perf_counter() < stop:
             began = time.perf_counter()
-            await lock.acquire()
-            await lock.release()
+            async with lock:
+                pass
             pairs.append(time.perf_counter() - began)
         pairs.sort()
 
         async def worker(i, stop):
             mine, done = redlock.lock(f"ab:{i}", ttl=10.0), 0
             while time.perf_counter() < stop:
-                await mine.acquire()
-                await mine.release()
+                async with mine:
+                    pass
                 done += 1
             return done
 
-        stop = time.perf_counter() + 2.0
-        cpu = time.process_time()
-        counts = await asyncio.gather(*(worker(i, stop) for i in range(64)))
-        cpu = time.process_time() - cpu
-        print(json.dumps({"p50": pairs[len(pairs) // 2], "ops": sum(counts) / 2.0, "cpu": cpu / sum(counts)}))
+        await asyncio.gather(*(worker(i, time.perf_counter() + 0.3) for i in range(64)))  # warm-up
+        node = nodes_cpu()
+        began, cpu = time.perf_counter(), time.process_time()
+        counts = await asyncio.gather(*(worker(i, began + seconds) for i in range(64)))
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - began
+        node = nodes_cpu() - node
+        done = sum(counts)
+        print(json.dumps({
+            "p50": pairs[len(pairs) // 2], "ops": done / wall, "cpu": cpu / done, "node": node / len(urls) / done,
+        }))
 
 if loop == "uvloop":
     import uvloop
@@ -68,68 +108,153 @@ else:
     asyncio.run(main())
 """
 
+Side = tuple[str, dict[str, object]]
+
 
 def settings_of(text: str) -> dict[str, object]:
     """``'clock_guard=False, ttl=5'`` as keyword settings (values are Python literals)."""
-    import ast
-
     call = ast.parse(f"f({text})", mode="eval").body
     assert isinstance(call, ast.Call)
     return {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords if keyword.arg}
 
 
-def run(side: tuple[str, dict[str, object]], urls: list[str], loop: str) -> dict[str, float]:
+def tree_of(name: str) -> str:
+    """A directory holding ``redlock_async/``, or a git revision of this repository unpacked into .cache/ab."""
+    path = Path(name)
+    if (path / "redlock_async").is_dir():
+        return str(path.resolve())
+    found = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"], cwd=ROOT, capture_output=True, text=True
+    )
+    if found.returncode != 0:
+        raise SystemExit(f"{name!r} is neither a directory holding redlock_async/ nor a git revision of {ROOT}")
+    sha = found.stdout.strip()
+    target = CACHE / sha
+    if not (target / "redlock_async").is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", sha, "redlock_async"], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    return str(target)
+
+
+def run(side: Side, urls: list[str], loop: str, seconds: float) -> dict[str, float]:
     tree, options = side
     env = dict(os.environ, PYTHONPATH=tree) if tree else dict(os.environ)
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, ",".join(urls), loop, json.dumps(options)],
+        [sys.executable, "-c", CHILD, ",".join(urls), loop, json.dumps(options), str(seconds)],
         env=env,
-        cwd=tree or str(HERE.parent),
+        cwd=tree or str(ROOT),
         capture_output=True,
         text=True,
-        check=True,
-        timeout=120,
+        timeout=120 + 4 * seconds,
     )
+    if done.returncode != 0:
+        raise SystemExit(f"the phase of {tree or ROOT} {options} failed:\n{done.stderr[-3000:]}")
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def ab(old: Side, new: Side, rounds: int, loop: str, seconds: float) -> dict[str, tuple[float, float, float]]:
+    """Per metric: (the ratio new/old, the A/A control old'/old, the B/B control new'/new), medians."""
+    from redlock_async.testing import LocalNodes
+
+    ratios: dict[str, list[tuple[float, float, float]]] = {key: [] for key in METRICS}
+    with LocalNodes(5) as nodes:
+        for n in range(rounds):
+            order = ("a", "b", "a2", "b2") if n % 2 == 0 else ("b", "a", "b2", "a2")
+            got = {which: run(old if which[0] == "a" else new, nodes.urls, loop, seconds) for which in order}
+            a, a2, b, b2 = got["a"], got["a2"], got["b"], got["b2"]
+            for key, values in ratios.items():
+                values.append(((b[key] + b2[key]) / (a[key] + a2[key]), a2[key] / a[key], b2[key] / b[key]))
+            print(
+                f"round {n} ({' '.join(order)}): "
+                + " | ".join(
+                    f"{which} {r['ops']:.0f} pairs/s, {r['cpu'] * 1e6:.1f} us CPU, p50 {r['p50'] * 1e6:.0f} us, "
+                    f"node {r['node'] * 1e6:.2f} us"
+                    for which, r in sorted(got.items())
+                ),
+                flush=True,
+            )
+    return {
+        key: (
+            statistics.median(v[0] for v in values),
+            statistics.median(v[1] for v in values),
+            statistics.median(v[2] for v in values),
+        )
+        for key, values in ratios.items()
+    }
+
+
+def report(found: dict[str, tuple[float, float, float]], title: str, judged: tuple[str, ...]) -> bool:
+    """Print each ratio beside its A/A control; True when every *judged* metric's control is clean."""
+    print(f"{title}, medians over the rounds (A/A control: the old side against itself; B/B: the new):")
+    clean = True
+    for key, (ratio, control, control_b) in found.items():
+        off = abs(control - 1.0)
+        line = f"  {METRICS[key]:20s} A/A {control:.3f}x  B/B {control_b:.3f}x  "
+        if off > CONTROL:
+            line += f"REFUSED (the A/A control is off by {off:.1%}, more than {CONTROL:.0%}; was {ratio:.3f}x)"
+            if key in judged:
+                clean = False
+        else:
+            line += f"new/old {ratio:.3f}x"
+        print(line, flush=True)
+    return clean
+
+
+def guard(args: argparse.Namespace) -> int:
+    """CI: this tree against benchmarks/BASELINE, CPU per pair judged (see the module's docstring)."""
+    lines = (HERE / "BASELINE").read_text().split("\n")
+    rev = lines[0].split()[0]
+    old: Side = (tree_of(rev), {})
+    new: Side = (str(ROOT), {})
+    for attempt in range(1, args.attempts + 1):
+        found = ab(old, new, args.rounds, args.loop, args.seconds)
+        title = f"attempt {attempt} of {args.attempts}, {args.loop}: this tree / baseline {rev}"
+        if not report(found, title, ("cpu",)):
+            print(f"attempt {attempt}: the A/A control of CPU per pair is off by more than {CONTROL:.0%}: again")
+            continue
+        ratio = found["cpu"][0]
+        if ratio > args.max_cpu:
+            print(f"FAIL: CPU per pair {ratio:.3f}x the baseline's ({rev}), more than {args.max_cpu:.2f}x")
+            return 1
+        print(f"PASS: CPU per pair {ratio:.3f}x the baseline's ({rev}), at most {args.max_cpu:.2f}x")
+        return 0
+    print(f"NOT JUDGED: the A/A control was off by more than {CONTROL:.0%} in all {args.attempts} attempts (noisy box)")
+    return 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     sides = parser.add_mutually_exclusive_group(required=True)
-    sides.add_argument("--trees", nargs=2, metavar=("OLD", "NEW"), help="two directories holding redlock_async/")
+    sides.add_argument("--trees", nargs=2, metavar=("OLD", "NEW"), help="two directories or git revisions")
     sides.add_argument("--settings", nargs=2, metavar=("OLD", "NEW"), help="two Redlock keyword settings, e.g. 'x=1'")
-    parser.add_argument("--rounds", type=int, default=8)
+    sides.add_argument("--guard", action="store_true", help="CI: this tree against benchmarks/BASELINE")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of A, B, A', B' (4; --guard: 3)")
+    parser.add_argument("--seconds", type=float, default=None, help="each concurrent phase (3; --guard: 2)")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    parser.add_argument("--judge", nargs="*", choices=tuple(METRICS), default=tuple(METRICS))
+    parser.add_argument("--attempts", type=int, default=3, help="--guard: tries while the control is unclean")
+    parser.add_argument("--max-cpu", type=float, default=1.10, help="--guard: the largest CPU per pair ratio")
     args = parser.parse_args()
+    if args.rounds is None:
+        args.rounds = 3 if args.guard else 4
+    if args.seconds is None:
+        args.seconds = 2.0 if args.guard else 3.0
+    if args.rounds < 1 or args.seconds <= 0:
+        parser.error("--rounds must be at least 1 and --seconds above 0")
+    if args.guard:
+        return guard(args)
     if args.trees:
-        old: tuple[str, dict[str, object]] = (args.trees[0], {})
-        new: tuple[str, dict[str, object]] = (args.trees[1], {})
+        old: Side = (tree_of(args.trees[0]), {})
+        new: Side = (tree_of(args.trees[1]), {})
         names = args.trees
     else:
         old, new = ("", settings_of(args.settings[0])), ("", settings_of(args.settings[1]))
         names = args.settings
-    ratios: dict[str, list[float]] = {"p50": [], "ops": [], "cpu": []}
-    with LocalNodes(5) as nodes:
-        for n in range(args.rounds):
-            if n % 2 == 0:
-                a, b = run(old, nodes.urls, args.loop), run(new, nodes.urls, args.loop)
-            else:
-                b = run(new, nodes.urls, args.loop)
-                a = run(old, nodes.urls, args.loop)
-            for key, values in ratios.items():
-                values.append(b[key] / a[key])
-            print(
-                f"round {n}: old p50 {a['p50'] * 1e6:.0f} us, {a['ops']:.0f} pairs/s, {a['cpu'] * 1e6:.1f} us CPU | "
-                f"new p50 {b['p50'] * 1e6:.0f} us, {b['ops']:.0f} pairs/s, {b['cpu'] * 1e6:.1f} us CPU",
-                flush=True,
-            )
-    print(
-        f"{args.loop}: [{names[1]}] / [{names[0]}], median of {args.rounds} rounds: "
-        f"p50 {statistics.median(ratios['p50']):.3f}x, throughput {statistics.median(ratios['ops']):.3f}x, "
-        f"CPU per pair {statistics.median(ratios['cpu']):.3f}x"
-    )
-    return 0
+    found = ab(old, new, args.rounds, args.loop, args.seconds)
+    title = f"{args.loop}: [{names[1]}] / [{names[0]}], {args.rounds} rounds of {args.seconds:g} s phases"
+    return 0 if report(found, title, tuple(args.judge)) else 2
 
 
 if __name__ == "__main__":
