@@ -4,8 +4,8 @@ usage: python -m tests._sigint_child HOW ROUNDS URL [URL ...]
 
 HOW is ``kill`` (a thread sends SIGINT to the process, ``os.kill``, as a terminal's Ctrl-C does),
 ``interrupt`` (a thread calls ``_thread.interrupt_main()``) or ``lost`` (an ``interrupt_main=True``
-lock whose Redlock a thread closes: its holder is told LockLost, at any moment, as ``with lock:``
-enters too; each round then has a Redlock of its own). Each round runs ``with lock: pass`` until the
+lock of a 50 ms ttl, extended from the first moment, whose key the parent deletes on every node again
+and again: the loss lands at any moment, as ``with lock:`` enters too). Each round runs ``with lock: pass`` until the
 interruption comes, at a random moment, and then prints one JSON line: what was raised, the lock
 keys left on the nodes right after (read with a plain client), and whether SIGURG's handler is back.
 A hang (the bug this guards against) shows as a round that never prints.
@@ -34,39 +34,47 @@ KEY = f"redlock:{NAME}"
 
 
 def keys(clients: list[redis.Redis]) -> list[int]:
-    """The nodes that still have a lock key of NAME."""
-    return [i for i, client in enumerate(clients) if client.exists(KEY)]
+    """The nodes that still have a lock key of NAME once the release's last requests landed (a release
+    decides on a majority; the others' deletes may still be in flight for a moment)."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        left = [i for i, client in enumerate(clients) if client.exists(KEY)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.01)
 
 
-def interrupter(how: str, redlock: Redlock) -> threading.Thread:
+def interrupter(how: str) -> threading.Thread:
     delay = random.uniform(0.0, 0.02)
 
     def run() -> None:
+        if how == "lost":
+            return  # the parent makes the loss
         time.sleep(delay)
         if how == "kill":
             os.kill(os.getpid(), signal.SIGINT)
         elif how == "interrupt":
             _thread.interrupt_main()
-        else:
-            redlock.close()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
 
 
-def one_round(redlock: Redlock, lock: Lock, how: str, clients: list[redis.Redis]) -> dict[str, object]:
-    thread = interrupter(how, redlock)
+def one_round(lock: Lock, how: str, clients: list[redis.Redis]) -> dict[str, object]:
     raised = None
     passes = 0
+    thread = None
     try:
+        thread = interrupter(how)  # in here: the interruption may come as it starts
         while passes < 10_000:
             with lock:
                 pass
             passes += 1
     except (KeyboardInterrupt, Exception) as exc:
         raised = type(exc).__name__
-    thread.join()
+    if thread is not None:
+        thread.join()
     return {"raised": raised, "keys": keys(clients), "passes": passes}
 
 
@@ -74,14 +82,14 @@ def main(how: str, rounds: int, urls: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     clients = [redis.Redis.from_url(url) for url in urls]
     before = signal.getsignal(signal.SIGURG)
-    with Redlock(urls, ttl=5.0) as redlock:
-        lock = redlock.lock(NAME)
+    lost = how == "lost"
+    settings = (
+        {"ttl": 0.05, "node_timeout": 0.005, "extend_threshold": 0.9, "drift_factor": 0.2} if lost else {"ttl": 5.0}
+    )
+    with Redlock(urls, **settings) as redlock:  # type: ignore[arg-type]
+        lock = redlock.lock(NAME, interrupt_main=lost)
         for _ in range(rounds):
-            if how == "lost":
-                with Redlock(urls, ttl=5.0) as closed:
-                    row = one_round(closed, closed.lock(NAME, interrupt_main=True), how, clients)
-            else:
-                row = one_round(redlock, lock, how, clients)
+            row = one_round(lock, how, clients)
             row["sigurg_restored"] = signal.getsignal(signal.SIGURG) == before
             print(json.dumps(row), flush=True)
         print(json.dumps({"ready": True}), flush=True)

@@ -121,7 +121,7 @@ class Holding(Generic[T]):
                 reply.abandon(loop)
                 self._task = self._leave = None
                 return
-            except BaseException:  # noqa: S112 - a second interruption: the first one is the one raised
+            except BaseException:  # a second interruption: the first one is the one raised
                 continue
 
     def leave(self, portal: Callable[[], Portal]) -> None:

@@ -74,9 +74,12 @@ class Interrupter:
             self.running, self.pending = False, None
             if self in _armed:
                 _armed.remove(self)
-            if not _armed and threading.current_thread() is threading.main_thread():
-                if signal.getsignal(_signal()) is _handler:
-                    signal.signal(_signal(), _previous if _previous is not None else signal.SIG_DFL)
+            if (
+                not _armed
+                and threading.current_thread() is threading.main_thread()
+                and signal.getsignal(_signal()) is _handler
+            ):
+                signal.signal(_signal(), _previous if _previous is not None else signal.SIG_DFL)
 
 
 _guard = threading.Lock()

@@ -75,9 +75,7 @@ class Reply:
 
     __slots__ = ("_abandoned", "_answer", "_ended", "_error", "_on_abandon", "_result", "task")
 
-    def __init__(
-        self, task: asyncio.Task[Any] | None = None, on_abandon: Callable[[], object] | None = None
-    ) -> None:
+    def __init__(self, task: asyncio.Task[Any] | None = None, on_abandon: Callable[[], object] | None = None) -> None:
         self._answer = Flag()
         self._ended = Flag()
         """Set once an abandoned reply's work is over."""
@@ -169,7 +167,7 @@ class Reply:
                     scheduled = True
                 self._ended.wait()
                 return
-            except BaseException:  # noqa: S112 - a second interruption: the first one is the one to raise
+            except BaseException:  # a second interruption: the first one is the one to raise
                 continue
 
 
