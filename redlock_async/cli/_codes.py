@@ -23,7 +23,7 @@ EXIT_STATUSES = (
         "0",
         "run: the command succeeded (otherwise run exits with the command's own status); status: free; "
         "demo: no two critical sections overlapped; break: a majority of the nodes no longer hold what was "
-        "shown (deleted, or nothing was held)",
+        "shown (deleted, or nothing was held); nodes: stopped by Ctrl-C or SIGTERM, no server left",
     ),
     (
         "1",
@@ -46,7 +46,7 @@ EXIT_STATUSES = (
     (
         "69",
         "run: too few nodes could vote to grant the lock (unreachable, or in restart quarantine: the message "
-        "says which, and for how long), the command did not run; demo: no server "
+        "says which, and for how long), the command did not run; demo, nodes: no server, or one could not start "
         "(EX_UNAVAILABLE in sysexits.h, 'service unavailable'); break: too few nodes answered to clear the "
         "lease from a majority (those that answered were cleared; run it again once the others answer)",
     ),

@@ -124,39 +124,42 @@ async def run_command(
                 loop.add_signal_handler(signum, signals.forward, signum)
             try:
                 try:
+                    # A process group of its own: what the command starts (a script's `sleep`) is
+                    # signalled, and ended, with it.
                     process = await asyncio.create_subprocess_exec(
-                        *cmd, env=env, preexec_fn=functools.partial(_die_with_parent, os.getpid())
+                        *cmd, env=env, process_group=0, preexec_fn=functools.partial(_die_with_parent, os.getpid())
                     )
                 except OSError as exc:
                     print(f"redlock: cannot run {cmd[0]}: {exc.strerror or exc}", file=sys.stderr)
                     # The shell's convention: 127 not found, 126 found but not executable.
                     return 127 if isinstance(exc, FileNotFoundError) else 126
-                # Whatever ends this process (SIGKILL included), the command must not outlive it, and
-                # so its lease, beside the next holder: the kernel's parent-death signal, and a reaper.
-                _reaper.watch_pid(process.pid)
+                # Whatever ends this process (SIGKILL included), no process of the command may outlive
+                # it, and so its lease, beside the next holder: the reaper (a process watching a pipe
+                # from this one) kills the whole group; the parent-death signal, the command at once.
+                _reaper.watch_group(process.pid)
+                terminal = _Terminal(process.pid)
                 signals.started(process)
                 exited = asyncio.ensure_future(process.wait())
                 gone = asyncio.ensure_future(lost.wait())
                 await asyncio.wait([exited, gone], return_when=asyncio.FIRST_COMPLETED)
                 if not exited.done():
                     print(f"redlock: lost {short} while {cmd[0]} ran: stopping it", file=sys.stderr)
-                    _forward(process, signal.SIGTERM)
-                    try:
-                        await asyncio.wait_for(asyncio.shield(exited), grace)
-                    except TimeoutError:
-                        _forward(process, signal.SIGKILL)
-                        await exited
+                    await _end_group(process.pid, grace, exited)
                     return EXIT_LOST
                 gone.cancel()
                 await asyncio.gather(gone, return_exceptions=True)
+                # The command is done; what it left running in its group goes before the lock does.
+                await _end_group(process.pid, grace, exited)
                 code = exited.result()
                 return code if code >= 0 else 128 - code  # killed by a signal: the shell's convention
             finally:
                 for signum in FORWARDED:
                     loop.remove_signal_handler(signum)
                 child = signals.process
-                if child is not None and child.returncode is not None:
-                    _reaper.forget_pid(child.pid)
+                if child is not None:
+                    terminal.take_back()
+                    if not _group_alive(child.pid):
+                        _reaper.forget_group(child.pid)
         finally:
             await lock.__aexit__(None, None, None)
 
@@ -245,5 +248,82 @@ class _Forwarder:
 
 
 def _forward(process: asyncio.subprocess.Process, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        process.send_signal(signum)
+    """Send *signum* to the command's process group (as a terminal sends Ctrl-C to a foreground job)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signum)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group *pgid* still runs (a zombie, dead but not yet reaped, does not count
+    where /proc tells: an init that never reaps would keep it for ever)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        pids = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return True  # no /proc: a member, zombie or not, counts
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                fields = stat.read().rpartition(b")")[2].split()
+        except OSError:
+            continue  # gone meanwhile
+        if fields[2] == str(pgid).encode() and fields[0] != b"Z":  # state, ppid, pgrp, ...
+            return True
+    return False
+
+
+async def _end_group(pgid: int, grace: float, exited: asyncio.Future[int]) -> None:
+    """End every process of group *pgid*: SIGTERM, then SIGKILL after *grace* seconds for what is left.
+
+    The group's leader (the command) is reaped by *exited*; the others, reparented, by init. A group
+    is gone once no process of it exists: ``killpg(pgid, 0)`` raises ProcessLookupError.
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+        os.killpg(pgid, signal.SIGCONT)  # a stopped process gets its SIGTERM only once it runs
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    while loop.time() < deadline and (not exited.done() or _group_alive(pgid)):  # noqa: ASYNC110 (no event tells a group ended)
+        await asyncio.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    await exited
+    for _ in range(250):  # what SIGKILL ended is gone in a moment (reaped by init: zombies count till then)
+        if not _group_alive(pgid):
+            return
+        await asyncio.sleep(0.02)
+
+
+class _Terminal:
+    """The terminal, when redlock runs in its foreground: given to the command's group (it reads the
+    keyboard and gets Ctrl-C, as a shell's job does) and taken back when it ends."""
+
+    def __init__(self, pgid: int) -> None:
+        self.fd: int | None = None
+        try:
+            if os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp():
+                self.fd = 0
+                _set_foreground(0, pgid)
+                os.killpg(pgid, signal.SIGCONT)  # stopped by a read before it had the terminal: go on
+        except OSError:
+            self.fd = None
+
+    def take_back(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                _set_foreground(self.fd, os.getpgrp())
+            self.fd = None
+
+
+def _set_foreground(fd: int, pgid: int) -> None:
+    """tcsetpgrp, from a group that may be in the background (SIGTTOU blocked meanwhile)."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})
+    try:
+        os.tcsetpgrp(fd, pgid)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)

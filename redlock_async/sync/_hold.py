@@ -95,20 +95,34 @@ class Holding(Generic[T]):
         self.error = None
         reply = Reply()
         leave = Leave()
-        # One hop to the loop and one back: the holder task answers as soon as it is inside the block.
-        portal.loop.call_soon_threadsafe(self._start, cm, reply, leave, track, thread)
-        value: T = reply.wait(portal.loop)  # interrupted: the holder is cancelled (nothing left) and waited for
-        self._task, self._leave = reply.task, leave
-        if self._interrupter is not None:
-            try:
+        try:
+            # One hop to the loop and one back: the holder task answers as soon as it is inside the block.
+            portal.loop.call_soon_threadsafe(self._start, cm, reply, leave, track, thread)
+            value: T = reply.wait(portal.loop)
+            self._task, self._leave = reply.task, leave
+            if self._interrupter is not None:
                 self._interrupter.arm()
-            except BaseException:
-                self.leave(lambda: portal)
-                raise
-            if self.lost.is_set():  # lost before the interrupter was armed: say it now
-                assert self.error is not None
-                raise self.error
+                if self.lost.is_set():  # lost before the interrupter was armed: say it now
+                    assert self.error is not None
+                    raise self.error
+        except BaseException:
+            # Interrupted (Ctrl-C), lost while entering, or refused: nobody is left holding it unknowingly.
+            self._unwind(portal.loop, reply)
+            raise
         return value
+
+    def _unwind(self, loop: asyncio.AbstractEventLoop, reply: Reply) -> None:
+        """After an acquisition was cut short, wherever: no handler left armed, the holder ended (cancelled:
+        an acquire leaves nothing behind, a holder inside its block leaves it and releases), this holding free."""
+        while True:
+            try:
+                if self._interrupter is not None:
+                    self._interrupter.disarm()  # first: the holder's loss below interrupts nobody
+                reply.abandon(loop)
+                self._task = self._leave = None
+                return
+            except BaseException:  # a second interruption: the first one is the one raised
+                continue
 
     def leave(self, portal: Callable[[], Portal]) -> None:
         """Leave the block on the loop thread (its exit releases); raises the acquisition's LockLost if it was lost.
@@ -125,9 +139,14 @@ class Holding(Generic[T]):
                 task.result()  # what made it leave (a LockLost is kept in self.error, not raised by the task)
             else:
                 loop = portal().loop
-                reply = Reply()
-                loop.call_soon_threadsafe(_leave, task, leave, reply)
-                # Interrupted meanwhile: the release is not cut short (nothing to cancel); it is waited for.
+                # Interrupted meanwhile: the release is not cut short; the holder is told to leave (if the
+                # interruption came before it was) and waited for.
+                reply = Reply(task, on_abandon=leave.event.set)
+                try:
+                    loop.call_soon_threadsafe(_leave, task, leave, reply)
+                except BaseException:
+                    reply.abandon(loop)
+                    raise
                 reply.wait(loop)
         finally:
             self._task = self._leave = None

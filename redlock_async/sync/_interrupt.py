@@ -51,9 +51,10 @@ class Interrupter:
             )
         global _previous
         with _guard:
-            if not _armed:
+            if signal.getsignal(_signal()) is not _handler:
                 _previous = signal.signal(_signal(), _handler)
-            _armed.append(self)
+            if self not in _armed:
+                _armed.append(self)
             self.pending, self.running = None, True
 
     def fire(self, lost: LockLost) -> None:
@@ -65,13 +66,19 @@ class Interrupter:
             signal.pthread_kill(threading.main_thread().ident or 0, _signal())
 
     def disarm(self) -> None:
-        """In the main thread, as the body ends (before anything else: a late signal is then dropped)."""
+        """In the main thread, as the body ends (before anything else: a late signal is then dropped).
+
+        Idempotent, so that a call cut short by an interruption can be made again.
+        """
         with _guard:
             self.running, self.pending = False, None
-            if self not in _armed:
-                return  # never armed (refused outside the main thread)
-            _armed.remove(self)
-            if not _armed:
+            if self in _armed:
+                _armed.remove(self)
+            if (
+                not _armed
+                and threading.current_thread() is threading.main_thread()
+                and signal.getsignal(_signal()) is _handler
+            ):
                 signal.signal(_signal(), _previous if _previous is not None else signal.SIG_DFL)
 
 

@@ -37,31 +37,67 @@ INSIDE_LOOP = (
 )
 
 
-class Reply:
-    """One answer from the loop thread to a blocked caller: a result or an exception, crossing through a lock.
+class Flag:
+    """A one-shot flag set on the loop thread and waited for on another, safe to wait for again after an interruption.
 
-    ``task`` (set on the loop thread) is what an interrupted caller cancels.
+    A ``threading.Lock`` released once is consumed by the acquire that gets it: a KeyboardInterrupt
+    raised just after that acquire returned (the signal handler runs at the next bytecode) leaves the
+    waiter unable to tell whether it got it, and waiting again then waits for ever. The flag is set
+    before the release, so :meth:`wait` returns at once whenever it is set, whoever consumed the release.
     """
 
-    __slots__ = ("_done", "_error", "_result", "answered", "task")
+    __slots__ = ("_lock", "is_set")
 
     def __init__(self) -> None:
-        self._done = threading.Lock()
-        self._done.acquire()  # released by the loop thread with the answer
-        self.task: asyncio.Task[Any] | None = None
+        self._lock = threading.Lock()
+        self._lock.acquire()  # released once, by set()
+        self.is_set = False
+
+    def set(self) -> None:
+        """On the loop thread (again: nothing)."""
+        if not self.is_set:
+            self.is_set = True
+            self._lock.release()
+
+    def wait(self) -> None:
+        """Block until set; an interruption raises here, and a later call waits on as if it had not come."""
+        while not self.is_set:
+            self._lock.acquire()
+
+
+class Reply:
+    """One answer from the loop thread to a blocked caller: a result or an exception.
+
+    ``task`` (set on the loop thread when the reply starts it, or given) is the work behind the answer;
+    an interrupted caller :meth:`abandon`-s it: *on_abandon* runs on the loop thread if given (the
+    work is then waited for, not cancelled), else the task is cancelled.
+    """
+
+    __slots__ = ("_abandoned", "_answer", "_ended", "_error", "_on_abandon", "_result", "task")
+
+    def __init__(self, task: asyncio.Task[Any] | None = None, on_abandon: Callable[[], object] | None = None) -> None:
+        self._answer = Flag()
+        self._ended = Flag()
+        """Set once an abandoned reply's work is over."""
+        self._abandoned = False
+        self._on_abandon = on_abandon
+        self.task = task
         self._result: Any = None
         self._error: BaseException | None = None
-        self.answered = False
+
+    @property
+    def answered(self) -> bool:
+        return self._answer.is_set
 
     def set(self, result: Any) -> None:
         """On the loop thread: the answer (once)."""
-        self._result, self.answered = result, True
-        self._done.release()
+        self._result = result
+        self._answer.set()
 
     def fail(self, error: BaseException) -> None:
         """On the loop thread: the answer is this exception (once)."""
-        self._error, self.answered = error, True
-        self._done.release()
+        self._error = error
+        self._answer.set()
 
     def settle(self, task: asyncio.Task[Any]) -> None:
         """On the loop thread, as *task* ends: answer with its end if it did not answer (cancelled before it ran)."""
@@ -78,34 +114,61 @@ class Reply:
         else:
             self.set(task.result())
 
-    def cancel(self) -> None:
-        """On the loop thread: the caller was interrupted (Ctrl-C, a signal handler's exception)."""
+    def _abandon(self) -> None:
+        """On the loop thread: the caller was interrupted; end the work (or let it end) and say when it has.
+
+        Scheduled after what starts the task (the loop runs callbacks in order): no task here means
+        none was started, or it ended and answered.
+        """
+        if self._abandoned:
+            return
+        self._abandoned = True
+        if self._on_abandon is not None:
+            self._on_abandon()
         task = self.task
-        if task is not None and not task.done():
+        if task is None or task.done():
+            self._ended.set()
+            return
+        if self._on_abandon is None:
             task.cancel()
+        task.add_done_callback(lambda _: self._ended.set())
 
     def wait(self, loop: asyncio.AbstractEventLoop) -> Any:
         """On the caller's thread: block until answered, then return the result or raise.
 
-        Interrupted while blocked (KeyboardInterrupt, or an exception raised by a signal handler),
-        :attr:`task` is cancelled and the answer still waited for, so that what the task cleans up
-        on cancellation (an acquire leaves no key behind) is done before the interruption goes on.
+        Interrupted (KeyboardInterrupt, or an exception raised by a signal handler), before the answer
+        came or just after, the reply is :meth:`abandon`-ed and the interruption raised: always, even
+        when the answer was a success (a holder's block entered is left again, its lock released).
         """
         try:
-            self._done.acquire()
+            self._answer.wait()
         except BaseException:
-            loop.call_soon_threadsafe(self.cancel)
-            while True:
-                try:
-                    self._done.acquire()
-                    break
-                except BaseException:  # a second interruption: the first one is the one to raise
-                    continue
+            self.abandon(loop)
             raise
         if self._error is not None:
             error, self._error = self._error, None
             raise error
         return self._result
+
+    def abandon(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the caller's thread, interrupted: cancel the task (or run *on_abandon*) and wait until its work is over.
+
+        What the task cleans up on cancellation (an acquire leaves no key behind; a holder that
+        entered its block leaves it, releasing) is done before the interruption goes on. Further
+        interruptions meanwhile are dropped: the first one is the one the caller raises. Idempotent.
+        """
+        scheduled = False
+        while True:
+            try:
+                if not scheduled:
+                    if loop.is_closed():
+                        return  # nothing runs there any more
+                    loop.call_soon_threadsafe(self._abandon)  # twice if interrupted in here: harmless
+                    scheduled = True
+                self._ended.wait()
+                return
+            except BaseException:  # a second interruption: the first one is the one to raise
+                continue
 
 
 def _start(reply: Reply, make: Callable[[], Coroutine[Any, Any, Any]]) -> None:
@@ -155,7 +218,11 @@ class Portal:
     def call(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run ``make()`` on the loop and block until it ends; its result, or its exception raised here."""
         reply = Reply()
-        self.loop.call_soon_threadsafe(_start, reply, make)
+        try:
+            self.loop.call_soon_threadsafe(_start, reply, make)
+        except BaseException:
+            reply.abandon(self.loop)  # interrupted: the task, if it was scheduled, is cancelled and waited for
+            raise
         result: T = reply.wait(self.loop)
         return result
 
