@@ -70,6 +70,7 @@ class Node:
         on_connect: Callable[[Node], None] | None = None,
         on_ready: Callable[[Node], None] | None = None,
         on_identified: Callable[[Node], str | None] | None = None,
+        on_unreachable: Callable[[Node], None] | None = None,
         on_fault: Callable[[Node, BaseException], None] | None = None,
         scripts: tuple[Script, ...] = (),
         max_rto: float = 0.0,
@@ -99,6 +100,7 @@ class Node:
         # Told the server's identity on each connect; a reason back refuses the connection
         # (the same server as another node of the Redlock).
         self._on_identified = on_identified
+        self._on_unreachable = on_unreachable  # told of each failed connection attempt (the restart quarantine)
         self._on_fault = on_fault
         self.fault: BaseException | None = None
         """An unexpected exception of this node's task: the node is out of service for good."""
@@ -290,6 +292,8 @@ class Node:
             outbox.down_until = _clock.now() + self._reconnect_delay
             outbox.down_reason = reason
             outbox.fail_all(Failure(Vote.ERROR, reason))
+            if self._on_unreachable is not None:
+                self._on_unreachable(self)
             return False
         except BaseException:
             self._drop_transport()

@@ -30,11 +30,13 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from redlock_async import _clock
-from redlock_async._algorithm import Marker, quorum, sit_out
+from redlock_async._algorithm import Marker, sit_out
 from redlock_async._node import Node
-from redlock_async._wire import Failure, Reaction, Reply, pack
+from redlock_async._scripts import WATCH
+from redlock_async._wire import Failure, Reaction, Reply, pack, pack_script
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,9 @@ suspect, in that client's view, for the instant until its recheck. Refusing its 
 both clients' first tries (two ``blocking=False`` tries, one task sent twice: neither ran). A yes
 held until the recheck counts once the node is judged in service, as if it had been met a moment
 later; if the recheck finds no marker (it did lose its data), the yes is refused as before."""
+
+ABSENT_REASON = "no marker: it lost its data, or is new"
+WATCHED_REASON = "it lost its data: found without marker by a client, it sits out a period from then"
 
 
 class Quarantine:
@@ -69,10 +74,12 @@ class Quarantine:
         self._run_ids: list[bytes | None] = [None] * n
         self._marked: list[bool | None] = [None] * n  # None: not seen yet, or the marker could not be read
         self._seen = [False] * n
+        self._unknown = [False] * n  # could not be reached before its first probe, or its marker not read
+        self._watched: list[int | None] = [None] * n  # since when its watch marker says it is watched (µs)
         self._suspects: set[int] = set()
+        self._unmarked: set[int] = set()  # seen without any marker: watched once the cluster is in service
         self._timers: dict[int, asyncio.TimerHandle] = {}
-        self._fresh_checked = False
-        self._fresh_at = -math.inf  # when this client judged the cluster new
+        self._in_service = False  # judged: a new cluster (marked now), or one in service already
         self._closed = False
 
     def close(self) -> None:
@@ -97,13 +104,20 @@ class Quarantine:
             (Reaction(lambda marker: self._probed(node, info[0], marker)), (b"GET", self._marker)),
         )
 
+    def on_unreachable(self, node: Node) -> None:
+        """A connection to *node* could not be made: before its first probe, the cluster cannot be judged new."""
+        i = self._nodes.index(node)
+        if self._closed or self._in_service or self._seen[i]:
+            return
+        self._unknown[i] = True
+        self._check_fresh()
+
     def _probed(self, node: Node, info: Reply, marker: Reply) -> None:
         if self._closed or _lost(info) or _lost(marker):
             return  # the connection broke under the probe: the next one probes again
         i = self._nodes.index(node)
-        run_id, uptime = _server_info(info)
-        state = _marker_state(marker, run_id, self._period())
-        marked = None if state is Marker.UNKNOWN else state is not Marker.ABSENT
+        run_id, uptime, node_time = _server_info(info)
+        state, since = _marker_state(marker, run_id, self._period())
         known = self._run_ids[i]
         seconds, suspect = sit_out(
             self._period(),
@@ -111,55 +125,133 @@ class Quarantine:
             known_run_id=known is not None and run_id == known,
             restarted=known is not None and run_id is not None and run_id != known,
             marker=state,
+            watched=_watched_for(since, node_time),
         )
         if run_id is not None:
             self._run_ids[i] = run_id
         self._seen[i] = True
-        self._marked[i] = marked
-        if suspect and known is None and node.connect_started <= self._fresh_at:
-            # Its first connection began before we judged the cluster new: one of that round, late.
-            seconds, suspect = 0.0, False
+        self._marked[i] = None if state is Marker.UNKNOWN else state is not Marker.ABSENT
+        self._unknown[i] = state is Marker.UNKNOWN
+        self._watched[i] = since
+        if state is Marker.ABSENT:
+            self._unmarked.add(i)
+        else:
+            self._unmarked.discard(i)
         if suspect:
             self._suspects.add(i)
             if known is None and node.vouching is None:
-                # Met for the first time without marker, while others have theirs: it may be marked in
-                # service by another client this very moment. Its yes votes wait for the first recheck.
+                # Met for the first time without marker (or watched), while others have theirs: it may be
+                # marked in service by another client this very moment. Its yes votes wait for the first recheck.
                 node.vouching = []
                 node.vouch_until = _clock.now() + VOUCH_WAIT
         else:
             self._suspects.discard(i)
         self._sit_out(i, seconds, "" if suspect else _why(state, marker, run_id))
-        if not seconds and state is not Marker.CURRENT and run_id is not None:
+        if not seconds and state not in (Marker.CURRENT, Marker.WATCHED) and run_id is not None:
             self._mark(i)
-        if suspect and self._fresh_checked:
-            self._warn_suspect(i)
+        if self._in_service:
+            if state is Marker.ABSENT:
+                self._watch(i)
+            if suspect:
+                self._warn_suspect(i)
         self._check_fresh()
 
     def _check_fresh(self) -> None:
-        """A majority of nodes seen, none with a marker: a new cluster, whose nodes serve at once.
+        """Every node answered, none with a marker: a new cluster, whose nodes serve at once.
 
-        Telling a new cluster from one where a majority lost its data at once
-        takes a memory no new client has (one that knew the old servers sees
-        their run_ids change); Redlock cannot survive losing a majority anyway.
-        A node with a marker among those seen means the cluster was in service.
+        A node with a marker (of any kind) means the cluster was in service. So does a node that
+        could not be reached, or whose marker could not be read: it may hold keys granted by a
+        majority of which the nodes seen without marker lost theirs. A majority of nodes without
+        marker is not enough: nodes never marked (down when the cluster went into service, and met
+        by no client since) and one that lost its data can make a majority beside a holder's nodes.
+        Telling a new cluster from one where every node lost its data takes a memory no new client
+        has (one that knew the old servers sees their run_ids change); Redlock cannot survive a
+        majority losing its data anyway.
         """
-        if self._fresh_checked:
+        if self._in_service:
             return
-        if any(self._marked):
-            self._fresh_checked = True
+        if any(self._marked) or any(self._unknown):
+            self._in_service = True
+            for i in sorted(self._unmarked):
+                self._watch(i)  # each sits out a period from the moment it is watched, for every client alike
             for i in sorted(self._suspects):
                 self._warn_suspect(i)
             return
-        unmarked = sum(1 for seen, marked in zip(self._seen, self._marked, strict=True) if seen and marked is False)
-        if unmarked < quorum(len(self._nodes)):
+        if not all(seen and marked is False for seen, marked in zip(self._seen, self._marked, strict=True)):
             return
-        self._fresh_checked = True
-        self._fresh_at = _clock.now()
-        log.debug("redlock: a majority of nodes seen and none has a marker: a new cluster, in service now")
+        self._in_service = True
+        log.debug("redlock: every node answered and none has a marker: a new cluster, in service now")
         for i in sorted(self._suspects):
+            self._unmarked.discard(i)
             self._sit_out(i, 0.0, "")
             self._mark(i)
         self._suspects.clear()
+        for i in sorted(self._unmarked):
+            self._watch(i)  # seen to restart meanwhile: it sits out all the same
+
+    # -- the watch ---------------------------------------------------------
+
+    def _watch(self, i: int) -> None:
+        """Node *i* has no marker and the cluster is in service: write, unless a marker is there by now,
+        since when it is watched (in the node's time), so every client ends its quarantine at once."""
+        if self._read_only or self._closed:
+            return
+        keys = (self._marker,)
+        # (Not loaded on connect: the first watch after a server's restart goes out again as EVAL.)
+        self._nodes[i].send_packed(
+            Reaction(partial(self._watch_set, i)), 0, pack_script(WATCH, keys, ()), fallback=(WATCH, keys, ())
+        )
+
+    def _watch_set(self, i: int, reply: Reply) -> None:
+        """The watch's answer: the marker node *i* holds now, and its time."""
+        node = self._nodes[i]
+        if self._closed or not isinstance(reply, list) or len(reply) != 2 or math.isinf(node.quarantined_until):
+            return  # closed, failed (the next probe or recheck judges the node again), or a new probe out
+        marker, now = reply
+        state, since = _marker_state(marker, self._run_ids[i], self._period())
+        if state is Marker.CURRENT:
+            if i in self._suspects:  # (one known to have restarted trusts no client's judgement: sit_out)
+                self._vouched(i)
+        elif state is Marker.WATCHED:
+            self._watched_until(i, since, _integer(now))
+
+    def _watched_until(self, i: int, since: int | None, node_time: int | None) -> None:
+        """Node *i*'s marker says it is watched since *since*: it sits out until a period after then."""
+        self._unmarked.discard(i)
+        self._marked[i] = True
+        self._watched[i] = since
+        seconds, suspect = sit_out(
+            self._period(),
+            uptime=None,
+            known_run_id=True,
+            restarted=False,
+            marker=Marker.WATCHED,
+            watched=_watched_for(since, node_time),
+        )
+        if not suspect:
+            self._suspects.discard(i)
+            self._sit_out(i, 0.0, "")
+            log.log(self._info, "redlock node %s: quarantine over, counts again", self._nodes[i].name)
+            return
+        node = self._nodes[i]
+        until = _clock.now() + seconds
+        if until >= node.clock_held_until:
+            node.quarantine_reason = WATCHED_REASON
+        node.quarantined_until = max(until, node.clock_held_until)
+        if i not in self._suspects:
+            # Not rechecked (it restarted, to this client's knowledge): served when the watch ends.
+            timer = self._timers.pop(i, None)
+            if timer is not None:
+                timer.cancel()
+            self._timers[i] = asyncio.get_running_loop().call_later(seconds, self._served, i)
+
+    def _vouched(self, i: int) -> None:
+        """Another client judged node *i* in service under its current run_id: it counts again at once."""
+        self._suspects.discard(i)
+        self._unmarked.discard(i)
+        self._marked[i] = True
+        self._sit_out(i, 0.0, "")
+        log.log(self._info, "redlock node %s: marked in service by another client, counts again", self._nodes[i].name)
 
     # -- sitting out --------------------------------------------------------
 
@@ -177,7 +269,7 @@ class Quarantine:
         if node.clock_held_until > until:
             until = node.clock_held_until  # its clock's quarantine lasts longer: the clock's reason stands
         else:
-            node.quarantine_reason = why or "no marker: it lost its data, or is new"
+            node.quarantine_reason = why or (ABSENT_REASON if self._watched[i] is None else WATCHED_REASON)
         node.quarantined_until = until
         if why:
             log.log(self._warning, "redlock node %s %s: it counts toward no quorum for %.1f s", node.name, why, seconds)
@@ -206,10 +298,11 @@ class Quarantine:
         self._suspects.discard(i)
         _release(self._nodes[i])
         log.log(self._info, "redlock node %s: quarantine over, counts again", self._nodes[i].name)
-        self._mark(i)
+        if self._watched[i] is None:
+            self._mark(i)  # (a watch marker says it all already, to clients of any period)
 
     def _recheck(self, i: int, delay: float) -> None:
-        """A node without marker: has another client judged it in service meanwhile?"""
+        """A suspect: has another client judged it in service meanwhile, or its watch ended?"""
         self._timers.pop(i, None)
         node = self._nodes[i]
         if self._closed:
@@ -218,19 +311,33 @@ class Quarantine:
         if _clock.now() >= node.quarantined_until:
             self._served(i)
             return
+        times: list[Reply] = []
 
         def answered(reply: Reply) -> None:
             if self._closed or i not in self._suspects or math.isinf(node.quarantined_until):
                 return  # decided otherwise meanwhile (a new probe, the fresh-cluster check)
-            if _marker_state(reply, self._run_ids[i], self._period()) is Marker.CURRENT:
-                self._suspects.discard(i)
-                self._marked[i] = True
-                self._sit_out(i, 0.0, "")
-                log.log(self._info, "redlock node %s: marked in service by another client, counts again", node.name)
+            state, since = _marker_state(reply, self._run_ids[i], self._period())
+            if state is Marker.CURRENT:
+                self._vouched(i)
                 return
+            if state is Marker.WATCHED and since != self._watched[i]:
+                self._watched_until(i, since, _time_of(times[0]) if times else None)
+            elif state is Marker.ABSENT:
+                self._marked[i] = False
+                self._watched[i] = None
+                self._unmarked.add(i)
+                if self._in_service:
+                    self._watch(i)  # its watch was lost with its data (or not written yet)
+            self._check_fresh()
+            if i not in self._suspects:
+                return  # its watch had run out
             first = node.vouching is not None
-            _settle(node)  # still no marker: a yes held for this recheck is refused
-            if first and self._fresh_checked and not _lost(reply):
+            if first and not self._in_service:
+                # Not judged yet (a node has not answered): a held yes waits for that, or for the hold's end.
+                self._timers[i] = asyncio.get_running_loop().call_later(delay, self._recheck, i, delay)
+                return
+            _settle(node)  # still no marker of a client that judged it in service: a held yes is refused
+            if first and not _lost(reply):
                 # Not told when met: no other client marked it meanwhile either. (A broken connection's
                 # next probe judges it again, and warns then.)
                 self._warn_suspect(i)
@@ -238,6 +345,7 @@ class Quarantine:
             later = min(delay * 2, max(left, 0.0), self._period() / 4)
             self._timers[i] = asyncio.get_running_loop().call_later(later, self._recheck, i, delay * 2)
 
+        node.send_packed(Reaction(times.append), 0, pack((b"TIME",)))
         node.send_packed(Reaction(answered), 0, pack((b"GET", self._marker)))
 
     def _mark(self, i: int) -> None:
@@ -281,33 +389,59 @@ def marker_value(run_id: bytes, period: float) -> bytes:
     return run_id + b"/" + str(math.ceil(period * 1000)).encode()
 
 
-def _marker_state(reply: Reply, run_id: bytes | None, period: float) -> Marker:
+def _marker_state(reply: Reply, run_id: bytes | None, period: float) -> tuple[Marker, int | None]:
+    """What the marker says of the server process *run_id*, and since when it is watched (µs, for a
+    :attr:`Marker.WATCHED` one; else None)."""
     if isinstance(reply, Failure):
-        return Marker.UNKNOWN
+        return Marker.UNKNOWN, None
     if reply is None:
-        return Marker.ABSENT
+        return Marker.ABSENT, None
     if not isinstance(reply, bytes):
-        return Marker.STALE
+        return Marker.STALE, None
     marked_id, _, judged = reply.partition(b"/")
     if run_id is not None and marked_id != run_id:
-        return Marker.STALE
+        return Marker.STALE, None
+    kind, _, since = judged.partition(b"/")
+    if kind == b"since":
+        watched = _integer(since)
+        return (Marker.STALE, None) if watched is None else (Marker.WATCHED, watched)
+    judged_ms = _integer(judged) or 0  # a marker of an older release carries no period
+    return (Marker.CURRENT if judged_ms >= math.ceil(period * 1000) else Marker.STALE), None
+
+
+def _watched_for(since: int | None, node_time: int | None) -> float | None:
+    """Seconds a node has been watched: from *since* to *node_time* (µs, the node's clock); None if unknown."""
+    if since is None or node_time is None:
+        return None
+    return (node_time - since) / 1e6
+
+
+def _integer(value: object) -> int | None:
     try:
-        judged_ms = int(judged) if judged else 0  # a marker of an older release carries no period
+        return int(value) if isinstance(value, bytes | int) else None
     except ValueError:
-        judged_ms = 0
-    return Marker.CURRENT if judged_ms >= math.ceil(period * 1000) else Marker.STALE
+        return None
+
+
+def _time_of(reply: Reply) -> int | None:
+    """The node's time (µs) from a TIME reply; None when it failed."""
+    if not isinstance(reply, list) or len(reply) != 2:
+        return None
+    seconds, micros = _integer(reply[0]), _integer(reply[1])
+    return None if seconds is None or micros is None else seconds * 1_000_000 + micros
 
 
 def _lost(reply: Reply) -> bool:
     return isinstance(reply, Failure) and not reply.answered
 
 
-def _server_info(reply: Reply) -> tuple[bytes | None, float | None]:
-    """run_id and uptime_in_seconds from an INFO server reply; (None, None) when INFO was refused."""
+def _server_info(reply: Reply) -> tuple[bytes | None, float | None, int | None]:
+    """run_id, uptime_in_seconds and server_time_usec from an INFO server reply (None for each it does not say)."""
     if not isinstance(reply, bytes):
-        return None, None
+        return None, None, None
     run_id: bytes | None = None
     uptime: float | None = None
+    now: int | None = None
     for line in reply.splitlines():
         key, _, value = line.partition(b":")
         if key == b"run_id":
@@ -317,4 +451,6 @@ def _server_info(reply: Reply) -> tuple[bytes | None, float | None]:
                 uptime = float(value)
             except ValueError:
                 uptime = None
-    return run_id, uptime
+        elif key == b"server_time_usec":
+            now = _integer(value.strip())
+    return run_id, uptime, now

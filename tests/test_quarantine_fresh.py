@@ -50,7 +50,7 @@ async def test_unmarked_nodes_answering_first_make_no_new_cluster_beside_a_holde
         assert await held.acquire(blocking=False), held.outcomes
         assert [o.vote for o in held.outcomes][:3] == [Vote.YES] * 3, held.outcomes
         for i in (3, 4):
-            faulty[i].start()  # back, empty, never marked (no client stays up a whole quarantine)
+            faulty[i].start()  # type: ignore[attr-defined]  # back, empty, never marked (no client stays up a whole quarantine)
         faulty[2].restart(keep_data=False)
         assert [faulty[i].command("EXISTS", "redlock:job") for i in range(5)] == [1, 1, 0, 0, 0]
         # 0 and 1 say nothing for a moment (SIGSTOP): 2, 3 and 4 answer B first.
