@@ -20,7 +20,14 @@ Detection, on every new connection, before anything else is answered
   time sees that, if the other nodes have theirs.
 
 Until its probe is answered a node counts for nothing; the decision itself
-is :func:`_algorithm.sit_out`. The cost: two commands per (re)connect, and
+is :func:`_algorithm.sit_out`. The cluster is new only when every node
+answered and none has a marker (:meth:`Quarantine._check_fresh` says why not
+a majority). Once it is in service, the first client to find a node without
+marker writes the *watch* on it (the ``WATCH`` script: ``run_id/since/µs``,
+the node's own time): every client, fresh processes included, ends that
+node's quarantine a period after then, instead of each at its own first
+sight (``redlock run`` after a restart exited 69 for as long as runs came).
+The cost: two commands per (re)connect, two per recheck of a suspect, and
 one attribute read per yes vote.
 """
 
@@ -284,11 +291,12 @@ class Quarantine:
         if node.vouching is not None:
             return  # met a moment ago: another client may be marking it now; its first recheck warns if not
         left = node.quarantined_until - _clock.now()
+        how = "no marker, while other nodes have theirs" if self._watched[i] is None else "found without marker"
         log.log(
             self._warning,
-            "redlock node %s has lost its data (no marker, while other nodes have theirs): "
-            "it counts toward no quorum for %.1f s",
+            "redlock node %s has lost its data (%s): it counts toward no quorum for %.1f s",
             node.name,
+            how,
             left,
         )
 
@@ -332,15 +340,13 @@ class Quarantine:
             if i not in self._suspects:
                 return  # its watch had run out
             first = node.vouching is not None
-            if first and not self._in_service:
-                # Not judged yet (a node has not answered): a held yes waits for that, or for the hold's end.
-                self._timers[i] = asyncio.get_running_loop().call_later(delay, self._recheck, i, delay)
-                return
-            _settle(node)  # still no marker of a client that judged it in service: a held yes is refused
-            if first and not _lost(reply):
-                # Not told when met: no other client marked it meanwhile either. (A broken connection's
-                # next probe judges it again, and warns then.)
-                self._warn_suspect(i)
+            # Not judged yet (a node has not answered): a held yes waits for that, or for the hold's end.
+            if self._in_service or not first:
+                _settle(node)  # still no marker of a client that judged it in service: a held yes is refused
+                if first and not _lost(reply):
+                    # Not told when met: no other client marked it meanwhile either. (A broken connection's
+                    # next probe judges it again, and warns then.)
+                    self._warn_suspect(i)
             left = node.quarantined_until - _clock.now()
             later = min(delay * 2, max(left, 0.0), self._period() / 4)
             self._timers[i] = asyncio.get_running_loop().call_later(later, self._recheck, i, delay * 2)
