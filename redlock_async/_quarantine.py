@@ -154,7 +154,9 @@ class Quarantine:
         else:
             self._suspects.discard(i)
         self._sit_out(i, seconds, "" if suspect else _why(state, marker, run_id))
-        if not seconds and state not in (Marker.CURRENT, Marker.WATCHED) and run_id is not None:
+        if not seconds and state is Marker.WATCHED:
+            self._served(i)  # its watch ran out: in service now, and marked so
+        elif not seconds and state is not Marker.CURRENT and run_id is not None:
             self._mark(i)
         if self._in_service:
             if state is Marker.ABSENT:
@@ -236,9 +238,8 @@ class Quarantine:
             watched=_watched_for(since, node_time),
         )
         if not suspect:
-            self._suspects.discard(i)
             self._sit_out(i, 0.0, "")
-            log.log(self._info, "redlock node %s: quarantine over, counts again", self._nodes[i].name)
+            self._served(i)
             return
         node = self._nodes[i]
         until = _clock.now() + seconds
@@ -306,8 +307,8 @@ class Quarantine:
         self._suspects.discard(i)
         _release(self._nodes[i])
         log.log(self._info, "redlock node %s: quarantine over, counts again", self._nodes[i].name)
-        if self._watched[i] is None:
-            self._mark(i)  # (a watch marker says it all already, to clients of any period)
+        self._watched[i] = None
+        self._mark(i)  # (over a watch: in quarantine no more, but in service)
 
     def _recheck(self, i: int, delay: float) -> None:
         """A suspect: has another client judged it in service meanwhile, or its watch ended?"""

@@ -106,12 +106,13 @@ def test_a_restarted_node_sits_out_the_whole_period_from_its_watch_then_counts()
         await asyncio.sleep(0)
         back = _clock.now()
         assert restarted.quarantined_until == back + PERIOD
+        # Watched from the moment it was met without marker: every client reads the same end there.
+        assert restarted.marker == watch_value(b"f" * 40, EPOCH + round(back * 1e6))
         await asyncio.sleep(PERIOD - 0.01)
         assert restarted.quarantined_until > _clock.now()  # still out, a moment before the end
         await asyncio.sleep(0.02)
         assert restarted.quarantined_until == 0
-        # Watched from the moment it was met without marker: every client reads the same end there.
-        assert restarted.marker == watch_value(b"f" * 40, EPOCH + round(back * 1e6))
+        assert restarted.marker == marker_value(b"f" * 40, PERIOD)  # in service now (its watch, above, is over)
         quarantine.close()
 
     virtual(test)
@@ -219,7 +220,7 @@ def test_a_node_that_cannot_be_reached_makes_the_others_sit_out() -> None:
             assert node.quarantined_until == _clock.now() + PERIOD
         await asyncio.sleep(PERIOD + 0.01)
         assert all(node.quarantined_until == 0 for node in nodes[:4])
-        assert all(node.marker == watch_value(node.run_id, met) for node in nodes[:4])  # not rewritten
+        assert all(node.marker == marker_value(node.run_id, PERIOD) for node in nodes[:4])  # in service now
         quarantine.close()
 
     virtual(test)
@@ -253,6 +254,7 @@ def test_a_watched_node_ends_its_quarantine_at_the_same_moment_for_every_client(
             connect(third, node)
         await asyncio.sleep(0)
         assert all(node.quarantined_until == 0 for node in nodes)
+        assert nodes[2].marker == marker_value(nodes[2].run_id, PERIOD)  # the watch over: marked in service
         third.close()
 
     virtual(test)
