@@ -345,7 +345,8 @@ def patience(floor: float, timeouts: Iterable[float], needed: int, cap: float) -
 
 class Marker(enum.Enum):
     """The marker key clients write on a node in service: the server's run_id then, and the
-    quarantine period it was judged under (``run_id/period_ms``)."""
+    quarantine period it was judged under (``run_id/period_ms``); or, on a node found without
+    one while the cluster is in service, since when it is watched (``run_id/since/time_us``)."""
 
     CURRENT = "current"
     """Written while this server process ran, under a period at least as long as ours:
@@ -354,6 +355,11 @@ class Marker(enum.Enum):
     """Written under an earlier process (restarted with maybe stale data), or judged under a
     shorter period than ours (a client with shorter leases, or an old marker with none), which
     vouches for nothing our longer leases need: the rest of our period, from its uptime."""
+    WATCHED = "watched"
+    """Written while this server process ran, by a client that found it without marker while the
+    cluster was in service: it lost its data before then, and nothing since (a loss takes the
+    marker with it). It sits out until a period has passed since then, on its own clock, for
+    every client alike."""
     ABSENT = "absent"
     """No marker: a new node, or one whose data was lost."""
     UNKNOWN = "unknown"
@@ -376,6 +382,7 @@ def sit_out(
     known_run_id: bool,
     restarted: bool,
     marker: Marker,
+    watched: float | None = None,
 ) -> tuple[float, bool]:
     """How long a node that just (re)connected must sit out of every quorum.
 
@@ -391,16 +398,24 @@ def sit_out(
       than the truth: :data:`UPTIME_SLACK` is taken off it, never the other way;
     * *known_run_id*: this client saw the same server process before;
     * *restarted*: this client saw another server process at this address;
-    * *marker*: what the marker key says (see :class:`Marker`).
+    * *marker*: what the marker key says (see :class:`Marker`);
+    * *watched*: for a :attr:`Marker.WATCHED` node, the seconds since its watch began, on the
+      node's clock (None when the node does not say its time).
 
     Returns (seconds to sit out from now, suspect). A *suspect* node has no
-    marker: it may be new or wiped, and only the other nodes can tell. The
-    caller lifts a suspect's quarantine when every node was seen and none has
-    a marker (a new cluster; a cluster wiped all at once looks the same, and
-    only a client that knew the old servers can tell: *restarted*).
+    marker, or one that says it is watched: only the other nodes, or another
+    client, can tell more (it is rechecked). The caller lifts the quarantine of
+    a suspect without marker when every node answered and none has a marker (a
+    new cluster; a cluster wiped all at once looks the same, and only a client
+    that knew the old servers can tell: *restarted*).
     """
     if period <= 0:
         return 0.0, False
+    if marker is Marker.WATCHED:
+        # Found without marker (it had lost its data) *watched* seconds ago, and it lost nothing since:
+        # every lease it could have held has run out a period after then. The same end for every client.
+        left = period if watched is None else max(0.0, period - max(0.0, watched))
+        return left, left > 0
     if uptime is not None:
         uptime = max(0.0, uptime - UPTIME_SLACK)
     if restarted:

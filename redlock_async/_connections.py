@@ -88,6 +88,10 @@ class Connections:
             assert quarantine is not None
             quarantine.on_ready(node)
 
+        def unreachable(node: Node) -> None:
+            assert quarantine is not None
+            quarantine.on_unreachable(node)
+
         node_settings: dict[str, Any] = {
             "max_unanswered": settings.max_unanswered,
             "stall_after": settings.connect_timeout,
@@ -96,12 +100,14 @@ class Connections:
             "max_rto": settings.ttl / MIN_TTL_TO_NODE_TIMEOUT if settings.adaptive_timeout else 0.0,
         }
         on_ready = None if settings.restart_quarantine == 0 else probe
+        on_unreachable = None if settings.restart_quarantine == 0 else unreachable
         for index, endpoint in enumerate(endpoints):
             built.append(
                 Node(
                     endpoint,
                     scripts=SCRIPTS,
                     on_ready=on_ready,
+                    on_unreachable=on_unreachable,
                     on_identified=self._same_server,
                     on_fault=failed,
                     **node_settings,

@@ -16,17 +16,103 @@ every token given, and the majorities are whole again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 
+from redlock_async._algorithm import quorum
 from redlock_async._node import Node
 from redlock_async._scripts import FENCED_BY, RAISE_COUNTER
 from redlock_async._wire import Failure, Reply
+
+log = logging.getLogger("redlock_async._quarantine")  # said of the quarantine's nodes, as its other words
+
+Repair = Callable[[int, list[int], int], Awaitable[str | None]]
+"""Raises node *i*'s fencing counters from the nodes listed, at least as many as the number given answering
+(:func:`raise_counters`, bound to the nodes): None when done, else why not."""
+
+REPAIR_RETRY = 0.5
+"""Seconds before the fencing counters of a node back from a restart are copied again, when the other nodes
+could not be read."""
 
 SCAN_COUNT = 5000
 """Keys a SCAN step looks at (the server's work per step; a node of a million keys takes 200 steps)."""
 
 CHUNK = 1000
 """Counters read (MGET, PTTL) or raised per write."""
+
+
+FEW_SOURCES = (
+    "too few other nodes kept their data to raise its fencing counters from a majority (a majority restarted at"
+    " once?): raised from the connected others as they are"
+)
+
+
+def repair_sources(
+    i: int, seen: Sequence[bool], behind: Sequence[bool], connected: Sequence[bool]
+) -> tuple[list[int], int, bool]:
+    """The nodes to read node *i*'s counters from, how many of them must answer, and whether that is a
+    majority of nodes that kept their data: the others seen whose counters are whole (not *behind*), a
+    majority of them. If not even every node not judged yet could make that majority (a majority restarted
+    at once: nothing keeps every token then), every other connected node, as many as answer, so that the
+    cluster comes back at all (and False: the caller warns)."""
+    need = quorum(len(seen))
+    others = [j for j in range(len(seen)) if j != i]
+    whole = [j for j in others if seen[j] and not behind[j] and connected[j]]
+    maybe = [j for j in others if not seen[j] or not connected[j]]
+    if len(whole) + len(maybe) >= need:
+        return whole, need, True
+    return [j for j in others if connected[j]], 0, False
+
+
+class Repairs:
+    """The copies under way, one task per node (for a Quarantine): started when a quarantine that may have
+    left a node's counters behind is over; the node counts again (*done*) only once the copy is done, tried
+    again every REPAIR_RETRY until then. A new connection's probe cancels it (it judges the node again)."""
+
+    def __init__(self, nodes: Sequence[Node], repair: Repair, done: Callable[[int], None], quiet: bool) -> None:
+        self._nodes = nodes
+        self._repair = repair
+        self._done = done
+        self._info, self._warning = (logging.DEBUG, logging.DEBUG) if quiet else (logging.INFO, logging.WARNING)
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+
+    def running(self, i: int) -> bool:
+        return i in self._tasks
+
+    def start(self, i: int, judged: Callable[[], tuple[Sequence[bool], Sequence[bool]]]) -> None:
+        """Copy node *i*'s counters; *judged* gives, at each try, which nodes were seen and which are behind."""
+        if i not in self._tasks:
+            self._tasks[i] = asyncio.get_running_loop().create_task(self._run(i, judged))
+
+    def cancel(self, i: int) -> None:
+        task = self._tasks.pop(i, None)
+        if task is not None:
+            task.cancel()
+
+    def close(self) -> None:
+        for i in list(self._tasks):
+            self.cancel(i)
+
+    async def _run(self, i: int, judged: Callable[[], tuple[Sequence[bool], Sequence[bool]]]) -> None:
+        node = self._nodes[i]
+        while True:
+            seen, behind = judged()
+            sources, need, whole = repair_sources(i, seen, behind, [other.connected for other in self._nodes])
+            if not whole:
+                log.log(self._warning, "redlock node %s: %s", node.name, FEW_SOURCES)
+            try:
+                why = await self._repair(i, sources, need)
+            except Exception as exc:  # a bug here must not leave the node out for ever, unsaid
+                why = f"{type(exc).__name__}: {exc}"
+            if self._tasks.get(i) is not asyncio.current_task():
+                return  # cancelled meanwhile: a new connection's probe judges it again
+            if why is None:
+                del self._tasks[i]
+                self._done(i)
+                return
+            log.log(self._info, "redlock node %s sits out a moment more: %s", node.name, why)
+            node.quarantine_reason = f"back from a restart, its fencing counters not raised yet: {why}"
+            await asyncio.sleep(REPAIR_RETRY)
 
 
 class _Unread(Exception):

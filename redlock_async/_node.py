@@ -71,6 +71,7 @@ class Node:
         on_connect: Callable[[Node], None] | None = None,
         on_ready: Callable[[Node], None] | None = None,
         on_identified: Callable[[Node], str | None] | None = None,
+        on_unreachable: Callable[[Node], None] | None = None,
         on_fault: Callable[[Node, BaseException], None] | None = None,
         scripts: tuple[Script, ...] = (),
         max_rto: float = 0.0,
@@ -82,9 +83,8 @@ class Node:
         self._trouble = logging.WARNING if warn else logging.DEBUG
         self._warned: set[str] = set()  # the kinds of setup warning given for this node (_warn_of_setup)
         self.name = endpoint.name
-        # Votes of this node do not count before this (monotonic) time: it
-        # restarted or lost its data recently. Set by the Redlock's Quarantine,
-        # whose on_ready hook queues its probe first on every new connection.
+        # Votes of this node do not count before this (monotonic) time: it restarted or lost its data recently.
+        # Set by the Redlock's Quarantine, whose on_ready hook queues its probe first on every new connection.
         self.quarantined_until = 0.0
         self.quarantine_reason = ""  # why it sits out, in words (set by the Quarantine with quarantined_until)
         self.clock_held_until = 0.0  # monotonic end of its clock's quarantine (the clock guard's), 0 when none
@@ -98,14 +98,12 @@ class Node:
         self.server_id: bytes | None = None
         """The run_id of the server behind the current connection (INFO server), None until known."""
         self._on_ready = on_ready
-        # Told the server's identity on each connect; a reason back refuses the connection
-        # (the same server as another node of the Redlock).
-        self._on_identified = on_identified
+        self._on_identified = on_identified  # told of each connect's server: a reason back refuses it (the same server)
+        self._on_unreachable = on_unreachable  # told of each failed connection attempt (the restart quarantine)
         self._on_fault = on_fault
         self.fault: BaseException | None = None
         """An unexpected exception of this node's task: the node is out of service for good."""
-        # A subscriber connection: pub/sub messages go to on_message (they answer
-        # no command); on_connect re-subscribes after every (re)connect.
+        # A subscriber: pub/sub messages go to on_message (they answer no command); on_connect re-subscribes.
         self._on_message = on_message
         self._on_connect = on_connect
         self._scripts = scripts
@@ -292,6 +290,8 @@ class Node:
             outbox.down_until = _clock.now() + self._reconnect_delay
             outbox.down_reason = reason
             outbox.fail_all(Failure(Vote.ERROR, reason))
+            if self._on_unreachable is not None:
+                self._on_unreachable(self)
             return False
         except BaseException:
             self._drop_transport()

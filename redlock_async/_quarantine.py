@@ -20,7 +20,14 @@ Detection, on every new connection, before anything else is answered
   time sees that, if the other nodes have theirs.
 
 Until its probe is answered a node counts for nothing; the decision itself
-is :func:`_algorithm.sit_out`. The cost: two commands per (re)connect, and
+is :func:`_algorithm.sit_out`. The cluster is new only when every node
+answered and none has a marker (:meth:`Quarantine._check_fresh` says why not
+a majority). Once it is in service, the first client to find a node without
+marker writes the *watch* on it (the ``WATCH`` script: ``run_id/since/µs``,
+the node's own time): every client, fresh processes included, ends that
+node's quarantine a period after then, instead of each at its own first
+sight (``redlock run`` after a restart exited 69 for as long as runs came).
+The cost: two commands per (re)connect, two per recheck of a suspect, and
 one attribute read per yes vote.
 """
 
@@ -29,25 +36,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 from redlock_async import _clock
-from redlock_async._algorithm import Marker, quorum, sit_out
+from redlock_async._algorithm import Marker, sit_out
+from redlock_async._fence_repair import Repair, Repairs
+from redlock_async._markers import (
+    integer,
+    lost,
+    marker_state,
+    marker_value,
+    restarted_since_marked,
+    server_info,
+    time_of,
+    watched_for,
+    why_out,
+)
 from redlock_async._node import Node
-from redlock_async._wire import Failure, Reaction, Reply, pack
+from redlock_async._scripts import WATCH
+from redlock_async._wire import Reaction, Reply, pack, pack_script
 
 log = logging.getLogger(__name__)
 
 RECHECK_FIRST = 0.1
 """Seconds before a node without marker is asked again: another client may have just judged it in service."""
 
-REPAIR_RETRY = 0.5
-"""Seconds before the fencing counters of a node back from a restart are copied again, when the other nodes
-could not be read (too few in service): it keeps sitting out until they are."""
-
-Repair = Callable[[int, list[int], int], Awaitable[str | None]]
-"""Raises node *i*'s fencing counters from the nodes listed, at least as many as the number given answering
-(``_fence_repair.raise_counters``): None when done, else why not."""
 
 VOUCH_WAIT = 0.3
 """Longest a ballot holds a yes of a node met without marker, waiting for that first recheck's answer.
@@ -58,6 +72,9 @@ suspect, in that client's view, for the instant until its recheck. Refusing its 
 both clients' first tries (two ``blocking=False`` tries, one task sent twice: neither ran). A yes
 held until the recheck counts once the node is judged in service, as if it had been met a moment
 later; if the recheck finds no marker (it did lose its data), the yes is refused as before."""
+
+ABSENT_REASON = "no marker: it lost its data, or is new"
+WATCHED_REASON = "it lost its data: found without marker by a client, it sits out a period from then"
 
 
 class Quarantine:
@@ -74,8 +91,7 @@ class Quarantine:
     ) -> None:
         self._marker = marker
         # A node whose quarantine is over first gets its fencing counters back (docs/fencing.md).
-        self._repair = None if read_only else repair
-        self._repairs: dict[int, asyncio.Task[None]] = {}
+        self._repairs = None if read_only or repair is None else Repairs(nodes, repair, self._counts_again, read_only)
         self._read_only = read_only  # judge, but write no marker (inspection writes nothing)
         # Inspection's judgement is its own verdicts' business: the locking clients warn of a restart.
         self._warning = logging.DEBUG if read_only else logging.WARNING
@@ -89,10 +105,12 @@ class Quarantine:
         # Per node: it restarted or lost its data since it was last marked in service, and its fencing counters
         # were not raised from the others since: they may be behind (docs/fencing.md).
         self._behind = [False] * n
+        self._unknown = [False] * n  # could not be reached before its first probe, or its marker not read
+        self._watched: list[int | None] = [None] * n  # since when its watch marker says it is watched (µs)
         self._suspects: set[int] = set()
+        self._unmarked: set[int] = set()  # seen without any marker: watched once the cluster is in service
         self._timers: dict[int, asyncio.TimerHandle] = {}
-        self._fresh_checked = False
-        self._fresh_at = -math.inf  # when this client judged the cluster new
+        self._in_service = False  # judged: a new cluster (marked now), or one in service already
         self._closed = False
 
     def close(self) -> None:
@@ -100,9 +118,8 @@ class Quarantine:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        for task in self._repairs.values():
-            task.cancel()
-        self._repairs.clear()
+        if self._repairs is not None:
+            self._repairs.close()
         for node in self._nodes:
             _settle(node)
 
@@ -111,9 +128,8 @@ class Quarantine:
     def on_ready(self, node: Node) -> None:
         """A new connection to *node*: count nothing from it until the probe is answered."""
         node.quarantined_until = math.inf
-        repairing = self._repairs.pop(self._nodes.index(node), None)
-        if repairing is not None:
-            repairing.cancel()  # the new connection's probe judges it again
+        if self._repairs is not None:
+            self._repairs.cancel(self._nodes.index(node))  # the new connection's probe judges it again
         _settle(node)  # votes held for the last connection's recheck count for nothing now
         # Replies come in order: when the marker's is in, so is INFO's. Both are read the moment
         # they are parsed, before any vote that follows them on this connection is counted.
@@ -123,13 +139,20 @@ class Quarantine:
             (Reaction(lambda marker: self._probed(node, info[0], marker)), (b"GET", self._marker)),
         )
 
+    def on_unreachable(self, node: Node) -> None:
+        """A connection to *node* could not be made: before its first probe, the cluster cannot be judged new."""
+        i = self._nodes.index(node)
+        if self._closed or self._in_service or self._seen[i]:
+            return
+        self._unknown[i] = True
+        self._check_fresh()
+
     def _probed(self, node: Node, info: Reply, marker: Reply) -> None:
-        if self._closed or _lost(info) or _lost(marker):
+        if self._closed or lost(info) or lost(marker):
             return  # the connection broke under the probe: the next one probes again
         i = self._nodes.index(node)
-        run_id, uptime = _server_info(info)
-        state = _marker_state(marker, run_id, self._period())
-        marked = None if state is Marker.UNKNOWN else state is not Marker.ABSENT
+        run_id, uptime, node_time = server_info(info)
+        state, since = marker_state(marker, run_id, self._period())
         known = self._run_ids[i]
         seconds, suspect = sit_out(
             self._period(),
@@ -137,64 +160,142 @@ class Quarantine:
             known_run_id=known is not None and run_id == known,
             restarted=known is not None and run_id is not None and run_id != known,
             marker=state,
+            watched=watched_for(since, node_time),
         )
         if run_id is not None:
             self._run_ids[i] = run_id
         self._seen[i] = True
         self._behind[i] = state is not Marker.CURRENT and (
-            state is Marker.ABSENT
+            state in (Marker.ABSENT, Marker.WATCHED)
             or (known is not None and run_id is not None and run_id != known)
-            or _restarted_since_marked(state, marker, run_id)
+            or restarted_since_marked(state, marker, run_id)
         )
-        self._marked[i] = marked
-        if suspect and known is None and node.connect_started <= self._fresh_at:
-            # Its first connection began before we judged the cluster new: one of that round, late.
-            seconds, suspect = 0.0, False
+        self._marked[i] = None if state is Marker.UNKNOWN else state is not Marker.ABSENT
+        self._unknown[i] = state is Marker.UNKNOWN
+        self._watched[i] = since
+        if state is Marker.ABSENT:
+            self._unmarked.add(i)
+        else:
+            self._unmarked.discard(i)
         if suspect:
             self._suspects.add(i)
             if known is None and node.vouching is None:
-                # Met for the first time without marker, while others have theirs: it may be marked in
-                # service by another client this very moment. Its yes votes wait for the first recheck.
+                # Met for the first time without marker (or watched), while others have theirs: it may be
+                # marked in service by another client this very moment. Its yes votes wait for the first recheck.
                 node.vouching = []
                 node.vouch_until = _clock.now() + VOUCH_WAIT
         else:
             self._suspects.discard(i)
-        self._sit_out(i, seconds, "" if suspect else _why(state, marker, run_id))
-        if not seconds and _restarted_since_marked(state, marker, run_id):
-            # Back with its data (a snapshot) longer than a quarantine ago, marked in service by no client
-            # since: its counters may be the snapshot's. Raised from the others before it counts.
+        self._sit_out(i, seconds, "" if suspect else why_out(state, marker, run_id))
+        if not seconds and (state is Marker.WATCHED or restarted_since_marked(state, marker, run_id)):
+            # Its watch ran out, or it is back with its data (a snapshot) longer than a quarantine ago, marked
+            # in service by no client since: its counters may be behind; raised from the others before it counts.
             self._served(i)
         elif not seconds and state is not Marker.CURRENT and run_id is not None:
             self._mark(i)
-        if suspect and self._fresh_checked:
-            self._warn_suspect(i)
+        if self._in_service:
+            if state is Marker.ABSENT:
+                self._watch(i)
+            if suspect:
+                self._warn_suspect(i)
         self._check_fresh()
 
     def _check_fresh(self) -> None:
-        """A majority of nodes seen, none with a marker: a new cluster, whose nodes serve at once.
+        """Every node answered, none with a marker: a new cluster, whose nodes serve at once.
 
-        Telling a new cluster from one where a majority lost its data at once
-        takes a memory no new client has (one that knew the old servers sees
-        their run_ids change); Redlock cannot survive losing a majority anyway.
-        A node with a marker among those seen means the cluster was in service.
+        A node with a marker (of any kind) means the cluster was in service. So does a node that
+        could not be reached, or whose marker could not be read: it may hold keys granted by a
+        majority of which the nodes seen without marker lost theirs. A majority of nodes without
+        marker is not enough: nodes never marked (down when the cluster went into service, and met
+        by no client since) and one that lost its data can make a majority beside a holder's nodes.
+        Telling a new cluster from one where every node lost its data takes a memory no new client
+        has (one that knew the old servers sees their run_ids change); Redlock cannot survive a
+        majority losing its data anyway.
         """
-        if self._fresh_checked:
+        if self._in_service:
             return
-        if any(self._marked):
-            self._fresh_checked = True
+        if any(self._marked) or any(self._unknown):
+            self._in_service = True
+            for i in sorted(self._unmarked):
+                self._watch(i)  # each sits out a period from the moment it is watched, for every client alike
             for i in sorted(self._suspects):
                 self._warn_suspect(i)
             return
-        unmarked = sum(1 for seen, marked in zip(self._seen, self._marked, strict=True) if seen and marked is False)
-        if unmarked < quorum(len(self._nodes)):
+        if not all(seen and marked is False for seen, marked in zip(self._seen, self._marked, strict=True)):
             return
-        self._fresh_checked = True
-        self._fresh_at = _clock.now()
-        log.debug("redlock: a majority of nodes seen and none has a marker: a new cluster, in service now")
+        self._in_service = True
+        log.debug("redlock: every node answered and none has a marker: a new cluster, in service now")
         for i in sorted(self._suspects):
+            self._unmarked.discard(i)
             self._sit_out(i, 0.0, "")
             self._mark(i)
         self._suspects.clear()
+        for i in sorted(self._unmarked):
+            self._watch(i)  # seen to restart meanwhile: it sits out all the same
+
+    # -- the watch ---------------------------------------------------------
+
+    def _watch(self, i: int) -> None:
+        """Node *i* has no marker and the cluster is in service: write, unless a marker is there by now,
+        since when it is watched (in the node's time), so every client ends its quarantine at once."""
+        if self._read_only or self._closed:
+            return
+        keys = (self._marker,)
+        # (Not loaded on connect: the first watch after a server's restart goes out again as EVAL.)
+        self._nodes[i].send_packed(
+            Reaction(partial(self._watch_set, i)), 0, pack_script(WATCH, keys, ()), fallback=(WATCH, keys, ())
+        )
+
+    def _watch_set(self, i: int, reply: Reply) -> None:
+        """The watch's answer: the marker node *i* holds now, and its time."""
+        node = self._nodes[i]
+        if self._closed or not isinstance(reply, list) or len(reply) != 2 or math.isinf(node.quarantined_until):
+            return  # closed, failed (the next probe or recheck judges the node again), or a new probe out
+        marker, now = reply
+        state, since = marker_state(marker, self._run_ids[i], self._period())
+        if state is Marker.CURRENT:
+            if i in self._suspects:  # (one known to have restarted trusts no client's judgement: sit_out)
+                self._vouched(i)
+        elif state is Marker.WATCHED:
+            self._watched_until(i, since, integer(now))
+
+    def _watched_until(self, i: int, since: int | None, node_time: int | None) -> None:
+        """Node *i*'s marker says it is watched since *since*: it sits out until a period after then."""
+        self._unmarked.discard(i)
+        self._marked[i] = True
+        self._watched[i] = since
+        seconds, suspect = sit_out(
+            self._period(),
+            uptime=None,
+            known_run_id=True,
+            restarted=False,
+            marker=Marker.WATCHED,
+            watched=watched_for(since, node_time),
+        )
+        if not suspect:
+            self._sit_out(i, 0.0, "")
+            self._served(i)
+            return
+        node = self._nodes[i]
+        until = _clock.now() + seconds
+        if until >= node.clock_held_until:
+            node.quarantine_reason = WATCHED_REASON
+        node.quarantined_until = max(until, node.clock_held_until)
+        if i not in self._suspects:
+            # Not rechecked (it restarted, to this client's knowledge): served when the watch ends.
+            timer = self._timers.pop(i, None)
+            if timer is not None:
+                timer.cancel()
+            self._timers[i] = asyncio.get_running_loop().call_later(seconds, self._served, i)
+
+    def _vouched(self, i: int) -> None:
+        """Another client judged node *i* in service under its current run_id: it counts again at once."""
+        self._suspects.discard(i)
+        self._unmarked.discard(i)
+        self._marked[i] = True
+        self._behind[i] = False  # that client raised its counters before it marked it
+        self._sit_out(i, 0.0, "")
+        log.log(self._info, "redlock node %s: marked in service by another client, counts again", self._nodes[i].name)
 
     # -- sitting out --------------------------------------------------------
 
@@ -212,7 +313,7 @@ class Quarantine:
         if node.clock_held_until > until:
             until = node.clock_held_until  # its clock's quarantine lasts longer: the clock's reason stands
         else:
-            node.quarantine_reason = why or "no marker: it lost its data, or is new"
+            node.quarantine_reason = why or (ABSENT_REASON if self._watched[i] is None else WATCHED_REASON)
         node.quarantined_until = until
         if why:
             log.log(self._warning, "redlock node %s %s: it counts toward no quorum for %.1f s", node.name, why, seconds)
@@ -227,11 +328,12 @@ class Quarantine:
         if node.vouching is not None:
             return  # met a moment ago: another client may be marking it now; its first recheck warns if not
         left = node.quarantined_until - _clock.now()
+        how = "no marker, while other nodes have theirs" if self._watched[i] is None else "found without marker"
         log.log(
             self._warning,
-            "redlock node %s has lost its data (no marker, while other nodes have theirs): "
-            "it counts toward no quorum for %.1f s",
+            "redlock node %s has lost its data (%s): it counts toward no quorum for %.1f s",
             node.name,
+            how,
             left,
         )
 
@@ -240,64 +342,22 @@ class Quarantine:
         its fencing counters are raised from the other nodes' (it sits out until they are)."""
         self._timers.pop(i, None)
         self._suspects.discard(i)
-        if self._repair is not None and self._behind[i] and i not in self._repairs:
+        if self._repairs is not None and self._behind[i] and not self._repairs.running(i):
             node = self._nodes[i]
             node.quarantined_until = math.inf
             node.quarantine_reason = "back from a restart: its fencing counters are being raised from the other nodes"
-            self._repairs[i] = asyncio.get_running_loop().create_task(self._repaired(i))
+            self._repairs.start(i, lambda: (self._seen, self._behind))
             return
-        self._in_service(i)
+        self._counts_again(i)
 
-    async def _repaired(self, i: int) -> None:
-        """Copy node *i*'s fencing counters from the others; then it counts again, or the copy is tried later."""
-        try:
-            assert self._repair is not None
-            why = await self._repair(i, *self._sources(i))
-        except Exception as exc:  # a bug here must not leave the node out for ever, unsaid
-            why = f"{type(exc).__name__}: {exc}"
-        if self._closed or self._repairs.get(i) is not asyncio.current_task():
-            return  # closed, or a new connection's probe judges it again
-        del self._repairs[i]
-        if why is None:
-            self._in_service(i)
-            return
-        node = self._nodes[i]
-        log.log(self._info, "redlock node %s sits out a moment more: %s", node.name, why)
-        node.quarantine_reason = f"back from a restart, its fencing counters not raised yet: {why}"
-        self._timers[i] = asyncio.get_running_loop().call_later(REPAIR_RETRY, self._retry_repair, i)
-
-    def _sources(self, i: int) -> tuple[list[int], int]:
-        """The nodes to read node *i*'s counters from, and how many of them must answer: the others whose
-        counters are whole (not behind), a majority of them. If not even every node not judged yet could make
-        that majority (a majority restarted at once: nothing keeps every token then), every other node that
-        is connected, as many as answer, so that the cluster comes back at all."""
-        need = quorum(len(self._nodes))
-        others = [j for j in range(len(self._nodes)) if j != i]
-        whole = [j for j in others if self._seen[j] and not self._behind[j] and self._nodes[j].connected]
-        maybe = [j for j in others if not self._seen[j] or not self._nodes[j].connected]
-        if len(whole) + len(maybe) >= need:
-            return whole, need
-        log.log(
-            self._warning,
-            "redlock node %s: too few other nodes kept their data to raise its fencing counters from a majority "
-            "(a majority restarted at once?): raised from the %d connected others as they are",
-            self._nodes[i].name,
-            sum(self._nodes[j].connected for j in others),
-        )
-        return [j for j in others if self._nodes[j].connected], 0
-
-    def _retry_repair(self, i: int) -> None:
-        self._timers.pop(i, None)
-        if not self._closed and i not in self._repairs:
-            self._repairs[i] = asyncio.get_running_loop().create_task(self._repaired(i))
-
-    def _in_service(self, i: int) -> None:
+    def _counts_again(self, i: int) -> None:
         _release(self._nodes[i])
         log.log(self._info, "redlock node %s: quarantine over, counts again", self._nodes[i].name)
-        self._mark(i)
+        self._watched[i] = None
+        self._mark(i)  # (over a watch: in quarantine no more, but in service)
 
     def _recheck(self, i: int, delay: float) -> None:
-        """A node without marker: has another client judged it in service meanwhile?"""
+        """A suspect: has another client judged it in service meanwhile, or its watch ended?"""
         self._timers.pop(i, None)
         node = self._nodes[i]
         if self._closed:
@@ -306,27 +366,39 @@ class Quarantine:
         if _clock.now() >= node.quarantined_until:
             self._served(i)
             return
+        times: list[Reply] = []
 
         def answered(reply: Reply) -> None:
             if self._closed or i not in self._suspects or math.isinf(node.quarantined_until):
                 return  # decided otherwise meanwhile (a new probe, the fresh-cluster check)
-            if _marker_state(reply, self._run_ids[i], self._period()) is Marker.CURRENT:
-                self._suspects.discard(i)
-                self._marked[i] = True
-                self._behind[i] = False  # that client raised its counters before it marked it
-                self._sit_out(i, 0.0, "")
-                log.log(self._info, "redlock node %s: marked in service by another client, counts again", node.name)
+            state, since = marker_state(reply, self._run_ids[i], self._period())
+            if state is Marker.CURRENT:
+                self._vouched(i)
                 return
+            if state is Marker.WATCHED and since != self._watched[i]:
+                self._watched_until(i, since, time_of(times[0]) if times else None)
+            elif state is Marker.ABSENT:
+                self._marked[i] = False
+                self._watched[i] = None
+                self._unmarked.add(i)
+                if self._in_service:
+                    self._watch(i)  # its watch was lost with its data (or not written yet)
+            self._check_fresh()
+            if i not in self._suspects:
+                return  # its watch had run out
             first = node.vouching is not None
-            _settle(node)  # still no marker: a yes held for this recheck is refused
-            if first and self._fresh_checked and not _lost(reply):
-                # Not told when met: no other client marked it meanwhile either. (A broken connection's
-                # next probe judges it again, and warns then.)
-                self._warn_suspect(i)
+            # Not judged yet (a node has not answered): a held yes waits for that, or for the hold's end.
+            if self._in_service or not first:
+                _settle(node)  # still no marker of a client that judged it in service: a held yes is refused
+                if first and not lost(reply):
+                    # Not told when met: no other client marked it meanwhile either. (A broken connection's
+                    # next probe judges it again, and warns then.)
+                    self._warn_suspect(i)
             left = node.quarantined_until - _clock.now()
             later = min(delay * 2, max(left, 0.0), self._period() / 4)
             self._timers[i] = asyncio.get_running_loop().call_later(later, self._recheck, i, delay * 2)
 
+        node.send_packed(Reaction(times.append), 0, pack((b"TIME",)))
         node.send_packed(Reaction(answered), 0, pack((b"GET", self._marker)))
 
     def _mark(self, i: int) -> None:
@@ -354,67 +426,3 @@ def _settle(node: Node) -> None:
         node.vouching = None
         for count in waiting:
             count()
-
-
-def _why(state: Marker, marker: Reply, run_id: bytes | None) -> str:
-    """Why a node that is not a suspect sits out, in words (its warning, and its votes' detail)."""
-    if state is Marker.STALE and isinstance(marker, bytes) and marker.partition(b"/")[0] == run_id:
-        # This very server process was judged in service, but by a client with shorter leases.
-        return "was vouched for only under a shorter quarantine than ours, by a client with a shorter ttl"
-    if state is Marker.ABSENT:
-        return "restarted, and lost its data"
-    return "restarted"
-
-
-def _restarted_since_marked(state: Marker, marker: Reply, run_id: bytes | None) -> bool:
-    """The marker names another server process than *run_id*: the node restarted since it was marked."""
-    return (
-        state is Marker.STALE
-        and run_id is not None
-        and isinstance(marker, bytes)
-        and marker.partition(b"/")[0] != run_id
-    )
-
-
-def marker_value(run_id: bytes, period: float) -> bytes:
-    """What the marker key holds: the run_id judged in service, and the period it sat out (ms)."""
-    return run_id + b"/" + str(math.ceil(period * 1000)).encode()
-
-
-def _marker_state(reply: Reply, run_id: bytes | None, period: float) -> Marker:
-    if isinstance(reply, Failure):
-        return Marker.UNKNOWN
-    if reply is None:
-        return Marker.ABSENT
-    if not isinstance(reply, bytes):
-        return Marker.STALE
-    marked_id, _, judged = reply.partition(b"/")
-    if run_id is not None and marked_id != run_id:
-        return Marker.STALE
-    try:
-        judged_ms = int(judged) if judged else 0  # a marker of an older release carries no period
-    except ValueError:
-        judged_ms = 0
-    return Marker.CURRENT if judged_ms >= math.ceil(period * 1000) else Marker.STALE
-
-
-def _lost(reply: Reply) -> bool:
-    return isinstance(reply, Failure) and not reply.answered
-
-
-def _server_info(reply: Reply) -> tuple[bytes | None, float | None]:
-    """run_id and uptime_in_seconds from an INFO server reply; (None, None) when INFO was refused."""
-    if not isinstance(reply, bytes):
-        return None, None
-    run_id: bytes | None = None
-    uptime: float | None = None
-    for line in reply.splitlines():
-        key, _, value = line.partition(b":")
-        if key == b"run_id":
-            run_id = value.strip()
-        elif key == b"uptime_in_seconds":
-            try:
-                uptime = float(value)
-            except ValueError:
-                uptime = None
-    return run_id, uptime

@@ -202,6 +202,19 @@ def keys_everywhere(nodes: Any) -> list[list[bytes]]:
     return [lock_keys(nodes[i]) for i in range(len(nodes))]
 
 
+DEFAULT_PERIOD = 10.0 + 0.01 * 10.0 + 0.002
+"""The restart quarantine of a client with the default ttl (10 s, plus drift)."""
+
+
+def mark_in_service(node: Any, period: float = DEFAULT_PERIOD) -> None:
+    """Write the restart-quarantine marker a client leaves on a node it judged in service (a cluster in
+    service has them; a cluster with none, and a node down, cannot be told from one that lost keys)."""
+    from redlock_async._markers import marker_value
+
+    run_id = node.command("INFO", "server")["run_id"]
+    node.command("SET", "redlock:", marker_value(run_id.encode(), period))
+
+
 def keys_on(node: Node, key: str) -> tuple[object, int]:
     """(value, pttl) of *key* on one node; (None, -2) when absent."""
     return node.command("GET", key), int(node.command("PTTL", key))  # type: ignore[call-overload]

@@ -606,7 +606,7 @@ def test_retry_delay_rejects_unit_random_outside_unit_interval(unit_random: floa
 # -- restart quarantine ----------------------------------------------------------
 
 Q = 10.0
-CUR, STALE, ABSENT, UNKNOWN = Marker.CURRENT, Marker.STALE, Marker.ABSENT, Marker.UNKNOWN
+CUR, STALE, ABSENT, UNKNOWN, WATCHED = Marker.CURRENT, Marker.STALE, Marker.ABSENT, Marker.UNKNOWN, Marker.WATCHED
 
 
 @pytest.mark.parametrize(
@@ -647,6 +647,26 @@ def test_sit_out(
     assert sit_out(Q, uptime=uptime, known_run_id=known, restarted=restarted, marker=marker) == expected
 
 
+@pytest.mark.parametrize(
+    ("watched", "restarted", "expected"),
+    [
+        # Found without marker *watched* seconds ago (the node's clock), nothing lost since: the rest of
+        # the period from then, for every client alike (a restart this client saw came before the watch).
+        (4.0, False, (6.0, True)),
+        (4.0, True, (6.0, True)),
+        (Q, False, (0.0, False)),
+        (500.0, True, (0.0, False)),
+        # The node does not say its time, or says one before the watch began: the whole period.
+        (None, False, (Q, True)),
+        (-2.0, False, (Q, True)),
+    ],
+)
+def test_sit_out_of_a_watched_node(watched: float | None, restarted: bool, expected: tuple[float, bool]) -> None:
+    for uptime in (None, 0.5, 500.0):  # its uptime says nothing: the watch began after any loss
+        seconds = sit_out(Q, uptime=uptime, known_run_id=False, restarted=restarted, marker=WATCHED, watched=watched)
+        assert seconds == expected
+
+
 @given(st.one_of(st.none(), st.floats(0, 1e6)), st.booleans(), st.booleans(), st.sampled_from(list(Marker)))
 def test_sit_out_is_off_at_zero_and_never_longer_than_the_period(
     uptime: float | None, known: bool, restarted: bool, marker: Marker
@@ -654,10 +674,10 @@ def test_sit_out_is_off_at_zero_and_never_longer_than_the_period(
     assert sit_out(0.0, uptime=uptime, known_run_id=known, restarted=restarted, marker=marker) == (0.0, False)
     seconds, suspect = sit_out(Q, uptime=uptime, known_run_id=known, restarted=restarted, marker=marker)
     assert 0.0 <= seconds <= Q
-    # Only a node without marker is a suspect, and only while it sits out.
+    # Only a node without marker, or watched, is a suspect, and only while it sits out.
     if suspect:
-        assert marker is Marker.ABSENT
-        assert not restarted
+        assert marker in (Marker.ABSENT, Marker.WATCHED)
+        assert not restarted or marker is Marker.WATCHED
         assert seconds > 0
     if marker is Marker.ABSENT and not restarted:
         assert (seconds, suspect) == (Q, True)

@@ -23,7 +23,7 @@ import pytest
 from redlock_async import LockLost, Redlock
 from redlock_async.inspection import LockInfo, NodeInfo
 
-from .conftest import Cluster, MakeRedlock, assert_no_library_tasks, client_connections
+from .conftest import Cluster, MakeRedlock, assert_no_library_tasks, client_connections, mark_in_service
 
 MARKER = b"redlock:"
 """The restart quarantine's marker key (the key prefix itself)."""
@@ -279,6 +279,8 @@ async def test_unknown_when_the_silent_nodes_could_make_a_majority(faulty: Clust
 
 
 async def test_free_with_one_node_down_and_no_holder(faulty: Cluster) -> None:
+    for i in range(4):
+        mark_in_service(faulty[i])  # a cluster in service (with none, the node down might hold anything)
     faulty[4].kill()
     async with reader_of(faulty.urls, connect_timeout=0.5) as reader:
         info = await reader.inspect("nothing")

@@ -11,7 +11,16 @@ import redis.asyncio
 from redlock_async import Lock, LockLost, LockNotAcquired, Redlock
 from redlock_async._algorithm import Vote
 
-from .conftest import Cluster, MakeRedlock, assert_empty, assert_no_library_tasks, eventually, keys_on, lock_keys
+from .conftest import (
+    Cluster,
+    MakeRedlock,
+    assert_empty,
+    assert_no_library_tasks,
+    eventually,
+    keys_on,
+    lock_keys,
+    mark_in_service,
+)
 
 KEY = "redlock:{}"
 
@@ -408,6 +417,8 @@ async def test_busy_node_is_never_skipped(make_redlock: MakeRedlock) -> None:
 
 @pytest.mark.serial
 async def test_paused_before_connect_still_acquires(faulty: Cluster) -> None:
+    for i in range(len(faulty)):
+        mark_in_service(faulty[i])  # a cluster in service: one met new with a node silent waits a period first
     faulty[1].pause()
     async with Redlock(faulty.urls, connect_timeout=0.2) as redlock:
         lock = redlock.lock("paused-at-start")

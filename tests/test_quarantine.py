@@ -16,7 +16,7 @@ import pytest
 
 from redlock_async import Redlock, _quarantine
 from redlock_async._algorithm import UPTIME_SLACK, Vote
-from redlock_async._quarantine import marker_value
+from redlock_async._markers import marker_value
 from redlock_async.testing import History, LocalNodes, Proxy
 
 from .conftest import Cluster, acquire_on_first_three, eventually

@@ -19,7 +19,7 @@ import pytest
 
 from redlock_async import Redlock, _quarantine
 from redlock_async._algorithm import Vote
-from redlock_async._quarantine import marker_value
+from redlock_async._markers import marker_value
 
 from .conftest import Cluster, eventually
 

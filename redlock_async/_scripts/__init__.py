@@ -1,14 +1,15 @@
 """The Lua scripts, one constant each, with the SHA1 that EVALSHA names them by.
 
 Every script checks the token before it touches the key, so a client can
-only ever delete or extend its own lease, never another holder's.
+only ever delete or extend its own lease, never another holder's (the
+restart quarantine's watch touches only the marker key, and only where none is).
 
 The sources live by primitive (``_lock``: release and extension of one key;
 ``_fencing``; ``_many``: lock_many; ``_semaphore``; ``_queue``: the grant
 queue; ``_queue_many``: its leave for lock_many; ``_queue_permit``: its
 semaphore lines; ``_rw``: the read/write lock; ``_rw_queue``: its line in the grant
-queue), each with its KEYS / ARGV / returns header. This module is the one
-place that makes them scripts: which of them can create (see
+queue; ``_marker``: the restart quarantine's watch of a node), each with its
+KEYS / ARGV / returns header. This module is the one place that makes them scripts: which of them can create (see
 :attr:`Script.creates`), and which a node loads on every new connection.
 """
 
@@ -21,6 +22,7 @@ from redlock_async._scripts import (
     _fencing,
     _lock,
     _many,
+    _marker,
     _probe,
     _queue,
     _queue_many,
@@ -70,6 +72,7 @@ __all__ = [
     "RW_READ_RELEASE",
     "RW_WRITE",
     "SCRIPTS",
+    "WATCH",
     "WRITER_HOLDS",
     "WRITER_WAITS",
     "Script",
@@ -131,6 +134,8 @@ DROP_LINES = Script(_queue.DROP_LINES)  # redlock break's alone: not loaded on e
 
 # The permissions probe of a connect (run once per node: not loaded on every connection).
 PERMISSIONS = Script(_probe.PERMISSIONS)
+# The restart quarantine's watch on a node found without marker: rare, so not loaded on every connection.
+WATCH = Script(_marker.WATCH)
 
 # The read/write lock (its readers and writer extend and release with RELEASE, EXTEND, EXTEND_MANY, FENCE).
 RW_READ = Script(_rw.RW_READ, creates=True)
