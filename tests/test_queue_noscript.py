@@ -218,37 +218,3 @@ async def test_under_a_script_flush_every_few_ms_processes_exclude_and_all_progr
     assert len(run.grants) == 6, run.grants  # every task of both processes held it
     empty: list[list[bytes]] = [[]] * len(cluster)
     assert await eventually(lambda: keys_everywhere(cluster) == empty, PROMPT), keys_everywhere(cluster)
-
-
-def test_a_release_with_no_line_publishes_nothing_and_a_later_entry_takes_the_key(cluster: Cluster) -> None:
-    """Issue 36: QUEUE_LEAVE of the holder with no line on the node deletes the key and publishes no release
-    word (no waiter of the queue needs it: one that subscribed enters after the release, and its entry
-    finds the key free and takes it); with a line whose entries all expired, the release word goes out."""
-    r = redis.Redis.from_url(cluster.urls[0])
-    keys = ("redlock:word", "redlock:word\x00queue", "redlock:word\x00waits")
-    r.script_load(QUEUE_ENTER.source)
-    r.script_load(QUEUE_LEAVE.source)
-    listener = r.pubsub()  # type: ignore[no-untyped-call]
-    listener.subscribe(keys[0])
-    assert listener.get_message(timeout=5)["type"] == "subscribe"
-
-    def words() -> list[bytes]:
-        said = []
-        while (message := listener.get_message(timeout=0.2)) is not None:
-            said.append(message["data"])
-        return said
-
-    r.set(keys[0], "h", px=10_000)
-    assert r.evalsha(QUEUE_LEAVE.sha.decode(), 3, *keys, "h") == 1  # released: no line, no word
-    assert (r.exists(keys[0]), words()) == (0, [])
-    # A waiter that subscribed before the release enters after it: the key is free, and it is its own.
-    entered: list[object] = r.evalsha(QUEUE_ENTER.sha.decode(), 3, *keys, "w", 10_000, 1, 5_000)
-    assert (entered[0], r.get(keys[0])) == (1, b"w")
-    # A line whose only entry expired: the release finds no one to grant, and says so.
-    r.evalsha(QUEUE_ENTER.sha.decode(), 3, *keys, "x", 10_000, 2, 5_000)
-    r.hset(keys[2], "x", "1 10000")  # its expiry (node ms) long past: a dead waiter's entry
-    assert r.zrange(keys[1], 0, -1) == [b"x"]
-    assert r.evalsha(QUEUE_LEAVE.sha.decode(), 3, *keys, "w") == 1
-    assert (r.exists(keys[0]), len(words())) == (0, 1)
-    listener.close()
-    r.delete(*keys)

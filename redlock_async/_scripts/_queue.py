@@ -106,9 +106,8 @@ QUEUE_LEAVE = (
 -- the key is only deleted, as RELEASE does, but no release word is published: a waiter of the
 -- queue that subscribed has entered the line, or enters after this ran and finds the key free
 -- (its QUEUE_ENTER sets it); only a client without the queue listens for it (it polls).
--- With a line whose entries all expired, the word is published. It only ever takes away what is
--- its token's: run late (sent again as EVAL after the server lost it, behind commands sent after
--- it), it does what a release
+-- With a line whose entries all expired, the word is published. It only ever takes away what is its token's: run late (sent
+-- again as EVAL after the server lost it, behind commands sent after it), it does what a release
 -- of a departed holder does, so it is always sent again (a leave that never ran kept a departed
 -- waiter in line, and the next release handed it the key for a whole ttl).
 -- KEYS[1]  the lock key (and the channel)
