@@ -102,11 +102,8 @@ return {0, time, 0, 0}
 QUEUE_LEAVE = (
     b"""
 -- A waiter or holder leaves the key's line: its entry goes, and if the key holds its token,
--- the key goes straight to the next live waiter (or, with none, is deleted). With no line at all
--- the key is only deleted, as RELEASE does, but no release word is published: a waiter of the
--- queue that subscribed has entered the line, or enters after this ran and finds the key free
--- (its QUEUE_ENTER sets it); only a client without the queue listens for it (it polls).
--- With a line whose entries all expired, the word is published. It only ever takes away what is its token's: run late (sent
+-- the key goes straight to the next live waiter (or, with none, is deleted and the release
+-- word published, as RELEASE does). It only ever takes away what is its token's: run late (sent
 -- again as EVAL after the server lost it, behind commands sent after it), it does what a release
 -- of a departed holder does, so it is always sent again (a leave that never ran kept a departed
 -- waiter in line, and the next release handed it the key for a whole ttl).
@@ -116,9 +113,10 @@ QUEUE_LEAVE = (
 -- KEYS[4]  optional: the key's fencing counter (a grant's word carries it)
 -- ARGV[1]  the token
 -- returns  1 the key held the token; 0 it did not (as RELEASE)
-if redis.call('EXISTS', KEYS[2]) == 0 then  -- no one in line (nor us): compare-and-delete, and no more
+if redis.call('EXISTS', KEYS[2]) == 0 then  -- no one in line (nor us): RELEASE's work, and no more
     if redis.call('GET', KEYS[1]) == ARGV[1] then
         redis.call('DEL', KEYS[1])
+        redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
         return 1
     end
     return 0
