@@ -39,9 +39,15 @@ def test_checker_passes_a_clean_history() -> None:
 
 @pytest.mark.slow
 async def test_minority_faults_during_contention_never_break_mutual_exclusion(faulty: Cluster) -> None:
-    """4 clients x 3 tasks contend for one fenced lock for 6 s while minorities of nodes fail."""
+    """4 clients x 3 tasks contend for one fenced lock for 6 s, and on until 200 sections (a loaded box is
+    slower; at most 30 s more), while minorities of nodes fail."""
     history = History()
     stop = time.monotonic() + 6.0
+
+    def running() -> bool:
+        now = time.monotonic()
+        return now < stop or (len(history.sections) <= 200 and now < stop + 30)
+
     rng = random.Random(7)
     faults: list[str] = []
 
@@ -52,7 +58,7 @@ async def test_minority_faults_during_contention_never_break_mutual_exclusion(fa
     kinds = itertools.chain(["wipe", "pause"], iter(lambda: rng.choice(["pause", "restart", "wipe"]), None))
 
     async def chaos() -> None:
-        while time.monotonic() < stop - 0.5:
+        while running():
             down = rng.sample(range(5), 2)  # a minority
             kind = next(kinds)
             if kind != "pause" and time.monotonic() - max(restarted) < quarantine:
@@ -72,14 +78,14 @@ async def test_minority_faults_during_contention_never_break_mutual_exclusion(fa
 
     async def client(n: int, redlock: Redlock) -> None:
         lock = redlock.lock("contended", ttl=2.0, acquire_timeout=3.0)
-        while time.monotonic() < stop:
+        while running():
             async with lock:
                 with history.section(f"client{n}", lock):
                     await asyncio.sleep(rng.uniform(0.0, 0.004))
 
     redlocks = [Redlock(faulty.urls, fencing=True, retry_delay=0.02, restart_quarantine=quarantine) for _ in range(4)]
     try:
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(60):
             await asyncio.gather(chaos(), *(client(n, redlocks[n % 4]) for n in range(12)))
     finally:
         for redlock in redlocks:
