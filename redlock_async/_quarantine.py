@@ -85,6 +85,8 @@ class Quarantine:
         n = len(self._nodes)
         self._run_ids: list[bytes | None] = [None] * n
         self._marked: list[bool | None] = [None] * n  # None: not seen yet, or the marker could not be read
+        # Per node: the server its marker named when last read (or written by us), None when none was.
+        self._named: list[bytes | None] = [None] * n
         self._seen = [False] * n
         # Per node: it restarted or lost its data since it was last marked in service, and its fencing counters
         # were not raised from the others since: they may be behind (docs/fencing.md).
@@ -138,6 +140,9 @@ class Quarantine:
             restarted=known is not None and run_id is not None and run_id != known,
             marker=state,
         )
+        replaced = self._replaced(i, node, run_id, marker)
+        if replaced:
+            seconds, suspect = self._period(), False
         if run_id is not None:
             self._run_ids[i] = run_id
         self._seen[i] = True
@@ -159,7 +164,8 @@ class Quarantine:
                 node.vouch_until = _clock.now() + VOUCH_WAIT
         else:
             self._suspects.discard(i)
-        self._sit_out(i, seconds, "" if suspect else _why(state, marker, run_id))
+        why = REPLACED if replaced else "" if suspect else _why(state, marker, run_id)
+        self._sit_out(i, seconds, why)
         if not seconds and _restarted_since_marked(state, marker, run_id):
             # Back with its data (a snapshot) longer than a quarantine ago, marked in service by no client
             # since: its counters may be the snapshot's. Raised from the others before it counts.
@@ -169,6 +175,19 @@ class Quarantine:
         if suspect and self._fresh_checked:
             self._warn_suspect(i)
         self._check_fresh()
+
+    def _replaced(self, i: int, node: Node, run_id: bytes | None, marker: Reply) -> bool:
+        """The data on node *i* is another server's: its marker names another node of ours (it was made a
+        replica of that node, which replaced its data, then a master again), or, the same server process as
+        before, it now shows a marker of another server than when last read (replicated from elsewhere).
+        The keys it held are gone, whatever its uptime says."""
+        named = marker.partition(b"/")[0] if isinstance(marker, bytes) else None
+        seen, self._named[i] = self._named[i], named
+        if named is None or run_id is None or named == run_id:
+            return False
+        others = {self._run_ids[j] for j in range(len(self._nodes)) if j != i}
+        others.update(other.server_id for other in self._nodes if other is not node)
+        return named in others or (self._run_ids[i] == run_id and named != seen)
 
     def _check_fresh(self) -> None:
         """A majority of nodes seen, none with a marker: a new cluster, whose nodes serve at once.
@@ -334,8 +353,13 @@ class Quarantine:
         self._behind[i] = False  # counters raised (or nothing to raise: a new cluster, a period's marker)
         run_id = self._run_ids[i]
         if run_id is not None and not self._read_only:  # without INFO there is no run_id to vouch for
+            self._named[i] = run_id
             # With the period it was judged under: a client with longer leases trusts it for no more.
             self._nodes[i].send(b"SET", self._marker, marker_value(run_id, self._period()))
+
+
+REPLACED = "holds another server's data (it was a replica, or loaded another's data): the keys it held are gone"
+"""Why a node whose marker names another server process it did not restart from sits out a whole period."""
 
 
 def _release(node: Node) -> None:
