@@ -37,7 +37,8 @@ def without(rules: str, command: str) -> str:
 def _servers() -> Iterator[LocalNodes]:
     rules = documented_rules()
     blind = without(rules, "info").replace("short on", "blind on", 1)
-    with LocalNodes(3, password="default-pw", acl=[rules, without(rules, "pexpire"), blind]) as nodes:
+    noscan = without(rules, "scan").replace("short on", "noscan on", 1)
+    with LocalNodes(3, password="default-pw", acl=[rules, without(rules, "pexpire"), blind, noscan]) as nodes:
         yield nodes
 
 
@@ -176,3 +177,12 @@ async def test_a_replica_seen_by_a_user_without_info_is_called_a_replica(
         assert "a replica, not a master" in texts[0], texts
         assert "not allowed" not in texts[0], texts
     assert_no_library_tasks()
+
+
+async def test_a_user_without_scan_is_refused_at_connect(nodes: LocalNodes) -> None:
+    """The fence repair SCANs the other nodes for a restarted node's counters: without SCAN that node sat out
+    for ever, and nothing said so at connect (before: connected without a word)."""
+    with pytest.raises(RedlockError, match="scan") as caught:
+        async with Redlock(urls_of(nodes, "noscan")):
+            pytest.fail("connected as a user who cannot SCAN")
+    assert all("not allowed: scan" in outcome.detail for outcome in caught.value.outcomes), caught.value.outcomes
