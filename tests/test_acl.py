@@ -38,7 +38,9 @@ def _servers() -> Iterator[LocalNodes]:
     rules = documented_rules()
     blind = without(rules, "info").replace("short on", "blind on", 1)
     noscan = without(rules, "scan").replace("short on", "noscan on", 1)
-    with LocalNodes(3, password="default-pw", acl=[rules, without(rules, "pexpire"), blind, noscan]) as nodes:
+    deaf = without(rules, "subscribe").replace("short on", "deaf on", 1)
+    acl = [rules, without(rules, "pexpire"), blind, noscan, deaf]
+    with LocalNodes(3, password="default-pw", acl=acl) as nodes:
         yield nodes
 
 
@@ -186,3 +188,22 @@ async def test_a_user_without_scan_is_refused_at_connect(nodes: LocalNodes) -> N
         async with Redlock(urls_of(nodes, "noscan")):
             pytest.fail("connected as a user who cannot SCAN")
     assert all("not allowed: scan" in outcome.detail for outcome in caught.value.outcomes), caught.value.outcomes
+
+
+async def test_a_user_without_subscribe_is_told_its_waiters_only_poll(
+    nodes: LocalNodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SUBSCRIBE runs outside scripts (the probe cannot try it): a waiter still gets the lock, at its next
+    poll; each node says once why (before: nothing said)."""
+    async with Redlock(urls_of(nodes, "deaf")) as redlock:
+        held = redlock.lock("acl:deaf", ttl=5.0)
+        assert await held.acquire(blocking=False)
+        waiter = asyncio.create_task(redlock.lock("acl:deaf", ttl=5.0).acquire(timeout=30.0))
+        await asyncio.sleep(0.2)
+        await held.release()
+        assert await waiter
+    told = [r.getMessage() for r in caplog.records if "refuses SUBSCRIBE" in r.getMessage()]
+    for node in nodes:
+        assert sum(f"redlock node 127.0.0.1:{node.port} " in t for t in told) == 1, told
+    assert all("allow +subscribe" in t for t in told)
+    assert_no_library_tasks()
