@@ -302,4 +302,6 @@ def permissions_refused(reply: Reply) -> str:
     commands = [refusal.partition(": ")[0] for refusal in refusals]
     missing = f"not allowed: {', '.join(commands)}"
     first = refusals[0].partition(": ")[2]
+    if "READONLY" in first:  # not the user's rights: a replica (whose INFO the user may not read) refuses writes
+        return server_error(f"a replica, not a master: it refuses every write ({first})")
     return server_error(f"{missing} ({first})")

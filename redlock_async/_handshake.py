@@ -27,11 +27,13 @@ too: lock keys have a ttl)."""
 @dataclass(frozen=True, slots=True)
 class Identity:
     """What the handshake learnt of the server: its run_id (None when it would not say), how many
-    replicas it has, and the eviction policy it runs under when that can evict keys ("" when not)."""
+    replicas it has, the eviction policy it runs under when that can evict keys ("" when not), and
+    whether it refused INFO ("INFO" then: none of the checks above could be made)."""
 
     run_id: bytes | None
     replicas: int
     eviction: str
+    blind: str = ""
 
 
 class ConnectError(Exception):
@@ -75,6 +77,7 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
     """What the server is; raise ConnectError if it refused us, or cannot be a voter (a replica, a
     cluster-mode node)."""
     sections: dict[bytes, bytes] = {}
+    blind = ""
     for command, reply in zip(commands, replies, strict=True):
         if command[0] == b"INFO" and isinstance(reply, bytes) and isinstance(section := command[1], bytes):
             sections[section] = reply
@@ -88,7 +91,10 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
             raise ConnectError(reply.detail.removeprefix("connection lost: "))
         if "NOAUTH" in reply.detail or "Authentication required" in reply.detail:
             raise ConnectError(f"the server wants a password: put it in the URL ({reply.detail})")
-        # CLIENT SETNAME or INFO refused (an ACL user without them): we can do without.
+        # CLIENT SETNAME or INFO refused (an ACL user without them): we can do without, but not see what
+        # the server is without INFO (said once: warn_of_setup).
+        if command[0] == b"INFO":
+            blind = "INFO"
     replication = info_fields(sections.get(b"replication", b""))
     if replication.get(b"role") == b"slave":
         master = f"{replication.get(b'master_host', b'?').decode()}:{replication.get(b'master_port', b'?').decode()}"
@@ -107,7 +113,7 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
     limited = memory.get(b"maxmemory", b"0") not in (b"0", b"")
     eviction = policy.decode(errors="replace") if limited and policy not in _SAFE_POLICIES else ""
     server = sections.get(b"server")
-    return Identity(run_id(server) if server is not None else None, replicas, eviction)
+    return Identity(run_id(server) if server is not None else None, replicas, eviction, blind)
 
 
 def warn_of_setup(name: str, identity: Identity, warned: set[str], level: int) -> None:
@@ -125,6 +131,12 @@ def warn_of_setup(name: str, identity: Identity, warned: set[str], level: int) -
             identity.eviction,
             "maxmemory-policy is %s: under memory pressure it may evict lock keys and fencing counters, letting"
             " a second holder in; set maxmemory-policy noeviction",
+        ),
+        (
+            "blind",
+            identity.blind,
+            "the user may not run %s: nothing checks that this server is a master (not a replica, not in"
+            " cluster mode), distinct from the other nodes, or when it restarted; allow +info",
         ),
     )
     for kind, value, text in warnings:

@@ -101,3 +101,15 @@ def server_info(reply: Reply) -> tuple[bytes | None, float | None, int | None]:
         elif key == b"server_time_usec":
             now = integer(value.strip())
     return run_id, uptime, now
+
+
+def data_replaced(
+    named: bytes | None, seen: bytes | None, run_id: bytes | None, known: bytes | None, others: set[bytes | None]
+) -> bool:
+    """The data on a node is another server's: its marker names (*named*) another node of ours (*others*:
+    it was made a replica of that node, which replaced its data, then a master again), or, the same server
+    process as before (*run_id* is the *known* one), it now shows a marker of another server than when last
+    read (*seen*: replicated from elsewhere). The keys it held are gone, whatever its uptime says."""
+    if named is None or run_id is None or named == run_id:
+        return False
+    return named in others or (known == run_id and named != seen)

@@ -365,6 +365,9 @@ class Node:
                 outbox.resend(fallback, receiver, index)
                 continue
             receiver.deliver(index, reply)
+            if type(reply) is Failure and "READONLY" in reply.detail:  # made a replica: the handshake says so
+                self._broken(ConnectionError(f"the server became a replica ({reply.detail})"))
+                return
         outbox.load.answered(_clock.now())
         if outbox.idle is not None and not inflight and not outbox.pending:
             outbox.answered()  # aclose() may close now
@@ -388,11 +391,8 @@ class Node:
             outbox.wakeup.set()
 
     def _preload_scripts(self) -> None:
-        """Load our scripts first thing on a new connection, so EVALSHA finds them.
-
-        Without it, a burst of EVALSHAs to a fresh or restarted server all miss
-        and all fall back to EVAL with the full source.
-        """
+        """Load our scripts first thing on a new connection, so EVALSHA finds them (without it, a burst of
+        EVALSHAs to a fresh or restarted server all miss and all fall back to EVAL with the full source)."""
         if not self._scripts:
             return
         preload: list[Entry] = [

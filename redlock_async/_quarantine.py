@@ -43,6 +43,7 @@ from redlock_async import _clock
 from redlock_async._algorithm import Marker, sit_out
 from redlock_async._fence_repair import Repair, Repairs
 from redlock_async._markers import (
+    data_replaced,
     integer,
     lost,
     marker_state,
@@ -101,6 +102,8 @@ class Quarantine:
         n = len(self._nodes)
         self._run_ids: list[bytes | None] = [None] * n
         self._marked: list[bool | None] = [None] * n  # None: not seen yet, or the marker could not be read
+        # Per node: the server its marker named when last read (or written by us), None when none was.
+        self._named: list[bytes | None] = [None] * n
         self._seen = [False] * n
         # Per node: it restarted or lost its data since it was last marked in service, and its fencing counters
         # were not raised from the others since: they may be behind (docs/fencing.md).
@@ -162,6 +165,9 @@ class Quarantine:
             marker=state,
             watched=watched_for(since, node_time),
         )
+        replaced = self._replaced(i, node, run_id, marker)
+        if replaced:
+            seconds, suspect = self._period(), False
         if run_id is not None:
             self._run_ids[i] = run_id
         self._seen[i] = True
@@ -186,7 +192,8 @@ class Quarantine:
                 node.vouch_until = _clock.now() + VOUCH_WAIT
         else:
             self._suspects.discard(i)
-        self._sit_out(i, seconds, "" if suspect else why_out(state, marker, run_id))
+        why = REPLACED if replaced else "" if suspect else why_out(state, marker, run_id)
+        self._sit_out(i, seconds, why)
         if not seconds and (state is Marker.WATCHED or restarted_since_marked(state, marker, run_id)):
             # Its watch ran out, or it is back with its data (a snapshot) longer than a quarantine ago, marked
             # in service by no client since: its counters may be behind; raised from the others before it counts.
@@ -199,6 +206,14 @@ class Quarantine:
             if suspect:
                 self._warn_suspect(i)
         self._check_fresh()
+
+    def _replaced(self, i: int, node: Node, run_id: bytes | None, marker: Reply) -> bool:
+        """The data on node *i* is another server's (see `data_replaced`); remembers whom its marker names."""
+        named = marker.partition(b"/")[0] if isinstance(marker, bytes) else None
+        seen, self._named[i] = self._named[i], named
+        others = {self._run_ids[j] for j in range(len(self._nodes)) if j != i}
+        others.update(other.server_id for other in self._nodes if other is not node)
+        return data_replaced(named, seen, run_id, self._run_ids[i], others)
 
     def _check_fresh(self) -> None:
         """Every node answered, none with a marker: a new cluster, whose nodes serve at once.
@@ -406,8 +421,13 @@ class Quarantine:
         self._behind[i] = False  # counters raised (or nothing to raise: a new cluster, a period's marker)
         run_id = self._run_ids[i]
         if run_id is not None and not self._read_only:  # without INFO there is no run_id to vouch for
+            self._named[i] = run_id
             # With the period it was judged under: a client with longer leases trusts it for no more.
             self._nodes[i].send(b"SET", self._marker, marker_value(run_id, self._period()))
+
+
+REPLACED = "holds another server's data (it was a replica, or loaded another's data): the keys it held are gone"
+"""Why a node whose marker names another server process it did not restart from sits out a whole period."""
 
 
 def _release(node: Node) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from redlock_async import Redlock, RedlockError
-from redlock_async.testing import LocalNodes
+from redlock_async.testing import LocalNode, LocalNodes
 
 from .conftest import assert_no_library_tasks
 
@@ -36,7 +36,11 @@ def without(rules: str, command: str) -> str:
 @pytest.fixture(scope="module")
 def _servers() -> Iterator[LocalNodes]:
     rules = documented_rules()
-    with LocalNodes(3, password="default-pw", acl=[rules, without(rules, "pexpire")]) as nodes:
+    blind = without(rules, "info").replace("short on", "blind on", 1)
+    noscan = without(rules, "scan").replace("short on", "noscan on", 1)
+    deaf = without(rules, "subscribe").replace("short on", "deaf on", 1)
+    acl = [rules, without(rules, "pexpire"), blind, noscan, deaf]
+    with LocalNodes(3, password="default-pw", acl=acl) as nodes:
         yield nodes
 
 
@@ -137,4 +141,69 @@ async def test_a_user_short_of_a_command_the_scripts_call_is_refused_at_connect(
     assert all("pexpire" in outcome.detail for outcome in caught.value.outcomes)
     for node in nodes:
         assert node.command("KEYS", "*probe*") == []  # the probe left nothing
+    assert_no_library_tasks()
+
+
+async def test_a_user_without_info_is_told_what_goes_unchecked(
+    nodes: LocalNodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without INFO nothing sees a replica, a cluster-mode node, one server listed twice or a restart: before,
+    it was used without a word."""
+    async with Redlock(urls_of(nodes, "blind")) as redlock:
+        lock = redlock.lock("acl:blind", ttl=5.0)
+        assert await lock.acquire(blocking=False)
+        await lock.release()
+    told = [r.getMessage() for r in caplog.records if "may not run INFO" in r.getMessage()]
+    assert len(told) == 3, told  # once per node
+    for node in nodes:
+        assert sum(f"redlock node 127.0.0.1:{node.port}:" in t for t in told) == 1, told
+    assert all("allow +info" in t for t in told)
+    assert_no_library_tasks()
+
+
+async def test_a_replica_seen_by_a_user_without_info_is_called_a_replica(
+    nodes: LocalNodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The handshake cannot see the role without INFO; the probe's writes are refused READONLY: that is a
+    replica, not a missing right (before: 'not allowed: set, pexpire, del, ...')."""
+    first = nodes.nodes[0]
+    rules = [without(documented_rules(), "info").replace("short on", "blind on", 1)]
+    args = ("--replicaof", "127.0.0.1", str(first.port), "--masterauth", "default-pw")
+    with LocalNode(password="default-pw", acl=rules, server_args=args) as replica:
+        urls = [url.replace("redis://", f"redis://blind:{PASSWORD}@") for url in [replica.url, *nodes.urls[1:]]]
+        async with Redlock(urls):
+            pass  # connected, and probed, on entry
+        texts = [r.getMessage() for r in caplog.records if "refuses what the lock scripts run" in r.getMessage()]
+        assert len(texts) == 1, texts
+        assert f"127.0.0.1:{replica.port}" in texts[0]
+        assert "a replica, not a master" in texts[0], texts
+        assert "not allowed" not in texts[0], texts
+    assert_no_library_tasks()
+
+
+async def test_a_user_without_scan_is_refused_at_connect(nodes: LocalNodes) -> None:
+    """The fence repair SCANs the other nodes for a restarted node's counters: without SCAN that node sat out
+    for ever, and nothing said so at connect (before: connected without a word)."""
+    with pytest.raises(RedlockError, match="scan") as caught:
+        async with Redlock(urls_of(nodes, "noscan")):
+            pytest.fail("connected as a user who cannot SCAN")
+    assert all("not allowed: scan" in outcome.detail for outcome in caught.value.outcomes), caught.value.outcomes
+
+
+async def test_a_user_without_subscribe_is_told_its_waiters_only_poll(
+    nodes: LocalNodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SUBSCRIBE runs outside scripts (the probe cannot try it): a waiter still gets the lock, at its next
+    poll; each node says once why (before: nothing said)."""
+    async with Redlock(urls_of(nodes, "deaf")) as redlock:
+        held = redlock.lock("acl:deaf", ttl=5.0)
+        assert await held.acquire(blocking=False)
+        waiter = asyncio.create_task(redlock.lock("acl:deaf", ttl=5.0).acquire(timeout=30.0))
+        await asyncio.sleep(0.2)
+        await held.release()
+        assert await waiter
+    told = [r.getMessage() for r in caplog.records if "refuses SUBSCRIBE" in r.getMessage()]
+    for node in nodes:
+        assert sum(f"redlock node 127.0.0.1:{node.port} " in t for t in told) == 1, told
+    assert all("allow +subscribe" in t for t in told)
     assert_no_library_tasks()

@@ -41,6 +41,7 @@ class ProbedNode(FakeNode):
     run_id: bytes = b""
     uptime: float = 1000.0
     marker: bytes | None = None
+    server_id: bytes | None = None  # a Node's: the run_id its handshake read (None: not connected here)
 
     def __post_init__(self) -> None:
         if self.respond is None:

@@ -5,6 +5,7 @@ to list instead; a master with replicas is used, with one warning that names it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import time
@@ -17,7 +18,7 @@ from redlock_async._algorithm import Vote
 from redlock_async._wire import error_reply
 from redlock_async.testing import LocalNode, LocalNodes
 
-from .conftest import assert_no_library_tasks
+from .conftest import assert_no_library_tasks, mark_in_service
 
 
 @pytest.fixture
@@ -59,6 +60,8 @@ async def test_a_replica_is_refused_as_a_voter_in_words(masters: LocalNodes, cap
     first = masters.nodes[0]
     with LocalNode(server_args=("--replicaof", "127.0.0.1", str(first.port))) as replica:
         wait_for_link(replica)
+        for node in masters.nodes[1:]:
+            mark_in_service(node)  # a cluster met with a node refused is not known to be new: one in service
         urls = [replica.url, *masters.urls[1:]]
         async with Redlock(urls, acquire_timeout=0.2, auto_extend=False) as redlock:
             lock = redlock.lock("roles:replica", ttl=5.0)
@@ -109,6 +112,8 @@ async def test_a_cluster_mode_node_is_refused_in_words(caplog: pytest.LogCapture
         LocalNodes(2) as standalone,
     ):
         clustered.command("CLUSTER", "ADDSLOTS", *range(16384))  # every slot served (ADDSLOTSRANGE is 7.0+)
+        for node in standalone.nodes:
+            mark_in_service(node)  # a cluster met with a node refused is not known to be new: one in service
         urls = [clustered.url, *standalone.urls]
         async with Redlock(urls, acquire_timeout=0.2, auto_extend=False) as redlock:
             lock = redlock.lock("roles:cluster", ttl=5.0)
@@ -160,3 +165,49 @@ async def test_a_policy_that_can_evict_lock_keys_warns_once_per_node(
     assert f"127.0.0.1:{evicting.port}" in texts[0]
     assert policy in texts[0]
     assert "noeviction" in texts[0]
+
+
+async def until_connected(redlock: Redlock, index: int) -> None:
+    """Use *redlock* until its connection to node *index* is up again (bounded)."""
+    deadline = time.monotonic() + 20.0
+    while not redlock.statistics().nodes[index].connected:
+        assert time.monotonic() < deadline, f"node {index} never connected again"
+        lock = redlock.lock("roles:scratch", ttl=30.0)
+        if await lock.acquire(blocking=False):
+            await lock.release()
+        await asyncio.sleep(0.05)
+
+
+async def test_a_voter_made_a_replica_in_use_says_so_then_sits_out_as_a_master_again(
+    masters: LocalNodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """REPLICAOF on a node in use keeps the clients' connections. Before: its votes were READONLY errors and
+    nothing said why; once a master again (REPLICAOF NO ONE) it counted at once, holding its master's data,
+    so a lock held on the other two nodes went to a second client on that master and this node."""
+    first, _, third = masters.nodes
+    async with Redlock(masters.urls, auto_extend=False) as holder, Redlock(masters.urls) as other:
+        await holder.connect()
+        await other.connect()
+        lock = holder.lock("roles:moved", ttl=30.0)
+        assert await lock.acquire(blocking=False)
+        first.command("DEL", "redlock:roles:moved")  # held on the second and third nodes only
+
+        third.command("REPLICAOF", "127.0.0.1", str(first.port))
+        wait_for_link(third)
+        probe = other.lock("roles:scratch", ttl=30.0)
+        assert await probe.acquire(blocking=False)  # the two masters decide; the third answers READONLY
+        await probe.release()
+        name = f"127.0.0.1:{third.port}"
+        deadline = time.monotonic() + 20.0
+        while not any(name in t and "became a replica" in t for t in warnings_of(caplog)):
+            assert time.monotonic() < deadline, warnings_of(caplog)
+            await asyncio.sleep(0.05)
+
+        third.command("REPLICAOF", "NO", "ONE")  # a master again, with the first node's data
+        await until_connected(other, 2)
+        assert other.statistics().nodes[2].quarantined
+        rival = other.lock("roles:moved", ttl=30.0)
+        assert not await rival.acquire(blocking=False), "a second holder, on the first node and the third"
+        assert lock.held
+        await lock.release()
+    assert_no_library_tasks()

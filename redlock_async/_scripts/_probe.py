@@ -1,5 +1,6 @@
-"""Lua of the permissions probe: every command the lock scripts call, on probe keys, so that a connect
-proves what the user may run (an ACL applies to each command a script calls, not to the script)."""
+"""Lua of the permissions probe: every command the lock scripts call (and the fence repair's MGET and SCAN),
+on probe keys, so that a connect proves what the user may run (an ACL applies to each command a script
+calls, not to the script)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,10 @@ try('ZPOPMIN', KEYS[4])
 try('ZREM', KEYS[4], 'probe')
 try('SET', KEYS[5], '1', 'PX', 1000)
 try('GET', KEYS[5])
+-- Not called by a script, but by the fence repair (a restarted node's counters, read from the
+-- others) and inspection: without them a restarted node would sit out for ever.
+try('MGET', KEYS[5])
+try('SCAN', '0', 'MATCH', KEYS[5], 'COUNT', 1)
 try('PEXPIRE', KEYS[5], 1000)
 try('DEL', KEYS[5])
 redis.pcall('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
