@@ -39,6 +39,7 @@ from .conftest import (
     free_port,
     holders,
     lock_keys,
+    mark_in_service,
     refusing_server,
 )
 
@@ -400,6 +401,8 @@ async def test_status_writes_nothing_to_any_node(faulty: Cluster) -> None:
 
 
 async def test_status_is_unknown_when_the_silent_nodes_could_make_a_majority(faulty: Cluster) -> None:
+    for i in range(len(faulty)):
+        mark_in_service(faulty[i])  # a cluster in service (one met new with nodes down is not known to be new)
     for i in (0, 1):  # a holder on 2 of 5 nodes, 2 nodes down: 2 + 2 could be a majority
         faulty[i].command("SET", "redlock:split", "someone", "PX", 60_000)
     faulty[3].kill()
@@ -409,6 +412,7 @@ async def test_status_is_unknown_when_the_silent_nodes_could_make_a_majority(fau
     assert "verdict: unknown" in out
     # One node silent and the holder on one: 1 + 1 cannot make a majority: free.
     faulty[3].restart()
+    mark_in_service(faulty[3])  # as a client does once its quarantine is over
     faulty[1].command("DEL", "redlock:split")
     code, out, _ = await redlock_status(faulty.urls, "split")
     assert code == 0, out
@@ -416,6 +420,8 @@ async def test_status_is_unknown_when_the_silent_nodes_could_make_a_majority(fau
 
 
 async def test_status_keeps_logs_out_of_its_table_and_says_each_error_once(cluster: Cluster) -> None:
+    for i in (0, 1):
+        mark_in_service(cluster[i])  # a cluster in service (one met new with a node down is not known to be new)
     dead = f"redis://127.0.0.1:{free_port()}"
     code, out, err = await redlock_status([*cluster.urls[:2], dead], "table")
     assert code == 0, out  # 2 of 3 answered, free: no one can hold a majority
