@@ -117,9 +117,9 @@ async def test_a_suspects_yes_waits_for_its_recheck(marked: bool) -> None:
 
 async def test_a_suspects_yes_is_held_no_longer_than_its_recheck_may_take() -> None:
     nodes, futures = fake_nodes(), replies()
+    started = time.monotonic()  # before the hold's end is set from the clock: it ends 0.1 s after this at the soonest
     _suspect(nodes[0], vouch_for=0.1)
     ballot = Ballot.of(nodes, futures, vote_of_set, timeout=0.02)
-    started = time.monotonic()
     for i in range(3):
         futures[i].set_result(b"OK")
     for i in (3, 4):
