@@ -43,21 +43,44 @@ _reaper: subprocess.Popen[bytes] | None = None
 _owner = 0  # the pid that started it: a forked child must start its own
 
 
-def _tell(line: str) -> None:
+def _started() -> subprocess.Popen[bytes]:
+    """The reaper of this process, started if need be (call with _lock held)."""
     global _reaper, _owner
+    if _reaper is None or _owner != os.getpid() or _reaper.poll() is not None:
+        _reaper = subprocess.Popen(
+            [sys.executable, "-c", _SCRIPT],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        _owner = os.getpid()
+    return _reaper
+
+
+def _tell(line: str) -> None:
     with _lock:
-        if _reaper is None or _owner != os.getpid() or _reaper.poll() is not None:
-            _reaper = subprocess.Popen(
-                [sys.executable, "-c", _SCRIPT],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            _owner = os.getpid()
-        assert _reaper.stdin is not None
-        _reaper.stdin.write(line.encode() + b"\n")
-        _reaper.stdin.flush()
+        reaper = _started()
+        assert reaper.stdin is not None
+        reaper.stdin.write(line.encode() + b"\n")
+        reaper.stdin.flush()
+
+
+def pipe() -> int:
+    """The reaper's pipe (started if need be), for a child to name its own group on before it runs
+    (:func:`watch_own_group`): a command killed with this process in the moment it starts is ended too."""
+    with _lock:
+        reaper = _started()
+        assert reaper.stdin is not None
+        reaper.stdin.flush()
+        return reaper.stdin.fileno()
+
+
+def watch_own_group(fd: int) -> None:
+    """In a child, before exec (its process group its own): have the reaper kill its group if this process
+    ends before :func:`forget_group`. One short write, atomic on a pipe; then the child's copy is closed."""
+    os.write(fd, b"group %d\n" % os.getpgid(0))
+    os.close(fd)
 
 
 def watch_group(pgid: int) -> None:

@@ -126,8 +126,15 @@ async def run_command(
                 try:
                     # A process group of its own: what the command starts (a script's `sleep`) is
                     # signalled, and ended, with it.
+                    # The child names its group to the reaper itself, before it runs: a SIGKILL of
+                    # redlock while it starts (before watch_group below) leaves none of it behind.
+                    reaper = _reaper.pipe()
                     process = await asyncio.create_subprocess_exec(
-                        *cmd, env=env, process_group=0, preexec_fn=functools.partial(_die_with_parent, os.getpid())
+                        *cmd,
+                        env=env,
+                        process_group=0,
+                        pass_fds=(reaper,),
+                        preexec_fn=functools.partial(_prepare_child, os.getpid(), reaper),
                     )
                 except OSError as exc:
                     print(f"redlock: cannot run {cmd[0]}: {exc.strerror or exc}", file=sys.stderr)
@@ -211,6 +218,12 @@ async def waiting_note(lock: Lock, what: str, wait: float) -> AsyncIterator[None
         elif shown and not interrupted:
             outcome = "acquired" if lock.held else "gave up on"
             say(f"redlock: {outcome} {what} after {_clock.now() - began:.1f} s\n")
+
+
+def _prepare_child(parent: int, reaper: int) -> None:
+    """In the child, before exec: its group watched by the reaper, and it killed when redlock dies."""
+    _reaper.watch_own_group(reaper)
+    _die_with_parent(parent)
 
 
 def _die_with_parent(parent: int) -> None:
