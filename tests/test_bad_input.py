@@ -41,6 +41,7 @@ from .conftest import (
     assert_no_library_tasks,
     client_connections,
     lock_keys,
+    mark_in_service,
     one_node,
     own_server,
     refusing_server,
@@ -338,6 +339,8 @@ async def test_a_node_that_is_not_redis_is_a_failed_vote_with_its_reason(
     how: str, cluster: Cluster, make_redlock: MakeRedlock
 ) -> None:
     real = [cluster[i] for i in range(3)]
+    for node in real:
+        mark_in_service(node)  # in service: a cluster met with nodes that never answer is not known to be new
     before = [client_connections(node) for node in real]
     async with fake_nodes(how, 3) as fakes:
         # A minority of such nodes: the lock works on the others.
