@@ -290,6 +290,7 @@ async def test_acquire_extend_release_arguments(cluster: Cluster, make_redlock: 
 
 
 async def test_the_largest_ttl_works_on_real_nodes(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    cluster.flush()  # a new cluster (no marker), as the longest period trusts no marker of a shorter one
     redlock = await make_redlock(ttl=9007199254740.0)
     lock = redlock.lock("for-ages")
     assert await lock.acquire(blocking=False), lock.outcomes
@@ -369,6 +370,7 @@ async def test_a_node_that_is_not_redis_is_a_failed_vote_with_its_reason(
 
 
 async def test_status_names_nodes_that_are_not_redis(cluster: Cluster) -> None:
+    cluster.flush()  # no marker: beside nodes that never answer, a cluster not known to be new
     async with fake_nodes("http", 3) as fakes:
         nodes = ",".join([*cluster.urls[:2], *(f.url for f in fakes)])
         process = await asyncio.create_subprocess_exec(

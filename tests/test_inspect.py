@@ -124,6 +124,7 @@ async def answered(reader: Redlock, name: str, index: int, within: float = 3.0) 
 
 async def test_inspect_writes_nothing_even_from_a_redlock_that_never_connected(cluster: Cluster) -> None:
     """On nodes no client ever marked: inspection adds no marker, no key, no write, no script."""
+    cluster.flush()  # (the fixture marks them in service)
     assert keyspace(cluster) == [(0, [])] * len(cluster)
     before = command_calls(cluster)
     async with reader_of(cluster.urls) as reader:  # never connected: inspect is its first use
