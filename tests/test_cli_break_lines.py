@@ -179,15 +179,16 @@ async def test_with_no_holder_left_it_drops_a_dead_waiters_line(
     outlives the lease). The next acquire would hand it the lock for 60 s: break offers to drop the lines,
     though no one holds the name. On main: "nothing to break", and the fresh client was refused."""
     name = f"no-holder-{kind}"
-    # A 3 s lease: its watchdog keeps it under CI's load (with 1 s, the holder lost it and the waiter took
-    # the lock instead of staying in line: TimeoutError, rw); it runs out 3 s after the kill.
-    async with child(cluster, kind, "hold", name, ttl=3.0) as holder, child(cluster, kind, "wait", name) as waiter:
+    # A 6 s lease: its watchdog keeps it under CI's load (with 1 s, and once with 3 s, the holder lost it and
+    # the waiter took the lock instead of staying in line: TimeoutError, rw, semaphore); it runs out 6 s after
+    # the kill.
+    async with child(cluster, kind, "hold", name, ttl=6.0) as holder, child(cluster, kind, "wait", name) as waiter:
         await until(lambda: in_line(cluster, line_key(kind, name)) == [1] * len(cluster), 30)
         kill(waiter)
         kill(holder)
         await waiter.wait()
         await holder.wait()
-    await asyncio.sleep(3.2)  # the holder's lease runs out: no one holds the name
+    await asyncio.sleep(6.2)  # the holder's lease runs out: no one holds the name
     code, out, err = await redlock_break(cluster.urls, name, "--yes")
     assert code == 0, out + err
     assert "no one holds" in out
