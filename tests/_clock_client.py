@@ -2,8 +2,8 @@
 
 ``python tests/_clock_client.py ROLE NAME TTL SECONDS GUARD URL...``
 
-* ``hold``: takes the lock in ``async with`` and keeps it (the watchdog extends it) for *SECONDS*,
-  or until it is lost.
+* ``hold``: takes the lock in ``async with`` and keeps it (the watchdog extends it) until the parent
+  writes a line to its stdin (the faults are in), then *SECONDS* more, or until it is lost.
 * ``contend``: first takes and releases another lock (so it has talked to every node: its clock guard
   has a reading of each), then tries the lock again and again for *SECONDS*, holding it 50 ms each time.
 
@@ -53,6 +53,7 @@ async def main(role: str, name: str, ttl: float, seconds: float, guard: bool, ur
                     with history.section("holder", lock):
                         await answered(redlock)
                         say(event="ready")
+                        await asyncio.to_thread(sys.stdin.readline)  # the parent's faults are in
                         await asyncio.sleep(seconds)
             except LockLost:
                 pass

@@ -35,8 +35,8 @@ pytestmark = needs_faketime
 CHILD = str(Path(__file__).with_name("_clock_client.py"))
 TTL = 3.0  # the watchdog extends 2 s after the grant: the holder's next look at the nodes
 RUN = 3.5  # seconds the contender runs once ready
-HOLD = 2 * TTL + 0.5  # seconds the holder runs once ready: past two of its extensions, so that one comes after
-# the faults even when the contender's start (a process, its imports, a warm-up lock) took seconds (CI's load)
+HOLD = TTL + 1.0  # seconds the holder runs once the faults are in (it is told on stdin): past one extension,
+# however long the contender took to start (a process, its imports, a warm-up lock: seconds under CI's load)
 NODE_TIMEOUT = 0.05  # the default: the longest a round trip is waited for
 
 
@@ -90,7 +90,7 @@ async def answered(redlock: Any) -> None:
 async def spawn(role: str, name: str, guard: bool, urls: list[str]) -> Child:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, CHILD, role, name, str(TTL), str(HOLD if role == "hold" else RUN), "1" if guard else "0", *urls,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     child = Child(proc)
     await child.ready()
@@ -111,6 +111,9 @@ async def fault_run(nodes: LocalNodes, fault: str, faulty: int, *, guard: bool =
                 await asyncio.to_thread(node.clock.step, 60.0)
             else:
                 await asyncio.to_thread(node.clock.run_at, 4.0)
+        assert holder.proc.stdin is not None
+        holder.proc.stdin.write(b"faulted\n")  # the holder holds HOLD seconds from now
+        await holder.proc.stdin.drain()
         await asyncio.gather(holder.finish(), contender.finish())
     finally:
         for child in children:

@@ -103,10 +103,13 @@ async def test_run_shared_commands_run_together_and_exclusive_alone(cluster: Clu
     assert [code for code, _, _ in results] == [0, 0, 0], results
     spans = [tuple(map(float, out.split())) for _, out, _ in results]
     assert max(start for start, _ in spans) < min(end for _, end in spans), spans  # all three at once
-    # A reader that says when its command runs (under load a CLI process takes a second to start):
-    # the writer comes once it does, and finds the lock held.
-    started = tmp_path / "reading"
-    body = f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(2)"
+    # A reader that says when its command runs (under load a CLI process takes a second to start) and
+    # reads until the writer has come and gone (at most 30 s): the writer finds the lock held.
+    started, written = tmp_path / "reading", tmp_path / "writer-done"
+    body = (
+        f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); give_up = time.monotonic() + 30\n"
+        f"while not pathlib.Path({str(written)!r}).exists() and time.monotonic() < give_up: time.sleep(0.01)"
+    )
     reading = asyncio.ensure_future(await_cli(cluster, "run", "doc", "--shared", "--", PY, "-c", body))
     try:
         assert await eventually(started.exists, 30.0)
@@ -114,6 +117,7 @@ async def test_run_shared_commands_run_together_and_exclusive_alone(cluster: Clu
         assert code == EXIT_NOT_ACQUIRED, err
         assert "held elsewhere by readers or a writer" in err
     finally:
+        written.touch()
         read = await reading  # the reader's process ends here whatever the outcome: nothing leaks into later tests
     assert read[0] == 0, read
     code, out, err = await cli(
