@@ -11,10 +11,8 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
-from redlock_async._cluster import Cluster
-from redlock_async._names import canonical_names
-from redlock_async._reentry import Reentries
-from redlock_async._settings import Settings, check_duration
+from redlock_async._core import Reentries, Settings, canonical_names, check_duration
+from redlock_async._shared import Cluster
 from redlock_async._synchronized import OnBusy, check_call, decorate_async
 from redlock_async.election import Election
 from redlock_async.errors import LockLost

@@ -14,15 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, final
 
-from redlock_async._names import Name, check_owner, rw_writer_key
-from redlock_async._rw_queued import QueuedReader, QueuedWriter
-from redlock_async._rw_strategies import Reader, Writer
-from redlock_async._settings import Settings
+from redlock_async._core import Name, Settings, check_owner, rw_writer_key
+from redlock_async._rw import QueuedReader, QueuedWriter, Reader, Writer
 from redlock_async.errors import LockLost
 from redlock_async.lock import Lock
 
 if TYPE_CHECKING:
-    from redlock_async._cluster import Cluster
+    from redlock_async._shared import Cluster
 
 __all__ = ["ReadWriteLock", "WriteLock"]
 

@@ -14,9 +14,10 @@ import time
 
 import pytest
 
-from redlock_async import Redlock, _quarantine
-from redlock_async._algorithm import UPTIME_SLACK, Vote
-from redlock_async._markers import marker_value
+from redlock_async import Redlock
+from redlock_async._core._algorithm import UPTIME_SLACK, Vote
+from redlock_async._health import _quarantine
+from redlock_async._health._markers import marker_value
 from redlock_async.testing import History, LocalNodes, Proxy
 
 from .conftest import Cluster, acquire_on_first_three, eventually

@@ -16,8 +16,8 @@ import math
 import pytest
 
 from redlock_async import Redlock
-from redlock_async._algorithm import Vote
-from redlock_async._markers import marker_value
+from redlock_async._core._algorithm import Vote
+from redlock_async._health._markers import marker_value
 
 from .conftest import Cluster, eventually
 

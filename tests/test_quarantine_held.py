@@ -17,9 +17,10 @@ from collections.abc import Callable
 import anyio
 import pytest
 
-from redlock_async import Redlock, _quarantine
-from redlock_async._algorithm import Vote
-from redlock_async._markers import marker_value
+from redlock_async import Redlock
+from redlock_async._core._algorithm import Vote
+from redlock_async._health import _quarantine
+from redlock_async._health._markers import marker_value
 
 from .conftest import Cluster, eventually
 

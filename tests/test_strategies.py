@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-from redlock_async import _clock
-from redlock_async._algorithm import Vote
-from redlock_async._lease import Phase
+from redlock_async._core import _clock
+from redlock_async._core._algorithm import Vote
+from redlock_async._lock._strategies import Many, Permit, Queued, Words
+from redlock_async._nodes._wire import Reply
+from redlock_async._rounds._lease import Phase
 from redlock_async._scripts import ACQUIRE_ALL
-from redlock_async._strategies import Many, Permit, Queued, Words
-from redlock_async._wire import Reply
 from redlock_async.lock import Lock
 from redlock_async.semaphore import Semaphore
 

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Self, TypeVar, final,
 
 from redis.asyncio import Redis
 
-from redlock_async._deprecated import keyword_timeout
-from redlock_async._settings import Settings
+from redlock_async._core import Settings, keyword_timeout
 from redlock_async._synchronized import OnBusy, check_call, decorate_sync
 from redlock_async.client import Redlock as AsyncRedlock
 from redlock_async.election import Election as AsyncElection
