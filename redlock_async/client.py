@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 from redlock_async._core import Settings, renamed
 from redlock_async._makers import Makers
-from redlock_async._shared import Connections, keys_of, require_asyncio
+from redlock_async._shared import Cluster, Connections, keys_of, require_asyncio
 from redlock_async.events import OnEvent, as_hook
 from redlock_async.inspection import LockInfo
 from redlock_async.statistics import RedlockStatistics
@@ -175,3 +175,8 @@ def _max_unanswered(value: int, old: int | None) -> int:
         return value
     renamed("Redlock(max_queued=)", "Redlock(max_unanswered=)", stacklevel=4)
     return old
+
+
+def cluster_of(redlock: Redlock) -> Cluster:
+    """What the locks of *redlock* share, its nodes among it (for ``redlock_async.testing``); reads no node."""
+    return redlock._connections.cluster

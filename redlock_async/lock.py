@@ -352,6 +352,16 @@ class Lock:
         return self.name
 
 
+def cluster_of(lock: Lock) -> Cluster:
+    """What *lock* shares with the other locks of its Redlock (for ``redlock_async.testing``); reads no node."""
+    return lock._cluster
+
+
+def strategy_of(lock: Lock) -> Strategy:
+    """How *lock* is taken (for ``redlock_async.testing``); reads no node."""
+    return lock._strategy
+
+
 def nested_acquire(lock: Lock, holder: object) -> NestedAcquire | None:
     """The NestedAcquire for *holder* (a task; a thread of the blocking API) asking *lock* for what it holds
     inside ``async with`` of the same Redlock (the blocking API's ``with`` or ``acquire()``), None when it

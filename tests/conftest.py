@@ -33,6 +33,7 @@ from redlock_async._nodes._endpoint import endpoint_for
 from redlock_async._nodes._node import Node as LibraryNode
 from redlock_async.testing import LocalNode, LocalNodes, faketime_library
 from redlock_async.testing._docker import DockerNodes, docker_unavailable
+from redlock_async.testing._inside import cluster_of
 
 NODES = 5
 
@@ -274,7 +275,7 @@ async def acquire_on_first_three(nodes: Any, lock: Lock, key: str) -> None:
     # An early majority (0, 1, 2) leaves 3 and 4 unanswered: their SET NX must be refused before the DEL,
     # or it sets the key after (CI, uvloop: the key was on 0, 1, 2 and 3).
     async with asyncio.timeout(10):
-        while any(node.unanswered for node in lock._cluster.nodes):
+        while any(node.unanswered for node in cluster_of(lock).nodes):
             await asyncio.sleep(0.005)
     for i in (3, 4):
         nodes[i].command("DEL", key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -440,3 +441,8 @@ class Election:
         finally:
             if not runtime.closed:
                 runtime.call(stop)
+
+
+def loop_of(redlock: Redlock) -> asyncio.AbstractEventLoop:
+    """The event loop *redlock*'s locks run on, in its background thread (for ``redlock_async.testing``)."""
+    return redlock._runtime.portal().loop
