@@ -50,6 +50,7 @@ from redlock_async._core._names import (
     rw_writer_key,
     semaphore_keys,
 )
+from redlock_async._core._options import ElectionOptions, LeaseOptions, LockOptions, check_options, overrides
 from redlock_async._core._reentry import Hold, Reentries
 from redlock_async._core._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
 
@@ -63,9 +64,12 @@ __all__ = [
     "WON",
     "YES",
     "ClockFault",
+    "ElectionOptions",
     "Held",
     "Hold",
+    "LeaseOptions",
     "Line",
+    "LockOptions",
     "Marker",
     "Name",
     "Reentries",
@@ -76,6 +80,7 @@ __all__ = [
     "algorithm",
     "canonical_names",
     "check_duration",
+    "check_options",
     "check_owner",
     "clock",
     "complete",
@@ -86,6 +91,7 @@ __all__ = [
     "judge_clock",
     "keyword_timeout",
     "lot",
+    "overrides",
     "patience",
     "quorum",
     "reader_key",
