@@ -34,6 +34,9 @@ class Identity:
     replicas: int
     eviction: str
     blind: str = ""
+    promoted: bool = False
+    """It was a replica since it started (a failover promoted it, or REPLICAOF NO ONE): its data is what it
+    had received from its old master, which may lack keys that master granted (``promoted``)."""
 
 
 class ConnectError(Exception):
@@ -113,7 +116,15 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
     limited = memory.get(b"maxmemory", b"0") not in (b"0", b"")
     eviction = policy.decode(errors="replace") if limited and policy not in _SAFE_POLICIES else ""
     server = sections.get(b"server")
-    return Identity(run_id(server) if server is not None else None, replicas, eviction, blind)
+    return Identity(run_id(server) if server is not None else None, replicas, eviction, blind, promoted(replication))
+
+
+def promoted(replication: dict[bytes, bytes]) -> bool:
+    """Whether INFO replication shows a master that was a replica since it started: it keeps its old
+    master's replication id as ``master_replid2`` (all zeros, and ``second_repl_offset:-1``, when never)."""
+    replid2 = replication.get(b"master_replid2", b"").strip(b"0")
+    offset = replication.get(b"second_repl_offset", b"-1")
+    return bool(replid2) or offset not in (b"-1", b"")
 
 
 def warn_of_setup(name: str, identity: Identity, warned: set[str], level: int) -> None:

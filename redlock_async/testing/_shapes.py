@@ -29,6 +29,8 @@ __all__ = ["LocalCluster", "LocalSentinels"]
 SETTLE_TIMEOUT = 30.0
 """Seconds a cluster or Sentinel group gets to agree on its shape (after a start or a failover)."""
 
+_REPLICATE_AT_ONCE = ("--repl-diskless-sync-delay", "0")
+"""A replica's full sync starts at once (the default waits 5 s for more replicas to share it)."""
 _SLOTS = 16384
 _MAX_CLUSTER_PORT = 55535  # a cluster node's bus port is its port + 10000
 
@@ -184,6 +186,7 @@ class LocalCluster(_Group):
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(round(node_timeout * 1000)),
+            *_REPLICATE_AT_ONCE,
         ]  # fmt: skip
         if password is not None:
             args += ["--masterauth", password]
@@ -344,7 +347,9 @@ class LocalSentinels(_Group):
         self._down_after = down_after
         self._failover_timeout = failover_timeout
         self._sentinel_count = sentinels
-        self.servers: list[LocalNode] = [LocalNode(resolved) for _ in range(1 + replicas)]
+        self.servers: list[LocalNode] = [
+            LocalNode(resolved, server_args=_REPLICATE_AT_ONCE) for _ in range(1 + replicas)
+        ]
         self.sentinels: list[LocalNode] = []
         self.nodes = list(self.servers)
 
@@ -372,7 +377,12 @@ class LocalSentinels(_Group):
         running server replicates it, and return it."""
         old = self.master()
         self._ask_sentinel("SENTINEL", "FAILOVER", self.service)
-        _wait(f"{self!r} failed over", lambda: "" if self._master_port() != old.port else "same master")
+        return self.await_failover(old)
+
+    def await_failover(self, old: LocalNode, timeout: float = SETTLE_TIMEOUT) -> LocalNode:
+        """Wait until the Sentinels name another master than *old* (after :meth:`failover`, or once *old*
+        was killed or paused longer than *down_after*), and the group is ready again; return the new master."""
+        _wait(f"{self!r} failed over", lambda: "" if self._master_port() != old.port else "same master", timeout)
         new = self.master()
         if old.running and not old.paused:
             # What the Sentinels do to the old master too, at their next INFO of it (up to 10 s from now).
