@@ -13,6 +13,7 @@ import ssl
 from dataclasses import dataclass
 
 from redlock_async._endpoint import Endpoint
+from redlock_async._sentinel_voter import master_address
 from redlock_async._wire import Failure, Reply, Wire, describe
 
 Command = tuple[bytes | str | int, ...]
@@ -45,15 +46,15 @@ class ConnectError(Exception):
 
 async def open_transport(loop: asyncio.AbstractEventLoop, endpoint: Endpoint, wire: Wire) -> asyncio.Transport:
     """Connect to *endpoint* (TCP, TLS or a unix socket) with *wire* as the protocol from the first byte."""
+    host, port, server_hostname = endpoint.host or "localhost", endpoint.port, endpoint.server_hostname
+    if endpoint.service is not None:  # a Sentinel voter: its master now, as the Sentinels say
+        host, port = await master_address(endpoint)
+        server_hostname = host if endpoint.tls is not None else None
     if endpoint.path is not None:
         transport, _ = await loop.create_unix_connection(lambda: wire, endpoint.path)
     else:
         transport, _ = await loop.create_connection(
-            lambda: wire,
-            endpoint.host or "localhost",
-            endpoint.port,
-            ssl=endpoint.tls,
-            server_hostname=endpoint.server_hostname,
+            lambda: wire, host, port, ssl=endpoint.tls, server_hostname=server_hostname
         )
     # No isinstance check: uvloop's transports are not asyncio.Transport subclasses.
     return transport
@@ -110,7 +111,8 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
             "this server runs in cluster mode: a redis:// voter must be a standalone master"
             " (cluster_enabled:0); run standalone nodes, or list one standalone server per voter"
         )
-    replicas = int(replication.get(b"connected_slaves", b"0") or 0)
+    # A Sentinel voter has replicas by design: a failover is judged as a restart (Identity.promoted).
+    replicas = int(replication.get(b"connected_slaves", b"0") or 0) if endpoint.service is None else 0
     memory = info_fields(sections.get(b"memory", b""))
     policy = memory.get(b"maxmemory_policy", b"")
     limited = memory.get(b"maxmemory", b"0") not in (b"0", b"")
