@@ -102,6 +102,8 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
     replication = info_fields(sections.get(b"replication", b""))
     if replication.get(b"role") == b"slave":
         master = f"{replication.get(b'master_host', b'?').decode()}:{replication.get(b'master_port', b'?').decode()}"
+        if endpoint.service is not None:
+            raise ConnectError(f"the Sentinels named a replica (of {master}): failing over? asked again at next use")
         raise ConnectError(
             f"this server is a replica (of {master}): a voter must be a master that keeps its own keys;"
             " list the master itself, never a replica (a replica may be promoted without the latest lock keys)"

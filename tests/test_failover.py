@@ -14,7 +14,7 @@ import pytest
 
 from redlock_async import Redlock
 from redlock_async._handshake import info_fields, promoted
-from redlock_async.testing import LocalNodes, LocalSentinels, Proxy
+from redlock_async.testing import LocalNode, LocalNodes, LocalSentinels, Proxy
 
 from .conftest import assert_no_library_tasks, mark_in_service
 
@@ -58,6 +58,16 @@ def uptime(node: object) -> float:
     return float(info["uptime_in_seconds"])
 
 
+def cut_link(replica: LocalNode) -> None:
+    """Cut *replica*'s link to its master for good: a wrong masterauth keeps it from linking again (bounded)."""
+    replica.command("CONFIG", "SET", "masterauth", "not-the-password")
+    replica.command("CLIENT", "KILL", "TYPE", "master")
+    deadline = time.monotonic() + 10.0
+    while replica.command("INFO", "replication")["master_link_status"] != "down":  # type: ignore[index]
+        assert time.monotonic() < deadline, "the replica kept its link"
+        time.sleep(0.05)
+
+
 async def tries(redlock: Redlock, name: str, index: int, seconds: float) -> int:
     """Non-blocking acquires of *name* by *redlock* for *seconds* once its node *index* is connected
     (bounded); how many got the lock (each released at once)."""
@@ -96,14 +106,11 @@ async def test_a_replica_promoted_without_the_key_behind_a_moving_address_sits_o
         async with Redlock(urls, ttl=TTL, auto_extend=False) as holder, Redlock(urls, ttl=TTL) as knew:
             await holder.connect()
             await knew.connect()  # knows the old master (its run_id, its marker)
-            # The master's write never reaches its replica: its link cut, and no time to link again.
-            replica.command("CLIENT", "KILL", "TYPE", "master")
-            replica.pause()
+            cut_link(replica)  # the master's writes never reach its replica
             lock = holder.lock("failover:held", ttl=TTL)
             assert await lock.acquire(blocking=False)
             others[1].command("DEL", "redlock:failover:held")  # held on a bare majority: the master, others[0]
             old.kill()  # the key is lost with it
-            replica.resume()
             new = await asyncio.to_thread(group.await_failover, old)
             assert new is replica
             assert replica.command("EXISTS", "redlock:failover:held") == 0
