@@ -15,12 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
+from collections.abc import Sequence
+from typing import Protocol
 
 import hiredis
 
 from redlock_async._endpoint import Endpoint
+from redlock_async._outbox import Outbox
 from redlock_async._wire import pack
+
+log = logging.getLogger("redlock_async._node")  # said of a node, as its connection's other words
 
 _ASK = b"get-master-addr-by-name"
 
@@ -96,3 +102,82 @@ async def _replies(reader: asyncio.StreamReader, count: int, name: str) -> list[
         while (reply := parser.gets()) is not False:
             replies.append(reply)
     return replies
+
+
+class _Connected(Protocol):
+    name: str
+    outbox: Outbox
+
+
+class SwitchWatch:
+    """Hears ``+switch-master`` from the Sentinels of one voter (one at a time, the next when one fails) and,
+    when its service switched, drops the connections of *nodes* (its command and pub/sub connections): each
+    reconnects to the new master the Sentinels name, at its next use, without waiting for a command to fail
+    there first (a demoted master answers ``READONLY``; one cut off from the Sentinels would answer on)."""
+
+    RETRY = 1.0
+    """Seconds before the next Sentinel is tried when one cannot be reached or hangs up."""
+
+    def __init__(self, endpoint: Endpoint, nodes: Sequence[_Connected]) -> None:
+        assert endpoint.service is not None
+        self._endpoint = endpoint
+        self._service = endpoint.service.encode()
+        self._nodes = tuple(nodes)
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self.switches = 0
+        """How many switches of its service it heard."""
+
+    def start(self) -> None:
+        """Listen from now on (idempotent; on the running loop)."""
+        if self._task is None and not self._closed:
+            name = f"redlock-sentinel-watch {self._endpoint.name}"
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=name)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            for sentinel in self._endpoint.sentinels:
+                with contextlib.suppress(OSError, SentinelError, ssl.SSLError, ValueError, hiredis.ProtocolError):
+                    await self._listen(sentinel)
+                await asyncio.sleep(self.RETRY)
+
+    async def _listen(self, sentinel: Endpoint) -> None:
+        reader, writer = await asyncio.open_connection(
+            sentinel.host, sentinel.port, ssl=sentinel.tls, server_hostname=sentinel.server_hostname
+        )
+        try:
+            commands: list[tuple[bytes | str | int, ...]] = []
+            username, password = await sentinel.credentials()
+            if password is not None:
+                commands.append((b"AUTH", username, password) if username else (b"AUTH", password))
+            commands.append((b"SUBSCRIBE", b"+switch-master"))
+            writer.write(b"".join(pack(command) for command in commands))
+            parser = hiredis.Reader()
+            while data := await reader.read(65536):
+                parser.feed(data)
+                while (reply := parser.gets()) is not False:
+                    if isinstance(reply, hiredis.ReplyError):
+                        raise SentinelError(f"Sentinel {sentinel.name}: {reply}")
+                    if isinstance(reply, list) and len(reply) == 3 and reply[0] == b"message":
+                        self._heard(reply[2])
+        finally:
+            writer.close()
+
+    def _heard(self, message: object) -> None:
+        """``SERVICE OLD-IP OLD-PORT NEW-IP NEW-PORT``: for ours, drop the connections to the old master."""
+        if not isinstance(message, bytes) or message.split(b" ", 1)[0] != self._service:
+            return
+        self.switches += 1
+        log.info("redlock node %s: the Sentinels switched its master (%s)", self._endpoint.name, message.decode())
+        for node in self._nodes:
+            transport = node.outbox.transport
+            if transport is not None:
+                transport.abort()  # the connection's end is heard as any other (Node.lost): it reconnects

@@ -153,3 +153,35 @@ def test_the_blocking_api_and_redlock_status_take_a_sentinel_voter(group: LocalS
     text = out.decode()
     assert f"sentinel:127.0.0.1:{group.sentinels[0].port}/voter" in text, (text, err.decode())
     assert "on 3 of 3 nodes (a majority)" in text, (text, err.decode())
+
+
+def subscribed(group: LocalSentinels) -> bool:
+    """Whether a client listens to one of the group's Sentinels (this test's watch: nothing else subscribes)."""
+    for sentinel in group.sentinels:
+        clients = sentinel.command("CLIENT", "LIST")
+        if b" sub=1 " in (clients if isinstance(clients, bytes) else b""):
+            return True
+    return False
+
+
+async def test_an_idle_sentinel_voter_follows_switch_master(group: LocalSentinels, others: LocalNodes) -> None:
+    """Before: a connection to the old master stayed up until a command failed there (READONLY, a vote lost);
+    one cut off from the Sentinels answered on. Now the +switch-master word drops it at once."""
+    async with Redlock([group.url, *others.urls], ttl=1.0) as redlock:
+        old_id = redlock.statistics().nodes[0].server_id
+        deadline = time.monotonic() + 10.0
+        while not subscribed(group):
+            assert time.monotonic() < deadline, "the voter's watch never subscribed to a Sentinel"
+            await asyncio.sleep(0.05)
+        new = await asyncio.to_thread(group.failover)
+        while redlock.statistics().nodes[0].connected:  # no command sent: only the watch can drop it
+            assert time.monotonic() < deadline + 20.0, "still connected to the old master"
+            await asyncio.sleep(0.05)
+        lock = redlock.lock("sentinel:idle", ttl=1.0)
+        await lock.acquire(blocking=False)
+        assert "READONLY" not in str(lock.outcomes)
+        await connected(redlock, 0)
+        stats = redlock.statistics().nodes[0]
+        assert stats.server_id != old_id
+        assert stats.server_id == new.command("INFO", "server")["run_id"]  # type: ignore[index]
+    assert_no_library_tasks()
