@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from redlock_async import Redlock
-from redlock_async._handshake import info_fields, promoted
+from redlock_async._nodes._handshake import info_fields, promoted
 from redlock_async.testing import LocalNode, LocalNodes, LocalSentinels, Proxy
 
 from .conftest import assert_no_library_tasks, mark_in_service

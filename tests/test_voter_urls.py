@@ -8,8 +8,8 @@ import re
 import pytest
 
 from redlock_async import Redlock
-from redlock_async._endpoint import endpoint_for, endpoints_for
-from redlock_async._voter_urls import CLUSTER, SENTINEL, voter_url
+from redlock_async._nodes._endpoint import endpoint_for, endpoints_for
+from redlock_async._nodes._voter_urls import CLUSTER, SENTINEL, voter_url
 
 
 def test_plain_urls_are_not_voter_urls() -> None:

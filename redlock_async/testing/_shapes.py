@@ -20,7 +20,7 @@ from typing import Self
 
 import redis
 
-from redlock_async._algorithm import quorum as majority
+from redlock_async._core import quorum as majority
 from redlock_async.testing._process import issued_ports, registry_lock, server_binary
 from redlock_async.testing._servers import LocalNode
 
