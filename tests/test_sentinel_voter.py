@@ -185,3 +185,25 @@ async def test_an_idle_sentinel_voter_follows_switch_master(group: LocalSentinel
         assert stats.server_id != old_id
         assert stats.server_id == new.command("INFO", "server")["run_id"]  # type: ignore[index]
     assert_no_library_tasks()
+
+
+async def test_every_primitive_runs_on_a_sentinel_voter(group: LocalSentinels, others: LocalNodes) -> None:
+    """A lock with fencing, several names at once, a semaphore, a read/write lock and an election, each
+    writing its keys on the Sentinel group's master as on a standalone voter."""
+    master = group.master()
+    urls = [group.url, *others.urls]
+    async with Redlock(urls, ttl=5.0) as redlock, Redlock(urls, ttl=5.0) as other:
+        async with redlock.lock("prim:fenced", fencing=True) as lock:
+            assert lock.fencing_token is not None
+            assert master.command("EXISTS", "redlock:prim:fenced") == 1
+        async with redlock.lock_many(["prim:a", "prim:b"]):
+            assert master.command("EXISTS", "redlock:prim:a", "redlock:prim:b") == 2
+        async with redlock.semaphore("prim:sem", limit=1):
+            assert not await other.semaphore("prim:sem", limit=1).acquire(blocking=False)
+        async with redlock.rw_lock("prim:rw").read():
+            assert not await other.rw_lock("prim:rw").write().acquire(blocking=False)
+        async with redlock.election("prim:leader").campaign() as term:
+            assert term >= 1
+            assert (await other.election("prim:leader").leader()).owner is not None
+        assert lock.outcomes[0].vote is Vote.YES
+    assert_no_library_tasks()

@@ -89,3 +89,13 @@ def test_shapes_refuse_bad_settings() -> None:
         LocalSentinels(1, 0)
     with pytest.raises(ValueError, match="service 'a b'"):
         LocalSentinels(service="a b")
+
+
+def test_the_plugin_fixtures_give_started_shapes(
+    redlock_cluster: LocalCluster, redlock_sentinels: LocalSentinels
+) -> None:
+    assert len(redlock_cluster.shards) == 3
+    assert all(len(shard) == 2 for shard in redlock_cluster.shards)
+    assert b"cluster_state:ok" in redlock_cluster.nodes[0].command("CLUSTER", "INFO")  # type: ignore[operator]
+    assert redlock_sentinels.master() is redlock_sentinels.servers[0]
+    assert len(redlock_sentinels.sentinels) == 3
