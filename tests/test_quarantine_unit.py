@@ -42,6 +42,7 @@ class ProbedNode(FakeNode):
     uptime: float = 1000.0
     marker: bytes | None = None
     server_id: bytes | None = None  # a Node's: the run_id its handshake read (None: not connected here)
+    promoted: bool = False  # a Node's: its handshake read that it was a replica since it started
 
     def __post_init__(self) -> None:
         if self.respond is None:

@@ -383,6 +383,7 @@ def sit_out(
     restarted: bool,
     marker: Marker,
     watched: float | None = None,
+    promoted: bool = False,
 ) -> tuple[float, bool]:
     """How long a node that just (re)connected must sit out of every quorum.
 
@@ -400,7 +401,10 @@ def sit_out(
     * *restarted*: this client saw another server process at this address;
     * *marker*: what the marker key says (see :class:`Marker`);
     * *watched*: for a :attr:`Marker.WATCHED` node, the seconds since its watch began, on the
-      node's clock (None when the node does not say its time).
+      node's clock (None when the node does not say its time);
+    * *promoted*: the server was a replica since it started (a failover promoted it): its data is
+      what it had received, which may lack keys its old master granted, and neither its uptime
+      nor a marker replicated from the old master says when it began to serve.
 
     Returns (seconds to sit out from now, suspect). A *suspect* node has no
     marker, or one that says it is watched: only the other nodes, or another
@@ -416,6 +420,9 @@ def sit_out(
         # every lease it could have held has run out a period after then. The same end for every client.
         left = period if watched is None else max(0.0, period - max(0.0, watched))
         return left, left > 0
+    if promoted and marker is not Marker.CURRENT:
+        # A failover is a restart: the whole period, unless a client judged it in service since (its marker).
+        return period, False
     if uptime is not None:
         uptime = max(0.0, uptime - UPTIME_SLACK)
     if restarted:

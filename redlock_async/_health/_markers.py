@@ -11,8 +11,10 @@ from redlock_async._core import Marker
 from redlock_async._nodes import Failure, Reply
 
 
-def why_out(state: Marker, marker: Reply, run_id: bytes | None) -> str:
+def why_out(state: Marker, marker: Reply, run_id: bytes | None, promoted: bool = False) -> str:
     """Why a node that is not a suspect sits out, in words (its warning, and its votes' detail)."""
+    if promoted and state is not Marker.CURRENT:
+        return "was a replica, promoted to master by a failover: it may lack lock keys its old master granted"
     if state is Marker.STALE and isinstance(marker, bytes) and marker.partition(b"/")[0] == run_id:
         # This very server process was judged in service, but by a client with shorter leases.
         return "was vouched for only under a shorter quarantine than ours, by a client with a shorter ttl"

@@ -163,6 +163,7 @@ class Quarantine:
             restarted=known is not None and run_id is not None and run_id != known,
             marker=state,
             watched=watched_for(since, node_time),
+            promoted=node.promoted,
         )
         replaced = self._replaced(i, node, run_id, marker)
         if replaced:
@@ -171,7 +172,8 @@ class Quarantine:
             self._run_ids[i] = run_id
         self._seen[i] = True
         self._behind[i] = state is not Marker.CURRENT and (
-            state in (Marker.ABSENT, Marker.WATCHED)
+            node.promoted
+            or state in (Marker.ABSENT, Marker.WATCHED)
             or (known is not None and run_id is not None and run_id != known)
             or restarted_since_marked(state, marker, run_id)
         )
@@ -191,7 +193,7 @@ class Quarantine:
                 node.vouch_until = _clock.now() + VOUCH_WAIT
         else:
             self._suspects.discard(i)
-        why = REPLACED if replaced else "" if suspect else why_out(state, marker, run_id)
+        why = REPLACED if replaced else "" if suspect else why_out(state, marker, run_id, node.promoted)
         self._sit_out(i, seconds, why)
         if not seconds and (state is Marker.WATCHED or restarted_since_marked(state, marker, run_id)):
             # Its watch ran out, or it is back with its data (a snapshot) longer than a quarantine ago, marked

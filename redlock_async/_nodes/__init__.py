@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from redlock_async._nodes._endpoint import Endpoint, endpoints_for
 from redlock_async._nodes._node import Node
+from redlock_async._nodes._sentinel_voter import SwitchWatch
 from redlock_async._nodes._wire import (
     IGNORED,
     Failure,
@@ -32,6 +33,7 @@ __all__ = [
     "Receiver",
     "Reply",
     "Resolve",
+    "SwitchWatch",
     "bulk",
     "endpoints_for",
     "pack",

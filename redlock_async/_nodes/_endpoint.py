@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import ssl
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
+
+from redlock_async._nodes._voter_urls import CLUSTER, VoterURL, voter_url
 
 CLIENT_NAME = "redlock_async"
 """What CLIENT LIST shows for our connections, unless the URL or client names one."""
@@ -95,10 +97,16 @@ class Endpoint:
     client_name: str = CLIENT_NAME
     tls: ssl.SSLContext | None = field(default=None, repr=False)
     server_hostname: str | None = None
+    service: str | None = None
+    """A Sentinel voter's service (``redis+sentinel://``): its master is asked of :attr:`sentinels` at each
+    connect (``_sentinel_voter.py``); host and port are then the first Sentinel's. None for a plain node."""
+    sentinels: tuple[Endpoint, ...] = ()
 
     @property
     def address(self) -> tuple[str, ...]:
         """The server this names, spelled one way (the db left out: two dbs of one server are one server)."""
+        if self.service is not None:
+            return ("sentinel", self.service, *sorted(":".join(s.address) for s in self.sentinels))
         if self.path is not None:
             return ("unix", os.path.realpath(self.path))
         assert self.host is not None
@@ -144,6 +152,8 @@ def endpoints_for(nodes: object) -> list[Endpoint]:
 
 def endpoint_for(spec: object, index: int) -> Endpoint:
     """The :class:`Endpoint` of node *spec* (a URL or a ``redis.asyncio.Redis``); errors name ``nodes[index]``."""
+    if isinstance(spec, str) and (voter := voter_url(spec, index)) is not None:
+        return _voter_endpoint(voter, index)
     if isinstance(spec, str):
         pool = _parse_url(spec, index)
     elif isinstance(spec, Redis):
@@ -195,6 +205,33 @@ def endpoint_for(spec: object, index: int) -> Endpoint:
         client_name=str(client_name) if client_name else CLIENT_NAME,
         tls=tls,
         server_hostname=host if tls is not None and path is None else None,
+    )
+
+
+def _voter_endpoint(voter: VoterURL, index: int) -> Endpoint:
+    """The endpoint of a ``redis+sentinel://`` voter (its Sentinels' endpoints in it); a Cluster is refused."""
+    if voter.kind == CLUSTER:
+        raise ValueError(
+            f"nodes[{index}] is a Redis Cluster (redis+cluster://): this version cannot use a Cluster as a voter "
+            "yet; list standalone masters (redis://HOST:PORT), or Sentinel groups (redis+sentinel://HOST:PORT/SERVICE)"
+        )
+    base = endpoint_for(voter.base, index)
+    sentinels = tuple(
+        replace(
+            base,
+            name=f"{host}:{port}",
+            host=host,
+            port=port,
+            db=0,
+            username=voter.sentinel_username,
+            password=voter.sentinel_password,
+            credential_provider=None,
+            server_hostname=host if base.tls is not None else None,
+        )
+        for host, port in voter.addresses
+    )
+    return replace(
+        base, name=f"sentinel:{sentinels[0].name}/{voter.service}", service=voter.service, sentinels=sentinels
     )
 
 

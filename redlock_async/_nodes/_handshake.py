@@ -13,6 +13,7 @@ import ssl
 from dataclasses import dataclass
 
 from redlock_async._nodes._endpoint import Endpoint
+from redlock_async._nodes._sentinel_voter import master_address
 from redlock_async._nodes._wire import Failure, Reply, Wire, describe
 
 Command = tuple[bytes | str | int, ...]
@@ -34,6 +35,9 @@ class Identity:
     replicas: int
     eviction: str
     blind: str = ""
+    promoted: bool = False
+    """It was a replica since it started (a failover promoted it, or REPLICAOF NO ONE): its data is what it
+    had received from its old master, which may lack keys that master granted (``promoted``)."""
 
 
 class ConnectError(Exception):
@@ -42,15 +46,15 @@ class ConnectError(Exception):
 
 async def open_transport(loop: asyncio.AbstractEventLoop, endpoint: Endpoint, wire: Wire) -> asyncio.Transport:
     """Connect to *endpoint* (TCP, TLS or a unix socket) with *wire* as the protocol from the first byte."""
+    host, port, server_hostname = endpoint.host or "localhost", endpoint.port, endpoint.server_hostname
+    if endpoint.service is not None:  # a Sentinel voter: its master now, as the Sentinels say
+        host, port = await master_address(endpoint)
+        server_hostname = host if endpoint.tls is not None else None
     if endpoint.path is not None:
         transport, _ = await loop.create_unix_connection(lambda: wire, endpoint.path)
     else:
         transport, _ = await loop.create_connection(
-            lambda: wire,
-            endpoint.host or "localhost",
-            endpoint.port,
-            ssl=endpoint.tls,
-            server_hostname=endpoint.server_hostname,
+            lambda: wire, host, port, ssl=endpoint.tls, server_hostname=server_hostname
         )
     # No isinstance check: uvloop's transports are not asyncio.Transport subclasses.
     return transport
@@ -98,6 +102,8 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
     replication = info_fields(sections.get(b"replication", b""))
     if replication.get(b"role") == b"slave":
         master = f"{replication.get(b'master_host', b'?').decode()}:{replication.get(b'master_port', b'?').decode()}"
+        if endpoint.service is not None:
+            raise ConnectError(f"the Sentinels named a replica (of {master}): failing over? asked again at next use")
         raise ConnectError(
             f"this server is a replica (of {master}): a voter must be a master that keeps its own keys;"
             " list the master itself, never a replica (a replica may be promoted without the latest lock keys)"
@@ -107,13 +113,22 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
             "this server runs in cluster mode: a redis:// voter must be a standalone master"
             " (cluster_enabled:0); run standalone nodes, or list one standalone server per voter"
         )
-    replicas = int(replication.get(b"connected_slaves", b"0") or 0)
+    # A Sentinel voter has replicas by design: a failover is judged as a restart (Identity.promoted).
+    replicas = int(replication.get(b"connected_slaves", b"0") or 0) if endpoint.service is None else 0
     memory = info_fields(sections.get(b"memory", b""))
     policy = memory.get(b"maxmemory_policy", b"")
     limited = memory.get(b"maxmemory", b"0") not in (b"0", b"")
     eviction = policy.decode(errors="replace") if limited and policy not in _SAFE_POLICIES else ""
     server = sections.get(b"server")
-    return Identity(run_id(server) if server is not None else None, replicas, eviction, blind)
+    return Identity(run_id(server) if server is not None else None, replicas, eviction, blind, promoted(replication))
+
+
+def promoted(replication: dict[bytes, bytes]) -> bool:
+    """Whether INFO replication shows a master that was a replica since it started: it keeps its old
+    master's replication id as ``master_replid2`` (all zeros, and ``second_repl_offset:-1``, when never)."""
+    replid2 = replication.get(b"master_replid2", b"").strip(b"0")
+    offset = replication.get(b"second_repl_offset", b"-1")
+    return bool(replid2) or offset not in (b"-1", b"")
 
 
 def warn_of_setup(name: str, identity: Identity, warned: set[str], level: int) -> None:

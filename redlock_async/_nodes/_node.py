@@ -97,6 +97,7 @@ class Node:
         self.connect_started = 0.0  # monotonic time the current connection was begun
         self.server_id: bytes | None = None
         """The run_id of the server behind the current connection (INFO server), None until known."""
+        self.promoted = False  # its server was a replica since it started (``_handshake.promoted``): a failover
         self._on_ready = on_ready
         self._on_identified = on_identified  # told of each connect's server: a reason back refuses it (the same server)
         self._on_unreachable = on_unreachable  # told of each failed connection attempt (the restart quarantine)
@@ -331,6 +332,7 @@ class Node:
         replies = [await fut for fut in futures]
         identity = judge_handshake(self.endpoint, commands, replies)
         self.server_id = identity.run_id
+        self.promoted = identity.promoted
         warn_of_setup(self.name, identity, self._warned, self._trouble)
         if self._on_identified is not None and (refusal := self._on_identified(self)):
             raise ConnectError(refusal)

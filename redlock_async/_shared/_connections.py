@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from redlock_async._core import MIN_TTL_TO_NODE_TIMEOUT, Settings, Vote, complete, quorum
 from redlock_async._health import ClockGuard, Quarantine, raise_counters
-from redlock_async._nodes import Failure, Node, Reply, endpoints_for, server_error
+from redlock_async._nodes import Failure, Node, Reply, SwitchWatch, endpoints_for, server_error
 from redlock_async._rounds import sitting_out
 from redlock_async._scripts import PERMISSIONS, SCRIPTS
 from redlock_async._shared._cluster import Cluster, describe
@@ -121,6 +121,12 @@ class Connections:
         """The command connections, one per node, in the order the nodes were given."""
         self.subscribers = listener.nodes = tuple(subscribers)
         """The pub/sub connections, one per node (the listener's)."""
+        # A Sentinel voter's connections follow +switch-master (from connect() on).
+        self._watches = [
+            SwitchWatch(endpoint, (self.nodes[i], self.subscribers[i]))
+            for i, endpoint in enumerate(endpoints)
+            if endpoint.service is not None
+        ]
         cluster = self.cluster = Cluster(self.nodes, settings, listener, hook)
         if on_ready is not None:
             # A node back from a restart raises its fencing counters from the others before it counts again.
@@ -176,6 +182,8 @@ class Connections:
     async def connect(self) -> None:
         """Connect to every node; a node that fails is logged and retried later (``Redlock.connect``)."""
         self.cluster.check_open()
+        for watch in self._watches:
+            watch.start()
         nodes = self.nodes
         failures = await asyncio.gather(*(node.connect() for node in nodes))
         for index, failure in enumerate(failures):
@@ -275,6 +283,7 @@ class Connections:
 
     async def _close(self) -> None:
         try:
+            await asyncio.gather(*(watch.aclose() for watch in self._watches))
             await self.cluster.watchdog.aclose()
             await asyncio.gather(
                 *(node.aclose(grace=self.settings.node_timeout) for node in self.nodes),
