@@ -4,7 +4,15 @@ from redlock_async._algorithm import Vote
 from redlock_async._settings import Settings
 from redlock_async.client import Redlock
 from redlock_async.election import Election
-from redlock_async.errors import LockLost, LockNotAcquired, NestedAcquire, NodeOutcome, NodesUnavailable, RedlockError
+from redlock_async.errors import (
+    LockLost,
+    LockNotAcquired,
+    NestedAcquire,
+    NodeOutcome,
+    NodesUnavailable,
+    RedlockError,
+    ReleaseFailed,
+)
 from redlock_async.events import EventKind, LockEvent
 from redlock_async.fencing import StaleFencingToken, fenced_set
 from redlock_async.inspection import LockInfo, LockState, NodeInfo, NodeState
@@ -39,6 +47,7 @@ __all__ = [
     "RedlockError",
     "RedlockStatistics",
     "ReentrantLock",
+    "ReleaseFailed",
     "Semaphore",
     "Settings",
     "StaleFencingToken",
@@ -66,6 +75,7 @@ for _cls in (
     RedlockError,
     RedlockStatistics,
     ReentrantLock,
+    ReleaseFailed,
     Semaphore,
     Settings,
     StaleFencingToken,

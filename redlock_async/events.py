@@ -145,7 +145,8 @@ class LockEvent:
         """Acquired and extended: seconds the lease can now be trusted."""
         self.fencing_token = fencing_token
         self.reason = reason
-        """Lost and not acquired: why, in words."""
+        """Lost and not acquired: why, in words. Released: empty, or why the release failed (the
+        :class:`~redlock_async.ReleaseFailed` raised: too many nodes answered errors)."""
         self.watchdog = watchdog
         """Extended or lost inside ``async with`` by the watchdog, rather than by an explicit call."""
         self.grant = grant

@@ -270,8 +270,10 @@ class Lock:
 
         Returns when the nodes that held it answered, or after the node
         timeout; a node that did not answer keeps the key until it expires.
-        Releasing a lost lock does nothing; releasing one that is not held is
-        a RuntimeError.
+        Raises :class:`ReleaseFailed` (the lock no longer held all the same) when
+        the release answered errors on so many nodes that no majority is left
+        free: no one can take it until the key expires there. Releasing a lost
+        lock does nothing; releasing one that is not held is a RuntimeError.
         """
         await self._keeper.release(self.cooldown)
 
