@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import sys
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from redlock_async._algorithm import ClockFault, drift
@@ -70,6 +71,7 @@ class Cluster:
         "clock",
         "closed",
         "fault",
+        "first_use",
         "held",
         "listener",
         "names",
@@ -103,6 +105,9 @@ class Cluster:
         self.clock: ClockGuard | None = None
         """The clock guard (``clock_guard=True``, the default), set by the Redlock once its nodes are made."""
         self.closed = False
+        self.first_use: Callable[[], Awaitable[None]] | None = None
+        """Awaited by an acquire while set: the checks of ``connect()`` (the permissions probe) when the user
+        never called it; unset once they passed (set by the Redlock's connections)."""
         self.fault: BaseException | None = None
         """A background task's unexpected exception: every later call says so."""
         self._max_ttl = 0.0  # the largest ttl of the locks made so far (0: none yet)

@@ -207,6 +207,8 @@ class Lock:
             else check_duration("timeout", timeout, zero_ok=True, inf_ok=True)
         )
         cluster.check_open()
+        if cluster.first_use is not None:  # the first acquire of a Redlock that never connected: its checks
+            await cluster.first_use()
         lease = tenure.lease
         stale = lease.token  # an earlier acquisition's, which may still be on some nodes
         if tenure.phase is _HELD:
