@@ -179,6 +179,19 @@ class Cluster:
         except Exception:
             log.exception("redlock node %s: on_event callback failed", self.names[i])
 
+    def evicted(self, i: int, words: str, new: bool) -> None:
+        """Node *i* evicted keys (``_evictions``; it sits out a period): lost to every lock that counted it,
+        and, for a *new* episode, an event."""
+        for lock in list(self.held):
+            lock.on_node_lost(i, words)
+        hook = self.on_event
+        if hook is None or not new:
+            return
+        try:
+            hook(LockEvent(EventKind.EVICTED, "", reason=words, nodes=(self.names[i],)))
+        except Exception:
+            log.exception("redlock node %s: on_event callback failed", self.names[i])
+
     def failed(self, exc: BaseException) -> None:
         """A background task failed unexpectedly (logged there): every call from now on says so, and
         acquires waiting for their next try look now (they raise), not after their retry delay."""

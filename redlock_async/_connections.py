@@ -22,6 +22,7 @@ from redlock_async._cleanup import complete
 from redlock_async._clock_guard import ClockGuard
 from redlock_async._cluster import Cluster, describe
 from redlock_async._endpoint import endpoints_for
+from redlock_async._evictions import EvictionWatch
 from redlock_async._fanout import sitting_out
 from redlock_async._fence_repair import raise_counters
 from redlock_async._handoff import Listener
@@ -135,6 +136,8 @@ class Connections:
             )
             quarantine = Quarantine(settings.key_prefix.encode(), cluster.quarantine_period, self.nodes, repair=repair)
         self._quarantine = quarantine
+        # A node whose maxmemory-policy can evict: INFO stats before its votes; an eviction holds it out.
+        self._evictions = EvictionWatch(self.nodes, cluster.quarantine_period, cluster.evicted)
         self._probing: asyncio.Future[None] | None = None
         cluster.first_use = self._first_use  # until connect()'s checks passed
         if settings.clock_guard:
@@ -255,7 +258,9 @@ class Connections:
             )
 
     def _same_server(self, node: Node) -> str | None:
-        """On each connect: refuse a node whose server is another node's (two spellings of one address)."""
+        """On each connect: refuse a node whose server is another node's (two spellings of one address); watch
+        its evictions."""
+        self._evictions.identified(self.nodes.index(node))
         if node.server_id is None:
             return None
         for index, other in enumerate(self.nodes):

@@ -34,6 +34,8 @@ class Identity:
     replicas: int
     eviction: str
     blind: str = ""
+    evicted: int | None = None
+    """The server's ``evicted_keys`` count (INFO stats), None when it would not say."""
 
 
 class ConnectError(Exception):
@@ -58,7 +60,7 @@ async def open_transport(loop: asyncio.AbstractEventLoop, endpoint: Endpoint, wi
 
 async def handshake_commands(endpoint: Endpoint) -> list[Command]:
     """AUTH (when the endpoint has a password), SELECT (a database other than 0), CLIENT SETNAME, INFO server,
-    INFO replication, INFO cluster, INFO memory (one section each: Redis 6.2 reads one section per INFO)."""
+    INFO replication, INFO cluster, INFO memory, INFO stats (one section each: Redis 6.2 reads one section per INFO)."""
     username, password = await endpoint.credentials()
     commands: list[Command] = []
     if password is not None:
@@ -70,6 +72,7 @@ async def handshake_commands(endpoint: Endpoint) -> list[Command]:
     commands.append((b"INFO", b"replication"))
     commands.append((b"INFO", b"cluster"))
     commands.append((b"INFO", b"memory"))
+    commands.append((b"INFO", b"stats"))
     return commands
 
 
@@ -113,7 +116,9 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
     limited = memory.get(b"maxmemory", b"0") not in (b"0", b"")
     eviction = policy.decode(errors="replace") if limited and policy not in _SAFE_POLICIES else ""
     server = sections.get(b"server")
-    return Identity(run_id(server) if server is not None else None, replicas, eviction, blind)
+    evicted = info_fields(sections.get(b"stats", b"")).get(b"evicted_keys")
+    count = int(evicted) if evicted is not None and evicted.isdigit() else None
+    return Identity(run_id(server) if server is not None else None, replicas, eviction, blind, count)
 
 
 def warn_of_setup(name: str, identity: Identity, warned: set[str], level: int) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import cast
 
 import hiredis
 
@@ -97,6 +98,7 @@ class Node:
         self.connect_started = 0.0  # monotonic time the current connection was begun
         self.server_id: bytes | None = None
         """The run_id of the server behind the current connection (INFO server), None until known."""
+        self.eviction, self.evicted_keys = "", cast("int | None", None)  # evicting policy, count (_evictions.py)
         self._on_ready = on_ready
         self._on_identified = on_identified  # told of each connect's server: a reason back refuses it (the same server)
         self._on_unreachable = on_unreachable  # told of each failed connection attempt (the restart quarantine)
@@ -330,7 +332,7 @@ class Node:
         transport.write(b"".join(pack(command) for command in commands))
         replies = [await fut for fut in futures]
         identity = judge_handshake(self.endpoint, commands, replies)
-        self.server_id = identity.run_id
+        self.server_id, self.eviction, self.evicted_keys = identity.run_id, identity.eviction, identity.evicted
         warn_of_setup(self.name, identity, self._warned, self._trouble)
         if self._on_identified is not None and (refusal := self._on_identified(self)):
             raise ConnectError(refusal)

@@ -46,6 +46,7 @@ from collections.abc import Callable, Sequence
 
 from redlock_async import _algorithm, _clock
 from redlock_async._clock_guard import ClockGuard
+from redlock_async._evictions import floored
 from redlock_async._fanout import sitting_out
 from redlock_async._node import Node
 from redlock_async._queue_fence import Counters
@@ -189,7 +190,9 @@ class Claim:
         self.fenced = settings.fencing and self.line.fenced
         self.reads = settings.fencing and self.line.reads  # a reader: counters read, none raised
         self._counts = self.fenced or self.reads  # a reply's or word's last field is a fencing counter
-        self.fencing = Counters(len(nodes), fence_key or b"", settings.fence_ttl_ms, floor=self.fenced)
+        # A fenced claim's counters are floored by the node's clock with fence_ttl, or where a node can evict them.
+        floor = self.fenced and (settings.fence_ttl_ms is not None or floored(nodes))
+        self.fencing = Counters(len(nodes), fence_key or b"", settings.fence_ttl_ms, floor=floor)
         """The fencing counters read and raised (a fenced claim's, a reader's; ``_queue_fence``)."""
         self._ttl = settings.ttl_ms / 1000
         self._drift = settings.drift_factor

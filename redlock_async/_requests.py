@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from redlock_async import _algorithm, _clock
 from redlock_async._algorithm import PENDING, SKIPPED, WON, YES, Vote
+from redlock_async._evictions import floored
 from redlock_async._fanout import Ballot, vote_of_counters, vote_of_fenced, vote_of_script, vote_of_set
 from redlock_async._lease import Keep, Late, Lease
 from redlock_async._node import Node
@@ -115,8 +116,10 @@ def send_attempt(
     right before each node's vote."""
     token = new_token(owner)
     ttl_ms = settings.ttl_ms
-    # With fence_ttl, a counter read is at least the node's clock in microseconds (counters expire).
-    args: tuple[bytes | int, ...] = (token, ttl_ms) if settings.fence_ttl_ms is None else (token, ttl_ms, b"floor")
+    # With fence_ttl, a counter read is at least the node's clock in microseconds (counters expire); so too
+    # where a node can evict one (_evictions.floored: a token never repeats after a counter was evicted).
+    floor = settings.fence_ttl_ms is not None or (settings.fencing and floored(nodes))
+    args: tuple[bytes | int, ...] = (token, ttl_ms, b"floor") if floor else (token, ttl_ms)
     if len(keys) == 1:
         if settings.fencing:
             ballot = Ballot(nodes, vote_of_fenced, settings.node_timeout)

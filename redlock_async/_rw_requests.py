@@ -43,6 +43,7 @@ from collections.abc import Sequence
 
 from redlock_async import _clock, _requests
 from redlock_async._algorithm import SKIPPED, YES
+from redlock_async._evictions import floored
 from redlock_async._fanout import Ballot, vote_of_fenced
 from redlock_async._lease import Keep
 from redlock_async._names import reader_key, rw_keys
@@ -117,7 +118,7 @@ async def attempt_write(
     prefix, index, waiting = rw_keys(writer_key)
     keys = (writer_key, index, waiting) if fence_key is None else (writer_key, index, waiting, fence_key)
     args: tuple[bytes | int, ...] = (token, settings.ttl_ms, prefix, waiter, life_ms)
-    if fence_key is not None and settings.fence_ttl_ms is not None:
+    if fence_key is not None and (settings.fence_ttl_ms is not None or floored(nodes)):  # (see send_attempt)
         args += (b"floor",)
     ballot = Ballot(nodes, vote_of_fenced, settings.node_timeout)
     started = _clock.now()

@@ -45,6 +45,11 @@ class EventKind(enum.Enum):
     :attr:`LockEvent.name` is empty and :attr:`LockEvent.nodes` names the node; ``clock_fault``
     says what it did (``ahead``: it sits out every quorum for the longest ttl plus drift; ``behind``,
     ``frozen``: reported only), ``clock_jump`` by how much (seconds), ``reason`` in words."""
+    EVICTED = "evicted"
+    """A node evicted keys (its ``maxmemory-policy`` can: ``evicted_keys`` grew, or was above 0 when first
+    met): it sits out every quorum a quarantine period, as a restarted node, and every lock that counted it
+    drops it. Not about one lock: :attr:`LockEvent.name` is empty, :attr:`LockEvent.nodes` names the node,
+    ``reason`` says how many and under which policy."""
 
 
 _FIELDS = (
