@@ -36,6 +36,8 @@ class Identity:
     blind: str = ""
     evicted: int | None = None
     """The server's ``evicted_keys`` count (INFO stats), None when it would not say."""
+    delifeq: bool = False
+    """The server has the native compare-and-delete ``DELIFEQ`` (Valkey 9 and later)."""
 
 
 class ConnectError(Exception):
@@ -118,7 +120,9 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
     server = sections.get(b"server")
     evicted = info_fields(sections.get(b"stats", b"")).get(b"evicted_keys")
     count = int(evicted) if evicted is not None and evicted.isdigit() else None
-    return Identity(run_id(server) if server is not None else None, replicas, eviction, blind, count)
+    valkey = info_fields(server or b"").get(b"valkey_version", b"0").partition(b".")[0]
+    delifeq = valkey.isdigit() and int(valkey) >= 9
+    return Identity(run_id(server) if server is not None else None, replicas, eviction, blind, count, delifeq)
 
 
 def warn_of_setup(name: str, identity: Identity, warned: set[str], level: int) -> None:

@@ -98,7 +98,7 @@ class Node:
         self.connect_started = 0.0  # monotonic time the current connection was begun
         self.server_id: bytes | None = None
         """The run_id of the server behind the current connection (INFO server), None until known."""
-        self.eviction, self.evicted_keys = "", cast("int | None", None)  # evicting policy, count (_evictions.py)
+        self.eviction, self.evicted_keys, self.delifeq = "", cast("int | None", None), False  # _evictions, _requests
         self._on_ready = on_ready
         self._on_identified = on_identified  # told of each connect's server: a reason back refuses it (the same server)
         self._on_unreachable = on_unreachable  # told of each failed connection attempt (the restart quarantine)
@@ -332,7 +332,8 @@ class Node:
         transport.write(b"".join(pack(command) for command in commands))
         replies = [await fut for fut in futures]
         identity = judge_handshake(self.endpoint, commands, replies)
-        self.server_id, self.eviction, self.evicted_keys = identity.run_id, identity.eviction, identity.evicted
+        self.server_id = identity.run_id
+        self.eviction, self.evicted_keys, self.delifeq = identity.eviction, identity.evicted, identity.delifeq
         warn_of_setup(self.name, identity, self._warned, self._trouble)
         if self._on_identified is not None and (refusal := self._on_identified(self)):
             raise ConnectError(refusal)
