@@ -1,4 +1,4 @@
-"""The pure Redlock decisions of ``redlock_async._algorithm``: no servers, no clock, no sleeping.
+"""The pure Redlock decisions of ``redlock_async._core._algorithm``: no servers, no clock, no sleeping.
 
 Verdicts are checked against an oracle written plainly here, over every vote
 pattern for small N and over hypothesis-drawn patterns beyond that.
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from redlock_async import _algorithm
-from redlock_async._algorithm import (
+from redlock_async._core import _algorithm
+from redlock_async._core._algorithm import (
     CLOCK_PRECISION,
     Marker,
     Verdict,
@@ -33,7 +33,7 @@ from redlock_async._algorithm import (
     validity,
     verdict,
 )
-from redlock_async._lease import MOVES, IllegalMove, Phase, move
+from redlock_async._rounds._lease import MOVES, IllegalMove, Phase, move
 
 FAILED_KINDS = (Vote.NO, Vote.ERROR, Vote.TIMEOUT, Vote.SKIPPED, Vote.QUARANTINED)
 REDUCED = (Vote.YES, Vote.NO, Vote.PENDING)

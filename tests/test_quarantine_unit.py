@@ -12,11 +12,11 @@ import asyncio
 import math
 from dataclasses import dataclass
 
-from redlock_async import _clock
-from redlock_async._markers import marker_value
-from redlock_async._quarantine import Quarantine
+from redlock_async._core import _clock
+from redlock_async._health._markers import marker_value
+from redlock_async._health._quarantine import Quarantine
+from redlock_async._nodes._wire import Reply
 from redlock_async._scripts import WATCH
-from redlock_async._wire import Reply
 
 from .fakes import FakeNode, Request, as_nodes, virtual
 
