@@ -93,8 +93,7 @@ class Node:
         """Set while this node is a suspect whose first recheck may yet find it vouched for (another
         client marking it in service in the same moment): what to call once that recheck has decided.
         A ballot holds a yes of this node until then (``_fanout.Ballot``), instead of refusing it."""
-        self.vouch_until = 0.0
-        """The latest (monotonic) time a ballot holds a yes for :attr:`vouching`."""
+        self.vouch_until = 0.0  # the latest (monotonic) time a ballot holds a yes for :attr:`vouching`
         self.connect_started = 0.0  # monotonic time the current connection was begun
         self.server_id: bytes | None = None
         """The run_id of the server behind the current connection (INFO server), None until known."""
