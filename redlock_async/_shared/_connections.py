@@ -241,10 +241,14 @@ class Connections:
         futures = [node.send_script(PERMISSIONS, keys, ()) for node in nodes]
         if futures:
             await asyncio.wait(futures, timeout=settings.connect_timeout)
+        answered = [(node, fut.result()) for node, fut in zip(nodes, futures, strict=True) if fut.done()]
+        for node, reply in answered:
+            if busy := not_now(reply):
+                log.warning("redlock node %s could not run the permissions probe: %s", node.name, busy)
         refused = [
             NodeOutcome(node.name, Vote.ERROR, detail)
-            for node, fut in zip(nodes, futures, strict=True)
-            if fut.done() and (detail := permissions_refused(fut.result()))
+            for node, reply in answered
+            if not not_now(reply) and (detail := permissions_refused(reply))
         ]
         for outcome in refused:
             log.warning("redlock node %s refuses what the lock scripts run: %s", outcome.node, outcome.detail)
@@ -320,6 +324,28 @@ class Connections:
             for node in (*self.nodes, *self.subscribers):
                 node.close_now()
             await self.inspector.aclose()
+
+
+# The server's state, not the user's rights: a node full under noeviction refuses every write (OOM), one
+# loading its data every script (LOADING), one running a long script everything (BUSY). It votes no until
+# that passes, as any node in trouble; blaming the ACL would send the operator to the wrong place.
+_NOT_NOW = ("OOM", "LOADING", "BUSY")
+
+
+def not_now(reply: Reply) -> str:
+    """Why the permissions probe's *reply* says nothing of the user's rights ("" when it does): the node
+    refused it for its state (out of memory, loading, busy), which a later use meets as errors."""
+    if isinstance(reply, Failure):
+        text = reply.detail if reply.answered else ""
+    elif isinstance(reply, list) and reply:
+        first = reply[0]
+        text = (first.decode(errors="replace") if isinstance(first, bytes) else str(first)).partition(": ")[2]
+    else:
+        return ""
+    if text.startswith(_NOT_NOW):
+        what = "out of memory" if text.startswith("OOM") else "loading" if text.startswith("LOADING") else "busy"
+        return server_error(f"the node is {what}, not a matter of permissions ({text})")
+    return ""
 
 
 def permissions_refused(reply: Reply) -> str:
