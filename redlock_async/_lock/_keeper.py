@@ -358,26 +358,27 @@ class Keeper:
                 node.uncork()
         else:
             strategy.send_release(lease, token, lease.skip, into=ballot)
+        failure: ReleaseFailed | None = None
         try:
             await ballot.start().wait()
+            tenure.votes, tenure.details = ballot.votes, ballot.details
+            # Silent otherwise: a node that refuses the script (ACL, renamed EVALSHA) keeps every key until it expires.
+            if _ERROR in ballot.votes and any(ballot.votes[i] is _ERROR for i in holders):
+                # (A failure needs more errors than nodes outside a majority, so a holder's among them.)
+                failure = await release_failure(self, ballot, lease.skip, lease.ttl_ms)
+                if failure is None:
+                    failed = [str(o) for i, o in enumerate(self.outcomes()) if i in holders and o.vote is _ERROR]
+                    log.warning("redlock %r not released on %s: the key stays until it expires", tenure.name, failed)
+                else:
+                    log.warning("redlock %s", failure)
         except asyncio.CancelledError:
-            # The release went out and the lock is no longer held: say so, as for a release waited for.
+            # The release went out and the lock is no longer held: say so, as for a release waited for (also
+            # when cut short while its failure was judged, the other nodes' answers awaited).
             tenure.votes, tenure.details = ballot.votes, ballot.details  # so far: the rest pending
             if heard(cluster, _RELEASED):
                 now = _clock.now()
                 emit(cluster, tenure, _RELEASED, duration=now - began, held_for=now - lease.acquired_at)
             raise
-        tenure.votes, tenure.details = ballot.votes, ballot.details
-        failure: ReleaseFailed | None = None
-        # Silent otherwise: a node that refuses the script (ACL, renamed EVALSHA) keeps every key until it expires.
-        if _ERROR in ballot.votes and any(ballot.votes[i] is _ERROR for i in holders):
-            # (A failure needs more errors than nodes outside a majority, so a holder's among them.)
-            failure = await release_failure(self, ballot, lease.skip, lease.ttl_ms)
-            if failure is None:
-                failed = [str(o) for i, o in enumerate(self.outcomes()) if i in holders and o.vote is _ERROR]
-                log.warning("redlock %r not released on %s: the key stays until it expires", tenure.name, failed)
-            else:
-                log.warning("redlock %s", failure)
         if heard(cluster, _RELEASED):
             now = _clock.now()
             why = "" if failure is None else str(failure.args[0])
