@@ -139,6 +139,11 @@ def _overrun_cause(votes: Sequence[_algorithm.Vote], holders: Sequence[int]) -> 
     """Why an overrun lease was not confirmed at release: the nodes were silent, or the key was gone."""
     silent = [i for i in holders if votes[i] not in (_algorithm.YES, _algorithm.NO)]
     if len(silent) > len(holders) - _algorithm.quorum(len(votes)):
+        if any(votes[i] is _algorithm.ERROR for i in silent):  # a refusal (an ACL, a replica) is no silence
+            return (
+                f": {len(silent)} of the {len(holders)} nodes that held it could not run the release (an error "
+                "or no answer: the reasons are in the votes; the watchdog could not extend it either)"
+            )
         return (
             f": {len(silent)} of the {len(holders)} nodes that held it did not answer the release "
             "(nodes unreachable: the watchdog could not extend it either)"
