@@ -265,13 +265,13 @@ class Ballot(Deadline):
                     return
                 vote = Vote.QUARANTINED
                 self._say(i, detail)
-            elif self._majority:
-                # _count's yes of a majority ballot, inlined (most replies of an uncontended lock).
+            else:
+                # _count's yes, inlined (most replies of an uncontended lock).
                 self.votes[i] = YES
                 self._open -= 1
                 self._said_yes.append(i)
                 self._yes += 1
-                if self._yes >= self._need:
+                if self._yes >= self._need if self._majority else not self._open:
                     self._decide(WON)
                 return
         elif type(reply) is Failure:
