@@ -341,9 +341,8 @@ class Node:
         """Bytes from the server: parse every complete reply and resolve its future, oldest first."""
         if wire is not self._wire:
             return  # a connection given up on
-        parser, outbox, on_message = self._parser, self.outbox, self._on_message
+        parser, outbox, on_message, inflight = self._parser, self.outbox, self._on_message, self.outbox.inflight
         parser.feed(data)
-        inflight = outbox.inflight
         while True:
             try:
                 reply: Reply = parser.gets()
