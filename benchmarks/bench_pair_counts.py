@@ -2,16 +2,18 @@
 
 Usage::
 
-    python benchmarks/bench_pair_counts.py [--trees DIR_OR_REV ...] [--settings 'queue=False' ...]
+    python benchmarks/bench_pair_counts.py [--trees DIR_OR_REV ...] [--settings 'queue=False' ...] [--tasks 1]
     python benchmarks/bench_pair_counts.py --node-instructions
 
 Each tree (a directory holding ``redlock_async/`` or a git revision, as for ``bench_ab.py``) and each
-setting runs in a child process of its own against the same 5 local nodes: 64 tasks on locks of their
-own, warmed up, then ``--pairs`` pairs each under ``sys.settrace`` with opcode events. Printed per
-pair: the Python bytecodes run (the library's, asyncio's, the rest), and the commands each node ran
-(``INFO commandstats``). Unlike ``bench_bytecodes.py`` (fake nodes, no I/O) this counts the real
-path: replies parsed, writes gathered, the clock guard's ``TIME``; the count moves by about 1% from
-run to run (how replies batch), so compare figures a few percent apart only.
+setting runs in a child process of its own against the same 5 local nodes: ``--tasks`` tasks (64) on
+locks of their own, warmed up, then ``--pairs`` pairs each under ``sys.settrace`` with opcode events.
+Printed per pair: the Python bytecodes run (the library's, asyncio's, the rest), and the commands each
+node ran (``INFO commandstats``). Unlike ``bench_bytecodes.py`` (fake nodes, no I/O) this counts the
+real path: replies parsed, writes gathered, the clock guard's ``TIME``. With 64 tasks the counts move
+by up to a few percent from run to run (how commands and replies batch depends on the machine's
+load); with ``--tasks 1`` (one pair at a time: every write carries one acquire) the library's count
+moves by about 0.2%: compare trees with that.
 
 ``--node-instructions``: the CPU instructions one ``valkey-server`` (under ``valgrind --tool=callgrind``,
 which must be installed) spends per ``SET NX PX`` + release, pipelined, for ``RELEASE`` (1 key: the
@@ -39,7 +41,7 @@ import asyncio, collections, json, os, sys
 import redis
 from redlock_async import Redlock
 
-urls, options, pairs = sys.argv[1].split(","), json.loads(sys.argv[2]), int(sys.argv[3])
+urls, options, pairs, tasks = sys.argv[1].split(","), json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 count = collections.Counter()
 
 
@@ -74,13 +76,13 @@ async def main():
                 async with lock:
                     pass
 
-        await asyncio.gather(*(worker(i, 20) for i in range(64)))
+        await asyncio.gather(*(worker(i, 20) for i in range(tasks)))
         before = commands()
         sys.settrace(tracer)
-        await asyncio.gather(*(worker(i, pairs) for i in range(64)))
+        await asyncio.gather(*(worker(i, pairs) for i in range(tasks)))
         sys.settrace(None)
         ran = commands() - before
-    done = 64 * pairs
+    done = tasks * pairs
     print(json.dumps({
         "bytecodes": {key: value / done for key, value in count.items()},
         "commands": {name: calls / done / len(urls) for name, calls in ran.most_common() if name != "info"},
@@ -91,11 +93,12 @@ asyncio.run(main())
 """
 
 
-def counts(tree: str, settings: str, urls: list[str], pairs: int) -> dict[str, dict[str, float]]:
+def counts(tree: str, settings: str, urls: list[str], pairs: int, tasks: int) -> dict[str, dict[str, float]]:
     options = settings_of(settings)
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, ",".join(urls), json.dumps(options), str(pairs)],
+        [sys.executable, "-c", CHILD, ",".join(urls), json.dumps(options), str(pairs), str(tasks)],
         env=dict(os.environ, PYTHONPATH=tree),
+        cwd=tree,  # (python -c puts the working directory first on sys.path)
         capture_output=True,
         text=True,
         check=True,
@@ -105,13 +108,13 @@ def counts(tree: str, settings: str, urls: list[str], pairs: int) -> dict[str, d
     return found
 
 
-def pair_counts(trees: list[str], settings: list[str], pairs: int) -> None:
+def pair_counts(trees: list[str], settings: list[str], pairs: int, tasks: int) -> None:
     from redlock_async.testing import LocalNodes
 
     with LocalNodes(5) as nodes:
         for tree in trees:
             for text in settings:
-                found = counts(tree_of(tree), text, nodes.urls, pairs)
+                found = counts(tree_of(tree), text, nodes.urls, pairs, tasks)
                 codes = found["bytecodes"]
                 ran = ", ".join(f"{name} {calls:.2f}" for name, calls in found["commands"].items() if calls >= 0.005)
                 print(
@@ -185,13 +188,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--trees", nargs="+", default=["."], help="directories or git revisions (default: .)")
     parser.add_argument("--settings", nargs="+", default=[""], help="Redlock keyword settings, e.g. 'queue=False'")
-    parser.add_argument("--pairs", type=int, default=30, help="pairs per task under the tracer (64 tasks)")
+    parser.add_argument("--pairs", type=int, default=30, help="pairs per task under the tracer")
+    parser.add_argument("--tasks", type=int, default=64, help="tasks at once (1: one pair at a time)")
     parser.add_argument("--node-instructions", action="store_true", help="a node's instructions per release")
     args = parser.parse_args()
     if args.node_instructions:
         node_instructions(3000)
     else:
-        pair_counts(args.trees, args.settings, args.pairs)
+        pair_counts(args.trees, args.settings, args.pairs, args.tasks)
     return 0
 
 
