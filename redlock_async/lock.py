@@ -246,14 +246,8 @@ class Lock:
                 handoff=None if woken_at is None else _clock.now() - woken_at,
             )
         else:
-            emit(
-                cluster,
-                tenure,
-                _NOT_ACQUIRED,
-                duration=_clock.now() - began,
-                attempts=tenure.attempts,
-                reason=not_acquired_reason(tenure.votes, blocking),
-            )
+            reason = not_acquired_reason(tenure.votes, blocking)
+            emit(cluster, tenure, _NOT_ACQUIRED, duration=_clock.now() - began, attempts=tenure.attempts, reason=reason)
         return acquired
 
     async def extend(self, ttl: float | None = None) -> None:

@@ -48,7 +48,7 @@ Handover: TypeAlias = "tuple[Lease, asyncio.Future[bool | None], Successor]"
 class Keeper:
     """The held side of one lock: extension, loss, release, and the watchdog's hooks."""
 
-    __slots__ = ("__weakref__", "cluster", "handover", "settings", "strategy", "tenure")
+    __slots__ = ("__weakref__", "cluster", "handover", "name", "settings", "strategy", "tenure")
 
     def __init__(
         self,
@@ -59,6 +59,8 @@ class Keeper:
         label: str,
         on_lost: Callable[[LockLost], object] | None,
     ) -> None:
+        self.name = name
+        """The lock's name (or names), for messages."""
         self.tenure = Tenure(cluster, self, strategy.keys, name, label, on_lost)
         """The lock's life; this keeper is what its Redlock keeps (and tells things) while it is held."""
         self.strategy = strategy
@@ -68,20 +70,10 @@ class Keeper:
         """The lease being (or last) handed over to another lock in one step on the nodes (a downgrade)."""
 
     @property
-    def name(self) -> object:
-        """The lock's name (or names), for messages."""
-        return self.tenure.name
-
-    @property
     def held(self) -> bool:
         """Held now, validity left (``Lock.held``)."""
         tenure = self.tenure
         return tenure.phase is _HELD and _clock.now() < tenure.lease.expires
-
-    @property
-    def watched(self) -> bool:
-        """Kept by the watchdog now (inside ``async with``)."""
-        return self.tenure.watched
 
     def _gone(self) -> LockLost:
         tenure = self.tenure

@@ -31,21 +31,24 @@ TRIO_REFUSED = (
 )
 
 
+class Watched(Protocol):
+    watched: bool
+
+
 class Kept(Protocol):
     """A held lock as its Redlock keeps it (``Cluster.held``): its keeper, which the Redlock and its Cluster
     tell what happened."""
 
-    @property
-    def name(self) -> object:
-        """The name (or names) it holds, for messages."""
+    name: object
+    """The name (or names) it holds, for messages."""
 
     @property
     def held(self) -> bool:
         """Held now, validity left."""
 
     @property
-    def watched(self) -> bool:
-        """Kept by the watchdog now."""
+    def tenure(self) -> Watched:
+        """Its life: whether the watchdog keeps it now."""
 
     def watchdog_failed(self, exc: BaseException) -> None:
         """The watchdog's task failed unexpectedly: a watched lease can no longer be kept."""

@@ -165,7 +165,7 @@ class Connections:
             nodes=nodes,
             closed=cluster.closed,
             held_locks=sum(1 for lock in held if lock.held),
-            watched_locks=sum(1 for lock in held if lock.watched),
+            watched_locks=sum(1 for lock in held if lock.tenure.watched),
             watchdog_rounds=cluster.watchdog.rounds,
             watchdog_retries=cluster.watchdog.retries,
             wakeups=cluster.listener.wakeups,
