@@ -279,13 +279,13 @@ class Lock:
     # -- async with ------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        await _guard.enter(self, self._keeper)
+        await _guard.aenter(self, self._keeper)
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await _guard.leave(self, self._keeper, exc_type, exc)
+        await _guard.aexit(self, self._keeper, exc_type, exc)
 
     @property
     def resource(self) -> Name | tuple[Name, ...]:

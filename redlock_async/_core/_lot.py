@@ -1,9 +1,9 @@
-"""The line of a process's waiters for one key: FIFO by ticket, one woken at a time (as trio's ``ParkingLot``).
+"""The parking lot of a process's waiters for one key: FIFO by ticket, one woken at a time (as trio's ``ParkingLot``).
 
-A :class:`Line` knows nothing of channels, nodes or Redis: whoever hears a
-release calls :meth:`Line.release`, and the oldest waiter is woken, unless a
+A :class:`ParkingLot` knows nothing of channels, nodes or Redis: whoever hears a
+release calls :meth:`ParkingLot.release`, and the oldest waiter is woken, unless a
 woken waiter is still trying (then the release is kept for the next one, as
-:attr:`Line.missed`). A waiter keeps its place (its ticket) across waits: one
+:attr:`ParkingLot.missed`). A waiter keeps its place (its ticket) across waits: one
 whose fallback timer fired comes back to its place, not to the tail. A woken
 waiter that never tries (it quits, or is cancelled in the loop turn it was
 woken) passes the turn on, or the line would stay "woken" for good.
@@ -43,7 +43,7 @@ class Waits:
                 fut.set_result(None)
 
 
-class Line:
+class ParkingLot:
     """The waiters of one key in this process, oldest ticket first; at most one woken and trying."""
 
     __slots__ = ("missed", "released", "turn", "waiters", "woken")
