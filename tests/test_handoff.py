@@ -200,7 +200,7 @@ async def test_a_wait_that_times_out_is_not_a_wake_up_and_leaves_the_queue() -> 
     await listener.subscribe(channel)  # no subscriber nodes: nothing to send
     assert await listener.wait(channel, 0.05, 0) is False  # the fallback timer, not a release
     assert listener.wakeups == 0
-    # It keeps its place in line until it quits, and its turn was not taken: a woken waiter
+    # It keeps its place in line until it departs, and its turn was not taken: a woken waiter
     # would hold the line until done(), and the next release would wake no one.
     assert listener.waiting(channel)
     listener.nodes = cast(Sequence[Node], [object()])  # one node: each word is a majority
@@ -208,7 +208,7 @@ async def test_a_wait_that_times_out_is_not_a_wake_up_and_leaves_the_queue() -> 
     assert listener.wakeups == 1
     assert await listener.wait(channel, 5.0, 0) is True  # its turn, at once
     listener.done(channel)
-    listener.quit(channel, 0)
+    listener.depart(channel, 0)
     assert not listener.waiting(channel)
     listener.nodes = ()
     listener.unsubscribe(channel)
@@ -400,6 +400,6 @@ async def test_taking_tells_a_newcomer_whether_the_line_takes_the_key_now() -> N
     assert await waiting is True
     listener.done(channel)
     assert not listener.taking(channel)
-    listener.quit(channel, 0)
+    listener.depart(channel, 0)
     listener.nodes = ()
     listener.unsubscribe(channel)

@@ -100,9 +100,9 @@ def test_a_waiter_cancelled_in_the_loop_turn_it_was_woken_passes_its_turn_on() -
         assert following.result() is True
         assert waits.wakeups == 1  # the wake it passed on is counted for its owner
         assert line.taking  # the following waiter tries now
-        assert line.quit(first) is False
+        assert line.depart(first) is False
         line.done()
-        assert line.quit(second) is False
+        assert line.depart(second) is False
         assert not line.waiting
         assert not line.taking
 
@@ -144,27 +144,27 @@ def test_a_waiter_woken_between_two_waits_gets_its_turn_or_passes_it_on() -> Non
         assert line.taking
         assert await line.wait(first, LONG, waits) is True  # at once
         line.done()
-        # Once more, but it quits instead of coming back: the turn passes on.
+        # Once more, but it departs instead of coming back: the turn passes on.
         third = ticket()
         assert await line.wait(third, 0.01, waits) is False
-        assert line.quit(first) is False  # not woken: nothing to pass on
+        assert line.depart(first) is False  # not woken: nothing to pass on
         assert line.release()  # the oldest now is `second`, which awaits
         await settle()
         assert following.done()
         line.done()
-        assert line.quit(second) is False
+        assert line.depart(second) is False
         fourth = ticket()
         last = asyncio.create_task(line.wait(fourth, LONG, waits))
         await settle()
         assert line.release()  # wakes `third`, between two waits
-        assert line.quit(third) is True  # never tried: the turn passes on, to `fourth`
+        assert line.depart(third) is True  # never tried: the turn passes on, to `fourth`
         assert await last is True
         line.done()
-        line.quit(fourth)
+        line.depart(fourth)
         fifth = ticket()
         assert await line.wait(fifth, 0.01, waits) is False  # its timer fired: between two waits
         assert line.release()
-        assert line.quit(fifth) is False  # its turn passes on to no one: kept again
+        assert line.depart(fifth) is False  # its turn passes on to no one: kept again
         assert line.released
         assert not line.taking
         assert await line.wait(ticket(), LONG, waits) is True  # the kept release: at once
@@ -186,7 +186,7 @@ def test_a_timer_keeps_the_waiters_place_ahead_of_younger_ones() -> None:
         assert back.done()
         assert not younger.done()
         line.done()
-        line.quit(first)
+        line.depart(first)
         line.release()
         assert await younger
 
@@ -224,7 +224,7 @@ def test_the_newcomer_rule_taking_is_true_only_while_a_release_is_being_taken() 
         assert line.taking  # woken, trying: a newcomer joins the line, the release is not its
         await parked
         line.done()
-        line.quit(place)
+        line.depart(place)
         assert not line.waiting
         assert not line.taking
         # A release heard by no one is kept, but is not "taking": the first waiter takes it at once.

@@ -44,7 +44,7 @@ async def waiter(made: Listener, woken: list[int], name: int, place: int) -> Non
             woken.append(name)
             made.done(CHANNEL)
     finally:
-        made.quit(CHANNEL, place)
+        made.depart(CHANNEL, place)
         made.unsubscribe(CHANNEL)
 
 
@@ -128,7 +128,7 @@ async def test_a_release_heard_before_anyone_waits_lets_the_next_waiter_go_at_on
     place = ticket()
     assert await asyncio.wait_for(made.wait(CHANNEL, 5.0, place), 1.0)  # the release was not lost
     made.done(CHANNEL)
-    made.quit(CHANNEL, place)
+    made.depart(CHANNEL, place)
     made.unsubscribe(CHANNEL)
     assert made.wakeups == 0  # no waiter was queued to wake: the release was kept for the next one
 
@@ -150,7 +150,7 @@ async def test_a_wake_up_in_the_loop_turn_the_timer_fires_counts() -> None:
     assert await asyncio.wait_for(wait, 1.0) is True
     assert made.wakeups == 1
     made.done(CHANNEL)
-    made.quit(CHANNEL, place)
+    made.depart(CHANNEL, place)
     made.unsubscribe(CHANNEL)
 
 

@@ -157,7 +157,7 @@ class Words:
                         # one's release instead, keeping our ticket (our place in its line).
                         if woken:
                             listener.done(channel)
-                        listener.quit(channel, place)
+                        listener.depart(channel, place)
                         listener.unsubscribe(channel)
                         listening = woken = False
                     if not listening:
@@ -190,7 +190,7 @@ class Words:
             if listening and listener is not None:
                 if woken:
                     listener.done(channel)  # the next release wakes the next waiter
-                listener.quit(channel, place)
+                listener.depart(channel, place)
                 listener.unsubscribe(channel)
 
     async def attempt(self, tenure: Tenure, sent: _requests.Sent | None = None) -> bool:

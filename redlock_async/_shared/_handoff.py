@@ -68,7 +68,7 @@ class _Channel:
     heard: deque[bytes] = field(default_factory=lambda: deque(maxlen=8))
     # ticket -> (its waiter's Listener, the waiter's lock): who may be handed the lock by a release.
     takers: dict[int, tuple[Listener, Taker]] = field(default_factory=dict)
-    # ticket -> the round a release sent for it (handed over), until the waiter counts it or quits.
+    # ticket -> the round a release sent for it (handed over), until the waiter counts it or departs.
     handed: dict[int, tuple[Sent, Taker]] = field(default_factory=dict)
     chain: int = 0  # hand-overs in a row: after MAX_CHAIN, one release wakes everyone's waiters instead
     yielding: bool = False  # a release was left to other processes' waiters (_yield): ours wait the grace
@@ -227,7 +227,7 @@ class Listener:
         self._waits.interrupt()
         self.grants.poke_all()  # waiters in the grant queue too: their wait ends, and they look
 
-    def quit(self, channel: bytes, place: int) -> None:
+    def depart(self, channel: bytes, place: int) -> None:
         """The waiter with ticket *place* stops waiting (acquired, gave up, cancelled): it leaves the line.
 
         If it was woken between two waits and never tried, the turn passes on.
@@ -240,7 +240,7 @@ class Listener:
         if handed is not None:
             sent, taker = handed
             taker.give_back(sent)  # sent for us, never counted: nothing may stay behind
-        self._waits.wakeups += state.line.quit(place)
+        self._waits.wakeups += state.line.depart(place)
 
     def handed(self, channel: bytes, place: int) -> Sent | None:
         """The round a release sent for the waiter with ticket *place* when it handed it the lock, if one did."""
