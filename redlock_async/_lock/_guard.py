@@ -41,7 +41,7 @@ class Guarded(Protocol):
     async def release(self) -> None: ...
 
 
-async def enter(lock: Guarded, keeper: Keeper) -> None:
+async def aenter(lock: Guarded, keeper: Keeper) -> None:
     """``__aenter__``: acquire (or LockNotAcquired), bind the lock to this task, and start watching."""
     tenure, cluster, settings = keeper.tenure, keeper.cluster, keeper.settings
     if not await lock.acquire():
@@ -62,7 +62,7 @@ async def enter(lock: Guarded, keeper: Keeper) -> None:
         cluster.watchdog.schedule(lease, keeper.next_due())
 
 
-async def leave(lock: Guarded, keeper: Keeper, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
+async def aexit(lock: Guarded, keeper: Keeper, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
     """``__aexit__``: release, or raise LockLost when the lease was lost while the body ran."""
     tenure, cluster = keeper.tenure, keeper.cluster
     # Before any await: from here on the watchdog cannot cancel us.
