@@ -4,7 +4,12 @@ replay (one seed, one run)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import random
+import shlex
+import subprocess
+import sys
 
 import pytest
 
@@ -114,3 +119,41 @@ def test_a_planted_hole_is_found_and_replays() -> None:
     assert again.digest == found.digest
     guarded = run(found.seed, Config(faults=frozenset({"clock"}), duration=4.0, fault_rate=8.0))
     assert not guarded.violations, guarded.violations  # the clock guard keeps the same schedule safe
+
+
+def _cli(*args: str) -> tuple[int, dict[str, object], str]:
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(
+        [sys.executable, "-m", "redlock_async.testing.sim", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    return done.returncode, json.loads(done.stdout.strip().splitlines()[-1]), done.stdout
+
+
+def test_the_command_finds_replays_and_says_how() -> None:
+    """The CLI on a seed the planted hole fails: exit 1, a replay command that fails the same way, with
+    the same digest run after run; a clean campaign exits 0."""
+    config = Config(faults=frozenset({"clock"}), settings=(("clock_guard", False),), duration=4.0, fault_rate=8.0)
+    seed = next(seed for seed in range(60) if run(seed, config).violations)
+    status, summary, out = _cli(
+        "--seed", str(seed), "--workload", "lock", "--faults", "clock", "--set", "clock_guard=false",
+        "--duration", "4", "--fault-rate", "8",
+    )  # fmt: skip
+    assert status == 1, out
+    violations = summary["violations"]
+    assert isinstance(violations, list)
+    assert violations[0]["kind"] == "two_holders"
+    replay = shlex.split(violations[0]["replay"])
+    assert replay[:3] == ["python", "-m", "redlock_async.testing.sim"]
+    again, summary_again, _ = _cli(*replay[3:])
+    assert again == 1
+    assert summary_again["trace_digest"] == summary["trace_digest"] != ""
+    clean, campaign, out = _cli("--minutes", "5", "--schedules", "6", "--start", "100")
+    assert clean == 0, out
+    assert campaign["schedules"] == 6
+    assert campaign["seeds"] == [100, 105]
+    assert campaign["violations"] == []

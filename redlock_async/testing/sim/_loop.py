@@ -91,8 +91,9 @@ class SimLoop(base_events.BaseEventLoop):
     def time(self) -> float:
         return self.now
 
-    def log(self, text: str) -> None:
-        self.trace.append(f"{self.now:.6f} {text}")
+    def log(self, text: str, *, detail: bool = False) -> None:
+        """Add to the trace; a *detail* line (a command, an event: ``verbose`` only) is left out of the digest."""
+        self.trace.append(f"{self.now:.6f} {'  ' if detail else ''}{text}")
 
     # -- clients ----------------------------------------------------------------
 

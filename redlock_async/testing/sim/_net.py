@@ -158,7 +158,7 @@ class Connection:
                 continue
             replies = node.execute(self.session, command)
             if self.loop.verbose and command[0].upper() not in (b"SCRIPT", b"INFO", b"CLIENT"):
-                self.loop.log(f"{self.client_name}->{node.name} {_words(command)} => {_words(replies)}")
+                self.loop.log(f"{self.client_name}->{node.name} {_words(command)} => {_words(replies)}", detail=True)
             for reply in replies:
                 out.append(encode(reply))
         if out:

@@ -92,7 +92,8 @@ def run(seed: int, config: Config, *, verbose: bool = False) -> Result:
     coverage["messages"] = network.messages
     coverage["steps"] = loop.steps
     trace = loop.trace
-    digest = hashlib.sha256("\n".join(trace).encode()).hexdigest()[:16]
+    core = [line for line in trace if not line.partition(" ")[2].startswith("  ")]
+    digest = hashlib.sha256("\n".join(core).encode()).hexdigest()[:16]
     return Result(seed, board.violations, coverage, trace, digest)
 
 

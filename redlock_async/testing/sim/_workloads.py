@@ -76,7 +76,7 @@ class Board:
     def on_event(self, client: str, event: LockEvent) -> None:
         self.count(f"event.{event.kind.value}")
         if self.loop.verbose:
-            self.loop.log(f"{client} {event!r}")
+            self.loop.log(f"{client} {event!r}", detail=True)
         if event.handoff:
             self.count("handoffs")
         if event.quarantined:
@@ -115,7 +115,7 @@ class Board:
         section = Open(client.name, resource, token, holder.fencing_token, now, now + holder.validity, shared)
         self.open.setdefault(client.name, []).append(section)
         if self.loop.verbose:
-            self.loop.log(f"enter {client.name} {resource} {token[:6]} f={section.fencing} valid={holder.validity:.4f}")
+            self.loop.log(f"enter {client.name} {resource} {token[:6]} f={section.fencing}", detail=True)
         self.count("sections")
         try:
             for _ in range(self.rng.randint(1, 4)):
