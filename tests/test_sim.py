@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from redlock_async import Redlock
-from redlock_async.testing.sim import Config, run
-from redlock_async.testing.sim._faults import FAULTS
+from redlock_async import LockLost, Redlock
+from redlock_async.testing.sim import Config, MemoryNodes, run
+from redlock_async.testing.sim._config import FAULTS, WORKLOAD_NAMES
 from redlock_async.testing.sim._loop import SimLoop
 from redlock_async.testing.sim._net import Network
 from redlock_async.testing.sim._node import SimNode
@@ -157,3 +157,34 @@ def test_the_command_finds_replays_and_says_how() -> None:
     assert campaign["schedules"] == 6
     assert campaign["seeds"] == [100, 105]
     assert campaign["violations"] == []
+
+
+def test_memory_nodes_run_a_users_lock_code_in_virtual_time() -> None:
+    """A user's test: a holder whose majority stops answering loses its lock (LockLost), with no server,
+    and a minute of ttl costs nothing."""
+    with MemoryNodes(5) as nodes:
+
+        async def main() -> tuple[str, float]:
+            async with Redlock(nodes.urls, ttl=60.0) as redlock:
+                lock = redlock.lock("orders:42", fencing=True)
+                started = asyncio.get_running_loop().time()
+                try:
+                    async with lock:
+                        assert lock.fencing_token == 1
+                        for i in range(3):
+                            nodes[i].pause()
+                        await asyncio.sleep(600.0)
+                except LockLost:
+                    for i in range(3):
+                        nodes[i].resume()
+                    return "lost", asyncio.get_running_loop().time() - started
+                return "kept", 0.0
+
+        outcome, after = nodes.run(main())
+        assert outcome == "lost"
+        assert 0 < after < 60.0  # lost before its ttl ran out, not at the end of the 600 s
+        assert nodes[3].command("GET", "redlock:orders:42") is None  # released where it could be
+
+
+def test_every_workload_named() -> None:
+    assert tuple(WORKLOADS) == WORKLOAD_NAMES

@@ -7,8 +7,9 @@ simulated nodes that run the shipped Lua scripts, under seeded faults; one seed,
 
 from __future__ import annotations
 
-from redlock_async.testing.sim._faults import FAULTS
-from redlock_async.testing.sim._run import Config, Result, run
+from redlock_async.testing.sim._config import FAULTS, Config
+from redlock_async.testing.sim._memory import MemoryNode, MemoryNodes
+from redlock_async.testing.sim._run import Result, run
 from redlock_async.testing.sim._workloads import WORKLOADS
 
-__all__ = ["FAULTS", "WORKLOADS", "Config", "Result", "run"]
+__all__ = ["FAULTS", "WORKLOADS", "Config", "MemoryNode", "MemoryNodes", "Result", "run"]

@@ -21,8 +21,8 @@ import sys
 import time
 from typing import Any
 
-from redlock_async.testing.sim._faults import FAULTS
-from redlock_async.testing.sim._run import Config, Result, run
+from redlock_async.testing.sim._config import FAULTS, Config
+from redlock_async.testing.sim._run import Result, run
 from redlock_async.testing.sim._workloads import WORKLOADS
 
 _ORDER = ("lock", "fenced", "many", "semaphore", "rw", "election")
@@ -143,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             _report(result, config, violations)
     cpu = max(time.process_time() - started, 1e-9)
     print(
-        f"{schedules} schedules (seeds {first}..{last}) in {cpu:.1f} s of CPU: {schedules * 60 / cpu:.0f} per core-minute;"
-        f" {len(violations)} violation(s)",
+        f"{schedules} schedules (seeds {first}..{last}) in {cpu:.1f} s of CPU: "
+        f"{schedules * 60 / cpu:.0f} per core-minute; {len(violations)} violation(s)",
         flush=True,
     )
     if args.json:

@@ -9,14 +9,13 @@ import asyncio
 import random
 from typing import TYPE_CHECKING
 
+from redlock_async.testing.sim._config import FAULTS
+
 if TYPE_CHECKING:
+    from redlock_async.testing.sim._config import Config
     from redlock_async.testing.sim._loop import SimLoop
     from redlock_async.testing.sim._net import Network
-    from redlock_async.testing.sim._run import Config
     from redlock_async.testing.sim._workloads import Board
-
-FAULTS = ("pause", "partition", "loss", "restart", "clock", "flush", "kill")
-"""Every kind of fault, as ``--faults`` names them."""
 
 
 class Nemesis:

@@ -21,38 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redlock_async import _clock
-from redlock_async.testing.sim._faults import FAULTS, Nemesis
+from redlock_async.testing.sim._config import Config
+from redlock_async.testing.sim._faults import Nemesis
 from redlock_async.testing.sim._loop import Deadlock, SimClient, SimLoop
 from redlock_async.testing.sim._net import Network
 from redlock_async.testing.sim._node import WALL_START, SimNode
-from redlock_async.testing.sim._workloads import WORKLOADS, Board
+from redlock_async.testing.sim._workloads import Board
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Config:
-    """What one schedule runs (the same for every seed of a campaign)."""
-
-    workload: str = "lock"
-    faults: frozenset[str] = frozenset()
-    nodes: int = 5
-    clients: int = 3
-    tasks: int = 2
-    duration: float = 6.0
-    """Virtual seconds the workload runs (faults stop a ttl before its end, then every client closes)."""
-    ttl: float = 1.0
-    fault_rate: float = 1.0
-    """Faults per ttl, on average."""
-    settings: tuple[tuple[str, Any], ...] = ()
-    """Redlock settings for every client (``--set NAME=VALUE``)."""
-
-    def __post_init__(self) -> None:
-        if self.workload not in WORKLOADS:
-            raise ValueError(f"workload {self.workload!r}: choose one of {', '.join(sorted(WORKLOADS))}")
-        unknown = sorted(set(self.faults) - set(FAULTS))
-        if unknown:
-            raise ValueError(f"faults {', '.join(unknown)}: choose among {', '.join(FAULTS)}")
 
 
 @dataclass

@@ -19,8 +19,8 @@ from redlock_async.events import LockEvent
 from redlock_async.testing._history import History, Section
 
 if TYPE_CHECKING:
+    from redlock_async.testing.sim._config import Config
     from redlock_async.testing.sim._loop import SimClient, SimLoop
-    from redlock_async.testing.sim._run import Config
 
 
 class Open:
