@@ -48,6 +48,12 @@ class SimClient:
     def pause(self) -> None:
         self.paused = True
 
+    def revive(self) -> None:
+        """The run is over: a dead client's tasks run again, to be cancelled and end (no leftover coroutine)."""
+        self.dead = False
+        self.paused = True
+        self.resume()
+
     def resume(self) -> None:
         """Run what waited, in its order, from the next loop turn."""
         if self.dead or not self.paused:
@@ -62,7 +68,6 @@ class SimClient:
         if self.dead:
             return
         self.dead = True
-        self.held.clear()
         for close in self.on_kill:
             close()
         self.on_kill.clear()
@@ -142,8 +147,10 @@ class SimLoop(base_events.BaseEventLoop):
         args: tuple[Any, ...],
         context: contextvars.Context | None,
     ) -> None:
-        """Run a client's callback, unless its process is paused (then later, in order) or dead (never)."""
+        """Run a client's callback, unless its process is paused (then later, in order) or dead (never in
+        this run: kept, so that the run's end can revive its tasks to cancel them)."""
         if client.dead:
+            client.held.append((callback, args, context or contextvars.copy_context()))
             return
         if not client.paused and self.yield_chance and self.rng.random() < self.yield_chance:
             client.pause()  # descheduled for a moment: another process runs first

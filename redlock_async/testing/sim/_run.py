@@ -94,8 +94,7 @@ def _finish(loop: SimLoop, board: Board) -> None:
     """Cancel what is left (a killed client's tasks: revived to be cancelled), then close the loop."""
     leftovers: list[asyncio.Task[Any]] = []
     for client in board.clients:
-        client.dead = client.paused = False
-        client.held.clear()
+        client.revive()
     for connection in loop.network.killed:
         connection.end_of_run()
     for task in asyncio.all_tasks(loop):
