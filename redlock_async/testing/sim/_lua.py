@@ -90,20 +90,27 @@ class Lua:
         return Error(f"ERR user_script: {_text(result)}")
 
     def _dispatch(self, *args: Any) -> Any:
-        words: list[bytes] = []
-        for arg in args:
-            if isinstance(arg, bytes):
-                words.append(arg)
-            elif isinstance(arg, bool) or not isinstance(arg, int | float):
-                return self._table({self._err: b"ERR Lua redis lib command arguments must be strings or integers"})
-            elif isinstance(arg, float) and arg != int(arg):
-                words.append(repr(arg).encode())
-            else:
-                words.append(b"%d" % int(arg))
+        if all(type(arg) is bytes for arg in args):  # (nearly always: a script passes strings)
+            words = list(args)
+        else:
+            words = []
+            for arg in args:
+                if isinstance(arg, bytes):
+                    words.append(arg)
+                elif isinstance(arg, bool) or not isinstance(arg, int | float):
+                    return self._table({self._err: b"ERR Lua redis lib command arguments must be strings or integers"})
+                elif isinstance(arg, float) and arg != int(arg):
+                    words.append(repr(arg).encode())
+                else:
+                    words.append(b"%d" % int(arg))
         if not words:
             return self._table({self._err: b"ERR Please specify at least one argument for this redis lib call"})
         assert self._command is not None
-        return self._to_lua(self._command(words))
+        reply = self._command(words)
+        kind = type(reply)
+        if kind is bytes or kind is int:
+            return reply
+        return self._to_lua(reply)
 
     def _to_lua(self, reply: Reply) -> Any:
         if isinstance(reply, Error):

@@ -38,6 +38,11 @@ def arity(name: bytes) -> Error:
 
 def encode(reply: Reply) -> bytes:
     """*reply* in RESP2."""
+    kind = type(reply)
+    if kind is bytes:
+        return b"$%d\r\n%s\r\n" % (len(reply), reply)
+    if kind is int:
+        return b":%d\r\n" % reply
     if isinstance(reply, Error):
         return b"-" + reply.encode() + b"\r\n"
     if isinstance(reply, Status):
