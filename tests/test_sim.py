@@ -14,12 +14,13 @@ import sys
 import pytest
 
 from redlock_async import LockLost, Redlock
+from redlock_async.testing._history import History, Section
 from redlock_async.testing.sim import Config, MemoryNodes, run
 from redlock_async.testing.sim._config import FAULTS, WORKLOAD_NAMES
 from redlock_async.testing.sim._loop import SimLoop
 from redlock_async.testing.sim._net import Network
 from redlock_async.testing.sim._node import SimNode
-from redlock_async.testing.sim._workloads import WORKLOADS
+from redlock_async.testing.sim._workloads import WORKLOADS, Board
 
 ALL = frozenset(FAULTS)
 
@@ -188,3 +189,21 @@ def test_memory_nodes_run_a_users_lock_code_in_virtual_time() -> None:
 
 def test_every_workload_named() -> None:
     assert tuple(WORKLOADS) == WORKLOAD_NAMES
+
+
+def test_the_oracles_judge_a_history() -> None:
+    """Two holders at once, a token that did not grow, and a wait that ran out while the lock was free
+    (with no fault) are each a violation; a clean history is none."""
+    loop = SimLoop(random.Random(0))
+    board = Board(loop, Config(), [])
+    board.histories["res"] = History()
+    sections = board.histories["res"].sections
+    sections += [Section("c0", "t0", 1, 0.0, 1.0), Section("c1", "t1", 2, 1.0, 1.5)]
+    board.gave_up.append((("res",), 1.2, 2.0))  # free from 1.5 to 2.0: less than two ttls
+    board.check()
+    assert board.violations == []
+    sections.append(Section("c2", "t2", 2, 1.4, 1.6))
+    board.gave_up.append((("res",), 1.0, 9.0))  # free from 1.6 to 9.0
+    board.check()
+    assert [kind for kind, _ in board.violations] == ["starved", "two_holders", "fencing"]
+    loop.close()

@@ -14,7 +14,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from redlock_async import LockLost, Redlock, RedlockError
+from redlock_async import LockLost, LockNotAcquired, Redlock, RedlockError
 from redlock_async.events import LockEvent
 from redlock_async.testing._history import History, Section
 
@@ -62,6 +62,8 @@ class Board:
         self.violations: list[tuple[str, str]] = []
         self.coverage: dict[str, int] = {}
         self.limit = 2
+        self.gave_up: list[tuple[tuple[str, ...], float, float]] = []
+        """(resources, since, until): a wait for them (all at once) that ran out."""
         self._leaders_trusted = True
 
     def count(self, what: str, n: int = 1) -> None:
@@ -91,9 +93,11 @@ class Board:
             workers = [work(self, client, redlock, k) for k in range(self.config.tasks)]
             await asyncio.gather(*workers)
 
-    async def guarded(self, step: Callable[[], Awaitable[None]]) -> None:
-        """One try of a worker: maybe cancelled at a random moment; the library's errors counted."""
+    async def guarded(self, step: Callable[[], Awaitable[None]], resources: tuple[str, ...] = ()) -> None:
+        """One try of a worker: maybe cancelled at a random moment; the library's errors counted; a wait
+        that ran out (LockNotAcquired) noted, for the starvation oracle."""
         rng = self.rng
+        started = self.loop.now
         try:
             if rng.random() < 0.15:
                 async with asyncio.timeout(rng.uniform(0.0, self.config.ttl)):
@@ -104,6 +108,10 @@ class Board:
             self.count("cancelled")
         except LockLost:
             self.count("lost")
+        except LockNotAcquired:
+            self.count("error.LockNotAcquired")
+            if resources:
+                self.gave_up.append((resources, started, self.loop.now))
         except RedlockError as exc:
             self.count(f"error.{type(exc).__name__}")
         await asyncio.sleep(rng.uniform(0.0, self.config.ttl / 4))
@@ -160,6 +168,7 @@ class Board:
                 self.violation("keys_left", f"node {host.node.name} keeps {sorted(left)[:5]} after every client closed")
 
     def check(self) -> None:
+        self._check_starvation()
         for resource, history in sorted(self.histories.items()):
             if self.config.workload == "semaphore" and resource == "sem":
                 most = history.most_inside()
@@ -171,6 +180,34 @@ class Board:
                     break
             for before, after in history.fencing_regressions()[:1]:
                 self.violation("fencing", f"{resource}: {_shown(after)} after {_shown(before)}: the token did not grow")
+
+    def _check_starvation(self) -> None:
+        """With no fault, no wait runs out while its resources were free (no section open on any) for two ttls."""
+        if self.config.faults or self.config.workload == "many":
+            # (lock_many: a waiter for a+b first in b's line holds b's grants while it waits for a: FIFO
+            # per name, by design; a single waiter for b behind it waits with no section open on b.)
+            return
+        window = 2 * self.config.ttl
+        for resources, since, until in self.gave_up:
+            sections = [s for name in resources if (h := self.histories.get(name)) for s in h.sections]
+            busy = sorted((s.start, s.end) for s in sections if s.end > since)
+            resource = "+".join(resources)
+            free_from = since
+            for start, end in busy:
+                if start >= until:
+                    break
+                if start - free_from > window:
+                    break
+                free_from = max(free_from, end)
+            else:
+                start = until
+            if min(start, until) - free_from > window:
+                self.violation(
+                    "starved",
+                    f"a wait for {resource!r} from {since:.4f} ran out at {until:.4f}, while it was free from "
+                    f"{free_from:.4f} to {min(start, until):.4f}",
+                )
+                return
 
 
 def _shown(section: Section) -> str:
@@ -193,7 +230,7 @@ async def lock_worker(board: Board, client: SimClient, redlock: Redlock, k: int,
             async with lock:
                 await board.hold(client, "res", lock)
 
-        await board.guarded(step)
+        await board.guarded(step, ("res",))
 
 
 async def fenced_worker(board: Board, client: SimClient, redlock: Redlock, k: int) -> None:
@@ -212,7 +249,7 @@ async def many_worker(board: Board, client: SimClient, redlock: Redlock, k: int)
             async with lock:
                 await asyncio.gather(*(board.hold(client, name, lock) for name in names))
 
-        await board.guarded(step)
+        await board.guarded(step, tuple(names))
 
 
 async def semaphore_worker(board: Board, client: SimClient, redlock: Redlock, k: int) -> None:
@@ -225,7 +262,7 @@ async def semaphore_worker(board: Board, client: SimClient, redlock: Redlock, k:
             async with semaphore:
                 await board.hold(client, "sem", semaphore)
 
-        await board.guarded(step)
+        await board.guarded(step, ("sem",))
 
 
 async def rw_worker(board: Board, client: SimClient, redlock: Redlock, k: int) -> None:
@@ -238,7 +275,7 @@ async def rw_worker(board: Board, client: SimClient, redlock: Redlock, k: int) -
             async with lock:
                 await board.hold(client, "rw", lock, shared=reader)
 
-        await board.guarded(step)
+        await board.guarded(step, ("rw",))
 
 
 class _Term:
@@ -268,7 +305,7 @@ async def election_worker(board: Board, client: SimClient, redlock: Redlock, k: 
                 await board.hold(client, "leader", holder)
 
         with contextlib.suppress(RedlockError):
-            await board.guarded(step)
+            await board.guarded(step, ("leader",))
 
 
 WORKLOADS: dict[str, Worker] = {
