@@ -207,3 +207,21 @@ def test_the_oracles_judge_a_history() -> None:
     board.check()
     assert [kind for kind, _ in board.violations] == ["starved", "two_holders", "fencing"]
     loop.close()
+
+
+def test_the_command_refuses_bad_input_with_status_2() -> None:
+    for args, words in (
+        (["--set", "clockguard=false"], "clockguard"),
+        (["--set", "ttl=-1"], "ttl must be > 0"),
+        (["--faults", "bogus"], "choose among pause,partition"),
+        (["--workload", "nope"], "choose one of lock"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "redlock_async.testing.sim", "--seed", "1", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, (args, done.stderr)
+        assert words in done.stderr

@@ -5,7 +5,7 @@ printed with the command that replays it, shrunk to the fewest kinds of fault th
     python -m redlock_async.testing.sim --seed 42 --workload lock --trace  # replay one, with its trace
     python -m redlock_async.testing.sim --minutes 2 --set clock_guard=false --faults clock
 
-Exit status 1 iff a violation was found. With ``--json`` the last line is one JSON object:
+Exit status 1 iff a violation was found (2: bad input). With ``--json`` the last line is one JSON object:
 ``{"schedules", "violations": [{"seed", "kind", "replay"}], "coverage", "trace_digest", "seeds"}``.
 """
 
@@ -19,7 +19,7 @@ import random
 import shlex
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from redlock_async.testing.sim._config import FAULTS, Config
 from redlock_async.testing.sim._run import Result, run
@@ -44,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _refuse(text: str) -> NoReturn:
+    """Bad input: say what to change, exit 2 (1 means a violation was found)."""
+    _parser().error(text)
+
+
 def _faults(text: str) -> frozenset[str]:
     if text == "all":
         return frozenset(FAULTS)
@@ -52,7 +57,7 @@ def _faults(text: str) -> frozenset[str]:
     kinds = frozenset(part.strip() for part in text.split(",") if part.strip())
     unknown = sorted(kinds - set(FAULTS))
     if unknown:
-        raise SystemExit(f"--faults: {', '.join(unknown)} unknown; choose among {','.join(FAULTS)}, all or none")
+        _refuse(f"--faults: {', '.join(unknown)} unknown; choose among {','.join(FAULTS)}, all or none")
     return kinds
 
 
@@ -61,7 +66,7 @@ def _settings(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
     for pair in pairs:
         name, eq, text = pair.partition("=")
         if not eq or not name:
-            raise SystemExit(f"--set {pair!r}: write NAME=VALUE, as --set clock_guard=false")
+            _refuse(f"--set {pair!r}: write NAME=VALUE, as --set clock_guard=false")
         value: Any
         if text.lower() in ("true", "false"):
             value = text.lower() == "true"
@@ -72,6 +77,16 @@ def _settings(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
                 value = text
         out.append((name, value))
     return tuple(out)
+
+
+def _check_settings(settings: tuple[tuple[str, Any], ...]) -> None:
+    """Refuse a setting a Redlock refuses, before any run (made, never connected: nothing to close)."""
+    from redlock_async import Redlock
+
+    try:
+        Redlock(["redis://check.sim:7000"], **dict(settings))
+    except (TypeError, ValueError) as exc:
+        _refuse(f"--set: {exc}")
 
 
 def _config(args: argparse.Namespace, seed: int, faults: frozenset[str]) -> Config:
@@ -111,8 +126,9 @@ def shrink(config: Config, seed: int, kind: str) -> Config:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.workload != "all" and args.workload not in WORKLOADS:
-        raise SystemExit(f"--workload {args.workload!r}: choose one of {', '.join(_ORDER)}, or all")
+        _refuse(f"--workload {args.workload!r}: choose one of {', '.join(_ORDER)}, or all")
     faults = _faults(args.faults)
+    _check_settings(_settings(args.set))
     violations: list[dict[str, Any]] = []
     coverage: dict[str, int] = {}
     schedules = 0
