@@ -2,7 +2,7 @@
 
 * The README is the site's home page (``index.md``) and CHANGELOG.md its changelog
   (``changelog.md``), made from the files themselves, so nothing is written twice.
-* A link from a page to a file outside ``docs/`` (``../examples/basic.py``, ``../redlock_async/_node.py``;
+* A link from a page to a file outside ``docs/`` (``../examples/basic.py``, ``../redlock_async/_nodes/_node.py``;
   in the README, ``examples/basic.py``) is served as that file, copied into the site under
   ``source/``, and the link is pointed there; links to the README and the changelog go to their pages.
   A link to a file that does not exist is left alone, so that ``mkdocs build --strict`` fails on it.

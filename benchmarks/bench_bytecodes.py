@@ -23,9 +23,14 @@ import sys
 
 CHILD = r"""
 import asyncio, json, sys
-from redlock_async._cluster import Cluster
-from redlock_async._handoff import Listener
-from redlock_async._settings import Settings
+try:
+    from redlock_async._shared._cluster import Cluster
+    from redlock_async._shared._handoff import Listener
+    from redlock_async._core._settings import Settings
+except ImportError:  # a tree from before the wings (issue 37)
+    from redlock_async._cluster import Cluster
+    from redlock_async._handoff import Listener
+    from redlock_async._settings import Settings
 from redlock_async.lock import Lock
 from tests.fakes import FakeNode, as_nodes
 

@@ -87,7 +87,7 @@ from redlock_async import EventKind, Lock, LockEvent, LockLost, LockNotAcquired,
 # Public names of private modules, read only: the script sources to preload, and the
 # watchdog's batch size (for the environment line and the chunking check on averages).
 from redlock_async._scripts import EXTEND, EXTEND_MANY, RELEASE
-from redlock_async._watchdog import CHUNK
+from redlock_async._shared._watchdog import CHUNK
 from redlock_async.testing import LocalNodes
 
 Mode = Literal["naive", "watchdog"]

@@ -1,7 +1,6 @@
 """Asyncio distributed locks on the Redlock algorithm over N independent Redis masters."""
 
-from redlock_async._algorithm import Vote
-from redlock_async._settings import Settings
+from redlock_async._core import Settings, Vote
 from redlock_async.client import Redlock
 from redlock_async.election import Election
 from redlock_async.errors import LockLost, LockNotAcquired, NestedAcquire, NodeOutcome, NodesUnavailable, RedlockError

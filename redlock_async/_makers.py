@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Literal, ParamSpec, TypeVar, Unpack, overload
 
-from redlock_async._cluster import Cluster
-from redlock_async._names import canonical_names
-from redlock_async._reentry import Reentries
-from redlock_async._settings import Settings, check_duration
+from redlock_async._core import (
+    ElectionOptions,
+    LeaseOptions,
+    LockOptions,
+    Reentries,
+    Settings,
+    canonical_names,
+    check_duration,
+    check_options,
+    overrides,
+)
+from redlock_async._shared import Cluster
 from redlock_async._synchronized import OnBusy, check_call, decorate_async
 from redlock_async.election import Election
 from redlock_async.errors import LockLost
@@ -44,16 +52,10 @@ class Makers:
         self,
         name: str | bytes,
         *,
-        ttl: float | None = None,
-        acquire_timeout: float | None = None,
-        fencing: bool | None = None,
-        auto_extend: bool | None = None,
-        max_hold: float | None = None,
-        max_extensions: int | None = None,
         on_lost: Callable[[LockLost], object] | None = None,
-        owner: str | None = None,
         cooldown: float | None = None,
         reentrant: Literal[False] = False,
+        **options: Unpack[LockOptions],
     ) -> Lock: ...
 
     @overload
@@ -61,16 +63,10 @@ class Makers:
         self,
         name: str | bytes,
         *,
-        ttl: float | None = None,
-        acquire_timeout: float | None = None,
-        fencing: bool | None = None,
-        auto_extend: bool | None = None,
-        max_hold: float | None = None,
-        max_extensions: int | None = None,
         on_lost: Callable[[LockLost], object] | None = None,
-        owner: str | None = None,
         cooldown: float | None = None,
         reentrant: Literal[True],
+        **options: Unpack[LockOptions],
     ) -> ReentrantLock: ...
 
     @overload
@@ -78,34 +74,25 @@ class Makers:
         self,
         name: str | bytes,
         *,
-        ttl: float | None = None,
-        acquire_timeout: float | None = None,
-        fencing: bool | None = None,
-        auto_extend: bool | None = None,
-        max_hold: float | None = None,
-        max_extensions: int | None = None,
         on_lost: Callable[[LockLost], object] | None = None,
-        owner: str | None = None,
         cooldown: float | None = None,
         reentrant: bool,
+        **options: Unpack[LockOptions],
     ) -> Lock | ReentrantLock: ...
 
     def lock(
         self,
         name: str | bytes,
         *,
-        ttl: float | None = None,
-        acquire_timeout: float | None = None,
-        fencing: bool | None = None,
-        auto_extend: bool | None = None,
-        max_hold: float | None = None,
-        max_extensions: int | None = None,
         on_lost: Callable[[LockLost], object] | None = None,
-        owner: str | None = None,
         cooldown: float | None = None,
         reentrant: bool = False,
+        **options: Unpack[LockOptions],
     ) -> Lock | ReentrantLock:
-        """A Lock on resource *name*; settings left as None are the Redlock's.
+        """A Lock on resource *name*.
+
+        *options* are settings for this lock: ``ttl``, ``acquire_timeout``, ``fencing``, ``auto_extend``,
+        ``max_hold``, ``max_extensions`` (left out or None: the Redlock's), and ``owner``.
 
         *on_lost* is called with the :class:`LockLost` when the watchdog loses
         the lock inside ``async with``; the body is then told instead of cancelled.
@@ -119,108 +106,71 @@ class Makers:
         of this Redlock) enters again at once; the key is released at the outermost exit. Other tasks,
         child tasks too, wait as for any lock (docs/guide.md, "Nested acquires").
         """
+        check_options("lock", options, LockOptions)
         if not isinstance(reentrant, bool):
             raise TypeError(f"reentrant must be True or False, got {type(reentrant).__name__}")
-        overrides = _given(
-            ttl=ttl,
-            acquire_timeout=acquire_timeout,
-            fencing=fencing,
-            auto_extend=auto_extend,
-            max_hold=max_hold,
-            max_extensions=max_extensions,
-        )
         if not isinstance(name, (str, bytes)):
             raise TypeError(
                 f"resource name must be str or bytes, got {type(name).__name__}: for several names, use lock_many()"
             )
-        settings = self._cluster.lease_settings(self.settings, **overrides)
+        settings = self._cluster.lease_settings(self.settings, **overrides(options))
         if cooldown is not None:
             check_cooldown(settings, cooldown)
-        lock = Lock(self._cluster, name, settings, on_lost=on_lost, owner=owner, cooldown=cooldown)
+        lock = Lock(self._cluster, name, settings, on_lost=on_lost, owner=options.get("owner"), cooldown=cooldown)
         return ReentrantLock(lock, self._reentries) if reentrant else lock
 
     def lock_many(
         self,
         names: Iterable[str | bytes],
         *,
-        ttl: float | None = None,
-        acquire_timeout: float | None = None,
-        fencing: bool | None = None,
-        auto_extend: bool | None = None,
-        max_hold: float | None = None,
-        max_extensions: int | None = None,
         on_lost: Callable[[LockLost], object] | None = None,
-        owner: str | None = None,
+        **options: Unpack[LockOptions],
     ) -> Lock:
         """A Lock on every one of *names* at once: each node sets all of them or none, and the
-        lock is held when a majority did. Settings left as None are the Redlock's.
+        lock is held when a majority did. *options* as for :meth:`lock`.
 
         Its keys are the ones single locks use, so ``lock("a")`` and ``lock_many(["a", "b"])``
         exclude each other. The names are deduplicated and taken in one order on every client
         (sorted by their bytes: :attr:`Lock.names`), so opposite orders cannot deadlock. The
         watchdog extends them together; losing any is losing the lock, and every name is released.
         """
+        check_options("lock_many", options, LockOptions)
         canonical = canonical_names(names)
-        overrides = _given(
-            ttl=ttl,
-            acquire_timeout=acquire_timeout,
-            fencing=fencing,
-            auto_extend=auto_extend,
-            max_hold=max_hold,
-            max_extensions=max_extensions,
-        )
-        settings = self._cluster.lease_settings(self.settings, **overrides)
-        return Lock(
-            self._cluster, canonical if len(canonical) > 1 else canonical[0], settings, on_lost=on_lost, owner=owner
-        )
+        settings = self._cluster.lease_settings(self.settings, **overrides(options))
+        name = canonical if len(canonical) > 1 else canonical[0]
+        return Lock(self._cluster, name, settings, on_lost=on_lost, owner=options.get("owner"))
 
     def semaphore(
         self,
         name: str | bytes,
         *,
         limit: int,
-        ttl: float | None = None,
-        acquire_timeout: float | None = None,
-        auto_extend: bool | None = None,
-        max_hold: float | None = None,
-        max_extensions: int | None = None,
         on_lost: Callable[[LockLost], object] | None = None,
-        owner: str | None = None,
+        **options: Unpack[LeaseOptions],
     ) -> Semaphore:
         """A semaphore: at most *limit* holders of *name* at once, each holding one permit.
 
         Each permit is a lock of its own (one of *limit* slots), so the bound holds whenever
         single locks are safe. Every client of one semaphore must use the same *limit*: a
-        different one, while a permit is held, is a ValueError at acquire. Not fenced.
+        different one, while a permit is held, is a ValueError at acquire. Not fenced. *options* as for
+        :meth:`lock`, without ``fencing``.
         """
+        check_options("semaphore", options, LeaseOptions)
         if not isinstance(name, (str, bytes)):
             raise TypeError(f"semaphore name must be str or bytes, got {type(name).__name__}")
         check_limit(limit)
-        overrides = _given(
-            ttl=ttl,
-            acquire_timeout=acquire_timeout,
-            auto_extend=auto_extend,
-            max_hold=max_hold,
-            max_extensions=max_extensions,
-        )
-        settings = self._cluster.lease_settings(self.settings, fencing=False, **overrides)
-        return Semaphore(self._cluster, name, limit, settings, on_lost=on_lost, owner=owner)
+        settings = self._cluster.lease_settings(self.settings, fencing=False, **overrides(options))
+        return Semaphore(self._cluster, name, limit, settings, on_lost=on_lost, owner=options.get("owner"))
 
     def rw_lock(
         self,
         name: str | bytes,
         *,
-        ttl: float | None = None,
-        acquire_timeout: float | None = None,
-        fencing: bool | None = None,
-        auto_extend: bool | None = None,
-        max_hold: float | None = None,
-        max_extensions: int | None = None,
         on_lost: Callable[[LockLost], object] | None = None,
-        owner: str | None = None,
+        **options: Unpack[LockOptions],
     ) -> ReadWriteLock:
         """A read/write lock on *name*: ``async with rw.read():`` holds together with other readers,
-        ``async with rw.write():`` alone. Settings left as None are the Redlock's.
+        ``async with rw.write():`` alone. *options* as for :meth:`lock`.
 
         Every reader has a lease of its own (a crashed reader frees only its share, within its ttl); a
         writer that waits keeps new readers out; a writer may downgrade to a reader without a gap. Its
@@ -228,39 +178,25 @@ class Makers:
         *fencing*, a writer gets a fencing token as a lock does, and a reader the last writer's
         (docs/guide.md, "Many readers or one writer").
         """
+        check_options("rw_lock", options, LockOptions)
         if not isinstance(name, (str, bytes)):
             raise TypeError(f"read/write lock name must be str or bytes, got {type(name).__name__}")
-        overrides = _given(
-            ttl=ttl,
-            acquire_timeout=acquire_timeout,
-            fencing=fencing,
-            auto_extend=auto_extend,
-            max_hold=max_hold,
-            max_extensions=max_extensions,
-        )
-        settings = self._cluster.lease_settings(self.settings, **overrides)
-        return ReadWriteLock(self._cluster, name, settings, on_lost=on_lost, owner=owner)
+        settings = self._cluster.lease_settings(self.settings, **overrides(options))
+        return ReadWriteLock(self._cluster, name, settings, on_lost=on_lost, owner=options.get("owner"))
 
-    def election(
-        self,
-        name: str | bytes,
-        *,
-        owner: str | None = None,
-        ttl: float | None = None,
-        max_hold: float | None = None,
-    ) -> Election:
+    def election(self, name: str | bytes, **options: Unpack[ElectionOptions]) -> Election:
         """Leader election on *name*: ``async with election.campaign() as term:`` leads.
 
         Leadership is a fenced lock on *name* kept by the watchdog; the term is its fencing
         token. *owner* labels this candidate (``election.leader()`` shows it). *max_hold*
         (default: the Redlock's) bounds how long one leader may lead.
         """
+        check_options("election", options, ElectionOptions)
         if not isinstance(name, (str, bytes)):
             raise TypeError(f"election name must be str or bytes, got {type(name).__name__}")
-        overrides = _given(ttl=ttl, max_hold=max_hold)
         # Fenced (the term); with queue=True, candidates wait in the nodes' grant queue as any lock's waiters.
-        settings = self._cluster.lease_settings(self.settings, fencing=True, auto_extend=True, **overrides)
-        return Election(self._cluster, name, settings, owner, self._leader_of)
+        settings = self._cluster.lease_settings(self.settings, fencing=True, auto_extend=True, **overrides(options))
+        return Election(self._cluster, name, settings, options.get("owner"), self._leader_of)
 
     def synchronized(
         self,
@@ -291,8 +227,3 @@ def check_cooldown(settings: Settings, cooldown: object) -> None:
         dataclasses.replace(settings, ttl=check_duration("cooldown", cooldown))
     except ValueError as exc:
         raise ValueError(f"cooldown={cooldown!r} s cannot be a lease: {exc}") from None
-
-
-def _given(**overrides: Any) -> dict[str, Any]:
-    """The settings a maker was given (None: the Redlock's)."""
-    return {key: value for key, value in overrides.items() if value is not None}

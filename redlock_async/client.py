@@ -9,12 +9,9 @@ from typing import Self, final
 
 from redis.asyncio import Redis
 
-from redlock_async._cluster import require_asyncio
-from redlock_async._connections import Connections
-from redlock_async._deprecated import renamed
-from redlock_async._inspect import keys_of
+from redlock_async._core import Settings, renamed
 from redlock_async._makers import Makers
-from redlock_async._settings import Settings
+from redlock_async._shared import Cluster, Connections, keys_of, require_asyncio
 from redlock_async.events import OnEvent, as_hook
 from redlock_async.inspection import LockInfo
 from redlock_async.statistics import RedlockStatistics
@@ -36,7 +33,7 @@ class Redlock(Makers):
     :meth:`aclose` when done.
 
     The keyword arguments are the settings (see ``Settings`` in
-    ``redlock_async._settings`` and the README's table), and *on_event*: a
+    ``redlock_async._core._settings`` and the README's table), and *on_event*: a
     function called with a :class:`redlock_async.events.LockEvent` for every
     acquire, extension, release and loss, for metrics (or a sequence of them,
     each called in turn; :mod:`redlock_async.metrics` has ready-made ones).
@@ -178,3 +175,8 @@ def _max_unanswered(value: int, old: int | None) -> int:
         return value
     renamed("Redlock(max_queued=)", "Redlock(max_unanswered=)", stacklevel=4)
     return old
+
+
+def cluster_of(redlock: Redlock) -> Cluster:
+    """What the locks of *redlock* share, its nodes among it (for ``redlock_async.testing``); reads no node."""
+    return redlock._connections.cluster

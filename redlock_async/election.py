@@ -21,17 +21,15 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
-from redlock_async import _holder
-from redlock_async._deprecated import keyword_timeout
-from redlock_async._names import check_owner, resource_key
-from redlock_async._settings import check_duration
+from redlock_async._core import check_duration, check_owner, keyword_timeout, resource_key
+from redlock_async._core import holder as _holder
 from redlock_async.errors import NestedAcquire
 from redlock_async.inspection import LockInfo
 from redlock_async.lock import Lock
 
 if TYPE_CHECKING:
-    from redlock_async._cluster import Cluster
-    from redlock_async._settings import Settings
+    from redlock_async._core import Settings
+    from redlock_async._shared import Cluster
 
 LEADER_CHANNEL = b"\x00leader"
 """After the election's key: the channel a new leader announces its term on."""

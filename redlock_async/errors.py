@@ -25,8 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redlock_async._algorithm import Vote
-from redlock_async._deprecated import renamed
+from redlock_async._core import Vote, renamed
 
 __all__ = ["LockLost", "LockNotAcquired", "NestedAcquire", "NodeOutcome", "NodesUnavailable", "RedlockError"]
 

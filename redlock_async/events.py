@@ -20,8 +20,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeAlias, final
 
-from redlock_async._algorithm import Vote
-from redlock_async._deprecated import renamed
+from redlock_async._core import Vote, renamed
 from redlock_async.errors import NodeOutcome
 
 __all__ = ["EventKind", "LockEvent", "OnEvent", "as_hook", "combine"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from redlock_async._algorithm import quorum
+from redlock_async._core import quorum
 
 __all__ = ["LockInfo", "LockState", "NodeInfo", "NodeState"]
 

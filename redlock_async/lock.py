@@ -16,16 +16,26 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
-from redlock_async import _clock, _guard, _holder
-from redlock_async._cluster import Cluster
-from redlock_async._deprecated import renamed
-from redlock_async._emitter import emit, emit_lost, heard
-from redlock_async._keeper import Keeper, Successor, hand_over, handed_over
-from redlock_async._lease import Phase, Tenure
-from redlock_async._names import Name, check_owner, default_owner
-from redlock_async._not_acquired import reason as not_acquired_reason
-from redlock_async._settings import Settings, check_duration
-from redlock_async._strategies import Many, Queued, Strategy, Words
+from redlock_async._core import Name, Settings, check_duration, check_owner, default_owner, renamed
+from redlock_async._core import clock as _clock
+from redlock_async._core import holder as _holder
+from redlock_async._lock import (
+    Keeper,
+    Many,
+    Queued,
+    Strategy,
+    Successor,
+    Words,
+    emit,
+    emit_lost,
+    hand_over,
+    handed_over,
+    heard,
+)
+from redlock_async._lock import guard as _guard
+from redlock_async._rounds import Phase, Tenure
+from redlock_async._rounds import reason as not_acquired_reason
+from redlock_async._shared import Cluster
 from redlock_async.errors import LockLost, NestedAcquire, NodeOutcome
 from redlock_async.events import EventKind
 from redlock_async.statistics import LockStatistics
@@ -340,6 +350,16 @@ class Lock:
         """Deprecated spelling of :attr:`name`."""
         renamed("Lock.resource", ".name")
         return self.name
+
+
+def cluster_of(lock: Lock) -> Cluster:
+    """What *lock* shares with the other locks of its Redlock (for ``redlock_async.testing``); reads no node."""
+    return lock._cluster
+
+
+def strategy_of(lock: Lock) -> Strategy:
+    """How *lock* is taken (for ``redlock_async.testing``); reads no node."""
+    return lock._strategy
 
 
 def nested_acquire(lock: Lock, holder: object) -> NestedAcquire | None:

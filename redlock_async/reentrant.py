@@ -13,8 +13,7 @@ import asyncio
 from types import TracebackType
 from typing import TYPE_CHECKING, Self, final
 
-from redlock_async._names import Name, resource_key
-from redlock_async._reentry import Hold, Reentries
+from redlock_async._core import Hold, Name, Reentries, resource_key
 from redlock_async.errors import NodeOutcome
 from redlock_async.lock import Lock
 from redlock_async.statistics import LockStatistics

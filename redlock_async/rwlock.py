@@ -2,11 +2,11 @@
 
 ``rw.read()`` and ``rw.write()`` each give a :class:`Lock` front (``async with``, ``acquire``,
 ``extend``, ``release``, ``held``, ``validity``, the watchdog, ``LockLost``) given a reader's or a
-writer's acquire strategy (``_rw_strategies``). A reader's lease is a key of its own on each node, so
+writer's acquire strategy (``_rw/_strategies.py``). A reader's lease is a key of its own on each node, so
 readers share and each one's crash frees only its share; a writer holds the name's writer key as a
 mutex holds its key, and only where no reader's key lives; a waiting writer keeps new readers out.
 The per-node rule and the argument that reduces to the mutex's are in docs/algorithm.md,
-"Read/write locks"; the data on each node in ``_rw_requests.py``.
+"Read/write locks"; the data on each node in ``_rw/_requests.py``.
 """
 
 from __future__ import annotations
@@ -14,15 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, final
 
-from redlock_async._names import Name, check_owner, rw_writer_key
-from redlock_async._rw_queued import QueuedReader, QueuedWriter
-from redlock_async._rw_strategies import Reader, Writer
-from redlock_async._settings import Settings
+from redlock_async._core import Name, Settings, check_owner, rw_writer_key
+from redlock_async._rw import QueuedReader, QueuedWriter, Reader, Writer
 from redlock_async.errors import LockLost
 from redlock_async.lock import Lock
 
 if TYPE_CHECKING:
-    from redlock_async._cluster import Cluster
+    from redlock_async._shared import Cluster
 
 __all__ = ["ReadWriteLock", "WriteLock"]
 

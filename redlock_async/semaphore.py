@@ -24,15 +24,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from redlock_async._names import check_owner
-from redlock_async._queued_permit import QueuedPermit
-from redlock_async._settings import Settings
-from redlock_async._strategies import MAX_LIMIT, Permit, check_limit
+from redlock_async._core import Settings, check_owner
+from redlock_async._lock import MAX_LIMIT, Permit, QueuedPermit, check_limit
 from redlock_async.errors import LockLost
 from redlock_async.lock import Lock
 
 if TYPE_CHECKING:
-    from redlock_async._cluster import Cluster
+    from redlock_async._shared import Cluster
 
 __all__ = ["MAX_LIMIT", "Semaphore", "check_limit"]
 

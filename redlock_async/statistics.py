@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from redlock_async._deprecated import renamed
+from redlock_async._core import renamed
 
 __all__ = ["LockPhase", "LockStatistics", "NodeStatistics", "RedlockStatistics"]
 

@@ -29,10 +29,11 @@ from typing import Any, Protocol
 import pytest
 
 from redlock_async import Lock, Redlock
-from redlock_async._endpoint import endpoint_for
-from redlock_async._node import Node as LibraryNode
+from redlock_async._nodes._endpoint import endpoint_for
+from redlock_async._nodes._node import Node as LibraryNode
 from redlock_async.testing import LocalNode, LocalNodes, faketime_library
 from redlock_async.testing._docker import DockerNodes, docker_unavailable
+from redlock_async.testing._inside import cluster_of
 
 NODES = 5
 
@@ -221,7 +222,7 @@ DEFAULT_PERIOD = 10.0 + 0.01 * 10.0 + 0.002
 def mark_in_service(node: Any, period: float = DEFAULT_PERIOD) -> None:
     """Write the restart-quarantine marker a client leaves on a node it judged in service (a cluster in
     service has them; a cluster with none, and a node down, cannot be told from one that lost keys)."""
-    from redlock_async._markers import marker_value
+    from redlock_async._health._markers import marker_value
 
     run_id = node.command("INFO", "server")["run_id"]
     node.command("SET", "redlock:", marker_value(run_id.encode(), period))
@@ -274,7 +275,7 @@ async def acquire_on_first_three(nodes: Any, lock: Lock, key: str) -> None:
     # An early majority (0, 1, 2) leaves 3 and 4 unanswered: their SET NX must be refused before the DEL,
     # or it sets the key after (CI, uvloop: the key was on 0, 1, 2 and 3).
     async with asyncio.timeout(10):
-        while any(node.unanswered for node in lock._cluster.nodes):
+        while any(node.unanswered for node in cluster_of(lock).nodes):
             await asyncio.sleep(0.005)
     for i in (3, 4):
         nodes[i].command("DEL", key)

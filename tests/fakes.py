@@ -19,11 +19,11 @@ from typing import Any, cast
 import hiredis
 import looptime
 
-from redlock_async import _clock
-from redlock_async._load import NodeLoad
-from redlock_async._node import Node
+from redlock_async._core import _clock
+from redlock_async._nodes._load import NodeLoad
+from redlock_async._nodes._node import Node
+from redlock_async._nodes._wire import Receiver, Reply, Resolve, pack, pack_script
 from redlock_async._scripts import Script
-from redlock_async._wire import Receiver, Reply, Resolve, pack, pack_script
 
 NO_ANSWER: Any = object()
 """What *respond* returns to keep a request unanswered (the test answers it later)."""

@@ -7,14 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from redlock_async._cluster import Cluster
-from redlock_async._handoff import Listener
-from redlock_async._keeper import Keeper
-from redlock_async._lease import Tenure
+from redlock_async._core._settings import Settings
+from redlock_async._lock._keeper import Keeper
+from redlock_async._lock._strategies import Words
+from redlock_async._nodes._wire import Reply
+from redlock_async._rounds._lease import Tenure
 from redlock_async._scripts import EXTEND, EXTEND_MANY, RELEASE
-from redlock_async._settings import Settings
-from redlock_async._strategies import Words
-from redlock_async._wire import Reply
+from redlock_async._shared._cluster import Cluster
+from redlock_async._shared._handoff import Listener
 from redlock_async.lock import Lock
 
 from .fakes import NO_ANSWER, FakeNode, Request, as_nodes, fake_nodes

@@ -1,4 +1,4 @@
-"""The pure Redlock decisions of ``redlock_async._algorithm``: no servers, no clock, no sleeping.
+"""The pure Redlock decisions of ``redlock_async._core._algorithm``: no servers, no clock, no sleeping.
 
 Verdicts are checked against an oracle written plainly here, over every vote
 pattern for small N and over hypothesis-drawn patterns beyond that.
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from redlock_async import _algorithm
-from redlock_async._algorithm import (
+from redlock_async._core import _algorithm
+from redlock_async._core._algorithm import (
     CLOCK_PRECISION,
     Marker,
     Verdict,
@@ -33,7 +33,7 @@ from redlock_async._algorithm import (
     validity,
     verdict,
 )
-from redlock_async._lease import MOVES, IllegalMove, Phase, move
+from redlock_async._rounds._lease import MOVES, IllegalMove, Phase, move
 
 FAILED_KINDS = (Vote.NO, Vote.ERROR, Vote.TIMEOUT, Vote.SKIPPED, Vote.QUARANTINED)
 REDUCED = (Vote.YES, Vote.NO, Vote.PENDING)
@@ -787,3 +787,24 @@ def test_the_moves_make_one_cycle_through_held() -> None:
     assert reachable == set(Phase)
     assert Phase.HELD not in MOVES[Phase.IDLE]  # nothing is held without an acquire
     assert Phase.HELD not in MOVES[Phase.LOST]  # a lost lease never comes back by itself
+
+
+@pytest.mark.parametrize(
+    ("uptime", "known", "restarted", "marker", "expected"),
+    [
+        # A replica promoted (a failover): its uptime and a marker replicated from its old master say nothing
+        # of when it began to serve, nor of the keys it never received. The whole period, as a node restarted empty.
+        (500.0, False, False, STALE, (Q, False)),
+        (500.0, False, True, STALE, (Q, False)),
+        (500.0, False, False, ABSENT, (Q, False)),
+        (500.0, True, False, UNKNOWN, (Q, False)),
+        (None, False, False, STALE, (Q, False)),
+        # Judged in service since its promotion, under this very process: it counts.
+        (500.0, False, False, CUR, (0.0, False)),
+        (3.0, True, False, CUR, (0.0, False)),
+    ],
+)
+def test_sit_out_a_promoted_replica(
+    uptime: float | None, known: bool, restarted: bool, marker: Marker, expected: tuple[float, bool]
+) -> None:
+    assert sit_out(Q, uptime=uptime, known_run_id=known, restarted=restarted, marker=marker, promoted=True) == expected

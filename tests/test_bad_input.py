@@ -27,9 +27,9 @@ import pytest
 import redis
 
 from redlock_async import LockLost, LockNotAcquired, Redlock, RedlockError
-from redlock_async._algorithm import Vote
+from redlock_async._core._algorithm import Vote
+from redlock_async._nodes._wire import Failure
 from redlock_async._scripts import RELEASE
-from redlock_async._wire import Failure
 from redlock_async.testing import LocalNode
 
 from .conftest import (

@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from redlock_async import Redlock
-from redlock_async._names import rw_writer_key, semaphore_keys
+from redlock_async._core._names import rw_writer_key, semaphore_keys
 
 from .conftest import Cluster, MakeRedlock
 from .test_cli_break import redlock_break

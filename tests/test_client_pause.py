@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio
 
-from redlock_async._algorithm import quorum
+from redlock_async._core._algorithm import quorum
 from redlock_async.fencing import StaleFencingToken, fenced_set
 from redlock_async.testing import History
 from redlock_async.testing._history import Section

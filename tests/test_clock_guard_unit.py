@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from redlock_async import _clock
-from redlock_async._algorithm import CLOCK_PRECISION, WON, YES, ClockFault, Vote, judge_clock
-from redlock_async._clock_guard import ClockGuard
-from redlock_async._fanout import Ballot, sitting_out, vote_of_set
-from redlock_async._wire import Failure, Reply, pack
+from redlock_async._core import _clock
+from redlock_async._core._algorithm import CLOCK_PRECISION, WON, YES, ClockFault, Vote, judge_clock
+from redlock_async._health._clock_guard import ClockGuard
+from redlock_async._nodes._wire import Failure, Reply, pack
+from redlock_async._rounds._fanout import Ballot, sitting_out, vote_of_set
 from tests.fakes import NO_ANSWER, FakeNode, Request, as_nodes, fake_nodes, virtual
 
 DRIFT = 0.01

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from redlock_async import _clock
-from redlock_async._cluster import Cluster
-from redlock_async._handoff import Listener
-from redlock_async._settings import Settings
+from redlock_async._core import _clock
+from redlock_async._core._settings import Settings
+from redlock_async._shared._cluster import Cluster
+from redlock_async._shared._handoff import Listener
 from redlock_async.errors import RedlockError
 
 from .fakes import as_nodes, fake_nodes, virtual

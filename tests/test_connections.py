@@ -23,7 +23,7 @@ import redis.asyncio
 import trustme
 
 from redlock_async import LockNotAcquired, Redlock, RedlockError
-from redlock_async._algorithm import Vote
+from redlock_async._core._algorithm import Vote
 from redlock_async._scripts import RELEASE
 from redlock_async.testing import LocalNode, LocalNodes, ServerTLS
 

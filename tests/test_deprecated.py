@@ -23,7 +23,7 @@ from redlock_async import (
     Redlock,
     StaleFencingToken,
 )
-from redlock_async._lease import Phase
+from redlock_async._rounds._lease import Phase
 from redlock_async.sync import Redlock as SyncRedlock
 from tests.conftest import Cluster
 

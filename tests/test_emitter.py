@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from redlock_async._algorithm import Vote
-from redlock_async._emitter import emit, emit_lost, heard
-from redlock_async._lease import Lease
+from redlock_async._core._algorithm import Vote
+from redlock_async._lock._emitter import emit, emit_lost, heard
+from redlock_async._rounds._lease import Lease
 from redlock_async.events import EventKind, LockEvent
 
 from .parts import parts

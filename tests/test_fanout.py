@@ -12,11 +12,11 @@ from typing import Any, cast
 
 import pytest
 
-from redlock_async._algorithm import Verdict, Vote
-from redlock_async._deadline import Deadline
-from redlock_async._fanout import Ballot, vote_of_script, vote_of_set
-from redlock_async._node import Node
-from redlock_async._wire import Failure, Reply
+from redlock_async._core._algorithm import Verdict, Vote
+from redlock_async._nodes._node import Node
+from redlock_async._nodes._wire import Failure, Reply
+from redlock_async._rounds._deadline import Deadline
+from redlock_async._rounds._fanout import Ballot, vote_of_script, vote_of_set
 
 from .fakes import as_nodes
 from .fakes import fake_nodes as fakes

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import pytest
 
 from redlock_async import LockLost, LockNotAcquired, NodesUnavailable, Redlock
-from redlock_async._algorithm import Vote
+from redlock_async._core._algorithm import Vote
 from redlock_async.testing import History, LocalNodes
 
 from .conftest import eventually, holders

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from redlock_async import Redlock
+from redlock_async.testing._inside import cluster_of
 
 from .conftest import Cluster
 
@@ -81,7 +82,7 @@ async def test_a_restarted_node_sits_out_until_its_counters_can_be_raised(faulty
             faulty[i].pause()
         try:
             async with asyncio.timeout(30):
-                while "fencing counters not raised yet" not in redlock._connections.nodes[0].quarantine_reason:
+                while "fencing counters not raised yet" not in cluster_of(redlock).nodes[0].quarantine_reason:
                     other = redlock.lock("other")
                     assert not await other.acquire(blocking=False)
                     await asyncio.sleep(0.05)

@@ -10,6 +10,7 @@ import pytest
 
 from redlock_async.errors import LockLost, NestedAcquire
 from redlock_async.lock import Lock
+from redlock_async.testing._inside import cluster_of
 
 from .fakes import virtual
 from .parts import fake_lock
@@ -32,10 +33,10 @@ def test_a_loss_while_the_body_waits_cancels_it_and_comes_out_as_lock_lost() -> 
         assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]  # our cancel taken back
         assert lock.statistics().phase == "lost"
         assert not lock.statistics().watched
-        assert not lock._cluster.bound
-        assert not lock._cluster.held
+        assert not cluster_of(lock).bound
+        assert not cluster_of(lock).held
         assert all(answer.seen[-1] == "release" for answer in answers)
-        await lock._cluster.watchdog.aclose()
+        await cluster_of(lock).watchdog.aclose()
 
     virtual(test)
 
@@ -57,7 +58,7 @@ def test_the_callers_own_cancellation_is_not_turned_into_lock_lost() -> None:
             await task
         assert lock.statistics().phase == "idle"  # released on the way out
         assert all(answer.seen == ["acquire", "release"] for answer in answers)
-        await lock._cluster.watchdog.aclose()
+        await cluster_of(lock).watchdog.aclose()
 
     virtual(test)
 
@@ -71,7 +72,7 @@ def test_a_body_that_swallows_the_cancel_of_a_loss_still_comes_out_as_lock_lost(
                 with contextlib.suppress(asyncio.CancelledError):  # returns normally: not under the lock throughout
                     await asyncio.sleep(60)
         assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
-        await lock._cluster.watchdog.aclose()
+        await cluster_of(lock).watchdog.aclose()
 
     virtual(test)
 
@@ -79,15 +80,15 @@ def test_a_body_that_swallows_the_cancel_of_a_loss_still_comes_out_as_lock_lost(
 def test_a_nested_acquire_by_the_same_task_fails_at_once_and_another_task_waits() -> None:
     async def test() -> None:
         lock, _, _ = fake_lock()
-        again = Lock(lock._cluster, "r", lock._cluster.settings)
+        again = Lock(cluster_of(lock), "r", cluster_of(lock).settings)
         async with lock:
             with pytest.raises(NestedAcquire, match="already holds lock 'r'"):
                 await again.acquire()
-            other = Lock(lock._cluster, "r", lock._cluster.settings)
+            other = Lock(cluster_of(lock), "r", cluster_of(lock).settings)
             # Another task asks the nodes (these fakes keep no keys, and grant it): no NestedAcquire.
             assert await asyncio.create_task(other.acquire(blocking=False))
             await other.release()
-        assert not lock._cluster.bound  # unbound when the lease ended
-        await lock._cluster.watchdog.aclose()
+        assert not cluster_of(lock).bound  # unbound when the lease ended
+        await cluster_of(lock).watchdog.aclose()
 
     virtual(test)

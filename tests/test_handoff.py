@@ -13,8 +13,8 @@ from typing import Any, cast
 import pytest
 
 from redlock_async import Lock, Redlock
-from redlock_async._handoff import Listener
-from redlock_async._node import Node
+from redlock_async._nodes._node import Node
+from redlock_async._shared._handoff import Listener
 
 from .conftest import Cluster, MakeRedlock
 

@@ -31,8 +31,9 @@ import anyio
 import pytest
 import uvloop
 
-from redlock_async import LockNotAcquired, Redlock, _requests
-from redlock_async._handoff import Listener
+from redlock_async import LockNotAcquired, Redlock
+from redlock_async._rounds import _requests
+from redlock_async._shared._handoff import Listener
 from redlock_async.lock import Lock
 from redlock_async.testing import History
 from redlock_async.testing._history import Section

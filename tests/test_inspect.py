@@ -527,7 +527,7 @@ async def test_fencing_counter_is_the_holders_token_even_with_one_node_ahead(fau
 
 def test_a_forked_child_is_another_default_owner() -> None:
     """The label is worked out once per process: a forked child (a pre-fork server's worker) gets its own pid."""
-    from redlock_async._names import default_owner
+    from redlock_async._core._names import default_owner
 
     parent = default_owner()
     read, write = os.pipe()

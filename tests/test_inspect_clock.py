@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from redlock_async import Redlock
-from redlock_async._inspect import clocks_ahead
+from redlock_async._shared._inspect import clocks_ahead
 from redlock_async.cli import EXIT_HELD, EXIT_UNKNOWN
 from redlock_async.testing import LocalNodes
 

@@ -12,7 +12,7 @@ import sys
 import time
 
 from redlock_async import Redlock
-from redlock_async._names import rw_writer_key
+from redlock_async._core._names import rw_writer_key
 from redlock_async.cli import EXIT_HELD, EXIT_UNKNOWN
 from redlock_async.inspection import LockInfo
 from redlock_async.testing import LocalNodes

@@ -11,9 +11,9 @@ import re
 
 import pytest
 
-from redlock_async import _clock
-from redlock_async._algorithm import Vote
-from redlock_async._lease import GONE, Phase
+from redlock_async._core import _clock
+from redlock_async._core._algorithm import Vote
+from redlock_async._rounds._lease import GONE, Phase
 from redlock_async.errors import LockLost
 
 from .fakes import virtual

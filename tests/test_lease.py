@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from redlock_async import _algorithm
-from redlock_async._algorithm import Extension, Vote
-from redlock_async._lease import (
+from redlock_async._core import _algorithm
+from redlock_async._core._algorithm import Extension, Vote
+from redlock_async._core._settings import Settings
+from redlock_async._rounds._lease import (
     EFFECTS,
     GONE,
     MOVES,
@@ -20,7 +21,6 @@ from redlock_async._lease import (
     Tenure,
     after_extension,
 )
-from redlock_async._settings import Settings
 from redlock_async.errors import LockLost
 
 YES, NO, PENDING, TIMEOUT = Vote.YES, Vote.NO, Vote.PENDING, Vote.TIMEOUT

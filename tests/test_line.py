@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from redlock_async._line import Line, Waits, ticket
+from redlock_async._core._lot import Line, Waits, ticket
 
 from .fakes import virtual
 

@@ -10,9 +10,9 @@ import asyncio
 import itertools
 import time
 
-from redlock_async._handoff import LINGER, Listener
-from redlock_async._line import ticket
-from redlock_async._wire import Reply
+from redlock_async._core._lot import ticket
+from redlock_async._nodes._wire import Reply
+from redlock_async._shared._handoff import LINGER, Listener
 
 from .fakes import FakeNode, Request, as_nodes, fake_nodes, virtual
 

@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio
 
 from redlock_async import Lock, LockLost, LockNotAcquired, Redlock
-from redlock_async._algorithm import Vote
+from redlock_async._core._algorithm import Vote
 
 from .conftest import (
     Cluster,

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from redlock_async import Lock, LockLost, Redlock
-from redlock_async._algorithm import Vote
-from redlock_async._names import MAX_NAMES
+from redlock_async._core._algorithm import Vote
+from redlock_async._core._names import MAX_NAMES
 from redlock_async.testing import History, LocalNodes
 from redlock_async.testing._history import Section
 

@@ -20,9 +20,9 @@ import trio
 import uvloop
 
 from redlock_async import EventKind, LockEvent, LockLost, Redlock, RedlockError
-from redlock_async._handoff import Listener
-from redlock_async._node import Node
-from redlock_async._watchdog import Watchdog
+from redlock_async._nodes._node import Node
+from redlock_async._shared._handoff import Listener
+from redlock_async._shared._watchdog import Watchdog
 from tests.conftest import LOOP, Cluster, assert_no_library_tasks, eventually, lock_keys
 
 

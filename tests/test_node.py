@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from redlock_async._outbox import FLUSH_BUFFER_LIMIT
-from redlock_async._wire import Failure
+from redlock_async._nodes._outbox import FLUSH_BUFFER_LIMIT
+from redlock_async._nodes._wire import Failure
 from redlock_async.testing import LocalNodes
 
 from .conftest import one_node

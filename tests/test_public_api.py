@@ -80,7 +80,8 @@ def test_no_private_attribute_of_redis_py_is_used() -> None:
     trees = {path: ast.parse(path.read_text(), str(path)) for path in Path(redlock_async.__file__).parent.rglob("*.py")}
     # Our own Redlock's attributes that share a name with redis-py's (read by Lock, the CLI and the
     # watchdog on a Redlock, never on a redis-py object).
-    theirs = private - {"_nodes", "_listener"}
+    # (_connections: read by client.cluster_of, for redlock_async.testing, on our own Redlock.)
+    theirs = private - {"_nodes", "_listener", "_connections"}
     found = []
     for path, tree in trees.items():
         slots = {
@@ -168,6 +169,48 @@ def test_redlock_takes_exactly_the_settings_with_their_defaults() -> None:
         overrides = {name for name, p in params.items() if p.kind is p.KEYWORD_ONLY and name not in not_settings}
         assert overrides <= set(fields), (maker.__name__, overrides - set(fields))
         assert all(params[name].default is None for name in overrides), maker.__name__
+
+
+def test_every_maker_takes_the_one_declared_option_set() -> None:
+    """The per-lock options are declared once (``_core/_options.py``) and every maker, async and blocking,
+    takes them as ``**options: Unpack[...]``: no maker spells the list out again, users' type checkers see
+    every keyword, an unknown one is a TypeError that names those taken, and each option is a setting
+    (None: the Redlock's) or the owner label."""
+    import dataclasses
+    import inspect
+    import typing
+
+    from redlock_async import sync
+    from redlock_async._core._options import ElectionOptions, LeaseOptions, LockOptions
+
+    fields = {field.name for field in dataclasses.fields(redlock_async.Settings)}
+    for declared in (LeaseOptions, LockOptions, ElectionOptions):
+        assert declared.__optional_keys__ <= fields | {"owner"}, declared
+    assert LockOptions.__optional_keys__ == LeaseOptions.__optional_keys__ | {"fencing"}
+    expected = {
+        "lock": LockOptions,
+        "lock_many": LockOptions,
+        "rw_lock": LockOptions,
+        "semaphore": LeaseOptions,
+        "election": ElectionOptions,
+    }
+    for face in (redlock_async.Redlock, sync.Redlock):
+        for maker, declared in expected.items():
+            method = getattr(face, maker)
+            params = inspect.signature(method).parameters
+            (options,) = [p for p in params.values() if p.kind is p.VAR_KEYWORD]
+            hint = typing.get_type_hints(method)[options.name]
+            assert typing.get_origin(hint) is typing.Unpack, (face, maker, hint)
+            assert typing.get_args(hint) == (declared,), (face, maker, hint)
+            spelled = set(params) & declared.__optional_keys__
+            assert not spelled, f"{face.__qualname__}.{maker} spells out {spelled} again"
+    redlock = redlock_async.Redlock(["redis://127.0.0.1:1"])
+    for maker, kwargs in (("lock", {"fencing": True, "ttl": 5.0}), ("semaphore", {"limit": 2, "ttl": 5.0})):
+        getattr(redlock, maker)("a", **kwargs)  # taken
+    with pytest.raises(TypeError, match=r"semaphore\(\) got an unexpected keyword argument 'fencing' \(it takes: "):
+        redlock.semaphore("a", limit=2, fencing=True)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"lock\(\) got an unexpected keyword argument 'tll'"):
+        redlock.lock("a", tll=5.0)  # type: ignore[call-overload]
 
 
 # -- import cycles ---------------------------------------------------------------------------------

@@ -14,10 +14,12 @@ import time
 
 import pytest
 
-from redlock_async import Redlock, _quarantine
-from redlock_async._algorithm import UPTIME_SLACK, Vote
-from redlock_async._markers import marker_value
+from redlock_async import Redlock
+from redlock_async._core._algorithm import UPTIME_SLACK, Vote
+from redlock_async._health import _quarantine
+from redlock_async._health._markers import marker_value
 from redlock_async.testing import History, LocalNodes, Proxy
+from redlock_async.testing._inside import cluster_of
 
 from .conftest import Cluster, acquire_on_first_three, eventually
 
@@ -102,7 +104,7 @@ def _mark(node: object, period: float) -> None:
 
 def _held_yes(redlock: Redlock, indices: tuple[int, ...]) -> bool:
     """Each of those nodes has a yes held for its recheck (``Node.vouching``)."""
-    nodes = redlock._connections.cluster.nodes
+    nodes = cluster_of(redlock).nodes
     return all(nodes[i].vouching for i in indices)
 
 
@@ -166,7 +168,7 @@ async def test_a_node_another_client_marks_in_the_same_moment_counts(
             assert all("in restart quarantine" in o.detail for o in lock.outcomes[3:]), lock.outcomes
             assert [faulty[i].command("EXISTS", "redlock:moment") for i in (2, 3, 4)] == [0, 0, 0]  # none left
             # The first refusal decided: the other recheck may still be out (a client closed first warns of none).
-            assert await eventually(lambda: not any(b._connections.cluster.nodes[i].vouching for i in (3, 4)), 5.0)
+            assert await eventually(lambda: not any(cluster_of(b).nodes[i].vouching for i in (3, 4)), 5.0)
     lost = [r for r in caplog.records if r.levelno >= logging.WARNING and "lost its data" in r.getMessage()]
     # Told only of nodes no other client vouched for (each once), never of those marked meanwhile.
     assert len(lost) == (0 if marked_meanwhile else 2), [r.getMessage() for r in lost]

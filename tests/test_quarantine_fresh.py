@@ -16,8 +16,9 @@ import math
 import pytest
 
 from redlock_async import Redlock
-from redlock_async._algorithm import Vote
-from redlock_async._markers import marker_value
+from redlock_async._core._algorithm import Vote
+from redlock_async._health._markers import marker_value
+from redlock_async.testing._inside import cluster_of
 
 from .conftest import Cluster, eventually
 
@@ -33,7 +34,7 @@ def _mark(node: object, period: float = PERIOD) -> None:
 
 def _probed(redlock: Redlock, i: int) -> bool:
     """Node *i*'s restart check (INFO, GET of the marker) is answered, whatever it decided."""
-    node = redlock._connections.cluster.nodes[i]
+    node = cluster_of(redlock).nodes[i]
     return node.connected and not math.isinf(node.quarantined_until)
 
 

@@ -17,9 +17,11 @@ from collections.abc import Callable
 import anyio
 import pytest
 
-from redlock_async import Redlock, _quarantine
-from redlock_async._algorithm import Vote
-from redlock_async._markers import marker_value
+from redlock_async import Redlock
+from redlock_async._core._algorithm import Vote
+from redlock_async._health import _quarantine
+from redlock_async._health._markers import marker_value
+from redlock_async.testing._inside import cluster_of
 
 from .conftest import Cluster, eventually
 
@@ -42,7 +44,7 @@ def _mark(node: object) -> None:
 
 
 def _nodes(redlock: Redlock) -> list:  # type: ignore[type-arg]
-    return list(redlock._connections.cluster.nodes)
+    return list(cluster_of(redlock).nodes)
 
 
 def _held(redlock: Redlock, indices: tuple[int, ...]) -> bool:

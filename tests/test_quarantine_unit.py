@@ -12,11 +12,11 @@ import asyncio
 import math
 from dataclasses import dataclass
 
-from redlock_async import _clock
-from redlock_async._markers import marker_value
-from redlock_async._quarantine import Quarantine
+from redlock_async._core import _clock
+from redlock_async._health._markers import marker_value
+from redlock_async._health._quarantine import Quarantine
+from redlock_async._nodes._wire import Reply
 from redlock_async._scripts import WATCH
-from redlock_async._wire import Reply
 
 from .fakes import FakeNode, Request, as_nodes, virtual
 
@@ -42,6 +42,7 @@ class ProbedNode(FakeNode):
     uptime: float = 1000.0
     marker: bytes | None = None
     server_id: bytes | None = None  # a Node's: the run_id its handshake read (None: not connected here)
+    promoted: bool = False  # a Node's: its handshake read that it was a replica since it started
 
     def __post_init__(self) -> None:
         if self.respond is None:

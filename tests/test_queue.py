@@ -35,11 +35,12 @@ import pytest
 import uvloop
 
 from redlock_async import LockNotAcquired, Redlock
-from redlock_async._algorithm import Vote
-from redlock_async._strategies import Queued
+from redlock_async._core._algorithm import Vote
+from redlock_async._lock._strategies import Queued
 from redlock_async.lock import Lock
 from redlock_async.testing import History
 from redlock_async.testing._history import Section
+from redlock_async.testing._inside import cluster_of, strategy_of
 
 from .conftest import (
     CHILDREN_TIMEOUT,
@@ -283,7 +284,7 @@ async def test_a_waiter_joining_a_subscription_still_being_made_hears_its_grant(
     holder = other.lock("late-subscription", ttl=30)
     assert await holder.acquire(blocking=False)
     loop = asyncio.get_running_loop()
-    for node in redlock._cluster.listener.nodes:  # the subscriber connections of the waiters' Redlock
+    for node in cluster_of(redlock).listener.nodes:  # the subscriber connections of the waiters' Redlock
         original = node.send
 
         def late_send(*args: Any, original: Callable[..., asyncio.Future[Any]] = original, **kw: Any) -> Any:
@@ -901,9 +902,9 @@ def test_the_queue_is_the_default_where_grants_are_published(cluster: Cluster) -
     assert Redlock(cluster.urls, queue=None).settings.queue is True
     assert Redlock(cluster.urls, wait_for_release=False).settings.queue is False
     assert Redlock(cluster.urls, queue=False).settings.queue is False
-    assert isinstance(Redlock(cluster.urls).lock("a")._strategy, Queued)
-    assert isinstance(Redlock(cluster.urls).lock_many(["a", "b"])._strategy, Queued)
-    assert not isinstance(Redlock(cluster.urls, queue=False).lock("a")._strategy, Queued)
+    assert isinstance(strategy_of(Redlock(cluster.urls).lock("a")), Queued)
+    assert isinstance(strategy_of(Redlock(cluster.urls).lock_many(["a", "b"])), Queued)
+    assert not isinstance(strategy_of(Redlock(cluster.urls, queue=False).lock("a")), Queued)
 
 
 def test_the_queue_takes_fencing_and_refuses_non_bools(cluster: Cluster) -> None:

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from redlock_async import _clock
-from redlock_async._algorithm import CLOCK_PRECISION, Vote, held_until, majority_until, validity
-from redlock_async._queue import Claim, queue_keys
+from redlock_async._core import _clock
+from redlock_async._core._algorithm import CLOCK_PRECISION, Vote, held_until, majority_until, validity
+from redlock_async._core._settings import Settings
+from redlock_async._nodes._wire import Failure
+from redlock_async._queue._claim import Claim, queue_keys
 from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE, QUEUE_STAY
-from redlock_async._settings import Settings
-from redlock_async._wire import Failure
 
 from .fakes import FakeNode, as_nodes, fake_nodes
 

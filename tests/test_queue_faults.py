@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 
 from redlock_async import LockNotAcquired, Redlock
-from redlock_async._algorithm import Vote
+from redlock_async._core._algorithm import Vote
 from redlock_async.testing import History, LocalNodes
 from redlock_async.testing._history import Section
 

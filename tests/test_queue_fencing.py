@@ -25,7 +25,7 @@ import pytest
 import uvloop
 
 from redlock_async import LockNotAcquired, Redlock
-from redlock_async._algorithm import Vote
+from redlock_async._core._algorithm import Vote
 from redlock_async.lock import Lock
 from redlock_async.testing import History, LocalNodes
 from redlock_async.testing._history import Section

@@ -10,14 +10,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from redlock_async import _algorithm, _clock, _queue_wait
-from redlock_async._clock_guard import ClockGuard
-from redlock_async._names import rw_keys
-from redlock_async._queue import Claim
-from redlock_async._queue_permit import PermitLine, Permits
-from redlock_async._queue_rw import READER, WRITER, RwLine
+from redlock_async._core import _algorithm, _clock
+from redlock_async._core._names import rw_keys
+from redlock_async._core._settings import Settings
+from redlock_async._health._clock_guard import ClockGuard
+from redlock_async._queue import _wait as _queue_wait
+from redlock_async._queue._claim import Claim
+from redlock_async._queue._permit import PermitLine, Permits
+from redlock_async._queue._rw import READER, WRITER, RwLine
 from redlock_async._scripts import PERMIT_ENTER, PERMIT_LEAVE, PERMIT_STAY, QUEUE_LEAVE, RW_ENTER, RW_QUEUE_LEAVE
-from redlock_async._settings import Settings
 
 from .fakes import FakeNode, as_nodes, fake_nodes, virtual
 

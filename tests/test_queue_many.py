@@ -1,5 +1,5 @@
 """lock_many through the grant queue (the default): one claim per name, one token and one place in every
-line (``redlock_async/_queue_wait.py``), against real servers.
+line (``redlock_async/_queue/_wait.py``), against real servers.
 
 Checked: that a lock_many waiter is handed its names by the holders' releases alone (no retry of its
 own), and holds them only once every name is its own on a majority; that lock_many waiters on

@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-from redlock_async._names import semaphore_keys
+from redlock_async._core._names import semaphore_keys
 from redlock_async._scripts import ACQUIRE_PERMIT, PERMIT_ENTER, PERMIT_LEAVE, PERMIT_STAY, Script
 
 from .conftest import Cluster, Node

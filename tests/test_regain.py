@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
-from redlock_async import LockLost, Redlock, _clock
-from redlock_async._algorithm import Vote, to_regain
-from redlock_async._fanout import vote_of_set
-from redlock_async._lease import Lease
-from redlock_async._requests import pack_extend
-from redlock_async._watchdog import Watchdog
-from redlock_async._wire import Failure
+from redlock_async import LockLost, Redlock
+from redlock_async._core import _clock
+from redlock_async._core._algorithm import Vote, to_regain
+from redlock_async._nodes._wire import Failure
+from redlock_async._rounds._fanout import vote_of_set
+from redlock_async._rounds._lease import Lease
+from redlock_async._rounds._requests import pack_extend
+from redlock_async._shared._watchdog import Watchdog
 from redlock_async.lock import Lock
 from tests.conftest import Cluster, eventually, finish_child, start_module
 from tests.fakes import as_nodes, fake_nodes, virtual

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from redlock_async import _requests
-from redlock_async._algorithm import NO, PENDING, YES
+from redlock_async._core._algorithm import NO, PENDING, YES
+from redlock_async._core._settings import Settings
+from redlock_async._rounds import _requests
 from redlock_async._scripts import ACQUIRE_FENCED, FENCE, FENCED_BY, RELEASE
-from redlock_async._settings import Settings
 
 from .fakes import FakeNode, as_nodes, fake_nodes
 

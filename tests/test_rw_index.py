@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from redlock_async._names import reader_key
+from redlock_async._core._names import reader_key
 
 from .conftest import Cluster, MakeRedlock, assert_empty, eventually, kill_child, next_event, start_module
 

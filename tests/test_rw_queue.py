@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from redlock_async import Redlock
-from redlock_async._names import reader_key
+from redlock_async._core._names import reader_key
 from redlock_async.testing import LocalNodes
 
 from .conftest import Cluster, MakeRedlock, eventually, finish_child, keys_everywhere, kill_child, next_event

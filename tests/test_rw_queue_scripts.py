@@ -10,7 +10,7 @@ from typing import Any
 
 import redis
 
-from redlock_async._names import reader_key, rw_keys
+from redlock_async._core._names import reader_key, rw_keys
 from redlock_async._scripts import RW_ENTER, RW_QUEUE_DOWNGRADE, RW_QUEUE_LEAVE, RW_QUEUE_STAY, RW_READ, Script
 
 from .conftest import Cluster

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from redlock_async._names import reader_key, rw_keys
+from redlock_async._core._names import reader_key, rw_keys
 from redlock_async._scripts import (
     EXTEND,
     FENCE,

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from redlock_async import NodesUnavailable, Redlock
-from redlock_async._algorithm import Vote
-from redlock_async._wire import error_reply
+from redlock_async._core._algorithm import Vote
+from redlock_async._nodes._wire import error_reply
 from redlock_async.testing import LocalNode, LocalNodes
 
 from .conftest import assert_no_library_tasks, mark_in_service

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 import redlock_async
 from redlock_async import Redlock
-from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
+from redlock_async._core._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
 
 URL = "redis://127.0.0.1:1"  # nothing listens there; nothing connects during these tests
 

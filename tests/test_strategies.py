@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
-from redlock_async import _clock
-from redlock_async._algorithm import Vote
-from redlock_async._lease import Phase
+from redlock_async._core import _clock
+from redlock_async._core._algorithm import Vote
+from redlock_async._lock._strategies import Many, Permit, Queued, Words
+from redlock_async._nodes._wire import Reply
+from redlock_async._rounds._lease import Phase
 from redlock_async._scripts import ACQUIRE_ALL
-from redlock_async._strategies import Many, Permit, Queued, Words
-from redlock_async._wire import Reply
 from redlock_async.lock import Lock
 from redlock_async.semaphore import Semaphore
+from redlock_async.testing._inside import strategy_of
 
 from .fakes import Request, virtual
 from .parts import fake_cluster, held, parts, say
@@ -75,7 +76,7 @@ def test_each_primitive_is_a_lock_front_given_its_strategy() -> None:
         }
         for what, (lock, kind) in kinds.items():
             assert isinstance(lock, Lock), what
-            assert type(lock._strategy) is kind, what
+            assert type(strategy_of(lock)) is kind, what
         # Nothing private is overridden: a Semaphore adds its limit and its repr, and that is all.
         assert {name for name in vars(Semaphore) if name.startswith("_")} <= {
             "__init__",

@@ -19,6 +19,7 @@ import pytest
 
 from redlock_async import LockLost, NestedAcquire
 from redlock_async.sync import Redlock
+from redlock_async.testing._inside import loop_of
 
 from .conftest import Cluster, keys_everywhere
 from .threads import elsewhere, held_elsewhere
@@ -306,7 +307,7 @@ def test_on_uvloop(cluster: Cluster) -> None:
         with Redlock(cluster.urls, acquire_timeout=LONG) as redlock:
             lock = redlock.lock("uv")
             with lock:
-                assert type(redlock._runtime.portal().loop).__module__.startswith("uvloop")
+                assert type(loop_of(redlock)).__module__.startswith("uvloop")
                 with refused("lock 'uv'"):
                     redlock.lock("uv").acquire()
                 assert not elsewhere(lambda: redlock.lock("uv").acquire(blocking=False))

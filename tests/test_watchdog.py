@@ -9,7 +9,7 @@ import time
 import pytest
 
 from redlock_async import LockLost, Redlock
-from redlock_async._algorithm import Vote
+from redlock_async._core._algorithm import Vote
 from redlock_async.testing import lose
 
 from .conftest import Cluster, MakeRedlock, assert_no_library_tasks

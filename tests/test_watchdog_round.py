@@ -12,11 +12,11 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from redlock_async import _clock
-from redlock_async._algorithm import Vote
-from redlock_async._lease import Lease
-from redlock_async._watchdog import Watchdog
-from redlock_async._wire import Failure, Reply
+from redlock_async._core import _clock
+from redlock_async._core._algorithm import Vote
+from redlock_async._nodes._wire import Failure, Reply
+from redlock_async._rounds._lease import Lease
+from redlock_async._shared._watchdog import Watchdog
 
 from .fakes import FakeNode, as_nodes, fake_nodes, virtual
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from redlock_async._nodes._wire import bulk, pack, pack_script, script_head
 from redlock_async._scripts import QUEUE_LEAVE, RELEASE
-from redlock_async._wire import bulk, pack, pack_script, script_head
 
 
 @pytest.mark.parametrize("key_size", [1, 17, 255, 256, 1000])

@@ -15,8 +15,7 @@ import textwrap
 from collections.abc import Sequence
 
 from redlock_async import __version__
-from redlock_async._names import check_owner
-from redlock_async._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
+from redlock_async._core import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration, check_owner
 from redlock_async.cli._break import break_command, confirm_on_terminal
 from redlock_async.cli._codes import (
     EXIT_HELD,

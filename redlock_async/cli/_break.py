@@ -37,16 +37,11 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
-from redlock_async._algorithm import quorum
-from redlock_async._endpoint import endpoints_for
-from redlock_async._inspect import Keys, digest, inspect, keys_of
-from redlock_async._names import rw_keys, semaphore_keys
-from redlock_async._node import Node
-from redlock_async._queue import SUFFIXES, queue_keys
-from redlock_async._queue_permit import Permits
+from redlock_async._core import Settings, quorum, rw_keys, semaphore_keys
+from redlock_async._nodes import Failure, Node, Reply, endpoints_for
+from redlock_async._queue import SUFFIXES, Permits, queue_keys
 from redlock_async._scripts import DROP_LINES, PERMIT_LEAVE, QUEUE_LEAVE, RELEASE, RW_READ_RELEASE
-from redlock_async._settings import Settings
-from redlock_async._wire import Failure, Reply
+from redlock_async._shared import Keys, digest, inspect, keys_of
 from redlock_async.cli._codes import EXIT_NOT_CONFIRMED, EXIT_UNAVAILABLE
 from redlock_async.cli._run import resource_name
 from redlock_async.cli._status import print_found

@@ -13,8 +13,9 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Literal
 
-from redlock_async import _clock, _reaper
-from redlock_async._names import resource_key
+from redlock_async._core import clock as _clock
+from redlock_async._core import reaper as _reaper
+from redlock_async._core import resource_key
 from redlock_async.cli._codes import EXIT_LOST, EXIT_NOT_ACQUIRED, EXIT_UNAVAILABLE, EXIT_USAGE
 from redlock_async.client import Redlock
 from redlock_async.errors import LockNotAcquired, NodesUnavailable

@@ -9,9 +9,9 @@ import random
 import sys
 from collections.abc import Sequence
 
-from redlock_async import _clock
-from redlock_async._endpoint import endpoints_for
-from redlock_async._inspect import inspect, keys_of
+from redlock_async._core import clock as _clock
+from redlock_async._nodes import endpoints_for
+from redlock_async._shared import inspect, keys_of
 from redlock_async.cli._codes import EXIT_HELD, EXIT_UNAVAILABLE, EXIT_UNKNOWN
 from redlock_async.cli._run import resource_name
 from redlock_async.client import Redlock

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from redlock_async._algorithm import Vote
+from redlock_async._core import Vote
 from redlock_async.events import EventKind, LockEvent
 
 NameAttribute = Callable[[str], str]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -9,12 +10,18 @@ import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Self, TypeVar, final, overload
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Self, TypeVar, Unpack, final, overload
 
 from redis.asyncio import Redis
 
-from redlock_async._deprecated import keyword_timeout
-from redlock_async._settings import Settings
+from redlock_async._core import (
+    ElectionOptions,
+    LeaseOptions,
+    LockOptions,
+    Settings,
+    check_options,
+    keyword_timeout,
+)
 from redlock_async._synchronized import OnBusy, check_call, decorate_sync
 from redlock_async.client import Redlock as AsyncRedlock
 from redlock_async.election import Election as AsyncElection
@@ -84,16 +91,10 @@ class Redlock:
         self,
         name: str | bytes,
         *,
-        ttl: float | None = None,
-        acquire_timeout: float | None = None,
-        fencing: bool | None = None,
-        auto_extend: bool | None = None,
-        max_hold: float | None = None,
-        max_extensions: int | None = None,
-        owner: str | None = None,
         cooldown: float | None = None,
         interrupt_main: bool = False,
         reentrant: Literal[False] = False,
+        **options: Unpack[LockOptions],
     ) -> Lock: ...
 
     @overload
@@ -101,16 +102,10 @@ class Redlock:
         self,
         name: str | bytes,
         *,
-        ttl: float | None = None,
-        acquire_timeout: float | None = None,
-        fencing: bool | None = None,
-        auto_extend: bool | None = None,
-        max_hold: float | None = None,
-        max_extensions: int | None = None,
-        owner: str | None = None,
         cooldown: float | None = None,
         interrupt_main: bool = False,
         reentrant: Literal[True],
+        **options: Unpack[LockOptions],
     ) -> ReentrantLock: ...
 
     @overload
@@ -118,32 +113,20 @@ class Redlock:
         self,
         name: str | bytes,
         *,
-        ttl: float | None = None,
-        acquire_timeout: float | None = None,
-        fencing: bool | None = None,
-        auto_extend: bool | None = None,
-        max_hold: float | None = None,
-        max_extensions: int | None = None,
-        owner: str | None = None,
         cooldown: float | None = None,
         interrupt_main: bool = False,
         reentrant: bool,
+        **options: Unpack[LockOptions],
     ) -> Lock | ReentrantLock: ...
 
     def lock(
         self,
         name: str | bytes,
         *,
-        ttl: float | None = None,
-        acquire_timeout: float | None = None,
-        fencing: bool | None = None,
-        auto_extend: bool | None = None,
-        max_hold: float | None = None,
-        max_extensions: int | None = None,
-        owner: str | None = None,
         cooldown: float | None = None,
         interrupt_main: bool = False,
         reentrant: bool = False,
+        **options: Unpack[LockOptions],
     ) -> Lock | ReentrantLock:
         """A :class:`Lock` on *name*; settings left as None are the Redlock's (as the async ``lock()``).
 
@@ -154,21 +137,12 @@ class Redlock:
         lock of this Redlock) enters again at once; the key is released at the outermost exit. Other
         threads wait as for any lock.
         """
+        check_options("lock", options, LockOptions)
         if not isinstance(reentrant, bool):
             raise TypeError(f"reentrant must be True or False, got {type(reentrant).__name__}")
 
         def make(twin: AsyncRedlock, timeout: float | None) -> AsyncLock:
-            return twin.lock(
-                name,
-                ttl=ttl,
-                acquire_timeout=acquire_timeout if timeout is None else timeout,
-                fencing=fencing,
-                auto_extend=auto_extend,
-                max_hold=max_hold,
-                max_extensions=max_extensions,
-                owner=owner,
-                cooldown=cooldown,
-            )
+            return twin.lock(name, cooldown=cooldown, **timed(options, timeout))
 
         lock = Lock(self._runtime, name, make, interrupt_main=interrupt_main)
         return ReentrantLock(lock, self._holds) if reentrant else lock
@@ -177,29 +151,15 @@ class Redlock:
         self,
         names: Iterable[str | bytes],
         *,
-        ttl: float | None = None,
-        acquire_timeout: float | None = None,
-        fencing: bool | None = None,
-        auto_extend: bool | None = None,
-        max_hold: float | None = None,
-        max_extensions: int | None = None,
-        owner: str | None = None,
         interrupt_main: bool = False,
+        **options: Unpack[LockOptions],
     ) -> Lock:
         """A :class:`Lock` on every one of *names* at once, all or none (as the async ``lock_many()``)."""
+        check_options("lock_many", options, LockOptions)
         listed = names if isinstance(names, (str, bytes)) else list(names)
 
         def make(twin: AsyncRedlock, timeout: float | None) -> AsyncLock:
-            return twin.lock_many(
-                listed,
-                ttl=ttl,
-                acquire_timeout=acquire_timeout if timeout is None else timeout,
-                fencing=fencing,
-                auto_extend=auto_extend,
-                max_hold=max_hold,
-                max_extensions=max_extensions,
-                owner=owner,
-            )
+            return twin.lock_many(listed, **timed(options, timeout))
 
         return Lock(self._runtime, tuple(listed), make, interrupt_main=interrupt_main)
 
@@ -208,27 +168,14 @@ class Redlock:
         name: str | bytes,
         *,
         limit: int,
-        ttl: float | None = None,
-        acquire_timeout: float | None = None,
-        auto_extend: bool | None = None,
-        max_hold: float | None = None,
-        max_extensions: int | None = None,
-        owner: str | None = None,
         interrupt_main: bool = False,
+        **options: Unpack[LeaseOptions],
     ) -> Lock:
         """At most *limit* holders of *name* at once, each holding one permit (as the async ``semaphore()``)."""
+        check_options("semaphore", options, LeaseOptions)
 
         def make(twin: AsyncRedlock, timeout: float | None) -> AsyncLock:
-            return twin.semaphore(
-                name,
-                limit=limit,
-                ttl=ttl,
-                acquire_timeout=acquire_timeout if timeout is None else timeout,
-                auto_extend=auto_extend,
-                max_hold=max_hold,
-                max_extensions=max_extensions,
-                owner=owner,
-            )
+            return twin.semaphore(name, limit=limit, **timed(options, timeout))
 
         return Lock(self._runtime, name, make, interrupt_main=interrupt_main)
 
@@ -236,40 +183,25 @@ class Redlock:
         self,
         name: str | bytes,
         *,
-        ttl: float | None = None,
-        acquire_timeout: float | None = None,
-        fencing: bool | None = None,
-        auto_extend: bool | None = None,
-        max_hold: float | None = None,
-        max_extensions: int | None = None,
-        owner: str | None = None,
         interrupt_main: bool = False,
+        **options: Unpack[LockOptions],
     ) -> ReadWriteLock:
         """A read/write lock on *name* (as the async ``rw_lock()``): ``with rw.read():`` and
         ``with rw.write() as writer:`` (and ``with writer.downgrade():``)."""
+        check_options("rw_lock", options, LockOptions)
 
         def make(twin: AsyncRedlock, timeout: float | None) -> AsyncReadWriteLock:
-            return twin.rw_lock(
-                name,
-                ttl=ttl,
-                acquire_timeout=acquire_timeout if timeout is None else timeout,
-                fencing=fencing,
-                auto_extend=auto_extend,
-                max_hold=max_hold,
-                max_extensions=max_extensions,
-                owner=owner,
-            )
+            return twin.rw_lock(name, **timed(options, timeout))
 
         return ReadWriteLock(self._runtime, name, make, interrupt_main=interrupt_main)
 
-    def election(
-        self, name: str | bytes, *, owner: str | None = None, ttl: float | None = None, max_hold: float | None = None
-    ) -> Election:
+    def election(self, name: str | bytes, **options: Unpack[ElectionOptions]) -> Election:
         """Leader election on *name*: ``with election.campaign() as term:`` leads (as the async ``election()``)."""
+        check_options("election", options, ElectionOptions)
         runtime = self._runtime
 
         def make(twin: AsyncRedlock) -> AsyncElection:
-            return twin.election(name, owner=owner, ttl=ttl, max_hold=max_hold)
+            return twin.election(name, **options)
 
         return Election(runtime, name, make)
 
@@ -441,3 +373,21 @@ class Election:
         finally:
             if not runtime.closed:
                 runtime.call(stop)
+
+
+def loop_of(redlock: Redlock) -> asyncio.AbstractEventLoop:
+    """The event loop *redlock*'s locks run on, in its background thread (for ``redlock_async.testing``)."""
+    return redlock._runtime.portal().loop
+
+
+Options = TypeVar("Options", LeaseOptions, LockOptions)
+
+
+def timed(options: Options, timeout: float | None) -> Options:
+    """*options* for the async maker, with the acquire timeout of this call when it has one (the blocking
+    ``acquire(timeout=)``)."""
+    if timeout is None:
+        return options
+    timed = options.copy()
+    timed["acquire_timeout"] = timeout
+    return timed

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, TypeVar
 
-from redlock_async import _holder
+from redlock_async._core import holder as _holder
 from redlock_async.errors import LockLost
 from redlock_async.sync._interrupt import Interrupter, check_supported
 from redlock_async.sync._portal import Portal, Reply

@@ -19,7 +19,7 @@ import threading
 from types import TracebackType
 from typing import Self, final
 
-from redlock_async._names import resource_key
+from redlock_async._core import resource_key
 from redlock_async.errors import NodeOutcome
 from redlock_async.statistics import LockStatistics
 from redlock_async.sync._lock import Lock, Name

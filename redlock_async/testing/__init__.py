@@ -11,6 +11,10 @@ and fencing tokens that go backwards. No mocks and no Docker: ``pip install valk
 adds latency, drops replies, black-holes or resets node i's connections, and heals them.
 ``redlock_async.testing.pytest_plugin`` gives the same as pytest fixtures (see docs/testing.md).
 
+``LocalCluster`` runs a Redis/Valkey Cluster (3 shards of a master and a replica by default) and
+``LocalSentinels`` a Sentinel-managed group (a master, a replica, 3 Sentinels), each ready for use
+once started, with ``failover()`` to promote a replica; their ``url`` is a voter URL.
+
 ``DockerNodes`` is the container twin of ``LocalNodes`` (``pip install 'redlock_async[docker]'``
 and a Docker engine): the same fault methods, with the engine's pause, restart and network
 disconnect (a real partition) instead of signals and proxies.
@@ -24,14 +28,17 @@ from redlock_async.testing._faults import lose
 from redlock_async.testing._history import History
 from redlock_async.testing._proxy import Fault, Proxy, ProxyState, ProxyStats
 from redlock_async.testing._servers import LocalNode, LocalNodes, ServerTLS, nodes_from_env, server_binary
+from redlock_async.testing._shapes import LocalCluster, LocalSentinels
 
 __all__ = [
     "DockerNode",
     "DockerNodes",
     "Fault",
     "History",
+    "LocalCluster",
     "LocalNode",
     "LocalNodes",
+    "LocalSentinels",
     "NodeClock",
     "Proxy",
     "ProxyState",

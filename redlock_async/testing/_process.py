@@ -1,7 +1,7 @@
 """Process plumbing for local servers: finding the binary, picking ports, probing, stopping, cleaning up.
 
 Every server process and temp dir started here is registered, killed and removed at exit, and
-handed to the reaper (``redlock_async._reaper``) so that they die with the process however it ends.
+handed to the reaper (``redlock_async._core._reaper``) so that they die with the process however it ends.
 The node classes built on this are in ``_servers.py``.
 """
 

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 
-from redlock_async import _reaper
+from redlock_async._core import reaper as _reaper
 from redlock_async.testing._process import (
     ADDR_IN_USE,
     DBFILENAME,

@@ -93,6 +93,7 @@ class LocalNode:
         proxied: bool = False,
         server_args: Sequence[str] = (),
         clock: bool = False,
+        config: str | None = None,
     ) -> None:
         if tls is not None and unix_socket:
             raise ValueError("tls and unix_socket do not go together: the server speaks TLS on TCP only")
@@ -107,6 +108,9 @@ class LocalNode:
         self.password = password
         self.acl = tuple(acl)
         self.server_args = tuple(server_args)
+        self.config = config
+        """A config file's text, written once into the node's dir and named first on the command line (a
+        Sentinel needs one it may rewrite); its later rewrites by the server are kept across restarts."""
         # The clock nemesis (testing/_clocks.py): libfaketime preloaded, its spec in the node's dir.
         self._faketime = require_faketime() if clock else None
         self._clock: NodeClock | None = None
@@ -277,8 +281,14 @@ class LocalNode:
             self.proxy  # noqa: B018 (made before the server starts, so its URL is known once it answers)
         directory = self._process.ensure_dir()
         log = os.path.join(directory, LOG_NAME)
-        argv = [
-            self.binary,
+        argv = [self.binary]
+        if self.config is not None:
+            config = os.path.join(directory, "server.conf")
+            if not os.path.exists(config):
+                with open(config, "w") as fh:
+                    fh.write(self.config)
+            argv.append(config)
+        argv += [
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--save", "",

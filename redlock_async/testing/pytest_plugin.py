@@ -9,6 +9,10 @@ Fixtures:
 * ``redlock_nodes``: a started :class:`~redlock_async.testing.LocalNodes` of the test's own,
   5 nodes each behind a :class:`~redlock_async.testing.Proxy`, closed after the test.
   ``@pytest.mark.redlock_nodes(3)`` changes the count, ``proxied=False`` drops the proxies.
+* ``redlock_cluster``: a started :class:`~redlock_async.testing.LocalCluster` of the test's own
+  (3 shards of a master and a replica), closed after the test; its ``url`` is a voter.
+* ``redlock_sentinels``: a started :class:`~redlock_async.testing.LocalSentinels` of the test's
+  own (a master, a replica, 3 Sentinels), closed after the test; its ``url`` is a voter.
 * ``redlock_history``: a :class:`~redlock_async.testing.History`; once the test body has run,
   it is checked, and any overlap of critical sections or fencing token that went backwards
   fails the test.
@@ -24,8 +28,9 @@ import pytest
 
 from redlock_async.testing._history import History
 from redlock_async.testing._servers import LocalNodes
+from redlock_async.testing._shapes import LocalCluster, LocalSentinels
 
-__all__ = ["redlock_history", "redlock_nodes"]
+__all__ = ["redlock_cluster", "redlock_history", "redlock_nodes", "redlock_sentinels"]
 
 _MARKER = "redlock_nodes"
 
@@ -60,6 +65,20 @@ def redlock_nodes(request: pytest.FixtureRequest) -> Iterator[LocalNodes]:
     count, proxied = _node_options(request)
     with LocalNodes(count, proxied=proxied) as nodes:
         yield nodes
+
+
+@pytest.fixture
+def redlock_cluster() -> Iterator[LocalCluster]:
+    """A started local Redis/Valkey Cluster of this test's own: 3 shards, each a master and a replica."""
+    with LocalCluster(3, 1) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def redlock_sentinels() -> Iterator[LocalSentinels]:
+    """A started Sentinel-managed group of this test's own: a master, a replica and 3 Sentinels."""
+    with LocalSentinels(1, 3) as group:
+        yield group
 
 
 @pytest.fixture

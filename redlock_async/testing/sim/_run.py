@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from redlock_async import _clock
+from redlock_async._core import clock as _clock
 from redlock_async.testing.sim._config import Config
 from redlock_async.testing.sim._faults import Nemesis
 from redlock_async.testing.sim._loop import Deadlock, SimClient, SimLoop

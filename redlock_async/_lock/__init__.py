@@ -1,0 +1,32 @@
+"""A lock's parts: the acquire strategies (one name, several names, a semaphore permit, queued or
+by release words), keeping a held lease (the keeper), the ``async with`` guard and the events it
+emits. Imports the wings below it (``_core`` to ``_shared``).
+
+This file is the wing's door: other modules of redlock_async import from here only."""
+
+from __future__ import annotations
+
+from redlock_async._lock import _guard as guard
+from redlock_async._lock._emitter import emit, emit_lost, heard
+from redlock_async._lock._keeper import Keeper, Successor, hand_over, handed_over
+from redlock_async._lock._queued_permit import QueuedPermit
+from redlock_async._lock._strategies import MAX_LIMIT, Many, Permit, Queued, Strategy, Words, check_limit
+
+__all__ = [
+    "MAX_LIMIT",
+    "Keeper",
+    "Many",
+    "Permit",
+    "Queued",
+    "QueuedPermit",
+    "Strategy",
+    "Successor",
+    "Words",
+    "check_limit",
+    "emit",
+    "emit_lost",
+    "guard",
+    "hand_over",
+    "handed_over",
+    "heard",
+]

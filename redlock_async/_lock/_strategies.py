@@ -1,0 +1,491 @@
+"""How a lock is taken: one acquire strategy per primitive.
+
+A strategy knows its lock's keys on the nodes and how to take them, wait for them and give them
+back; the lock's :class:`~redlock_async._rounds._lease.Tenure` is where it records what happened (the
+attempts, the last votes, the grant). A ``Lock`` front is given one at construction:
+
+==============  ==========================================================================
+:class:`Words`  one name: SET NX PX on every node; a waiter listens for release words, and a
+                release of this Redlock may hand the lock over (send the waiter's round)
+:class:`Many`   several names (``lock_many``), all or none; a waiter listens on the name its
+                last try found held
+:class:`Queued` one name or several through the nodes' grant queue (``queue=True``, the
+                default; docs/algorithm.md)
+:class:`Permit` a semaphore's permit: a slot of the name, each slot a mutex
+==============  ==========================================================================
+
+A new primitive (a reader/writer lock) is a new strategy meeting :class:`Strategy`, given to a
+``Lock`` front: what the front, its keeper and its guard ask of a strategy, and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from typing import Protocol
+
+from redlock_async._core import Name, Settings, Vote, default_owner, released_word, resource_key, semaphore_keys
+from redlock_async._core import algorithm as _algorithm
+from redlock_async._core import clock as _clock
+from redlock_async._core import lot as _line
+from redlock_async._queue import claim as _queue
+from redlock_async._queue import release as _queue_release
+from redlock_async._queue import wait as _queue_wait
+from redlock_async._rounds import Ballot, Keep, Lease, Phase, Tenure, outcomes
+from redlock_async._rounds import requests as _requests
+from redlock_async._shared import Cluster
+from redlock_async._shared import handoff as _handoff
+
+log = logging.getLogger("redlock_async.lock")
+
+_ACQUIRING, _HELD, _IDLE = Phase.ACQUIRING, Phase.HELD, Phase.IDLE  # module globals: see lock.py's note
+
+_random = random.SystemRandom()
+
+MAX_LIMIT = 1024
+"""Most permits one semaphore has (each acquire's script looks at every slot once)."""
+
+
+def check_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be an int (how many may hold the semaphore at once), got {type(limit).__name__}")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+    return limit
+
+
+class Strategy(Protocol):
+    """How one lock is taken and given back: what its front, keeper and guard ask of it."""
+
+    @property
+    def keys(self) -> tuple[bytes, ...]:
+        """The keys the lock's task is bound to inside ``async with`` (and nested acquires look at)."""
+
+    @property
+    def names(self) -> tuple[Name, ...]:
+        """The names, in the order they are taken."""
+
+    @property
+    def owner(self) -> bytes | None:
+        """The owner label stored with the keys (None: the default, ``<hostname>:<pid>``)."""
+
+    @property
+    def permits(self) -> int:
+        """How many holds of its key one task may have before asking for another would wait for itself."""
+
+    def held_words(self, name: Name) -> str:
+        """What a task already holds, in words, for NestedAcquire."""
+
+    async def acquire(self, tenure: Tenure, blocking: bool, give_up: float) -> bool:
+        """Take the lock for *tenure* (ACQUIRING: to HELD when True, IDLE otherwise) by *give_up*."""
+
+    def send_release(
+        self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
+    ) -> None:
+        """Queue the release of *lease* (token *token*) on every node but *skip*, now (synchronous)."""
+
+    def next_is_ours(self, token: bytes) -> bool:
+        """True when the release of *token* may hand the lock over (:meth:`hand_over`)."""
+
+    def hand_over(self, token: bytes) -> None:
+        """Send the next waiter's round right behind the release of *token*."""
+
+
+class Words:
+    """One name: a round of SET NX PX (fenced: and its fence) on every node, retried after a jittered
+    delay; a blocking waiter listens for the release words of the key and waits in this process's
+    line, and a release of this Redlock may send the oldest waiter's round right behind it."""
+
+    __slots__ = ("_leave", "blocked", "cluster", "fence_keys", "keys", "name", "names", "owner", "settings")
+
+    permits = 1
+    """How many holds of its key one task may have before asking for another would wait for itself."""
+
+    takes_hand_over = True
+    """A release of this Redlock may send this lock's next round (see :meth:`presend`)."""
+
+    def __init__(
+        self, cluster: Cluster, settings: Settings, names: tuple[Name, ...], owner: bytes | None, name: object
+    ) -> None:
+        self.cluster = cluster
+        self.settings = settings
+        self.names = names
+        self.owner = owner
+        self.name = name
+        """The lock's name (or names), for messages."""
+        self.keys = tuple(resource_key(settings.key_prefix, one) for one in names)
+        self.fence_keys = tuple(resource_key(settings.fence_prefix, one) for one in names)
+        self.blocked = self.keys[0]
+        """The key a failed attempt found held: the one its waiter listens on."""
+        self._leave: _queue_release.Leave | None = None  # Queued: its release, packed once up to the token
+
+    def held_words(self, name: Name) -> str:
+        """What the task already holds, in words, for NestedAcquire."""
+        return f"lock {name!r}"
+
+    async def acquire(self, tenure: Tenure, blocking: bool, give_up: float) -> bool:
+        """Take the lock for *tenure* (ACQUIRING; HELD when True, IDLE otherwise) by *give_up*."""
+        cluster = self.cluster
+        listener = cluster.listener if self.settings.wait_for_release and blocking else None
+        listening = woken = attempted = False
+        place = _line.ticket()
+        try:
+            # Try at once (the key may be free while waiters of this process wait for their timers),
+            # unless the line is taking it now or a lock of this Redlock holds it: then join the line.
+            channel = self.blocked
+            in_line = (
+                listener is not None
+                and listener.waiting(channel)
+                and (listener.taking(channel) or len(cluster.bound.get(channel, ())) >= self.permits)
+            )
+            while True:
+                if not in_line:
+                    attempted = True
+                    if await self.attempt(tenure):
+                        return True
+                remaining = give_up - _clock.now()
+                # Never give up without one attempt: a blocking acquire does no worse than blocking=False.
+                if not blocking or (remaining <= 0 and attempted):
+                    return False
+                delay = _algorithm.retry_delay(self.settings.retry_delay, _random.random(), max(remaining, 0.0))
+                if listener is None:
+                    await cluster.pause(delay)
+                else:
+                    if listening and self.blocked != channel:
+                        # lock_many: its last attempt found another name held. Listen for that
+                        # one's release instead, keeping our ticket (our place in its line).
+                        if woken:
+                            listener.done(channel)
+                        listener.quit(channel, place)
+                        listener.leave(channel)
+                        listening = woken = False
+                    if not listening:
+                        listening = True
+                        # Listen first, then look again: a release between the failed attempt
+                        # and a new subscription would otherwise go unheard. An existing
+                        # subscription already heard it, and woke the oldest waiter.
+                        channel = self.blocked  # lock_many: the key its last attempt found held
+                        if await listener.enter(channel) and not in_line and await self.attempt(tenure):
+                            return True
+                    # Woken by a release (our turn among this process's waiters), or after
+                    # the jittered delay if no word came: notifications can be lost. A release
+                    # of this Redlock may have sent our next round already (handed it over).
+                    taker = _handoff.Taker(self.presend, self.give_back) if self.takes_hand_over else None
+                    woken = await listener.wait(channel, delay, place, again=woken, taker=taker)
+                    tenure.woken_at = _clock.now() if woken else None  # the hand-off latency starts here
+                    in_line = False
+                    if woken and (sent := listener.handed(channel, place)) is not None:
+                        attempted = True
+                        if await self.attempt(tenure, sent):
+                            return True
+                        in_line = True  # that was this wake-up's try: wait again
+                # Closed meanwhile, or a background task failed: say so now, not at the timeout.
+                cluster.check_open()
+                if _clock.now() >= give_up and attempted:
+                    return False
+        finally:
+            if tenure.phase is _ACQUIRING:
+                tenure.to(_IDLE)
+            if listening and listener is not None:
+                if woken:
+                    listener.done(channel)  # the next release wakes the next waiter
+                listener.quit(channel, place)
+                listener.leave(channel)
+
+    async def attempt(self, tenure: Tenure, sent: _requests.Sent | None = None) -> bool:
+        """One round on all nodes (*sent* already, by a releaser handing the lock over); True when a
+        majority granted a valid lease (then *tenure* holds it)."""
+        tenure.attempts += 1
+        result = await self.take(sent)
+        tenure.votes, tenure.details = result.votes, result.details
+        if result.validity is None:
+            if log.isEnabledFor(logging.DEBUG):
+                found = outcomes(self.cluster.nodes, result.votes, result.details)
+                log.debug("redlock %r not acquired: %s", self.name, ", ".join(map(str, found)))
+            return False
+        tokens = result.fencing_tokens
+        settings = self.settings
+        tenure.lease = Lease(
+            result.keys,
+            result.token,
+            ttl_ms=settings.ttl_ms,
+            acquired_at=result.started,
+            expires=result.decided_at + result.validity,
+            holders=result.holders,
+            skip=result.skip,
+            fencing_token=tokens[0] if tokens else None,
+            fencing_tokens=tokens,
+            keeps=result.keeps,
+            fence_keys=self.fence_keys if tokens else (),
+            fence_ttl_ms=settings.fence_ttl_ms,
+            late=result.late,
+            takes=result.takes,
+        )
+        tenure.to(_HELD)
+        return True
+
+    async def take(self, sent: _requests.Sent | None = None) -> _requests.Attempt:
+        """One round for every key of this lock (all or none)."""
+        return await _requests.decide(
+            self.cluster.nodes, self.keys, self.fence_keys, self.settings, sent or self.presend()
+        )
+
+    def presend(self) -> _requests.Sent:
+        """Send this lock's next round now (synchronous): a release of this Redlock hands the lock over
+        to its oldest waiter by queueing the waiter's round right behind the release on every node."""
+        cluster = self.cluster
+        return _requests.send_attempt(
+            cluster.nodes, self.keys, self.fence_keys, self.settings, self.owner or default_owner(), cluster.reading()
+        )
+
+    def give_back(self, sent: _requests.Sent) -> None:
+        """A round sent for this lock that its waiter will never count (cancelled in the same loop turn)."""
+        _requests.give_back(self.cluster.nodes, self.keys, sent)
+
+    def next_is_ours(self, token: bytes) -> bool:
+        """True when a release of this lock may hand it over: the next in line for its key is a waiter
+        of this Redlock (then the release sends that waiter's round right behind it)."""
+        return self.settings.wait_for_release and self.cluster.listener.may_hand_over(
+            self.keys[0], released_word(token)
+        )
+
+    def hand_over(self, token: bytes) -> None:
+        """Send the next waiter's round, right behind the release of *token* (see :meth:`next_is_ours`)."""
+        self.cluster.listener.hand_over(self.keys[0], released_word(token))
+
+    def send_release(
+        self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
+    ) -> None:
+        """Queue compare-and-delete of *lease*'s keys on every node but *skip* (synchronous: survives
+        cancellation)."""
+        _requests.send_release(self.cluster.nodes, lease.keys, token, skip, into=into, handed=handed)
+
+
+class Many(Words):
+    """Several names (``lock_many``), taken all at once or not at all."""
+
+    __slots__ = ()
+
+    async def take(self, sent: _requests.Sent | None = None) -> _requests.Attempt:
+        keys = self.keys
+        result = await _requests.decide(
+            self.cluster.nodes, keys, self.fence_keys, self.settings, sent or self.presend()
+        )
+        if result.codes:
+            # The key most of the refusing nodes found held: a waiter listens for its release.
+            self.blocked = keys[max(set(result.codes), key=result.codes.count) * -1 - 1]
+        return result
+
+    def next_is_ours(self, token: bytes) -> bool:
+        return False  # a release hands over single locks only: the waiters of one name of several wake and try
+
+
+class Queued(Words):
+    """One name or several (``lock_many``) through the nodes' grant queue (``queue=True``, the default;
+    docs/algorithm.md)."""
+
+    __slots__ = ()
+
+    async def acquire(self, tenure: Tenure, blocking: bool, give_up: float) -> bool:
+        """The first try is :meth:`Words.attempt` (SET NX, or fenced, ACQUIRE_FENCED and its fence;
+        lock_many: ACQUIRE_ALL): uncontended, the queue costs nothing more. A try that finds a key held
+        joins the lines with one claim per name (one token, one place in every line), entered on every node
+        at each try, held once a majority holds every key for its token, whether a node set it at once or
+        granted it later (a release handing it on): :mod:`_queue_wait`."""
+        cluster = self.cluster
+        listener = cluster.listener
+        settings = self.settings
+        nodes = cluster.nodes
+        claims: list[_queue.Claim] = []
+        subscribed: list[bytes] = []
+        done = False
+        try:
+            if await self.attempt(tenure) or not blocking or _clock.now() >= give_up:
+                done = True
+                return tenure.phase is _HELD
+            token = self.new_token()
+            for claim in self.new_claims(token):
+                claims.append(claim)
+                listener.grants.expect(
+                    claim.keys[0], claim
+                )  # before our first entry: a grant word heard from then on is ours
+            # Each node's confirmation of a subscription made after our entry pokes the claim: a grant
+            # published before it went unheard, so we enter again at once.
+            for key in self.channels:
+                subscribed.append(key)
+                await listener.enter(key)
+            # A name held while another is not is given back after about a retry delay (lock_many).
+            grace = _queue.patience(nodes, settings.node_timeout)
+            hold_back = max(grace, settings.retry_delay)
+            while True:
+                cluster.check_open()  # a background task failed (the subscribers'?): say so now
+                tenure.attempts += 1
+                _queue_wait.enter(claims)
+                # One try: until a majority holds every key for us, or every node answered (or timed out).
+                grace = _queue.patience(nodes, settings.node_timeout)
+                won = await _queue_wait.claimed(claims, _clock.now() + grace, grace, hold_back, until_answered=True)
+                self.check_refused(claims)
+                now = _clock.now()
+                if won is None and now < give_up:
+                    # Wait in line: grant words (a release handing the key on) until the next try.
+                    delay = _algorithm.retry_delay(settings.retry_delay, _random.random(), give_up - now)
+                    won = await _queue_wait.claimed(claims, now + delay, grace, hold_back, until_answered=False)
+                    if won is not None:
+                        listener.granted()  # a release handed it to us, not our fallback timer
+                        # The hand-off latency starts at the first grant heard of the nodes that count.
+                        tenure.woken_at = min(claim.since[i] for claim in claims for i in won.holders)
+                if won is not None:
+                    done = True
+                    self._take_claim(tenure, token, won)
+                    return True
+                cluster.check_open()  # closed meanwhile, or a background task failed: say so now
+                if _clock.now() >= give_up:
+                    done = True
+                    tenure.votes, tenure.details = _queue_wait.votes(claims, _clock.now(), grace)  # before leave()
+                    _queue_wait.leave(claims)  # out of every line, and whatever a node granted us goes on
+                    await _queue_wait.settled(claims, _queue.patience(nodes, settings.node_timeout))
+                    return False
+        finally:
+            if tenure.phase is _ACQUIRING:
+                tenure.to(_IDLE)
+            for claim in claims:
+                listener.grants.unexpect(claim.keys[0], claim)
+            if not done:
+                _queue_wait.leave(claims)  # cancelled, or failed: queued now, before the exception goes on
+            for key in subscribed:
+                listener.leave(key)
+
+    def new_token(self) -> bytes:
+        """The token of one acquire's claims (the same in every line it enters)."""
+        return _requests.new_token(self.owner or default_owner())
+
+    def new_claims(self, token: bytes) -> list[_queue.Claim]:
+        """One claim per name, with one score (its place in every line) and one bell."""
+        score, bell = _queue.new_score(), _queue.Bell()
+        nodes, settings = self.cluster.nodes, self.settings
+        return [
+            _queue.Claim(nodes, key, settings, token, fence_key, score=score, bell=bell, guard=self.cluster.clock)
+            for key, fence_key in zip(self.keys, self.fence_keys, strict=True)
+        ]
+
+    def check_refused(self, claims: Sequence[_queue.Claim]) -> None:
+        """Raise when the nodes refused the claims for good (a semaphore's other limit); locks: never."""
+
+    def _take_claim(self, tenure: Tenure, token: bytes, won: _queue_wait.Won) -> None:
+        n = len(self.cluster.nodes)
+        yes, pending = _algorithm.YES, _algorithm.PENDING  # the others may grant it later
+        holders = won.holders
+        tenure.votes = [yes if i in holders else pending for i in range(n)]
+        tenure.details = None
+        tokens = won.fencing_tokens
+        tenure.lease = Lease(
+            self.lease_keys(won), token, ttl_ms=self.settings.ttl_ms, acquired_at=won.at, expires=won.end,
+            holders=holders, skip=[], fencing_token=None if tokens is None else tokens[0],
+            fencing_tokens=tokens, keeps=self.keeps,
+            fence_keys=() if tokens is None else self.fence_keys, fence_ttl_ms=self.settings.fence_ttl_ms,
+            regain=[i for i in range(n) if i not in holders] if self.regains else [], takes=self.regains,
+        )  # fmt: skip
+        tenure.to(_HELD)
+
+    keeps: Keep | None = None
+    """A key the lease's extensions keep alive beside its own (a semaphore's widest-limit key, a reader's
+    readers' index)."""
+
+    regains = True
+    """A won claim's lease takes its key where it is free on the nodes that did not grant it (a read/write
+    lock's: never, a SET there would skip the rule on one node)."""
+
+    @property
+    def channels(self) -> tuple[bytes, ...]:
+        """Where the claims' grant words are published: the lock keys (a read/write lock's: its writer key)."""
+        return self.keys
+
+    def lease_keys(self, won: _queue_wait.Won) -> tuple[bytes, ...]:
+        """The keys a won claim holds: the lock's (a semaphore's: the slot a majority granted)."""
+        return self.keys
+
+    def next_is_ours(self, token: bytes) -> bool:
+        return False  # the nodes hand the key on (the release script grants the first in line)
+
+    def send_release(
+        self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
+    ) -> None:
+        nodes = self.cluster.nodes  # to each key's next waiter
+        if len(self.keys) == 1:
+            leave = self._leave
+            if leave is None or leave.key != lease.keys[0]:
+                leave = self._leave = _queue_release.Leave(lease.keys[0], self.fence_keys[0])
+            leave.send(nodes, token, into, skip)
+        else:
+            _queue_release.release_all(nodes, lease.keys, self.fence_keys, token, into, skip)
+
+
+class Permit(Words):
+    """A semaphore's permit: slot i of the name held as a lock is held (SET NX PX of the slot's key on
+    a majority), so no more than *limit* holders exist whenever single locks are safe (see
+    ``semaphore.py``). Permits are not handed over: a release wakes the next waiter, who picks a slot."""
+
+    __slots__ = ("limit", "permits", "slot_prefix", "widest")
+
+    takes_hand_over = False
+
+    def __init__(self, cluster: Cluster, settings: Settings, name: Name, limit: object, owner: bytes | None) -> None:
+        super().__init__(cluster, settings, (name,), owner, name)
+        self.limit = check_limit(limit)
+        # A task holding some permits may ask for another (a permit held elsewhere may come free); one
+        # holding all of them would wait for itself: only its own release could free one.
+        self.permits = self.limit
+        # The permits' channel (their releases wake this semaphore's waiters), the slots, the widest limit.
+        base, self.slot_prefix, self.widest = semaphore_keys(settings.key_prefix, name)
+        self.keys = (base,)
+        self.blocked = base
+
+    def held_words(self, name: Name) -> str:
+        return f"every permit ({self.limit} of limit {self.limit}) of semaphore {name!r}"
+
+    async def take(self, sent: _requests.Sent | None = None) -> _requests.Attempt:
+        """One pass: a slot of our own choosing (random), then, while it was held, a slot that a majority
+        of the nodes said is free (random among the most agreed on), until one is granted or none is left."""
+        nodes = self.cluster.nodes
+        need = _algorithm.quorum(len(nodes))
+        tried: set[int] = set()
+        slot = _random.randrange(self.limit)
+        while True:
+            tried.add(slot)
+            result = await _requests.attempt_permit(
+                nodes,
+                self.slot_prefix + b"%d" % slot,
+                self.widest,
+                self.slot_prefix,
+                self.limit,
+                self.keys[0],
+                self.settings,
+                self.owner or default_owner(),
+                self.cluster.reading(),
+            )
+            if result.validity is not None:
+                return result
+            other = [-code for code in result.codes]
+            if len(other) > len(nodes) - _algorithm.quorum(len(nodes)):
+                # Enough nodes hold a permit under another limit that no majority could grant one.
+                raise ValueError(
+                    f"semaphore {self.name!r} is held under limit {max(set(other), key=other.count)}, not "
+                    f"{self.limit}: every client of one semaphore must use the same limit (a new limit may be "
+                    "used once no permit is held)"
+                )
+            if not any(vote is Vote.NO for vote in result.votes):
+                return result  # nodes silent or in quarantine, not slots held: another slot would fare no better
+            free = {other: count for other, count in (result.free or {}).items() if other not in tried}
+            best = max(free.values(), default=0)
+            if best < need:
+                return result  # no slot is free on a majority: every permit is held
+            slot = _random.choice([other for other, count in free.items() if count == best])
+
+    def next_is_ours(self, token: bytes) -> bool:
+        return False
+
+    def send_release(
+        self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
+    ) -> None:
+        _requests.send_release(self.cluster.nodes, lease.keys, token, skip, channel=self.keys[0], into=into)

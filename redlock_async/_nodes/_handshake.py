@@ -1,0 +1,199 @@
+"""Opening a node's connection: the socket or TLS stream with our protocol from the first byte, and the
+handshake (AUTH with an ACL user or a password, SELECT, CLIENT SETNAME, INFO server for the server's
+identity, INFO replication and INFO cluster for its role), pipelined in one write; and the words for a
+connection that failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import ssl
+from dataclasses import dataclass
+
+from redlock_async._nodes._endpoint import Endpoint
+from redlock_async._nodes._sentinel_voter import master_address
+from redlock_async._nodes._wire import Failure, Reply, Wire, describe
+
+Command = tuple[bytes | str | int, ...]
+
+log = logging.getLogger("redlock_async._node")  # said of a node, as its connection's other words
+
+_SAFE_POLICIES = (b"noeviction", b"")  # "" when the server would not say (INFO refused to an ACL user)
+"""``maxmemory-policy`` values that never evict a key: every other one may evict lock keys (``volatile-*``
+too: lock keys have a ttl)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """What the handshake learnt of the server: its run_id (None when it would not say), how many
+    replicas it has, the eviction policy it runs under when that can evict keys ("" when not), and
+    whether it refused INFO ("INFO" then: none of the checks above could be made)."""
+
+    run_id: bytes | None
+    replicas: int
+    eviction: str
+    blind: str = ""
+    promoted: bool = False
+    """It was a replica since it started (a failover promoted it, or REPLICAOF NO ONE): its data is what it
+    had received from its old master, which may lack keys that master granted (``promoted``)."""
+
+
+class ConnectError(Exception):
+    """The connection or the handshake failed; its text is safe to show (no password, no token)."""
+
+
+async def open_transport(loop: asyncio.AbstractEventLoop, endpoint: Endpoint, wire: Wire) -> asyncio.Transport:
+    """Connect to *endpoint* (TCP, TLS or a unix socket) with *wire* as the protocol from the first byte."""
+    host, port, server_hostname = endpoint.host or "localhost", endpoint.port, endpoint.server_hostname
+    if endpoint.service is not None:  # a Sentinel voter: its master now, as the Sentinels say
+        host, port = await master_address(endpoint)
+        server_hostname = host if endpoint.tls is not None else None
+    if endpoint.path is not None:
+        transport, _ = await loop.create_unix_connection(lambda: wire, endpoint.path)
+    else:
+        transport, _ = await loop.create_connection(
+            lambda: wire, host, port, ssl=endpoint.tls, server_hostname=server_hostname
+        )
+    # No isinstance check: uvloop's transports are not asyncio.Transport subclasses.
+    return transport
+
+
+async def handshake_commands(endpoint: Endpoint) -> list[Command]:
+    """AUTH (when the endpoint has a password), SELECT (a database other than 0), CLIENT SETNAME, INFO server,
+    INFO replication, INFO cluster, INFO memory (one section each: Redis 6.2 reads one section per INFO)."""
+    username, password = await endpoint.credentials()
+    commands: list[Command] = []
+    if password is not None:
+        commands.append((b"AUTH", username, password) if username else (b"AUTH", password))
+    if endpoint.db:
+        commands.append((b"SELECT", endpoint.db))
+    commands.append((b"CLIENT", b"SETNAME", endpoint.client_name))
+    commands.append((b"INFO", b"server"))
+    commands.append((b"INFO", b"replication"))
+    commands.append((b"INFO", b"cluster"))
+    commands.append((b"INFO", b"memory"))
+    return commands
+
+
+def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[Reply]) -> Identity:
+    """What the server is; raise ConnectError if it refused us, or cannot be a voter (a replica, a
+    cluster-mode node)."""
+    sections: dict[bytes, bytes] = {}
+    blind = ""
+    for command, reply in zip(commands, replies, strict=True):
+        if command[0] == b"INFO" and isinstance(reply, bytes) and isinstance(section := command[1], bytes):
+            sections[section] = reply
+        if not isinstance(reply, Failure):
+            continue
+        if command[0] == b"AUTH":
+            raise ConnectError(f"AUTH refused: {reply.detail}")
+        if command[0] == b"SELECT":
+            raise ConnectError(f"SELECT {endpoint.db} refused: {reply.detail}")
+        if not reply.answered:
+            raise ConnectError(reply.detail.removeprefix("connection lost: "))
+        if "NOAUTH" in reply.detail or "Authentication required" in reply.detail:
+            raise ConnectError(f"the server wants a password: put it in the URL ({reply.detail})")
+        # CLIENT SETNAME or INFO refused (an ACL user without them): we can do without, but not see what
+        # the server is without INFO (said once: warn_of_setup).
+        if command[0] == b"INFO":
+            blind = "INFO"
+    replication = info_fields(sections.get(b"replication", b""))
+    if replication.get(b"role") == b"slave":
+        master = f"{replication.get(b'master_host', b'?').decode()}:{replication.get(b'master_port', b'?').decode()}"
+        if endpoint.service is not None:
+            raise ConnectError(f"the Sentinels named a replica (of {master}): failing over? asked again at next use")
+        raise ConnectError(
+            f"this server is a replica (of {master}): a voter must be a master that keeps its own keys;"
+            " list the master itself, never a replica (a replica may be promoted without the latest lock keys)"
+        )
+    if info_fields(sections.get(b"cluster", b"")).get(b"cluster_enabled") == b"1":
+        raise ConnectError(
+            "this server runs in cluster mode: a redis:// voter must be a standalone master"
+            " (cluster_enabled:0); run standalone nodes, or list one standalone server per voter"
+        )
+    # A Sentinel voter has replicas by design: a failover is judged as a restart (Identity.promoted).
+    replicas = int(replication.get(b"connected_slaves", b"0") or 0) if endpoint.service is None else 0
+    memory = info_fields(sections.get(b"memory", b""))
+    policy = memory.get(b"maxmemory_policy", b"")
+    limited = memory.get(b"maxmemory", b"0") not in (b"0", b"")
+    eviction = policy.decode(errors="replace") if limited and policy not in _SAFE_POLICIES else ""
+    server = sections.get(b"server")
+    return Identity(run_id(server) if server is not None else None, replicas, eviction, blind, promoted(replication))
+
+
+def promoted(replication: dict[bytes, bytes]) -> bool:
+    """Whether INFO replication shows a master that was a replica since it started: it keeps its old
+    master's replication id as ``master_replid2`` (all zeros, and ``second_repl_offset:-1``, when never)."""
+    replid2 = replication.get(b"master_replid2", b"").strip(b"0")
+    offset = replication.get(b"second_repl_offset", b"-1")
+    return bool(replid2) or offset not in (b"-1", b"")
+
+
+def warn_of_setup(name: str, identity: Identity, warned: set[str], level: int) -> None:
+    """Once per node and kind (*warned* holds the kinds said): a setup under which node *name* may lose lock
+    keys (its replicas, its eviction policy)."""
+    warnings = (
+        (
+            "replicas",
+            identity.replicas,
+            "this master has %s connected replica(s): if a failover promotes one, keys it had not received yet"
+            " are lost; a Redlock voter should be a master without failover",
+        ),
+        (
+            "eviction",
+            identity.eviction,
+            "maxmemory-policy is %s: under memory pressure it may evict lock keys and fencing counters, letting"
+            " a second holder in; set maxmemory-policy noeviction",
+        ),
+        (
+            "blind",
+            identity.blind,
+            "the user may not run %s: nothing checks that this server is a master (not a replica, not in"
+            " cluster mode), distinct from the other nodes, or when it restarted; allow +info",
+        ),
+    )
+    for kind, value, text in warnings:
+        if value and kind not in warned:
+            warned.add(kind)
+            log.log(level, "redlock node %s: " + text + " (see docs/deployment.md)", name, value)
+
+
+def describe_connect(exc: BaseException) -> str:
+    """A failed connect in words: the socket or TLS error, never a password."""
+    if isinstance(exc, ConnectError):
+        return str(exc)
+    if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError) and exc.errno:
+        return os.strerror(exc.errno)  # asyncio's text repeats the address and the errno
+    return describe(exc)
+
+
+def tls_hint(endpoint: Endpoint, exc: BaseException) -> str:
+    """A hint when the failure looks like TLS on one side only (the errors alone say nothing of it)."""
+    text = str(exc).lower()
+    if endpoint.tls is not None:
+        if isinstance(exc, TimeoutError) or "wrong version number" in text or "record layer" in text:
+            return " (a rediss:// URL: if the server does not speak TLS on this port, write redis://)"
+    elif isinstance(exc, ConnectError) and any(word in text for word in ("reset by peer", "closed by", "broken pipe")):
+        # The server hung up on the handshake: a TLS server does that to a plain client.
+        return " (if the server speaks TLS on this port, write rediss://)"
+    return ""
+
+
+def info_fields(info: bytes) -> dict[bytes, bytes]:
+    """The ``name:value`` lines of an INFO reply."""
+    fields: dict[bytes, bytes] = {}
+    for line in info.splitlines():
+        name, colon, value = line.partition(b":")
+        if colon and not name.startswith(b"#"):
+            fields[name] = value.strip()
+    return fields
+
+
+def run_id(info: bytes) -> bytes | None:
+    """The run_id line of an INFO server reply."""
+    for line in info.splitlines():
+        if line.startswith(b"run_id:"):
+            return line[7:].strip() or None
+    return None

@@ -1,0 +1,36 @@
+"""One round over every node: the ballot (fan-out, per-node deadlines, early verdicts), the requests
+that acquire, extend and release, the lease with its phase table, and why an acquire failed.
+Imports ``_core`` and ``_nodes``.
+
+This file is the wing's door: other modules of redlock_async import from here only."""
+
+from __future__ import annotations
+
+from redlock_async._rounds import _requests as requests
+from redlock_async._rounds._deadline import Deadline
+from redlock_async._rounds._fanout import Ballot, outcomes, sitting_out, timed_out, vote_of_fenced, vote_of_script
+from redlock_async._rounds._lease import RAN_OUT, Keep, Lease, Phase, Tenure, after_extension
+from redlock_async._rounds._not_acquired import not_acquired, reason
+from redlock_async._rounds._requests import Sent, owner_of, pack_extend
+
+__all__ = [
+    "RAN_OUT",
+    "Ballot",
+    "Deadline",
+    "Keep",
+    "Lease",
+    "Phase",
+    "Sent",
+    "Tenure",
+    "after_extension",
+    "not_acquired",
+    "outcomes",
+    "owner_of",
+    "pack_extend",
+    "reason",
+    "requests",
+    "sitting_out",
+    "timed_out",
+    "vote_of_fenced",
+    "vote_of_script",
+]

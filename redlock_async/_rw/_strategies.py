@@ -1,0 +1,206 @@
+"""The read/write lock's acquire strategies (``Redlock.rw_lock``): a reader's and a writer's.
+
+Each is given to a ``Lock`` front, as the other primitives' strategies are (``_strategies``), and
+differs from ``Words`` (one name) only in what a round sends and what a release sends:
+
+- :class:`Reader`: ``RW_READ`` (its own key, while no writer holds or waits), released by
+  ``RW_READ_RELEASE``; once granted, it wakes the next waiter of the process at once, so the readers
+  waiting here go together. Its fencing token is the last writer's (read, never raised).
+- :class:`Writer`: ``RW_WRITE`` (the writer key, while no reader's key lives), entering the waiting
+  writers while it waits and leaving them when its acquire ends; released, extended and fenced as a
+  mutex's key.
+
+Both are bound, inside ``async with``, to one key of the name that no node ever sees
+(:func:`bound_key`): a task holding the read or the write lock that asks for either again gets
+``NestedAcquire`` at once (it would wait for itself), while readers of other tasks never queue behind
+each other's holds (their channel, the writer key, is not that key). Neither is handed over by a
+release of this Redlock: with ``queue=False`` their waiters hear release words; through the nodes'
+grant queue (the default) they wait as ``_rw_queued``'s ``QueuedReader`` and ``QueuedWriter``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Protocol
+
+from redlock_async._core import Name, Settings, default_owner, resource_key
+from redlock_async._core import algorithm as _algorithm
+from redlock_async._lock import Successor, Words
+from redlock_async._rounds import Ballot, Lease, Tenure
+from redlock_async._rounds import requests as _requests
+from redlock_async._rw import _requests as _rw_requests
+from redlock_async._shared import Cluster
+from redlock_async.errors import LockLost
+
+BOUND = b"\x00task"
+"""After the writer key: the key a task holding the read or the write lock is bound to (never on a node)."""
+
+
+def bound_key(writer_key: bytes) -> bytes:
+    return writer_key + BOUND
+
+
+class Downgrading(Protocol):
+    """The writer a downgrade starts from (a held ``Lock`` of the writer's strategy)."""
+
+    @property
+    def held(self) -> bool: ...
+
+    @property
+    def token(self) -> str | None: ...
+
+    def on_handing_over(self, successor: Successor) -> None: ...
+
+    def on_handed_over(self, done: bool | None, why: str = "") -> LockLost | None: ...
+
+    def loss(self) -> LockLost | None: ...
+
+
+class _Side(Words):
+    """What a reader and a writer share: the keys, no hand-over, nested acquires refused."""
+
+    __slots__ = ("fence_key", "rw_key")
+
+    takes_hand_over = False
+
+    def __init__(self, cluster: Cluster, settings: Settings, name: Name, owner: bytes | None, key: bytes) -> None:
+        super().__init__(cluster, settings, (name,), owner, name)
+        self.rw_key = key
+        self.fence_key = resource_key(settings.fence_prefix, name) if settings.fencing else None
+        self.keys = (bound_key(key),)
+        self.blocked = key  # where every release of the lock is told
+
+    def held_words(self, name: Name) -> str:
+        # (Not reentrant: a writer would wait for its own read, a reader for a writer waiting behind it.)
+        return f"read/write lock {name!r} (its read or its write lock: a read/write lock is not reentrant)"
+
+    def next_is_ours(self, token: bytes) -> bool:
+        return False
+
+
+class Reader(_Side):
+    """A reader: its own key on each node (``RW_READ``)."""
+
+    __slots__ = ("downgrading", "permits", "successor")
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        settings: Settings,
+        name: Name,
+        owner: bytes | None,
+        key: bytes,
+        downgrading: Downgrading | None = None,
+    ) -> None:
+        super().__init__(cluster, settings, name, owner, key)
+        self.fence_keys = ()  # a reader raises no counter: its extension is a plain key's
+        self.downgrading = downgrading
+        """For a downgrade: the held writer; this reader's first acquire is then the downgrade."""
+        self.successor: Successor | None = None
+        """For a downgrade: the reader's front, which an extension of the writer's lease in flight extends."""
+        # The writer's task holds the name (bound inside `async with`): its downgrade is no nested acquire.
+        self.permits = 1 if downgrading is None else 2
+
+    async def acquire(self, tenure: Tenure, blocking: bool, give_up: float) -> bool:
+        acquired = await super().acquire(tenure, blocking, give_up)
+        if acquired and self.settings.wait_for_release:
+            self.cluster.listener.share(self.rw_key)  # the next waiter here may come in too
+        return acquired
+
+    async def take(self, sent: _requests.Sent | None = None) -> _requests.Attempt:
+        cluster, settings = self.cluster, self.settings
+        owner = self.owner or default_owner()
+        if self.downgrading is None:
+            return await _rw_requests.attempt_read(
+                cluster.nodes, self.rw_key, self.fence_key, settings, owner, cluster.reading()
+            )
+        writer, self.downgrading, self.permits = self.downgrading, None, 1  # the first acquire only
+        successor, self.successor = self.successor, None
+        token = writer.token
+        if token is None or not writer.held or successor is None:
+            if (lost := writer.loss()) is not None:
+                raise lost  # lost (or its validity ran out) since downgrade() was called
+            raise RuntimeError(f"downgrade of read/write lock {self.name!r}: its writer is no longer held")
+        # From here the writer's key gives way to the reader's on each node: an extension of the writer that
+        # lands after that (the watchdog's, or an extend() in flight) is refused there, which is no loss. The
+        # downgrade's own votes decide whether the writer held to the end.
+        writer.on_handing_over(successor)
+        result: _requests.Attempt | None = None
+        try:
+            result = await _rw_requests.downgrade(
+                cluster.nodes,
+                self.rw_key,
+                token.encode(),
+                self.fence_key,
+                settings,
+                owner,
+                cluster.reading(),
+                queued=settings.queue is True,
+            )
+        finally:
+            # Synchronous, so the reader is held (by attempt(), right after this returns) before anyone told
+            # of the verdict runs. The writer's key is gone wherever the downgrade ran; the writer's release
+            # (compare-and-delete, so never another's) takes it from the nodes where it did not.
+            if result is None:  # cancelled (or failed) before a verdict: released, as the caller asked
+                writer.on_handed_over(None)
+            elif result.validity is not None:
+                writer.on_handed_over(True)
+        if result.validity is not None:
+            return result
+        # Not done on a majority: the write lock cannot be shown to have held up to the read lock.
+        refused = _algorithm.refused(result.votes)
+        why = f"read/write lock {self.name!r} " + (
+            "was lost before its downgrade: its write lock is gone from a majority of nodes (expired or taken)"
+            if refused
+            else "could not be downgraded on a majority of nodes in time: its write lock is given up"
+        )
+        lost = writer.on_handed_over(False, why)
+        if lost is None:  # released by another task while the downgrade was out
+            raise RuntimeError(f"downgrade of read/write lock {self.name!r}: its writer was released meanwhile")
+        raise lost
+
+    def send_release(
+        self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
+    ) -> None:
+        _rw_requests.send_read_release(self.cluster.nodes, self.rw_key, token, skip, into)
+
+
+class Writer(_Side):
+    """The writer: the writer key on each node (``RW_WRITE``), released and extended as a mutex's."""
+
+    __slots__ = ("waiter",)
+
+    def __init__(self, cluster: Cluster, settings: Settings, name: Name, owner: bytes | None, key: bytes) -> None:
+        super().__init__(cluster, settings, name, owner, key)
+        self.fence_keys = () if self.fence_key is None else (self.fence_key,)
+        self.waiter: bytes | None = None
+
+    async def acquire(self, tenure: Tenure, blocking: bool, give_up: float) -> bool:
+        # A blocking writer enters the waiting writers at each refused attempt (new readers wait behind
+        # it) and leaves them when its acquire ends, however it ends: queued before any exception goes on.
+        self.waiter = secrets.token_hex(10).encode() if blocking else None
+        try:
+            return await super().acquire(tenure, blocking, give_up)
+        finally:
+            if self.waiter is not None:
+                _rw_requests.send_leave(self.cluster.nodes, self.rw_key, self.waiter)
+                self.waiter = None
+
+    async def take(self, sent: _requests.Sent | None = None) -> _requests.Attempt:
+        cluster, settings, waiter = self.cluster, self.settings, self.waiter
+        return await _rw_requests.attempt_write(
+            cluster.nodes,
+            self.rw_key,
+            self.fence_key,
+            settings,
+            self.owner or default_owner(),
+            waiter or b"",
+            0 if waiter is None else _rw_requests.wait_life_ms(settings),
+            cluster.reading(),
+        )
+
+    def send_release(
+        self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
+    ) -> None:
+        _requests.send_release(self.cluster.nodes, lease.keys, token, skip, into=into)

@@ -1,0 +1,310 @@
+"""A Redlock's connections: its nodes built with the hooks they need, connected and checked, closed.
+
+Each node has two connections (``_node.Node``): one for commands (votes, scripts, the restart
+quarantine's probe, the clock guard's readings) and one for the hand-off's pub/sub (the
+:class:`_handoff.Listener`). Built here with them: the :class:`_cluster.Cluster` that the
+Redlock's locks share, the restart quarantine, the clock guard, and the inspector's read-only
+connections. ``Redlock`` (``client.py``) is the public face: settings and the makers of locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from redis.asyncio import Redis
+
+from redlock_async._core import MIN_TTL_TO_NODE_TIMEOUT, Settings, Vote, complete, quorum
+from redlock_async._health import ClockGuard, Quarantine, raise_counters
+from redlock_async._nodes import Failure, Node, Reply, SwitchWatch, endpoints_for, server_error
+from redlock_async._rounds import sitting_out
+from redlock_async._scripts import PERMISSIONS, SCRIPTS
+from redlock_async._shared._cluster import Cluster, describe
+from redlock_async._shared._handoff import Listener
+from redlock_async._shared._inspect import Inspector
+from redlock_async.errors import NodeOutcome, RedlockError
+from redlock_async.events import OnEvent
+from redlock_async.statistics import NodeStatistics, RedlockStatistics
+
+log = logging.getLogger("redlock_async.client")  # the Redlock's messages, under the logger users know
+
+SAME_SERVER = "the same server as"
+
+_told_even: set[int] = set()
+"""The even node counts whose fault tolerance this process has told of (once each)."""
+
+
+def tell_fault_tolerance(n: int) -> None:
+    """Log once per process (a WARNING, per count) that an even number of nodes tolerates no more node
+    failures than one node fewer: 2 none, 4 one as 3 do. A log line, not ``warnings.warn``: the node
+    count is the deployment's, read by whoever runs it (as the nodes' other findings are), and a chosen
+    count (a migration from 3 to 5) must not fail test suites that turn warnings into errors."""
+    if n < 2 or n % 2 or n in _told_even:
+        return
+    _told_even.add(n)
+    tolerated, majority = n - quorum(n), quorum(n)
+    if tolerated == 0:
+        log.warning(
+            "redlock: %d nodes tolerate no node failure (a majority is %d of %d: one node down stops every "
+            "acquire and extension); 3 nodes tolerate one, 5 two",
+            n, majority, n,
+        )  # fmt: skip
+    else:
+        log.warning(
+            "redlock: %d nodes tolerate %d node failure%s (a majority is %d of %d), no more than %d nodes do: "
+            "use %d nodes, or %d to tolerate %d",
+            n, tolerated, "" if tolerated == 1 else "s", majority, n, n - 1, n - 1, n + 1, tolerated + 1,
+        )  # fmt: skip
+
+
+class Connections:
+    """The nodes of one Redlock and what is built on them (:attr:`cluster`, quarantine, clock guard, inspector)."""
+
+    def __init__(self, nodes: Iterable[str | Redis], settings: Settings, hook: OnEvent | None) -> None:
+        self.settings = settings
+        endpoints = endpoints_for(nodes)
+        tell_fault_tolerance(len(endpoints))
+        built: list[Node] = []
+        subscribers: list[Node] = []
+        # Redlocks of this process on the same nodes share their waiters' queues.
+        listener = Listener(settings.node_timeout, scope=tuple(sorted(e.name for e in endpoints)))
+        cluster: Cluster  # made once the nodes are; their callbacks run only after that
+
+        def failed(node: Node, exc: BaseException) -> None:
+            cluster.failed(exc)
+
+        quarantine: Quarantine | None = None  # made once the nodes are; its probe starts only on connect
+
+        def probe(node: Node) -> None:
+            assert quarantine is not None
+            quarantine.on_ready(node)
+
+        def unreachable(node: Node) -> None:
+            assert quarantine is not None
+            quarantine.on_unreachable(node)
+
+        node_settings: dict[str, Any] = {
+            "max_unanswered": settings.max_unanswered,
+            "stall_after": settings.connect_timeout,
+            "connect_timeout": settings.connect_timeout,
+            "reconnect_delay": settings.reconnect_delay,
+            "max_rto": settings.ttl / MIN_TTL_TO_NODE_TIMEOUT if settings.adaptive_timeout else 0.0,
+        }
+        on_ready = None if settings.restart_quarantine == 0 else probe
+        on_unreachable = None if settings.restart_quarantine == 0 else unreachable
+        for index, endpoint in enumerate(endpoints):
+            built.append(
+                Node(
+                    endpoint,
+                    scripts=SCRIPTS,
+                    on_ready=on_ready,
+                    on_unreachable=on_unreachable,
+                    on_identified=self._same_server,
+                    on_fault=failed,
+                    **node_settings,
+                )
+            )
+            subscribers.append(
+                Node(
+                    endpoint,
+                    on_message=functools.partial(listener.on_message, node=index),
+                    on_connect=listener.on_connect,
+                    on_fault=failed,
+                    warn=False,  # the node's own connection (above) says it cannot connect, once
+                    **node_settings,
+                )
+            )
+        self.nodes: tuple[Node, ...] = tuple(built)
+        """The command connections, one per node, in the order the nodes were given."""
+        self.subscribers = listener.nodes = tuple(subscribers)
+        """The pub/sub connections, one per node (the listener's)."""
+        # A Sentinel voter's connections follow +switch-master (from connect() on).
+        self._watches = [
+            SwitchWatch(endpoint, (self.nodes[i], self.subscribers[i]))
+            for i, endpoint in enumerate(endpoints)
+            if endpoint.service is not None
+        ]
+        cluster = self.cluster = Cluster(self.nodes, settings, listener, hook)
+        if on_ready is not None:
+            # A node back from a restart raises its fencing counters from the others before it counts again.
+            repair = functools.partial(
+                raise_counters, self.nodes, prefix=settings.fence_prefix.encode(), timeout=settings.connect_timeout * 2
+            )
+            quarantine = Quarantine(settings.key_prefix.encode(), cluster.quarantine_period, self.nodes, repair=repair)
+        self._quarantine = quarantine
+        if settings.clock_guard:
+            cluster.clock = ClockGuard(self.nodes, settings.drift_factor, cluster.longest_lease, cluster.clock_fault)
+        # Read-only connections, opened on first inspect(), judging the restart quarantine as the locks do.
+        # A node the clock guard holds out (its clock jumped ahead) rules out no holder there either.
+        self.inspector = Inspector(endpoints, settings, cluster.quarantine_period, self._clock_held)
+
+    @property
+    def quorum(self) -> int:
+        return quorum(len(self.nodes))
+
+    def _clock_held(self, i: int) -> float:
+        """Until when (monotonic) the clock guard holds node *i* out, 0 when it never did."""
+        return self.nodes[i].clock_held_until
+
+    def statistics(self) -> RedlockStatistics:
+        """A snapshot of the nodes' connections, the locks held and watched, the watchdog and the waiters."""
+        nodes = tuple(
+            NodeStatistics(
+                address=node.name,
+                connected=node.connected,
+                server_id=node.server_id.decode() if node.server_id else None,
+                quarantined=sitting_out(node) is not None,
+                round_trip=node.load.srtt or None,
+                timeout=node.load.rto,
+                unanswered=node.unanswered,
+                sent=node.load.sent,
+                fault=describe(node.fault) if node.fault is not None else None,
+            )
+            for node in self.nodes
+        )
+        cluster = self.cluster
+        held = list(cluster.held)
+        return RedlockStatistics(
+            nodes=nodes,
+            closed=cluster.closed,
+            held_locks=sum(1 for lock in held if lock.held),
+            watched_locks=sum(1 for lock in held if lock.statistics().watched),
+            watchdog_rounds=cluster.watchdog.rounds,
+            watchdog_retries=cluster.watchdog.retries,
+            wakeups=cluster.listener.wakeups,
+        )
+
+    # -- connecting -------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Connect to every node; a node that fails is logged and retried later (``Redlock.connect``)."""
+        self.cluster.check_open()
+        for watch in self._watches:
+            watch.start()
+        nodes = self.nodes
+        failures = await asyncio.gather(*(node.connect() for node in nodes))
+        for index, failure in enumerate(failures):
+            if failure is not None and SAME_SERVER in failure.detail:
+                raise ValueError(f"nodes[{index}] ({nodes[index].name}): {failure.detail}")
+        up = [node for node, failure in zip(nodes, failures, strict=True) if failure is None]
+        if len(up) < len(nodes):
+            # Each node that failed has said why ("cannot connect: ..."); this says what it means.
+            down = ", ".join(node.name for node, failure in zip(nodes, failures, strict=True) if failure)
+            if len(up) >= self.quorum:
+                log.info("redlock: %d of %d nodes up at start (down: %s)", len(up), len(nodes), down)
+            else:
+                log.warning(
+                    "redlock: only %d of %d nodes up at start (down: %s): no lock can be granted "
+                    "until %d of them are up; the others are retried on each use",
+                    len(up),
+                    len(nodes),
+                    down,
+                    self.quorum,
+                )
+        await self._check_permissions(up)
+        self.cluster.check_open()  # a node's task failed while connecting: say so here
+
+    async def _check_permissions(self, nodes: list[Node]) -> None:
+        """Run the permissions probe once on each node that is up (it leaves nothing behind): every command
+        the lock scripts call, so a user who may not run one is told now, not by a lease lost a ttl later."""
+        settings = self.settings
+        key, fence = settings.key_prefix.encode() + b"\x00probe", settings.fence_prefix.encode() + b"\x00probe"
+        keys = (key, key + b":h", key + b":s", key + b":z", fence)
+        futures = [node.send_script(PERMISSIONS, keys, ()) for node in nodes]
+        if futures:
+            await asyncio.wait(futures, timeout=settings.connect_timeout)
+        refused = [
+            NodeOutcome(node.name, Vote.ERROR, detail)
+            for node, fut in zip(nodes, futures, strict=True)
+            if fut.done() and (detail := permissions_refused(fut.result()))
+        ]
+        for outcome in refused:
+            log.warning("redlock node %s refuses what the lock scripts run: %s", outcome.node, outcome.detail)
+        if len(refused) > len(self.nodes) - self.quorum:
+            raise RedlockError(
+                f"{len(refused)} of {len(self.nodes)} nodes refuse commands the lock scripts run, so no majority "
+                "could release or extend a lock: let the user run EVAL, EVALSHA and SCRIPT (ACL +@scripting), "
+                "unrenamed, and every command the scripts call, on the keys and channels under key_prefix and "
+                "fence_prefix (the ACL line in docs/deployment.md)",
+                name="",
+                outcomes=refused,
+            )
+
+    def _same_server(self, node: Node) -> str | None:
+        """On each connect: refuse a node whose server is another node's (two spellings of one address)."""
+        if node.server_id is None:
+            return None
+        for index, other in enumerate(self.nodes):
+            if other is not node and other.server_id == node.server_id:
+                return (
+                    f"{SAME_SERVER} nodes[{index}] ({other.name}), run_id {node.server_id.decode(errors='replace')}: "
+                    "each node must be a distinct master, or the majority means nothing"
+                )
+        return None
+
+    # -- closing ----------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the connections, after queued releases went out (``Redlock.aclose``). Idempotent."""
+        cluster = self.cluster
+        if cluster.closed:
+            return
+        cluster.closed = True
+        # Waiters still in the nodes' lines leave them now (a key granted meanwhile goes on), while the
+        # connections are open; every waiter is woken to find its Redlock closed, not at its next try.
+        cluster.listener.close()
+        cluster.wake_waiters()
+        if self._quarantine is not None:
+            self._quarantine.close()
+        held = sorted(cluster.held, key=lambda lock: repr(lock.name))
+        if held:
+            # Released, not left to expire; a body still inside `async with` is cancelled (LockLost).
+            names = ", ".join(repr(lock.name) for lock in held[:5]) + (", ..." if len(held) > 5 else "")
+            log.warning(
+                "redlock: closed while %d %s held (%s): releasing them",
+                len(held),
+                "lock was" if len(held) == 1 else "locks were",
+                names,
+            )
+            for lock in held:
+                lock.on_redlock_closed(f"lock {lock.name!r} was given up: its Redlock was closed while it was held")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            # No asyncio loop (trio refused in __aenter__): nothing was started, close without awaiting.
+            for node in (*self.nodes, *self.subscribers):
+                node.close_now()
+            self.inspector.close_now()
+            return
+        await complete(self._close())
+
+    async def _close(self) -> None:
+        try:
+            await asyncio.gather(*(watch.aclose() for watch in self._watches))
+            await self.cluster.watchdog.aclose()
+            await asyncio.gather(
+                *(node.aclose(grace=self.settings.node_timeout) for node in self.nodes),
+                *(node.aclose(grace=0.0) for node in self.subscribers),
+            )
+        finally:
+            for node in (*self.nodes, *self.subscribers):
+                node.close_now()
+            await self.inspector.aclose()
+
+
+def permissions_refused(reply: Reply) -> str:
+    """What the permissions probe's *reply* says was refused, in words ("" when nothing was)."""
+    if isinstance(reply, Failure):
+        return reply.detail if reply.answered else ""  # not answered: a node down, said elsewhere
+    if not isinstance(reply, list) or not reply:
+        return ""
+    refusals = [(error.decode(errors="replace") if isinstance(error, bytes) else str(error)) for error in reply]
+    commands = [refusal.partition(": ")[0] for refusal in refusals]
+    missing = f"not allowed: {', '.join(commands)}"
+    first = refusals[0].partition(": ")[2]
+    if "READONLY" in first:  # not the user's rights: a replica (whose INFO the user may not read) refuses writes
+        return server_error(f"a replica, not a master: it refuses every write ({first})")
+    return server_error(f"{missing} ({first})")
