@@ -158,7 +158,7 @@ class SimNode:
             return arity(b"ping")
         return a[0] if a else Status(b"PONG")
 
-    def _info(self, a: list[bytes]) -> Reply:
+    def _info_reply(self, a: list[bytes]) -> Reply:
         micros = int(self.clock() * 1_000_000)
         sections = {
             b"server": (
@@ -227,7 +227,7 @@ class SimNode:
             return [int(sha.lower() in self.scripts) for sha in a[1:]]
         return Error("ERR unknown subcommand or wrong number of arguments for 'script' command")
 
-    def _eval(self, a: list[bytes]) -> Reply:
+    def _eval_script(self, a: list[bytes]) -> Reply:
         if len(a) < 2:
             return arity(b"eval")
         sha, error = self._lua.compile(a[0])
@@ -236,7 +236,7 @@ class SimNode:
         self.scripts.add(sha)
         return self._call_script(sha, a[1:])
 
-    def _evalsha(self, a: list[bytes]) -> Reply:
+    def _evalsha_script(self, a: list[bytes]) -> Reply:
         if len(a) < 2:
             return arity(b"evalsha")
         sha = a[0].lower()
@@ -304,13 +304,13 @@ def _seq(session: Session) -> int:
 _NODE_COMMANDS: dict[bytes, Callable[[SimNode, list[bytes]], Reply]] = {
     b"TIME": SimNode._time,
     b"PING": SimNode._ping,
-    b"INFO": SimNode._info,
+    b"INFO": SimNode._info_reply,
     b"PUBLISH": SimNode._publish,
     b"FLUSHALL": SimNode._flushall,
     b"CLIENT": SimNode._client,
     b"SELECT": SimNode._select,
     b"AUTH": SimNode._auth,
     b"SCRIPT": SimNode._script,
-    b"EVAL": SimNode._eval,
-    b"EVALSHA": SimNode._evalsha,
+    b"EVAL": SimNode._eval_script,
+    b"EVALSHA": SimNode._evalsha_script,
 }
