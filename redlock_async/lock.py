@@ -214,6 +214,8 @@ class Lock:
             else check_duration("timeout", timeout, zero_ok=True, inf_ok=True)
         )
         cluster.check_open()
+        if cluster.first_use is not None:  # the first acquire of a Redlock that never connected: its checks
+            await cluster.first_use()
         lease = tenure.lease
         stale = lease.token  # an earlier acquisition's, which may still be on some nodes
         if tenure.phase is _HELD:
@@ -271,8 +273,10 @@ class Lock:
 
         Returns when the nodes that held it answered, or after the node
         timeout; a node that did not answer keeps the key until it expires.
-        Releasing a lost lock does nothing; releasing one that is not held is
-        a RuntimeError.
+        Raises :class:`ReleaseFailed` (the lock no longer held all the same) when
+        the release answered errors on so many nodes that no majority is left
+        free: no one can take it until the key expires there. Releasing a lost
+        lock does nothing; releasing one that is not held is a RuntimeError.
         """
         await self._keeper.release(self.cooldown)
 

@@ -127,11 +127,12 @@ async def _exit(lock: Guarded, keeper: Keeper, exc: BaseException | None, overra
         return  # released by the body itself
     try:
         await lock.release()
-    except Exception:
-        # Never let a release problem mask what the body raised.
+    except Exception as failed:
+        # Never let a release problem mask what the body raised: it goes with it, as a note.
         if exc is None:
             raise
         log.exception("redlock %r: release failed after the body raised", tenure.name)
+        exc.add_note(f"redlock: and then leaving `async with` failed: {type(failed).__name__}: {failed}")
 
 
 def _overrun_cause(votes: Sequence[_algorithm.Vote], holders: Sequence[int]) -> str:

@@ -20,10 +20,21 @@ from redlock_async._core import algorithm as _algorithm
 from redlock_async._core import clock as _clock
 from redlock_async._lock._emitter import emit, emit_lost, heard
 from redlock_async._lock._strategies import Strategy
-from redlock_async._rounds import RAN_OUT, Ballot, Lease, Phase, Tenure, after_extension, outcomes, vote_of_script
+from redlock_async._nodes import Failure
+from redlock_async._rounds import (
+    RAN_OUT,
+    UNANSWERED,
+    Ballot,
+    Lease,
+    Phase,
+    Tenure,
+    after_extension,
+    outcomes,
+    vote_of_script,
+)
 from redlock_async._rounds import requests as _requests
 from redlock_async._shared import Cluster
-from redlock_async.errors import LockLost, NodeOutcome
+from redlock_async.errors import LockLost, NodeOutcome, ReleaseFailed
 from redlock_async.events import EventKind
 
 log = logging.getLogger("redlock_async.lock")
@@ -380,13 +391,57 @@ class Keeper:
                 emit(cluster, tenure, _RELEASED, duration=now - began, held_for=now - lease.acquired_at)
             raise
         tenure.votes, tenure.details = ballot.votes, ballot.details
+        failure: ReleaseFailed | None = None
         # Silent otherwise: a node that refuses the script (ACL, renamed EVALSHA) keeps every key until it expires.
         if _ERROR in ballot.votes and any(ballot.votes[i] is _ERROR for i in holders):
-            failed = [str(o) for i, o in enumerate(self.outcomes()) if i in holders and o.vote is _ERROR]
-            log.warning("redlock %r not released on %s: the key stays until it expires", tenure.name, failed)
+            # (A failure needs more errors than nodes outside a majority, so a holder's among them.)
+            failure = await release_failure(self, ballot, lease.skip, lease.ttl_ms)
+            if failure is None:
+                failed = [str(o) for i, o in enumerate(self.outcomes()) if i in holders and o.vote is _ERROR]
+                log.warning("redlock %r not released on %s: the key stays until it expires", tenure.name, failed)
+            else:
+                log.warning("redlock %s", failure)
         if heard(cluster, _RELEASED):
             now = _clock.now()
-            emit(cluster, tenure, _RELEASED, duration=now - began, held_for=now - lease.acquired_at)
+            why = "" if failure is None else str(failure.args[0])
+            emit(cluster, tenure, _RELEASED, duration=now - began, held_for=now - lease.acquired_at, reason=why)
+        if failure is not None:
+            raise failure
+
+
+async def release_failure(keeper: Keeper, ballot: Ballot, skip: Sequence[int], ttl_ms: int) -> ReleaseFailed | None:
+    """The ReleaseFailed of a release that answered errors on so many nodes that a majority may keep its
+    key (none left free for another to take it), None otherwise. Only called once a holder answered an
+    error: the other nodes' answers (a node whose yes came after the grant keeps the key too) are waited
+    for up to the node timeout, then counted."""
+    nodes, replies = keeper.cluster.nodes, ballot.replies
+    asked = [i for i in range(len(nodes)) if i not in skip]
+    until = _clock.now() + keeper.settings.node_timeout
+    # (Polled: a decided ballot keeps late replies, with nothing to await; this is the failure's path only.)
+    while any(replies[i] is UNANSWERED for i in asked) and _clock.now() < until:  # noqa: ASYNC110
+        await asyncio.sleep(0.001)
+    votes = list(ballot.votes)
+    details = list(ballot.details or [""] * len(nodes))
+    for i in asked:
+        if votes[i] is _PENDING and replies[i] is not UNANSWERED:
+            votes[i] = vote_of_script(replies[i])
+            reply = replies[i]
+            details[i] = reply.detail if isinstance(reply, Failure) else ""
+    failed = [i for i in asked if votes[i] is _ERROR]
+    count = len(nodes)
+    if count - len(failed) >= _algorithm.quorum(count):
+        return None
+    tenure = keeper.tenure
+    tenure.votes, tenure.details = votes, details
+    told = outcomes(nodes, votes, details)
+    reasons = "; ".join(f"{told[i].node}: {told[i].detail or 'error'}" for i in failed)
+    return ReleaseFailed(
+        f"lock {tenure.name!r} was not released: the release failed on {len(failed)} of the {count} nodes "
+        f"({reasons}), which keep its key: no one can take it until the key expires there (at most "
+        f"{ttl_ms / 1000:g} s from the last grant or extension)",
+        name=tenure.label,
+        outcomes=told,
+    )
 
 
 # -- a hand-over (a read/write lock's downgrade): told by the lock, kept by its keeper -------------------------

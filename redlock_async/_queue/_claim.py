@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from redlock_async._core import Settings
 from redlock_async._core import algorithm as _algorithm
 from redlock_async._core import clock as _clock
-from redlock_async._health import ClockGuard
+from redlock_async._health import ClockGuard, floored
 from redlock_async._nodes import Failure, Node, Reply, pack_script
 from redlock_async._queue._fence import Counters
 from redlock_async._queue._line import KeyLine, Line, Packed
@@ -189,7 +189,9 @@ class Claim:
         self.fenced = settings.fencing and self.line.fenced
         self.reads = settings.fencing and self.line.reads  # a reader: counters read, none raised
         self._counts = self.fenced or self.reads  # a reply's or word's last field is a fencing counter
-        self.fencing = Counters(len(nodes), fence_key or b"", settings.fence_ttl_ms, floor=self.fenced)
+        # A fenced claim's counters are floored by the node's clock with fence_ttl, or where a node can evict them.
+        floor = self.fenced and (settings.fence_ttl_ms is not None or floored(nodes))
+        self.fencing = Counters(len(nodes), fence_key or b"", settings.fence_ttl_ms, floor=floor)
         """The fencing counters read and raised (a fenced claim's, a reader's; ``_queue_fence``)."""
         self._ttl = settings.ttl_ms / 1000
         self._drift = settings.drift_factor

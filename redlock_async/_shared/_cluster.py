@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import sys
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from redlock_async._core import ClockFault, Settings, drift
@@ -72,6 +73,7 @@ class Cluster:
         "clock",
         "closed",
         "fault",
+        "first_use",
         "held",
         "listener",
         "names",
@@ -105,6 +107,9 @@ class Cluster:
         self.clock: ClockGuard | None = None
         """The clock guard (``clock_guard=True``, the default), set by the Redlock once its nodes are made."""
         self.closed = False
+        self.first_use: Callable[[], Awaitable[None]] | None = None
+        """Awaited by an acquire while set: the checks of ``connect()`` (the permissions probe) when the user
+        never called it; unset once they passed (set by the Redlock's connections)."""
         self.fault: BaseException | None = None
         """A background task's unexpected exception: every later call says so."""
         self._max_ttl = 0.0  # the largest ttl of the locks made so far (0: none yet)
@@ -173,6 +178,19 @@ class Cluster:
         )
         try:
             hook(event)
+        except Exception:
+            log.exception("redlock node %s: on_event callback failed", self.names[i])
+
+    def evicted(self, i: int, words: str, new: bool) -> None:
+        """Node *i* evicted keys (``_evictions``; it sits out a period): lost to every lock that counted it,
+        and, for a *new* episode, an event."""
+        for lock in list(self.held):
+            lock.on_node_lost(i, words)
+        hook = self.on_event
+        if hook is None or not new:
+            return
+        try:
+            hook(LockEvent(EventKind.EVICTED, "", reason=words, nodes=(self.names[i],)))
         except Exception:
             log.exception("redlock node %s: on_event callback failed", self.names[i])
 
