@@ -185,7 +185,7 @@ class Cluster:
         """Node *i* evicted keys (``_evictions``; it sits out a period): lost to every lock that counted it,
         and, for a *new* episode, an event."""
         for lock in list(self.held):
-            lock.on_node_lost(i, words)
+            lock.node_lost(i, words)
         hook = self.on_event
         if hook is None or not new:
             return
