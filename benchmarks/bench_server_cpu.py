@@ -13,8 +13,9 @@ used per pair (read from ``/proc``: Linux only). On a machine shared with other 
 and the servers' CPU per pair move far less than the throughput does.
 
 ``--scripts``: the CPU one node spends on a SET NX PX and its release, pipelined from redis-py,
-for RELEASE (one key), RELEASE given QUEUE_LEAVE's four keys, and QUEUE_LEAVE (the default's
-release, with nobody in line): what a release through the grant queue costs the node.
+for RELEASE (one key; twice, A/A, for the noise), RELEASE given QUEUE_LEAVE's four keys, QUEUE_LEAVE
+(the default's release, with nobody in line), HANDED_RELEASE, and, where the server has it (Valkey 9),
+the native DELIFEQ alone and followed by the release word's PUBLISH: what a release costs the node.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 from typing import Any
 
 from redlock_async import Redlock
-from redlock_async._scripts import QUEUE_LEAVE, RELEASE
+from redlock_async._scripts import HANDED_RELEASE, QUEUE_LEAVE, RELEASE
 from redlock_async.testing import LocalNodes
 
 TASKS = 64
@@ -93,22 +94,37 @@ def scripts(pairs: int = 40_000, rounds: int = 5) -> None:
 
     variants = {
         "RELEASE, 1 key": (RELEASE.source, 1),
+        "RELEASE, 1 key (A/A)": (RELEASE.source, 1),
         "RELEASE, 4 keys": (RELEASE.source, 4),
         "QUEUE_LEAVE, 4 keys": (QUEUE_LEAVE.source, 4),
+        "HANDED_RELEASE": (HANDED_RELEASE.source, 1),
     }
+    # Native compare-and-delete where the server has it (Valkey 9: DELIFEQ), with the release word as a
+    # second command (RELEASE publishes it only when it deleted): against the scripts in the same run.
+    natives = {"DELIFEQ": False, "DELIFEQ + PUBLISH": True}
     with LocalNodes(1) as nodes:
         client = redis.Redis.from_url(nodes.urls[0])
         shas = {name: client.script_load(source) for name, (source, _) in variants.items()}
-        used: dict[str, list[float]] = {name: [] for name in variants}
+        try:
+            client.execute_command("DELIFEQ", "servercpu:probe", "x")  # type: ignore[no-untyped-call]
+        except redis.ResponseError:
+            natives = {}  # not this server
+        used: dict[str, list[float]] = {name: [] for name in [*variants, *natives]}
         token = b"t" * 24
         for _ in range(rounds):
-            for name, (_, nkeys) in variants.items():
+            for name in used:
+                nkeys = variants[name][1] if name in variants else 1
                 pipe = client.pipeline(transaction=False)
                 began = children_cpu()
                 for i in range(pairs):
                     key = f"servercpu:{i % 64}"
                     pipe.set(key, token, px=10_000, nx=True)
-                    pipe.evalsha(shas[name], nkeys, *[key, key + ":q", key + ":w", key + ":f"][:nkeys], token)
+                    if name in natives:
+                        pipe.execute_command("DELIFEQ", key, token)  # type: ignore[no-untyped-call]
+                        if natives[name]:
+                            pipe.publish(key, b"0" * 40)
+                    else:
+                        pipe.evalsha(shas[name], nkeys, *[key, key + ":q", key + ":w", key + ":f"][:nkeys], token)
                     if i % 1000 == 999:
                         pipe.execute()
                         pipe = client.pipeline(transaction=False)

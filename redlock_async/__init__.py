@@ -3,7 +3,15 @@
 from redlock_async._core import Settings, Vote
 from redlock_async.client import Redlock
 from redlock_async.election import Election
-from redlock_async.errors import LockLost, LockNotAcquired, NestedAcquire, NodeOutcome, NodesUnavailable, RedlockError
+from redlock_async.errors import (
+    LockLost,
+    LockNotAcquired,
+    NestedAcquire,
+    NodeOutcome,
+    NodesUnavailable,
+    RedlockError,
+    ReleaseFailed,
+)
 from redlock_async.events import EventKind, LockEvent
 from redlock_async.fencing import StaleFencingToken, fenced_set
 from redlock_async.inspection import LockInfo, LockState, NodeInfo, NodeState
@@ -38,6 +46,7 @@ __all__ = [
     "RedlockError",
     "RedlockStatistics",
     "ReentrantLock",
+    "ReleaseFailed",
     "Semaphore",
     "Settings",
     "StaleFencingToken",
@@ -65,6 +74,7 @@ for _cls in (
     RedlockError,
     RedlockStatistics,
     ReentrantLock,
+    ReleaseFailed,
     Semaphore,
     Settings,
     StaleFencingToken,

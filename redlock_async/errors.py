@@ -6,6 +6,7 @@
      ├── LockNotAcquired     no majority within the acquire timeout
      │    └── NodesUnavailable   ... because too few nodes could vote at all, never contention
      ├── LockLost            the lease ran out or could not be extended
+     ├── ReleaseFailed       a release could not run on enough nodes: the key stays until it expires
      └── NestedAcquire       the task already holds what it asks for (also a RuntimeError)
 
 Misuse (releasing a lock that was never acquired, acquiring one twice)
@@ -27,7 +28,15 @@ from typing import Any
 
 from redlock_async._core import Vote, renamed
 
-__all__ = ["LockLost", "LockNotAcquired", "NestedAcquire", "NodeOutcome", "NodesUnavailable", "RedlockError"]
+__all__ = [
+    "LockLost",
+    "LockNotAcquired",
+    "NestedAcquire",
+    "NodeOutcome",
+    "NodesUnavailable",
+    "RedlockError",
+    "ReleaseFailed",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +140,21 @@ class LockLost(RedlockError):
     From ``extend()`` when no majority extended the lease before its validity
     ran out, and from ``async with lock`` when the lease was lost while the
     body ran.
+    """
+
+
+class ReleaseFailed(RedlockError):
+    """Raised by ``release()``, and by leaving ``async with`` when the body itself succeeded, when the
+    release could not run on so many of the nodes that held the lease (they answered an error: an
+    ACL user without the right to run the release, a node down, a replica) that a majority may still
+    keep its key: no one can take the lock until the key expires there (at most a ttl later).
+
+    ``outcomes`` are the release's per-node votes (the reasons in ``detail``); a node that said "no"
+    (the key was not ours any more: expired, or never set there) is no failure, nor one that did not
+    answer within the node timeout (the release may have run). The lock is released all the same as
+    far as this client goes: it is no longer held, and a later ``acquire()`` starts anew. When the
+    body of ``async with`` raised, its exception is what leaves the block, with this one's words
+    added as a note (and logged). The ``released`` event carries the words in ``reason`` either way.
     """
 
 

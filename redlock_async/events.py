@@ -44,6 +44,11 @@ class EventKind(enum.Enum):
     :attr:`LockEvent.name` is empty and :attr:`LockEvent.nodes` names the node; ``clock_fault``
     says what it did (``ahead``: it sits out every quorum for the longest ttl plus drift; ``behind``,
     ``frozen``: reported only), ``clock_jump`` by how much (seconds), ``reason`` in words."""
+    EVICTED = "evicted"
+    """A node evicted keys (its ``maxmemory-policy`` can: ``evicted_keys`` grew, or was above 0 when first
+    met): it sits out every quorum a quarantine period, as a restarted node, and every lock that counted it
+    drops it. Not about one lock: :attr:`LockEvent.name` is empty, :attr:`LockEvent.nodes` names the node,
+    ``reason`` says how many and under which policy."""
 
 
 _FIELDS = (
@@ -144,7 +149,8 @@ class LockEvent:
         """Acquired and extended: seconds the lease can now be trusted."""
         self.fencing_token = fencing_token
         self.reason = reason
-        """Lost and not acquired: why, in words."""
+        """Lost and not acquired: why, in words. Released: empty, or why the release failed (the
+        :class:`~redlock_async.ReleaseFailed` raised: too many nodes answered errors)."""
         self.watchdog = watchdog
         """Extended or lost inside ``async with`` by the watchdog, rather than by an explicit call."""
         self.grant = grant

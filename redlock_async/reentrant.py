@@ -137,8 +137,10 @@ class ReentrantLock:
             self._joins.pop().depth -= 1
             return
         self._check_no_joins()
-        await self._lock.release()
-        self._reentries.ended(self._key, self._lock)
+        try:
+            await self._lock.release()
+        finally:
+            self._reentries.ended(self._key, self._lock)  # released, or failed (ReleaseFailed): not held either way
 
     def _check_no_joins(self) -> None:
         hold = self._reentries.find(self._key, asyncio.current_task())

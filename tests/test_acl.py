@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,41 @@ async def test_a_user_short_of_a_command_the_scripts_call_is_refused_at_connect(
     for node in nodes:
         assert node.command("KEYS", "*probe*") == []  # the probe left nothing
     assert_no_library_tasks()
+
+
+async def test_a_user_short_of_a_command_who_never_connects_is_refused_before_any_body(nodes: LocalNodes) -> None:
+    """No connect(): the first acquire of every primitive runs the probe first (before: the body ran, and
+    the lock was lost a ttl later, 'no permissions to run the pexpire command')."""
+    redlock = Redlock(urls_of(nodes, "short"))
+    try:
+        makers: list[Callable[[], AbstractAsyncContextManager[object]]] = [
+            lambda: redlock.lock("acl:lazy", ttl=5.0),
+            lambda: redlock.semaphore("acl:lazy-sem", limit=2, ttl=5.0),
+            lambda: redlock.rw_lock("acl:lazy-rw", ttl=5.0).read(),
+            lambda: redlock.election("acl:lazy-leader", ttl=5.0).campaign(),
+        ]
+        for make in makers:
+            with pytest.raises(RedlockError, match="pexpire"):
+                async with make():
+                    pytest.fail("the body ran as a user who cannot extend a lock")
+        for node in nodes:
+            assert node.command("KEYS", "redlock:acl:*") == []
+    finally:
+        await redlock.aclose()
+    assert_no_library_tasks()
+
+
+def test_the_blocking_api_without_connect_is_refused_before_the_body(nodes: LocalNodes) -> None:
+    from redlock_async import sync
+
+    blocking = sync.Redlock(urls_of(nodes, "short"))  # no `with`, no connect(): first use
+    try:
+        with pytest.raises(RedlockError, match="pexpire"), blocking.lock("acl:lazy-sync", ttl=5.0):
+            pytest.fail("the body ran as a user who cannot extend a lock")
+    finally:
+        blocking.close()
+    for node in nodes:
+        assert node.command("KEYS", "redlock:acl:*") == []
 
 
 async def test_a_user_without_info_is_told_what_goes_unchecked(

@@ -25,7 +25,8 @@ def test_public_classes_show_as_package_names() -> None:
 
 
 def test_error_tree() -> None:
-    for name in ("LockLost", "LockNotAcquired", "NestedAcquire", "NodesUnavailable", "StaleFencingToken"):
+    errors = ("LockLost", "LockNotAcquired", "NestedAcquire", "NodesUnavailable", "ReleaseFailed", "StaleFencingToken")
+    for name in errors:
         assert issubclass(getattr(redlock_async, name), redlock_async.RedlockError)
     # Handlers of LockNotAcquired written before it existed still catch it.
     assert issubclass(redlock_async.NodesUnavailable, redlock_async.LockNotAcquired)
@@ -35,6 +36,7 @@ def test_error_tree() -> None:
 
     assert sync.NodesUnavailable is redlock_async.NodesUnavailable  # the blocking API's too
     assert "NodesUnavailable" in sync.__all__
+    assert sync.ReleaseFailed is redlock_async.ReleaseFailed
     # A nested acquire is misuse (RuntimeError, as documented), not contention: "busy" handlers miss it.
     assert issubclass(redlock_async.NestedAcquire, RuntimeError)
     assert not issubclass(redlock_async.NestedAcquire, redlock_async.LockNotAcquired)

@@ -41,7 +41,7 @@ class Guarded(Protocol):
     async def release(self) -> None: ...
 
 
-async def enter(lock: Guarded, keeper: Keeper) -> None:
+async def aenter(lock: Guarded, keeper: Keeper) -> None:
     """``__aenter__``: acquire (or LockNotAcquired), bind the lock to this task, and start watching."""
     tenure, cluster, settings = keeper.tenure, keeper.cluster, keeper.settings
     if not await lock.acquire():
@@ -62,7 +62,7 @@ async def enter(lock: Guarded, keeper: Keeper) -> None:
         cluster.watchdog.schedule(lease, keeper.next_due())
 
 
-async def leave(lock: Guarded, keeper: Keeper, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
+async def aexit(lock: Guarded, keeper: Keeper, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
     """``__aexit__``: release, or raise LockLost when the lease was lost while the body ran."""
     tenure, cluster = keeper.tenure, keeper.cluster
     # Before any await: from here on the watchdog cannot cancel us.
@@ -130,11 +130,12 @@ async def _exit(lock: Guarded, keeper: Keeper, exc: BaseException | None, overra
         return  # released by the body itself
     try:
         await lock.release()
-    except Exception:
-        # Never let a release problem mask what the body raised.
+    except Exception as failed:
+        # Never let a release problem mask what the body raised: it goes with it, as a note.
         if exc is None:
             raise
         log.exception("redlock %r: release failed after the body raised", tenure.name)
+        exc.add_note(f"redlock: and then leaving `async with` failed: {type(failed).__name__}: {failed}")
 
 
 def _overrun_cause(votes: Sequence[_algorithm.Vote], holders: Sequence[int]) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeAlias
 
 from redlock_async._core import Settings
@@ -20,10 +20,21 @@ from redlock_async._core import algorithm as _algorithm
 from redlock_async._core import clock as _clock
 from redlock_async._lock._emitter import emit, emit_lost, heard
 from redlock_async._lock._strategies import Strategy
-from redlock_async._rounds import RAN_OUT, Ballot, Lease, Phase, Tenure, after_extension, outcomes, vote_of_script
+from redlock_async._nodes import Failure
+from redlock_async._rounds import (
+    RAN_OUT,
+    UNANSWERED,
+    Ballot,
+    Lease,
+    Phase,
+    Tenure,
+    after_extension,
+    outcomes,
+    vote_of_script,
+)
 from redlock_async._rounds import requests as _requests
 from redlock_async._shared import Cluster
-from redlock_async.errors import LockLost, NodeOutcome
+from redlock_async.errors import LockLost, NodeOutcome, ReleaseFailed
 from redlock_async.events import EventKind
 
 log = logging.getLogger("redlock_async.lock")
@@ -48,15 +59,32 @@ Handover: TypeAlias = "tuple[Lease, asyncio.Future[bool | None], Successor]"
 class Keeper:
     """The held side of one lock: extension, loss, release, and the watchdog's hooks."""
 
-    __slots__ = ("cluster", "handover", "settings", "strategy", "tenure")
+    __slots__ = ("__weakref__", "cluster", "handover", "name", "settings", "strategy", "tenure")
 
-    def __init__(self, tenure: Tenure, strategy: Strategy, cluster: Cluster, settings: Settings) -> None:
-        self.tenure = tenure
+    def __init__(
+        self,
+        strategy: Strategy,
+        cluster: Cluster,
+        settings: Settings,
+        name: object,
+        label: str,
+        on_lost: Callable[[LockLost], object] | None,
+    ) -> None:
+        self.name = name
+        """The lock's name (or names), for messages."""
+        self.tenure = Tenure(cluster, self, strategy.keys, name, label, on_lost)
+        """The lock's life; this keeper is what its Redlock keeps (and tells things) while it is held."""
         self.strategy = strategy
         self.cluster = cluster
         self.settings = settings
         self.handover: Handover | None = None
         """The lease being (or last) handed over to another lock in one step on the nodes (a downgrade)."""
+
+    @property
+    def held(self) -> bool:
+        """Held now, validity left (``Lock.held``)."""
+        tenure = self.tenure
+        return tenure.phase is _HELD and _clock.now() < tenure.lease.expires
 
     def _gone(self) -> LockLost:
         tenure = self.tenure
@@ -261,9 +289,10 @@ class Keeper:
             tenure.cancelled_host = True
             host.cancel(msg=f"redlock: {why}")
 
-    # -- what the Redlock tells a held lock -------------------------------------------------
+    # -- what the Redlock tells a held lock (Cluster.held keeps keepers) ------------------------
 
     def watchdog_failed(self, exc: BaseException) -> None:
+        """The watchdog stopped on an internal error: a watched lease can no longer be kept."""
         tenure = self.tenure
         if tenure.phase is not _HELD or not tenure.watched:
             return
@@ -274,6 +303,7 @@ class Keeper:
         )
 
     def redlock_closed(self, why: str) -> None:
+        """The Redlock closes while the lock is held: release it, and tell its holder it is lost."""
         tenure = self.tenure
         if tenure.phase is not _HELD or tenure.lease.token is None:
             return
@@ -283,6 +313,10 @@ class Keeper:
             self.mark_lost(why, ())
 
     def node_lost(self, node: int, why: str) -> None:
+        """Node *node*'s clock jumped ahead, so the key may be gone there: it no longer counts as a holder.
+        When fewer than a majority of confirmed holders remain, the lock is lost at once; inside ``async
+        with``, if nodes whose answer came after the grant (not counted, yes or no) could make up the
+        majority, the watchdog extends it at once instead, and that round decides."""
         tenure = self.tenure
         lease = tenure.lease
         if tenure.phase is not _HELD or lease.token is None:
@@ -357,16 +391,73 @@ class Keeper:
                 emit(cluster, tenure, _RELEASED, duration=now - began, held_for=now - lease.acquired_at)
             raise
         tenure.votes, tenure.details = ballot.votes, ballot.details
+        failure: ReleaseFailed | None = None
         # Silent otherwise: a node that refuses the script (ACL, renamed EVALSHA) keeps every key until it expires.
         if _ERROR in ballot.votes and any(ballot.votes[i] is _ERROR for i in holders):
-            failed = [str(o) for i, o in enumerate(self.outcomes()) if i in holders and o.vote is _ERROR]
-            log.warning("redlock %r not released on %s: the key stays until it expires", tenure.name, failed)
+            # (A failure needs more errors than nodes outside a majority, so a holder's among them.)
+            failure = await release_failure(self, ballot, lease.skip, lease.ttl_ms)
+            if failure is None:
+                failed = [str(o) for i, o in enumerate(self.outcomes()) if i in holders and o.vote is _ERROR]
+                log.warning("redlock %r not released on %s: the key stays until it expires", tenure.name, failed)
+            else:
+                log.warning("redlock %s", failure)
         if heard(cluster, _RELEASED):
             now = _clock.now()
-            emit(cluster, tenure, _RELEASED, duration=now - began, held_for=now - lease.acquired_at)
+            why = "" if failure is None else str(failure.args[0])
+            emit(cluster, tenure, _RELEASED, duration=now - began, held_for=now - lease.acquired_at, reason=why)
+        if failure is not None:
+            raise failure
+
+
+async def release_failure(keeper: Keeper, ballot: Ballot, skip: Sequence[int], ttl_ms: int) -> ReleaseFailed | None:
+    """The ReleaseFailed of a release that answered errors on so many nodes that a majority may keep its
+    key (none left free for another to take it), None otherwise. Only called once a holder answered an
+    error: the other nodes' answers (a node whose yes came after the grant keeps the key too) are waited
+    for up to the node timeout, then counted."""
+    nodes, replies = keeper.cluster.nodes, ballot.replies
+    asked = [i for i in range(len(nodes)) if i not in skip]
+    until = _clock.now() + keeper.settings.node_timeout
+    # (Polled: a decided ballot keeps late replies, with nothing to await; this is the failure's path only.)
+    while any(replies[i] is UNANSWERED for i in asked) and _clock.now() < until:  # noqa: ASYNC110
+        await asyncio.sleep(0.001)
+    votes = list(ballot.votes)
+    details = list(ballot.details or [""] * len(nodes))
+    for i in asked:
+        if votes[i] is _PENDING and replies[i] is not UNANSWERED:
+            votes[i] = vote_of_script(replies[i])
+            reply = replies[i]
+            details[i] = reply.detail if isinstance(reply, Failure) else ""
+    failed = [i for i in asked if votes[i] is _ERROR]
+    count = len(nodes)
+    if count - len(failed) >= _algorithm.quorum(count):
+        return None
+    tenure = keeper.tenure
+    tenure.votes, tenure.details = votes, details
+    told = outcomes(nodes, votes, details)
+    reasons = "; ".join(f"{told[i].node}: {told[i].detail or 'error'}" for i in failed)
+    return ReleaseFailed(
+        f"lock {tenure.name!r} was not released: the release failed on {len(failed)} of the {count} nodes "
+        f"({reasons}), which keep its key: no one can take it until the key expires there (at most "
+        f"{ttl_ms / 1000:g} s from the last grant or extension)",
+        name=tenure.label,
+        outcomes=told,
+    )
 
 
 # -- a hand-over (a read/write lock's downgrade): told by the lock, kept by its keeper -------------------------
+
+
+def loss(keeper: Keeper) -> LockLost | None:
+    """Why a lock that is not held (a read/write lock's writer asked to downgrade) was, when it was held: its
+    LockLost (lost), or one saying its validity ran out (not yet declared lost); None when it was not
+    acquired or was released."""
+    tenure = keeper.tenure
+    if tenure.phase is _LOST:
+        return keeper._gone()
+    if tenure.phase is _HELD and not keeper.held:
+        why = f"lock {tenure.name!r}: its validity ran out (not extended in time)"
+        return LockLost(why, name=tenure.label, outcomes=keeper.outcomes())
+    return None
 
 
 def hand_over(keeper: Keeper, successor: Successor) -> None:

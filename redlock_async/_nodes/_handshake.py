@@ -38,6 +38,10 @@ class Identity:
     promoted: bool = False
     """It was a replica since it started (a failover promoted it, or REPLICAOF NO ONE): its data is what it
     had received from its old master, which may lack keys that master granted (``promoted``)."""
+    evicted: int | None = None
+    """The server's ``evicted_keys`` count (INFO stats), None when it would not say."""
+    delifeq: bool = False
+    """The server has the native compare-and-delete ``DELIFEQ`` (Valkey 9 and later)."""
 
 
 class ConnectError(Exception):
@@ -62,7 +66,7 @@ async def open_transport(loop: asyncio.AbstractEventLoop, endpoint: Endpoint, wi
 
 async def handshake_commands(endpoint: Endpoint) -> list[Command]:
     """AUTH (when the endpoint has a password), SELECT (a database other than 0), CLIENT SETNAME, INFO server,
-    INFO replication, INFO cluster, INFO memory (one section each: Redis 6.2 reads one section per INFO)."""
+    INFO replication, INFO cluster, INFO memory, INFO stats (one section each: Redis 6.2 reads one section per INFO)."""
     username, password = await endpoint.credentials()
     commands: list[Command] = []
     if password is not None:
@@ -74,6 +78,7 @@ async def handshake_commands(endpoint: Endpoint) -> list[Command]:
     commands.append((b"INFO", b"replication"))
     commands.append((b"INFO", b"cluster"))
     commands.append((b"INFO", b"memory"))
+    commands.append((b"INFO", b"stats"))
     return commands
 
 
@@ -120,7 +125,19 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
     limited = memory.get(b"maxmemory", b"0") not in (b"0", b"")
     eviction = policy.decode(errors="replace") if limited and policy not in _SAFE_POLICIES else ""
     server = sections.get(b"server")
-    return Identity(run_id(server) if server is not None else None, replicas, eviction, blind, promoted(replication))
+    evicted = info_fields(sections.get(b"stats", b"")).get(b"evicted_keys")
+    count = int(evicted) if evicted is not None and evicted.isdigit() else None
+    valkey = info_fields(server or b"").get(b"valkey_version", b"0").partition(b".")[0]
+    delifeq = valkey.isdigit() and int(valkey) >= 9
+    return Identity(
+        run_id(server) if server is not None else None,
+        replicas,
+        eviction,
+        blind,
+        promoted(replication),
+        count,
+        delifeq,
+    )
 
 
 def promoted(replication: dict[bytes, bytes]) -> bool:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import cast
 
 import hiredis
 
@@ -92,12 +93,12 @@ class Node:
         """Set while this node is a suspect whose first recheck may yet find it vouched for (another
         client marking it in service in the same moment): what to call once that recheck has decided.
         A ballot holds a yes of this node until then (``_fanout.Ballot``), instead of refusing it."""
-        self.vouch_until = 0.0
-        """The latest (monotonic) time a ballot holds a yes for :attr:`vouching`."""
+        self.vouch_until = 0.0  # the latest (monotonic) time a ballot holds a yes for :attr:`vouching`
         self.connect_started = 0.0  # monotonic time the current connection was begun
         self.server_id: bytes | None = None
         """The run_id of the server behind the current connection (INFO server), None until known."""
-        self.promoted = False  # its server was a replica since it started (``_handshake.promoted``): a failover
+        # promoted: its server was a replica since it started (``_handshake.promoted``); _evictions, _requests
+        self.promoted, self.eviction, self.evicted_keys, self.delifeq = False, "", cast("int | None", None), False
         self._on_ready = on_ready
         self._on_identified = on_identified  # told of each connect's server: a reason back refuses it (the same server)
         self._on_unreachable = on_unreachable  # told of each failed connection attempt (the restart quarantine)
@@ -331,8 +332,8 @@ class Node:
         transport.write(b"".join(pack(command) for command in commands))
         replies = [await fut for fut in futures]
         identity = judge_handshake(self.endpoint, commands, replies)
-        self.server_id = identity.run_id
-        self.promoted = identity.promoted
+        self.server_id, self.promoted, self.delifeq = identity.run_id, identity.promoted, identity.delifeq
+        self.eviction, self.evicted_keys = identity.eviction, identity.evicted
         warn_of_setup(self.name, identity, self._warned, self._trouble)
         if self._on_identified is not None and (refusal := self._on_identified(self)):
             raise ConnectError(refusal)

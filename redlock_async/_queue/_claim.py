@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from redlock_async._core import Settings
 from redlock_async._core import algorithm as _algorithm
 from redlock_async._core import clock as _clock
-from redlock_async._health import ClockGuard
+from redlock_async._health import ClockGuard, floored
 from redlock_async._nodes import Failure, Node, Reply, pack_script
 from redlock_async._queue._fence import Counters
 from redlock_async._queue._line import KeyLine, Line, Packed
@@ -133,13 +133,13 @@ class LockLine(KeyLine):
         self.keys = queue_keys(key, fence_key)
         self.fenced = fence_key is not None
 
-    def enter(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
+    def join(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
         return QUEUE_ENTER, (token, ttl_ms, score, life_ms)
 
     def stay(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
         return QUEUE_STAY, (token, score, life_ms, ttl_ms)
 
-    def leave(self, token: bytes) -> Packed:
+    def quit(self, token: bytes) -> Packed:
         return QUEUE_LEAVE, (token,)
 
 
@@ -189,7 +189,9 @@ class Claim:
         self.fenced = settings.fencing and self.line.fenced
         self.reads = settings.fencing and self.line.reads  # a reader: counters read, none raised
         self._counts = self.fenced or self.reads  # a reply's or word's last field is a fencing counter
-        self.fencing = Counters(len(nodes), fence_key or b"", settings.fence_ttl_ms, floor=self.fenced)
+        # A fenced claim's counters are floored by the node's clock with fence_ttl, or where a node can evict them.
+        floor = self.fenced and (settings.fence_ttl_ms is not None or floored(nodes))
+        self.fencing = Counters(len(nodes), fence_key or b"", settings.fence_ttl_ms, floor=floor)
         """The fencing counters read and raised (a fenced claim's, a reader's; ``_queue_fence``)."""
         self._ttl = settings.ttl_ms / 1000
         self._drift = settings.drift_factor
@@ -237,9 +239,9 @@ class Claim:
 
     # -- sending ------------------------------------------------------------------
 
-    def enter(self) -> None:
+    def join(self) -> None:
         """Join (or stay in) every node's line; a node whose key is free grants it to its first waiter."""
-        self._send(range(len(self.nodes)), *self.line.enter(*self._entry))
+        self._send(range(len(self.nodes)), *self.line.join(*self._entry))
 
     def give_back(self, nodes: Sequence[int]) -> None:
         """Give back what *nodes* granted us, and stay in their lines (a split: no majority came)."""
@@ -256,13 +258,13 @@ class Claim:
         if back:
             self.give_back(back)
 
-    def leave(self) -> None:
+    def quit(self) -> None:
         """Leave every node's line; a key granted to us goes to the next waiter (synchronous: survives
         cancellation). Nothing of ours stays on the nodes once these ran, and nothing counts any more."""
         self.left = True
         self.ends = [-math.inf] * len(self.nodes)
         self.fencing.forget()
-        self._send(range(len(self.nodes)), *self.line.leave(self.token), timed=False)
+        self._send(range(len(self.nodes)), *self.line.quit(self.token), timed=False)
 
     def fence(self, held: Sequence[int]) -> int:
         """Choose the fencing token (one more than the largest counter read on *held*, a majority that

@@ -23,7 +23,7 @@ class Counters:
     def __init__(self, n_nodes: int, fence_key: bytes, fence_ttl_ms: int | None, *, floor: bool) -> None:
         self._key = fence_key
         self._ttl_ms = fence_ttl_ms
-        self._floor = floor and fence_ttl_ms is not None  # (a reader's token is the last writer's, not a floor)
+        self._floor = floor  # (fence_ttl, or a node that can evict; a reader's token is the last writer's, not a floor)
         self.read: list[int | None] = [None] * n_nodes
         """Per node: the largest fencing counter read there while the key held our token, since the node
         last stopped holding it for us (with fence_ttl, at least the node's clock then)."""

@@ -79,7 +79,9 @@ def sitting_out(node: Node) -> str | None:
         return None
     if math.isinf(left):
         return "in restart quarantine: just connected, its restart check is not answered yet"
-    kind = "clock" if until <= node.clock_held_until else "restart"
+    kind = (
+        "restart" if until > node.clock_held_until else "eviction" if node.quarantine_reason[:4] == "it e" else "clock"
+    )
     return f"in {kind} quarantine: {node.quarantine_reason or 'restarted'}; counts again in {left:.1f} s"
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from redlock_async._core import PENDING, SKIPPED, WON, YES, Settings, Vote
 from redlock_async._core import algorithm as _algorithm
 from redlock_async._core import clock as _clock
+from redlock_async._health import floored
 from redlock_async._nodes import IGNORED, Failure, Node, Receiver, Reply, pack, pack_script
 from redlock_async._rounds._fanout import Ballot, vote_of_counters, vote_of_fenced, vote_of_script, vote_of_set
 from redlock_async._rounds._lease import Keep, Late, Lease
@@ -114,8 +115,10 @@ def send_attempt(
     right before each node's vote."""
     token = new_token(owner)
     ttl_ms = settings.ttl_ms
-    # With fence_ttl, a counter read is at least the node's clock in microseconds (counters expire).
-    args: tuple[bytes | int, ...] = (token, ttl_ms) if settings.fence_ttl_ms is None else (token, ttl_ms, b"floor")
+    # With fence_ttl, a counter read is at least the node's clock in microseconds (counters expire); so too
+    # where a node can evict one (_evictions.floored: a token never repeats after a counter was evicted).
+    floor = settings.fence_ttl_ms is not None or (settings.fencing and floored(nodes))
+    args: tuple[bytes | int, ...] = (token, ttl_ms, b"floor") if floor else (token, ttl_ms)
     if len(keys) == 1:
         if settings.fencing:
             ballot = Ballot(nodes, vote_of_fenced, settings.node_timeout)
@@ -450,8 +453,14 @@ def send_release(
     args = (token,)
     packed, fallback = pack_script(script, names, args), (script, names, args)
     receiver: Receiver = IGNORED if into is None else into
+    # A hand-over's release is a bare compare-and-delete: on a server that has it natively (Valkey 9's
+    # DELIFEQ, the same 1 or 0), that, at well under half the node's CPU of the script (benchmarks/
+    # bench_server_cpu.py --scripts). The other releases publish their word only when they deleted: scripts.
+    native = pack((b"DELIFEQ", keys[0], token)) if handed else None
     for i, node in enumerate(nodes):
         if i in skip:
             receiver.deliver(i, Failure(SKIPPED, "never sent"))
+        elif native is not None and node.delifeq:
+            node.send_packed(receiver, i, native)
         else:
             node.send_packed(receiver, i, packed, fallback=fallback)

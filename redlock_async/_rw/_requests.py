@@ -43,6 +43,7 @@ from collections.abc import Sequence
 
 from redlock_async._core import SKIPPED, YES, Settings, reader_key, rw_keys
 from redlock_async._core import clock as _clock
+from redlock_async._health import floored
 from redlock_async._nodes import IGNORED, Failure, Node, Receiver, pack, pack_script
 from redlock_async._queue import READER, RwLine
 from redlock_async._rounds import Ballot, Keep, vote_of_fenced
@@ -114,7 +115,7 @@ async def attempt_write(
     prefix, index, waiting = rw_keys(writer_key)
     keys = (writer_key, index, waiting) if fence_key is None else (writer_key, index, waiting, fence_key)
     args: tuple[bytes | int, ...] = (token, settings.ttl_ms, prefix, waiter, life_ms)
-    if fence_key is not None and settings.fence_ttl_ms is not None:
+    if fence_key is not None and (settings.fence_ttl_ms is not None or floored(nodes)):  # (see send_attempt)
         args += (b"floor",)
     ballot = Ballot(nodes, vote_of_fenced, settings.node_timeout)
     started = _clock.now()
@@ -168,7 +169,7 @@ def send_queue_leave(
     """Queue the release of a reader or writer of the grant queue (RW_QUEUE_LEAVE) on every node but *skip*
     (synchronous: survives cancellation): what *token* holds goes, and the head of the line is granted
     what the rule allows. Replies as RELEASE's (1: it held there)."""
-    script, args = line.leave(token)
+    script, args = line.quit(token)
     keys = line.keys
     packed = pack_script(script, keys, args)
     receiver: Receiver = IGNORED if into is None else into

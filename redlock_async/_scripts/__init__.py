@@ -72,6 +72,7 @@ __all__ = [
     "RW_READ_RELEASE",
     "RW_WRITE",
     "SCRIPTS",
+    "UNDECLARED",
     "WATCH",
     "WRITER_HOLDS",
     "WRITER_WAITS",
@@ -93,10 +94,22 @@ class Script:
     its token's (a release, a leave, an extension, which is sent again asking to take no free
     node): run late, it does no harm, and it is always sent again, since not running can (a leave
     that never ran leaves its waiter in line)."""
+    undeclared: bool = False
+    """It touches keys it builds from its arguments, which no client can name in ``KEYS`` (a semaphore's
+    slots up to the widest limit a node keeps, the readers a read/write lock's index names): its source
+    starts with :data:`UNDECLARED`, which Dragonfly reads (it refuses undeclared keys by default) and every
+    other server takes for a comment. ``tests/test_declared_keys.py`` checks, on a real server, that no
+    other script touches a key outside its ``KEYS``."""
     sha: bytes = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.undeclared and not self.source.startswith(UNDECLARED):
+            object.__setattr__(self, "source", UNDECLARED + self.source)
         object.__setattr__(self, "sha", hashlib.sha1(self.source).hexdigest().encode())
+
+
+UNDECLARED = b"--!df flags=allow-undeclared-keys\n"
+"""Dragonfly's script flag (a Lua comment elsewhere) for a script that touches keys not in its ``KEYS``."""
 
 
 # One key: release and extension.
@@ -118,7 +131,7 @@ FENCE_ALL = Script(_many.FENCE_ALL)
 RELEASE_ALL = Script(_many.RELEASE_ALL)
 
 # Semaphores.
-ACQUIRE_PERMIT = Script(_semaphore.ACQUIRE_PERMIT, creates=True)
+ACQUIRE_PERMIT = Script(_semaphore.ACQUIRE_PERMIT, creates=True, undeclared=True)
 KEEP_LIMIT = Script(_semaphore.KEEP_LIMIT)
 
 # The grant queue.
@@ -127,9 +140,9 @@ QUEUE_LEAVE = Script(_queue.QUEUE_LEAVE)
 QUEUE_STAY = Script(_queue.QUEUE_STAY, creates=True)
 QUEUE_FENCE = Script(_queue.QUEUE_FENCE)
 QUEUE_LEAVE_ALL = Script(_queue_many.QUEUE_LEAVE_ALL)
-PERMIT_ENTER = Script(_queue_permit.PERMIT_ENTER, creates=True)
-PERMIT_LEAVE = Script(_queue_permit.PERMIT_LEAVE)
-PERMIT_STAY = Script(_queue_permit.PERMIT_STAY, creates=True)
+PERMIT_ENTER = Script(_queue_permit.PERMIT_ENTER, creates=True, undeclared=True)
+PERMIT_LEAVE = Script(_queue_permit.PERMIT_LEAVE, undeclared=True)
+PERMIT_STAY = Script(_queue_permit.PERMIT_STAY, creates=True, undeclared=True)
 DROP_LINES = Script(_queue.DROP_LINES)  # redlock break's alone: not loaded on every connection
 
 # The permissions probe of a connect (run once per node: not loaded on every connection).
@@ -138,16 +151,16 @@ PERMISSIONS = Script(_probe.PERMISSIONS)
 WATCH = Script(_marker.WATCH)
 
 # The read/write lock (its readers and writer extend and release with RELEASE, EXTEND, EXTEND_MANY, FENCE).
-RW_READ = Script(_rw.RW_READ, creates=True)
-RW_WRITE = Script(_rw.RW_WRITE, creates=True)
+RW_READ = Script(_rw.RW_READ, creates=True, undeclared=True)
+RW_WRITE = Script(_rw.RW_WRITE, creates=True, undeclared=True)
 RW_LEAVE = Script(_rw.RW_LEAVE)
 RW_READ_RELEASE = Script(_rw.RW_READ_RELEASE)
 RW_DOWNGRADE = Script(_rw.RW_DOWNGRADE, creates=True)
 KEEP_READERS = Script(_rw.KEEP_READERS)
-RW_ENTER = Script(_rw_queue.RW_ENTER, creates=True)
-RW_QUEUE_LEAVE = Script(_rw_queue.RW_QUEUE_LEAVE)
-RW_QUEUE_STAY = Script(_rw_queue.RW_QUEUE_STAY, creates=True)
-RW_QUEUE_DOWNGRADE = Script(_rw_queue.RW_QUEUE_DOWNGRADE, creates=True)
+RW_ENTER = Script(_rw_queue.RW_ENTER, creates=True, undeclared=True)
+RW_QUEUE_LEAVE = Script(_rw_queue.RW_QUEUE_LEAVE, undeclared=True)
+RW_QUEUE_STAY = Script(_rw_queue.RW_QUEUE_STAY, creates=True, undeclared=True)
+RW_QUEUE_DOWNGRADE = Script(_rw_queue.RW_QUEUE_DOWNGRADE, creates=True, undeclared=True)
 
 SCRIPTS = (
     QUEUE_ENTER,

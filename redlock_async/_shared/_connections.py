@@ -18,7 +18,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from redlock_async._core import MIN_TTL_TO_NODE_TIMEOUT, Settings, Vote, complete, quorum
-from redlock_async._health import ClockGuard, Quarantine, raise_counters
+from redlock_async._health import ClockGuard, EvictionWatch, Quarantine, raise_counters
 from redlock_async._nodes import Failure, Node, Reply, SwitchWatch, endpoints_for, server_error
 from redlock_async._rounds import sitting_out
 from redlock_async._scripts import PERMISSIONS, SCRIPTS
@@ -135,6 +135,10 @@ class Connections:
             )
             quarantine = Quarantine(settings.key_prefix.encode(), cluster.quarantine_period, self.nodes, repair=repair)
         self._quarantine = quarantine
+        # A node whose maxmemory-policy can evict: INFO stats before its votes; an eviction holds it out.
+        self._evictions = EvictionWatch(self.nodes, cluster.quarantine_period, cluster.evicted)
+        self._probing: asyncio.Future[None] | None = None
+        cluster.first_use = self._first_use  # until connect()'s checks passed
         if settings.clock_guard:
             cluster.clock = ClockGuard(self.nodes, settings.drift_factor, cluster.longest_lease, cluster.clock_fault)
         # Read-only connections, opened on first inspect(), judging the restart quarantine as the locks do.
@@ -171,7 +175,7 @@ class Connections:
             nodes=nodes,
             closed=cluster.closed,
             held_locks=sum(1 for lock in held if lock.held),
-            watched_locks=sum(1 for lock in held if lock.statistics().watched),
+            watched_locks=sum(1 for lock in held if lock.tenure.watched),
             watchdog_rounds=cluster.watchdog.rounds,
             watchdog_retries=cluster.watchdog.retries,
             wakeups=cluster.listener.wakeups,
@@ -206,6 +210,27 @@ class Connections:
                 )
         await self._check_permissions(up)
         self.cluster.check_open()  # a node's task failed while connecting: say so here
+        self.cluster.first_use = None
+
+    async def _first_use(self) -> None:
+        """The first acquire of a Redlock never connected: the permissions probe first, shared by every
+        acquire that comes meanwhile, so a user who may not run what the scripts call gets the clear error
+        before any body runs (not a lock lost, or never released, a ttl later). Probed again at the next
+        acquire when it raised (the ACL may have been fixed)."""
+        probing = self._probing
+        if probing is None:
+            probing = self._probing = asyncio.ensure_future(self._probe_first())
+        try:
+            await asyncio.shield(probing)
+        finally:
+            if probing.done() and self._probing is probing and (probing.cancelled() or probing.exception()):
+                self._probing = None
+
+    async def _probe_first(self) -> None:
+        nodes = self.nodes
+        failures = await asyncio.gather(*(node.connect() for node in nodes))
+        await self._check_permissions([node for node, failure in zip(nodes, failures, strict=True) if not failure])
+        self.cluster.first_use = None
 
     async def _check_permissions(self, nodes: list[Node]) -> None:
         """Run the permissions probe once on each node that is up (it leaves nothing behind): every command
@@ -216,10 +241,14 @@ class Connections:
         futures = [node.send_script(PERMISSIONS, keys, ()) for node in nodes]
         if futures:
             await asyncio.wait(futures, timeout=settings.connect_timeout)
+        answered = [(node, fut.result()) for node, fut in zip(nodes, futures, strict=True) if fut.done()]
+        for node, reply in answered:
+            if busy := not_now(reply):
+                log.warning("redlock node %s could not run the permissions probe: %s", node.name, busy)
         refused = [
             NodeOutcome(node.name, Vote.ERROR, detail)
-            for node, fut in zip(nodes, futures, strict=True)
-            if fut.done() and (detail := permissions_refused(fut.result()))
+            for node, reply in answered
+            if not not_now(reply) and (detail := permissions_refused(reply))
         ]
         for outcome in refused:
             log.warning("redlock node %s refuses what the lock scripts run: %s", outcome.node, outcome.detail)
@@ -234,7 +263,9 @@ class Connections:
             )
 
     def _same_server(self, node: Node) -> str | None:
-        """On each connect: refuse a node whose server is another node's (two spellings of one address)."""
+        """On each connect: refuse a node whose server is another node's (two spellings of one address); watch
+        its evictions."""
+        self._evictions.identified(self.nodes.index(node))
         if node.server_id is None:
             return None
         for index, other in enumerate(self.nodes):
@@ -270,7 +301,7 @@ class Connections:
                 names,
             )
             for lock in held:
-                lock.on_redlock_closed(f"lock {lock.name!r} was given up: its Redlock was closed while it was held")
+                lock.redlock_closed(f"lock {lock.name!r} was given up: its Redlock was closed while it was held")
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -293,6 +324,28 @@ class Connections:
             for node in (*self.nodes, *self.subscribers):
                 node.close_now()
             await self.inspector.aclose()
+
+
+# The server's state, not the user's rights: a node full under noeviction refuses every write (OOM), one
+# loading its data every script (LOADING), one running a long script everything (BUSY). It votes no until
+# that passes, as any node in trouble; blaming the ACL would send the operator to the wrong place.
+_NOT_NOW = ("OOM", "LOADING", "BUSY")
+
+
+def not_now(reply: Reply) -> str:
+    """Why the permissions probe's *reply* says nothing of the user's rights ("" when it does): the node
+    refused it for its state (out of memory, loading, busy), which a later use meets as errors."""
+    if isinstance(reply, Failure):
+        text = reply.detail if reply.answered else ""
+    elif isinstance(reply, list) and reply:
+        first = reply[0]
+        text = (first.decode(errors="replace") if isinstance(first, bytes) else str(first)).partition(": ")[2]
+    else:
+        return ""
+    if text.startswith(_NOT_NOW):
+        what = "out of memory" if text.startswith("OOM") else "loading" if text.startswith("LOADING") else "busy"
+        return server_error(f"the node is {what}, not a matter of permissions ({text})")
+    return ""
 
 
 def permissions_refused(reply: Reply) -> str:

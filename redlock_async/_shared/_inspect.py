@@ -185,7 +185,13 @@ class Inspector:
 
     def _doubt(self, i: int, node: Node, ahead: float | None) -> str | None:
         """Why node *i* may have lost keys (it rules no holder out then), or None: its restart quarantine
-        (this inspector's judgement), the locking connections' clock guard, or its clock read *ahead*."""
+        (this inspector's judgement), evictions (its policy can evict, and it has), the locking connections'
+        clock guard, or its clock read *ahead*."""
+        if node.eviction and node.evicted_keys:  # (its handshake's reading: _evictions says why it is a doubt)
+            return (
+                f"it evicted keys ({node.evicted_keys} so far, maxmemory-policy {node.eviction}): it may have lost "
+                "keys, as a restarted node"
+            )
         now = _clock.now()
         left = node.quarantined_until - now
         if left > 0:

@@ -35,7 +35,8 @@ async def status_command(name: str, nodes: list[str], *, ttl: float = 10.0) -> i
     print_found(name, found)
     answered = sum(view.state not in ("unreachable", "quarantined") for view in found.nodes)
     restarted = sum(view.state == "quarantined" and view.error.startswith("in restart") for view in found.nodes)
-    clocked = sum(view.state == "quarantined" for view in found.nodes) - restarted
+    evicting = sum(view.state == "quarantined" and view.error.startswith("it evicted") for view in found.nodes)
+    clocked = sum(view.state == "quarantined" for view in found.nodes) - restarted - evicting
     if found.state == "held":
         if found.holder is not None:
             count = sum(view.holder == found.holder for view in found.nodes)
@@ -50,11 +51,12 @@ async def status_command(name: str, nodes: list[str], *, ttl: float = 10.0) -> i
         else:
             print(f"verdict: held (permits of semaphore {name})")
         return EXIT_HELD
-    # Nodes in restart quarantine, or whose clock jumped ahead, answered but may have lost keys: they rule
-    # out no holder (a holder they show counts, above).
+    # Nodes in restart quarantine, that evicted keys, or whose clock jumped ahead, answered but may have lost
+    # keys: they rule out no holder (a holder they show counts, above).
     said = f"{answered} of {len(nodes)} nodes answered"
     doubts = [f"{restarted} more in restart quarantine"] if restarted else []
     doubts += [f"{clocked} more with a clock ahead"] if clocked else []
+    doubts += [f"{evicting} more that evicted keys (maxmemory-policy)"] if evicting else []
     if doubts:
         said += f" in service ({', '.join(doubts)}: they may have lost keys)"
     if found.state == "free":

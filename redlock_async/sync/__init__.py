@@ -10,10 +10,11 @@ A thin front over the async library, run on one background event loop thread per
 
 The errors are the async API's (re-exported here): ``LockNotAcquired`` when ``with lock:`` cannot
 acquire (``NodesUnavailable``, a subclass, when too few nodes could vote rather than the lock being
-held elsewhere), ``LockLost`` when the lease was lost while the body ran.
+held elsewhere), ``LockLost`` when the lease was lost while the body ran, ``ReleaseFailed`` when a
+release could not run on enough nodes (the key stays until it expires).
 """
 
-from redlock_async.errors import LockLost, LockNotAcquired, NodesUnavailable, RedlockError
+from redlock_async.errors import LockLost, LockNotAcquired, NodesUnavailable, RedlockError, ReleaseFailed
 from redlock_async.sync._client import Election, Redlock
 from redlock_async.sync._lock import Lock
 from redlock_async.sync._reentrant import ReentrantLock
@@ -29,6 +30,7 @@ __all__ = [
     "Redlock",
     "RedlockError",
     "ReentrantLock",
+    "ReleaseFailed",
     "WriteLock",
 ]
 

@@ -109,7 +109,9 @@ class Lock:
         """Release the lock (on every node where it is still this acquisition's) and stop extending it.
 
         Raises :class:`LockLost` when the lease was lost while held (the body ran, at least in part,
-        without the lock); releasing a lock that is not held is a RuntimeError.
+        without the lock), :class:`ReleaseFailed` when the release answered errors on so many nodes
+        that no majority is left free (the key stays there until it expires); releasing a lock that
+        is not held is a RuntimeError.
         """
         self._fresh()
         self._holding.leave(self._runtime.portal)
@@ -128,11 +130,12 @@ class Lock:
                 raise  # the body finished, but not under the lock the whole time
             if exc is not lost:
                 log.warning("redlock %r: %s (while the body raised %r)", self.name, lost, exc)
-        except Exception:
+        except Exception as failed:
             if exc is None:
                 raise
-            # Never let a release problem mask what the body raised.
+            # Never let a release problem mask what the body raised: it goes with it, as a note.
             log.exception("redlock %r: release failed after the body raised", self.name)
+            exc.add_note(f"redlock: and then leaving `with` failed: {type(failed).__name__}: {failed}")
 
     def _enter(self, timeout: float | None) -> None:
         runtime = self._runtime
