@@ -391,8 +391,7 @@ class Keeper:
                 emit(cluster, tenure, _RELEASED, duration=now - began, held_for=now - lease.acquired_at)
             raise
         tenure.votes, tenure.details = ballot.votes, ballot.details
-        failure: ReleaseFailed | None = None
-        # Silent otherwise: a node that refuses the script (ACL, renamed EVALSHA) keeps every key until it expires.
+        failure: ReleaseFailed | None = None  # else a node refusing the script (ACL) keeps every key a ttl
         if _ERROR in ballot.votes and any(ballot.votes[i] is _ERROR for i in holders):
             # (A failure needs more errors than nodes outside a majority, so a holder's among them.)
             failure = await release_failure(self, ballot, lease.skip, lease.ttl_ms)
