@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Literal, ParamSpec, TypeVar, Unpack, overload
+from typing import Any, Literal, ParamSpec, TypeAlias, TypeVar, Unpack, overload
 
 from redlock_async._core import (
     ElectionOptions,
@@ -33,6 +33,7 @@ from redlock_async.rwlock import ReadWriteLock
 from redlock_async.semaphore import Semaphore, check_limit
 
 P = ParamSpec("P")
+OnLost: TypeAlias = "Callable[[LockLost], object] | None"
 R = TypeVar("R")
 
 
@@ -47,38 +48,18 @@ class Makers:
         self._leader_of = inspect_lock  # an election's leader(): the lock alone, not a semaphore of its name
         self._reentries = Reentries()  # the holds of its reentrant locks, by name and task
 
+    # Three overloads that differ in reentrant alone, side by side.
+    # fmt: off
     @overload
-    def lock(
-        self,
-        name: str | bytes,
-        *,
-        on_lost: Callable[[LockLost], object] | None = None,
-        cooldown: float | None = None,
-        reentrant: Literal[False] = False,
-        **options: Unpack[LockOptions],
-    ) -> Lock: ...
-
+    def lock(self, name: str | bytes, *, on_lost: OnLost = None, cooldown: float | None = None,
+             reentrant: Literal[False] = False, **options: Unpack[LockOptions]) -> Lock: ...
     @overload
-    def lock(
-        self,
-        name: str | bytes,
-        *,
-        on_lost: Callable[[LockLost], object] | None = None,
-        cooldown: float | None = None,
-        reentrant: Literal[True],
-        **options: Unpack[LockOptions],
-    ) -> ReentrantLock: ...
-
+    def lock(self, name: str | bytes, *, on_lost: OnLost = None, cooldown: float | None = None,
+             reentrant: Literal[True], **options: Unpack[LockOptions]) -> ReentrantLock: ...
     @overload
-    def lock(
-        self,
-        name: str | bytes,
-        *,
-        on_lost: Callable[[LockLost], object] | None = None,
-        cooldown: float | None = None,
-        reentrant: bool,
-        **options: Unpack[LockOptions],
-    ) -> Lock | ReentrantLock: ...
+    def lock(self, name: str | bytes, *, on_lost: OnLost = None, cooldown: float | None = None,
+             reentrant: bool, **options: Unpack[LockOptions]) -> Lock | ReentrantLock: ...
+    # fmt: on
 
     def lock(
         self,

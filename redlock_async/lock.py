@@ -24,16 +24,13 @@ from redlock_async._lock import (
     Many,
     Queued,
     Strategy,
-    Successor,
     Words,
     emit,
     emit_lost,
-    hand_over,
-    handed_over,
     heard,
 )
 from redlock_async._lock import guard as _guard
-from redlock_async._rounds import Phase, Tenure
+from redlock_async._rounds import Phase
 from redlock_async._rounds import reason as not_acquired_reason
 from redlock_async._shared import Cluster
 from redlock_async.errors import LockLost, NestedAcquire, NodeOutcome
@@ -90,8 +87,8 @@ class Lock:
         self._cluster = cluster
         self._settings = settings
         self._strategy = strategy
-        self._tenure = Tenure(cluster, self, strategy.keys, name, label_of(name), on_lost)
-        self._keeper = Keeper(self._tenure, strategy, cluster, settings)
+        self._keeper = Keeper(strategy, cluster, settings, name, label_of(name), on_lost)
+        self._tenure = self._keeper.tenure
         self.cooldown = cooldown
         """Seconds the keys are kept after release (at most once per period), None: release deletes them."""
 
@@ -251,14 +248,8 @@ class Lock:
                 handoff=None if woken_at is None else _clock.now() - woken_at,
             )
         else:
-            emit(
-                cluster,
-                tenure,
-                _NOT_ACQUIRED,
-                duration=_clock.now() - began,
-                attempts=tenure.attempts,
-                reason=not_acquired_reason(tenure.votes, blocking),
-            )
+            reason = not_acquired_reason(tenure.votes, blocking)
+            emit(cluster, tenure, _NOT_ACQUIRED, duration=_clock.now() - began, attempts=tenure.attempts, reason=reason)
         return acquired
 
     async def extend(self, ttl: float | None = None) -> None:
@@ -292,68 +283,26 @@ class Lock:
     # -- async with ------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        await _guard.enter(self, self._keeper)
+        await _guard.aenter(self, self._keeper)
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await _guard.leave(self, self._keeper, exc_type, exc)
-
-    # -- what the Redlock (and redlock_async.testing) tell a lock: not for users ---------------
-
-    def on_watchdog_failure(self, exc: BaseException) -> None:
-        """Told by the Redlock (not for users): the watchdog stopped on an internal error, so a watched
-        lease can no longer be kept."""
-        self._keeper.watchdog_failed(exc)
-
-    def on_redlock_closed(self, why: str) -> None:
-        """Told by the Redlock (not for users): it closes while this lock is held; release it, and tell
-        the holder it is lost."""
-        self._keeper.redlock_closed(why)
-
-    def on_node_lost(self, node: int, why: str) -> None:
-        """Told by the Redlock (not for users): node *node*'s clock jumped ahead, so the key may be gone
-        there. It no longer counts as a holder. When fewer than a majority of confirmed holders remain,
-        the lock is lost at once; inside ``async with``, if nodes whose answer came after the grant (not
-        counted, yes or no) could make up the majority, the watchdog extends it at once instead, and that
-        round decides."""
-        self._keeper.node_lost(node, why)
-
-    def on_lost_declared(self, why: str) -> None:
-        """Told by ``redlock_async.testing.lose`` (not for users): lost now, as the watchdog declares a
-        loss (*why* after the lock's name): keys released, the holder told."""
-        self._keeper.lose_watched(f"lock {self.name!r} {why}")
-
-    def loss(self) -> LockLost | None:
-        """Asked by a read/write lock's downgrade (not for users) of a lock that is not held: why, when it
-        was held: its LockLost (lost), or one saying its validity ran out (not yet declared lost); None
-        when it was not acquired or was released."""
-        tenure = self._tenure
-        if tenure.phase is _LOST:
-            return tenure.lost or LockLost(f"lock {self.name!r} was lost", name=tenure.label)
-        if tenure.phase is _HELD and not self.held:
-            why = f"lock {self.name!r}: its validity ran out (not extended in time)"
-            return LockLost(why, name=tenure.label, outcomes=self.outcomes)
-        return None
-
-    def on_handing_over(self, successor: Successor) -> None:
-        """Told by a read/write lock's downgrade (not for users), just before it goes out: on each node this
-        held lease gives way to *successor*'s in one step, so an extension landing after that step is refused
-        there though nothing was lost. Until :meth:`on_handed_over`, no refusal is a loss."""
-        hand_over(self._keeper, successor)
-
-    def on_handed_over(self, done: bool | None, why: str = "") -> LockLost | None:
-        """Told by a read/write lock's downgrade (not for users), as soon as it is decided: True, the successor
-        holds, this lock is released; False, lost (*why*: the whole sentence), the LockLost returned;
-        None (cancelled before a verdict), released."""
-        return handed_over(self._keeper, done, why)
+        await _guard.aexit(self, self._keeper, exc_type, exc)
 
     @property
     def resource(self) -> Name | tuple[Name, ...]:
         """Deprecated spelling of :attr:`name`."""
         renamed("Lock.resource", ".name")
         return self.name
+
+
+def keeper_of(lock: Lock) -> Keeper:
+    """The part that keeps *lock*'s lease while held (for a read/write lock's downgrade and
+    ``redlock_async.testing``): the Redlock tells it what happened (closed, a node lost, the watchdog
+    failed), and a downgrade hands the lease over through it."""
+    return lock._keeper
 
 
 def cluster_of(lock: Lock) -> Cluster:

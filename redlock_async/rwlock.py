@@ -15,9 +15,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, final
 
 from redlock_async._core import Name, Settings, check_owner, rw_writer_key
+from redlock_async._lock import loss
 from redlock_async._rw import QueuedReader, QueuedWriter, Reader, Writer
 from redlock_async.errors import LockLost
-from redlock_async.lock import Lock
+from redlock_async.lock import Lock, keeper_of
 
 if TYPE_CHECKING:
     from redlock_async._shared import Cluster
@@ -74,7 +75,7 @@ class ReadWriteLock:
 
     def _downgrade(self, writer: WriteLock) -> Lock:
         kind = QueuedReader if self._settings.queue else Reader
-        reader = kind(self._cluster, self._settings, self.name, self._owner, self._key, downgrading=writer)
+        reader = kind(self._cluster, self._settings, self.name, self._owner, self._key, downgrading=keeper_of(writer))
         lock = Lock(self._cluster, self.name, self._settings, on_lost=self._on_lost, strategy=reader)
         reader.successor = lock  # (until its first acquire, the downgrade, drops it)
         return lock
@@ -113,7 +114,7 @@ class WriteLock(Lock):
         A writer lost before (or whose validity ran out) raises its :class:`LockLost` here; one not
         acquired, or released, a ``RuntimeError``."""
         if not self.held:
-            if (lost := self.loss()) is not None:
+            if (lost := loss(self._keeper)) is not None:
                 raise lost
             raise RuntimeError(f"downgrade() of read/write lock {self.name!r}, whose writer is not held")
         return self._rw._downgrade(self)

@@ -61,10 +61,6 @@ def fake_cluster(n: int = 5, **settings: Any) -> tuple[Cluster, list[FakeNode], 
     return cluster, nodes, answers
 
 
-class Front:
-    """What stands for the public lock in the held set (the Tenure's *kept*)."""
-
-
 @dataclass
 class Parts:
     cluster: Cluster
@@ -73,16 +69,16 @@ class Parts:
     strategy: Words
     tenure: Tenure
     keeper: Keeper
-    front: Front
+    front: Keeper
+    """What the held set keeps while the lock is held (the Tenure's *kept*): its keeper."""
 
 
 def parts(n: int = 5, **settings: Any) -> Parts:
     """One lock's parts, built as ``Lock`` builds them, on fake nodes."""
     cluster, nodes, answers = fake_cluster(n, **settings)
     strategy = Words(cluster, cluster.settings, ("r",), None, "r")
-    front = Front()
-    tenure = Tenure(cluster, front, strategy.keys, "r", "r", None)
-    return Parts(cluster, nodes, answers, strategy, tenure, Keeper(tenure, strategy, cluster, cluster.settings), front)
+    keeper = Keeper(strategy, cluster, cluster.settings, "r", "r", None)
+    return Parts(cluster, nodes, answers, strategy, keeper.tenure, keeper, keeper)
 
 
 def fake_lock(n: int = 5, **settings: Any) -> tuple[Lock, list[FakeNode], list[Answers]]:

@@ -67,7 +67,7 @@ async def test_an_evicted_lock_key_lets_no_second_holder_in_and_no_token_repeats
         Redlock(nodes.urls, ttl=TTL, fencing=True) as first,
         Redlock(nodes.urls, ttl=TTL, fencing=True, on_event=events.append) as second,
     ):
-        holder = first.lock("ev:lock")
+        holder = first.lock("ev:lock", ttl=30.0)  # held through every step below, however slow
         assert await holder.acquire(blocking=False)
         token = holder.fencing_token
         assert token is not None

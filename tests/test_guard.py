@@ -10,6 +10,7 @@ import pytest
 
 from redlock_async.errors import LockLost, NestedAcquire
 from redlock_async.lock import Lock
+from redlock_async.testing import lose
 from redlock_async.testing._inside import cluster_of
 
 from .fakes import virtual
@@ -22,7 +23,7 @@ def test_a_loss_while_the_body_waits_cancels_it_and_comes_out_as_lock_lost() -> 
         reached: list[str] = []
         with pytest.raises(LockLost, match="lost for a test") as raised:
             async with lock:
-                asyncio.get_running_loop().call_later(1.0, lock.on_lost_declared, "lost for a test")
+                asyncio.get_running_loop().call_later(1.0, lose, lock, "lost for a test")
                 try:
                     await asyncio.sleep(60)
                 except asyncio.CancelledError:
@@ -68,7 +69,7 @@ def test_a_body_that_swallows_the_cancel_of_a_loss_still_comes_out_as_lock_lost(
         lock, _, _ = fake_lock()
         with pytest.raises(LockLost, match="lost under a stubborn body"):
             async with lock:
-                asyncio.get_running_loop().call_later(1.0, lock.on_lost_declared, "lost under a stubborn body")
+                asyncio.get_running_loop().call_later(1.0, lose, lock, "lost under a stubborn body")
                 with contextlib.suppress(asyncio.CancelledError):  # returns normally: not under the lock throughout
                     await asyncio.sleep(60)
         assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]

@@ -175,7 +175,7 @@ async def test_late_words_of_a_release_heard_by_another_redlock_wake_no_one() ->
     first, second = Listener(0.01, scope), Listener(0.01, scope)
     channel, message = b"redlock:k", [b"message", b"redlock:k", b"digest-of-token-1"]
     for listener in (first, second):
-        await listener.enter(channel)  # no subscriber nodes yet: nothing to send
+        await listener.subscribe(channel)  # no subscriber nodes yet: nothing to send
         listener.nodes = cast(Sequence[Node], [object()] * 5)  # the words are fed by hand: only 5 counts
     oldest = asyncio.create_task(first.wait(channel, 5.0, 0))
     await asyncio.sleep(0)
@@ -191,16 +191,16 @@ async def test_late_words_of_a_release_heard_by_another_redlock_wake_no_one() ->
     assert first.wakeups + second.wakeups == 1
     for listener in (first, second):
         listener.nodes = ()
-        listener.leave(channel)
+        listener.unsubscribe(channel)
 
 
 async def test_a_wait_that_times_out_is_not_a_wake_up_and_leaves_the_queue() -> None:
     listener = Listener(0.01, ("n0",))
     channel = b"redlock:timeout"
-    await listener.enter(channel)  # no subscriber nodes: nothing to send
+    await listener.subscribe(channel)  # no subscriber nodes: nothing to send
     assert await listener.wait(channel, 0.05, 0) is False  # the fallback timer, not a release
     assert listener.wakeups == 0
-    # It keeps its place in line until it quits, and its turn was not taken: a woken waiter
+    # It keeps its place in line until it departs, and its turn was not taken: a woken waiter
     # would hold the line until done(), and the next release would wake no one.
     assert listener.waiting(channel)
     listener.nodes = cast(Sequence[Node], [object()])  # one node: each word is a majority
@@ -208,10 +208,10 @@ async def test_a_wait_that_times_out_is_not_a_wake_up_and_leaves_the_queue() -> 
     assert listener.wakeups == 1
     assert await listener.wait(channel, 5.0, 0) is True  # its turn, at once
     listener.done(channel)
-    listener.quit(channel, 0)
+    listener.depart(channel, 0)
     assert not listener.waiting(channel)
     listener.nodes = ()
-    listener.leave(channel)
+    listener.unsubscribe(channel)
 
 
 def fake_listener(name: str) -> Listener:
@@ -224,7 +224,7 @@ async def test_a_waiter_cancelled_in_the_turn_it_is_woken_passes_its_turn_on() -
     so the next waiter must be woken; before, the key's queue stayed "woken" for good."""
     listener = fake_listener("cancelled-turn")
     channel, message = b"redlock:turn", [b"message", b"redlock:turn", b"digest"]
-    await listener.enter(channel)
+    await listener.subscribe(channel)
     listener.nodes = cast(Sequence[Node], [object()])  # one node: each word is a majority
     oldest = asyncio.create_task(listener.wait(channel, 5.0, 0))
     following = asyncio.create_task(listener.wait(channel, 5.0, 1))
@@ -238,13 +238,13 @@ async def test_a_waiter_cancelled_in_the_turn_it_is_woken_passes_its_turn_on() -
     assert listener.wakeups == 2
     listener.done(channel)
     listener.nodes = ()
-    listener.leave(channel)
+    listener.unsubscribe(channel)
 
 
 async def test_waiters_whose_timers_fire_keep_their_place_in_line() -> None:
     listener = fake_listener("fifo")
     channel, message = b"redlock:fifo", [b"message", b"redlock:fifo"]
-    await listener.enter(channel)
+    await listener.subscribe(channel)
     listener.nodes = cast(Sequence[Node], [object()])
     order: list[int] = []
 
@@ -266,7 +266,7 @@ async def test_waiters_whose_timers_fire_keep_their_place_in_line() -> None:
         await asyncio.gather(*tasks)
     assert order == list(range(10))
     listener.nodes = ()
-    listener.leave(channel)
+    listener.unsubscribe(channel)
 
 
 async def test_late_release_words_leave_no_memory_behind() -> None:
@@ -274,11 +274,11 @@ async def test_late_release_words_leave_no_memory_behind() -> None:
     five = cast(Sequence[Node], [object()] * 5)  # the words are fed by hand: only the count matters
     for n in range(200):
         channel = f"redlock:name-{n}".encode()
-        await listener.enter(channel)  # no subscriber nodes while entering and leaving: nothing to send
+        await listener.subscribe(channel)  # no subscriber nodes while entering and leaving: nothing to send
         listener.nodes = five
         listener.on_message([b"message", channel, b"a"])  # a partial count, while listening
         listener.nodes = ()
-        listener.leave(channel)
+        listener.unsubscribe(channel)
         listener.nodes = five
         listener.on_message([b"message", channel, b"b"])  # a word after the waiter left
         listener.nodes = ()
@@ -386,7 +386,7 @@ async def test_taking_tells_a_newcomer_whether_the_line_takes_the_key_now() -> N
     the key may be free, a newcomer tries at once."""
     listener = fake_listener("taking")
     channel = b"redlock:taking"
-    await listener.enter(channel)
+    await listener.subscribe(channel)
     listener.nodes = cast(Sequence[Node], [object()])  # one node: each word is a majority
     assert not listener.taking(channel)
     assert await listener.wait(channel, 0.01, 0) is False  # its timer fired: between two waits
@@ -400,6 +400,6 @@ async def test_taking_tells_a_newcomer_whether_the_line_takes_the_key_now() -> N
     assert await waiting is True
     listener.done(channel)
     assert not listener.taking(channel)
-    listener.quit(channel, 0)
+    listener.depart(channel, 0)
     listener.nodes = ()
-    listener.leave(channel)
+    listener.unsubscribe(channel)

@@ -1,11 +1,11 @@
-"""The waiter line (``_line.Line``), server-free on virtual time: FIFO by ticket, one wake per release,
+"""The waiter line (``_line.ParkingLot``), server-free on virtual time: FIFO by ticket, one wake per release,
 the turn passed on by a woken waiter that never tries, and what a newcomer reads (``taking``)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from redlock_async._core._lot import Line, Waits, ticket
+from redlock_async._core._lot import ParkingLot, Waits, ticket
 
 from .fakes import virtual
 
@@ -25,7 +25,7 @@ def test_tickets_increase() -> None:
 
 def test_releases_wake_waiters_in_ticket_order_not_arrival_order() -> None:
     async def test() -> None:
-        line, waits = Line(), Waits()
+        line, waits = ParkingLot(), Waits()
         places = [ticket() for _ in range(3)]
         woken: list[int] = []
 
@@ -45,7 +45,7 @@ def test_releases_wake_waiters_in_ticket_order_not_arrival_order() -> None:
             assert line.taking
             line.done()
         assert woken == places
-        assert waits.wakeups == 0  # Line.wait counts only a turn passed on; callers count what they wake
+        assert waits.wakeups == 0  # ParkingLot.wait counts only a turn passed on; callers count what they wake
         await asyncio.gather(*tasks)
         assert not line.waiting
 
@@ -54,7 +54,7 @@ def test_releases_wake_waiters_in_ticket_order_not_arrival_order() -> None:
 
 def test_one_wake_per_release_and_a_release_heard_while_one_tries_is_kept() -> None:
     async def test() -> None:
-        line, waits = Line(), Waits()
+        line, waits = ParkingLot(), Waits()
         places = [ticket() for _ in range(3)]
         woken: list[int] = []
 
@@ -87,7 +87,7 @@ def test_one_wake_per_release_and_a_release_heard_while_one_tries_is_kept() -> N
 
 def test_a_waiter_cancelled_in_the_loop_turn_it_was_woken_passes_its_turn_on() -> None:
     async def test() -> None:
-        line, waits = Line(), Waits()
+        line, waits = ParkingLot(), Waits()
         first, second = ticket(), ticket()
         oldest = asyncio.create_task(line.wait(first, LONG, waits))
         following = asyncio.create_task(line.wait(second, LONG, waits))
@@ -100,9 +100,9 @@ def test_a_waiter_cancelled_in_the_loop_turn_it_was_woken_passes_its_turn_on() -
         assert following.result() is True
         assert waits.wakeups == 1  # the wake it passed on is counted for its owner
         assert line.taking  # the following waiter tries now
-        assert line.quit(first) is False
+        assert line.depart(first) is False
         line.done()
-        assert line.quit(second) is False
+        assert line.depart(second) is False
         assert not line.waiting
         assert not line.taking
 
@@ -111,7 +111,7 @@ def test_a_waiter_cancelled_in_the_loop_turn_it_was_woken_passes_its_turn_on() -
 
 def test_a_waiter_cancelled_while_it_waits_unwoken_wakes_no_one() -> None:
     async def test() -> None:
-        line, waits = Line(), Waits()
+        line, waits = ParkingLot(), Waits()
         first, second = ticket(), ticket()
         oldest = asyncio.create_task(line.wait(first, LONG, waits))
         following = asyncio.create_task(line.wait(second, LONG, waits))
@@ -130,7 +130,7 @@ def test_a_waiter_cancelled_while_it_waits_unwoken_wakes_no_one() -> None:
 
 def test_a_waiter_woken_between_two_waits_gets_its_turn_or_passes_it_on() -> None:
     async def test() -> None:
-        line, waits = Line(), Waits()
+        line, waits = ParkingLot(), Waits()
         first, second = ticket(), ticket()
         assert await line.wait(first, 0.01, waits) is False  # its fallback timer fired: between two waits
         assert line.waiting
@@ -144,27 +144,27 @@ def test_a_waiter_woken_between_two_waits_gets_its_turn_or_passes_it_on() -> Non
         assert line.taking
         assert await line.wait(first, LONG, waits) is True  # at once
         line.done()
-        # Once more, but it quits instead of coming back: the turn passes on.
+        # Once more, but it departs instead of coming back: the turn passes on.
         third = ticket()
         assert await line.wait(third, 0.01, waits) is False
-        assert line.quit(first) is False  # not woken: nothing to pass on
+        assert line.depart(first) is False  # not woken: nothing to pass on
         assert line.release()  # the oldest now is `second`, which awaits
         await settle()
         assert following.done()
         line.done()
-        assert line.quit(second) is False
+        assert line.depart(second) is False
         fourth = ticket()
         last = asyncio.create_task(line.wait(fourth, LONG, waits))
         await settle()
         assert line.release()  # wakes `third`, between two waits
-        assert line.quit(third) is True  # never tried: the turn passes on, to `fourth`
+        assert line.depart(third) is True  # never tried: the turn passes on, to `fourth`
         assert await last is True
         line.done()
-        line.quit(fourth)
+        line.depart(fourth)
         fifth = ticket()
         assert await line.wait(fifth, 0.01, waits) is False  # its timer fired: between two waits
         assert line.release()
-        assert line.quit(fifth) is False  # its turn passes on to no one: kept again
+        assert line.depart(fifth) is False  # its turn passes on to no one: kept again
         assert line.released
         assert not line.taking
         assert await line.wait(ticket(), LONG, waits) is True  # the kept release: at once
@@ -174,7 +174,7 @@ def test_a_waiter_woken_between_two_waits_gets_its_turn_or_passes_it_on() -> Non
 
 def test_a_timer_keeps_the_waiters_place_ahead_of_younger_ones() -> None:
     async def test() -> None:
-        line, waits = Line(), Waits()
+        line, waits = ParkingLot(), Waits()
         first, second = ticket(), ticket()
         assert await line.wait(first, 0.01, waits) is False
         younger = asyncio.create_task(line.wait(second, LONG, waits))
@@ -186,7 +186,7 @@ def test_a_timer_keeps_the_waiters_place_ahead_of_younger_ones() -> None:
         assert back.done()
         assert not younger.done()
         line.done()
-        line.quit(first)
+        line.depart(first)
         line.release()
         assert await younger
 
@@ -195,7 +195,7 @@ def test_a_timer_keeps_the_waiters_place_ahead_of_younger_ones() -> None:
 
 def test_woken_in_the_loop_turn_its_timer_fires_counts_as_woken() -> None:
     async def test() -> None:
-        line, waits = Line(), Waits()
+        line, waits = ParkingLot(), Waits()
         place = ticket()
         loop = asyncio.get_running_loop()
         waiting = asyncio.create_task(line.wait(place, 1.0, waits))
@@ -212,7 +212,7 @@ def test_the_newcomer_rule_taking_is_true_only_while_a_release_is_being_taken() 
     a woken waiter is trying): waiters that only wait for their timers must not hold it back."""
 
     async def test() -> None:
-        line, waits = Line(), Waits()
+        line, waits = ParkingLot(), Waits()
         assert not line.waiting
         assert not line.taking
         place = ticket()
@@ -224,7 +224,7 @@ def test_the_newcomer_rule_taking_is_true_only_while_a_release_is_being_taken() 
         assert line.taking  # woken, trying: a newcomer joins the line, the release is not its
         await parked
         line.done()
-        line.quit(place)
+        line.depart(place)
         assert not line.waiting
         assert not line.taking
         # A release heard by no one is kept, but is not "taking": the first waiter takes it at once.
@@ -239,7 +239,7 @@ def test_the_newcomer_rule_taking_is_true_only_while_a_release_is_being_taken() 
 
 def test_interrupt_ends_every_wait_as_not_woken_and_keeps_no_place() -> None:
     async def test() -> None:
-        line, waits, others = Line(), Waits(), Waits()
+        line, waits, others = ParkingLot(), Waits(), Waits()
         mine, theirs = ticket(), ticket()
         interrupted = asyncio.create_task(line.wait(mine, LONG, waits))
         other = asyncio.create_task(line.wait(theirs, LONG, others))

@@ -38,14 +38,14 @@ def words(made: Listener, token: bytes, count: int) -> None:
 
 
 async def waiter(made: Listener, woken: list[int], name: int, place: int) -> None:
-    await made.enter(CHANNEL)
+    await made.subscribe(CHANNEL)
     try:
         if await made.wait(CHANNEL, 5.0, place):
             woken.append(name)
             made.done(CHANNEL)
     finally:
-        made.quit(CHANNEL, place)
-        made.leave(CHANNEL)
+        made.depart(CHANNEL, place)
+        made.unsubscribe(CHANNEL)
 
 
 def test_a_waiter_is_woken_by_a_majority_of_words_not_the_first() -> None:
@@ -75,11 +75,11 @@ def test_a_kept_subscription_serves_the_next_waiter_without_a_new_one() -> None:
     # Virtual time (tests/fakes.py): the LINGER waits take no real time.
     async def test() -> None:
         made, nodes = listener()
-        assert await made.enter(CHANNEL)  # subscribed anew: look again once
-        made.leave(CHANNEL)
-        assert await made.enter(CHANNEL)  # kept: nothing sent, but words went unheeded meanwhile, so look again
+        assert await made.subscribe(CHANNEL)  # subscribed anew: look again once
+        made.unsubscribe(CHANNEL)
+        assert await made.subscribe(CHANNEL)  # kept: nothing sent, but words went unheeded meanwhile, so look again
         assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
-        made.leave(CHANNEL)
+        made.unsubscribe(CHANNEL)
         made.close()  # the Redlock closes: the kept subscription is forgotten, nothing more is sent
         await asyncio.sleep(LINGER + 0.05)
         assert all(node.sent == [(b"SUBSCRIBE", CHANNEL)] for node in nodes)
@@ -123,13 +123,13 @@ async def test_a_waiter_cancelled_in_its_wake_turn_passes_the_turn_on() -> None:
 
 async def test_a_release_heard_before_anyone_waits_lets_the_next_waiter_go_at_once() -> None:
     made, _ = listener()
-    await made.enter(CHANNEL)  # listening, between a failed attempt and its wait
+    await made.subscribe(CHANNEL)  # listening, between a failed attempt and its wait
     words(made, b"release-1", 3)
     place = ticket()
     assert await asyncio.wait_for(made.wait(CHANNEL, 5.0, place), 1.0)  # the release was not lost
     made.done(CHANNEL)
-    made.quit(CHANNEL, place)
-    made.leave(CHANNEL)
+    made.depart(CHANNEL, place)
+    made.unsubscribe(CHANNEL)
     assert made.wakeups == 0  # no waiter was queued to wake: the release was kept for the next one
 
 
@@ -140,7 +140,7 @@ async def test_a_wake_up_in_the_loop_turn_the_timer_fires_counts() -> None:
     no later release would wake anyone (CI saw the FIFO test hang on this, once in a dozen runs).
     """
     made, _ = listener()
-    await made.enter(CHANNEL)
+    await made.subscribe(CHANNEL)
     place = ticket()
     wait = asyncio.create_task(made.wait(CHANNEL, 0.01, place))
     await asyncio.sleep(0)  # the waiter waits, its 10 ms timer armed
@@ -150,16 +150,16 @@ async def test_a_wake_up_in_the_loop_turn_the_timer_fires_counts() -> None:
     assert await asyncio.wait_for(wait, 1.0) is True
     assert made.wakeups == 1
     made.done(CHANNEL)
-    made.quit(CHANNEL, place)
-    made.leave(CHANNEL)
+    made.depart(CHANNEL, place)
+    made.unsubscribe(CHANNEL)
 
 
 def test_watching_a_kept_subscription_keeps_it() -> None:
     # Virtual time (tests/fakes.py): the LINGER waits take no real time.
     async def test() -> None:
         made, nodes = listener()
-        await made.enter(CHANNEL)
-        made.leave(CHANNEL)  # kept for LINGER...
+        await made.subscribe(CHANNEL)
+        made.unsubscribe(CHANNEL)  # kept for LINGER...
         seen: list[int] = []
         made.watch(CHANNEL, lambda: seen.append(1))  # ...and now watched: it must not be dropped
         await asyncio.sleep(LINGER + 0.05)

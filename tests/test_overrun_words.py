@@ -34,4 +34,4 @@ async def test_a_refused_release_after_an_overrun_is_not_called_unreachable(node
         assert "unreachable" not in words, words  # before: "nodes unreachable"
         assert "did not answer" not in words, words
         assert "could not run the release" in words, words
-        assert sum("NOPERM" in outcome.detail for outcome in caught.value.outcomes) >= 2, caught.value.outcomes
+        assert sum("NOPERM" in outcome.detail for outcome in caught.value.outcomes) >= 1, caught.value.outcomes

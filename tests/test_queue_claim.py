@@ -80,7 +80,7 @@ def test_queue_keys_follow_the_lock_key() -> None:
 
 async def test_a_majority_of_immediate_grants_holds_for_redlocks_validity(clock: Clock) -> None:
     claim, nodes = make_claim()
-    claim.enter()
+    claim.join()
     assert all(QUEUE_ENTER.sha in node.waiting[0].args for node in nodes)
     assert claim.pending == 5
     clock.t += 0.002
@@ -94,7 +94,7 @@ async def test_a_majority_of_immediate_grants_holds_for_redlocks_validity(clock:
 
 async def test_a_grant_word_counts_from_our_entrys_reply_by_the_nodes_clock(clock: Clock) -> None:
     claim, nodes = make_claim()
-    claim.enter()  # sent at 100.0
+    claim.join()  # sent at 100.0
     clock.t = 100.001
     for node in nodes:
         node.answer(reply(False, 5_000_000))  # queued, at node time 5 s
@@ -110,7 +110,7 @@ async def test_a_grant_word_counts_from_our_entrys_reply_by_the_nodes_clock(cloc
 
 async def test_a_word_older_than_the_latest_reply_is_stale(clock: Clock) -> None:
     claim, nodes = make_claim(1)
-    claim.enter()
+    claim.join()
     nodes[0].answer(reply(False, 5_000_000))
     claim.heard(0, 4_999_999)  # a grant from before our entry ran there, and the reply said "not ours"
     assert claim.ends[0] == -math.inf
@@ -120,15 +120,15 @@ async def test_a_word_older_than_the_latest_reply_is_stale(clock: Clock) -> None
 
 async def test_a_word_heard_while_our_script_is_out_waits_for_its_reply(clock: Clock) -> None:
     claim, nodes = make_claim(1)
-    claim.enter()
+    claim.join()
     nodes[0].answer(reply(False, 5_000_000))
     clock.t += 1.0  # (a word's node time never runs ahead of our clock: a later one is not counted)
-    claim.enter()  # entered again (the retry delay): on the wire
+    claim.join()  # entered again (the retry delay): on the wire
     claim.heard(0, 5_500_000)  # a grant: did it come before our second entry ran, or after?
     assert claim.ends[0] == -math.inf  # not counted while we cannot tell
     nodes[0].answer(reply(False, 6_000_000))  # the entry ran later, and found the key not ours: that grant ended
     assert claim.ends[0] == -math.inf
-    claim.enter()
+    claim.join()
     clock.t += 1.0
     claim.heard(0, 6_500_000)
     nodes[0].answer(reply(False, 6_200_000))  # ran before the grant: the stashed word counts now
@@ -137,7 +137,7 @@ async def test_a_word_heard_while_our_script_is_out_waits_for_its_reply(clock: C
 
 async def test_a_given_back_grant_is_not_brought_back_by_its_late_word(clock: Clock) -> None:
     claim, nodes = make_claim(1)
-    claim.enter()
+    claim.join()
     nodes[0].answer(reply(False, 5_000_000))
     clock.t += 0.2
     claim.heard(0, 5_100_000)
@@ -154,13 +154,13 @@ async def test_a_given_back_grant_is_not_brought_back_by_its_late_word(clock: Cl
 
 async def test_after_a_failed_request_no_word_of_that_node_counts_until_a_reply(clock: Clock) -> None:
     claim, nodes = make_claim(1)
-    claim.enter()
+    claim.join()
     nodes[0].answer(reply(False, 5_000_000))
     claim.give_back([0])
     nodes[0].answer(Failure(Vote.ERROR, "connection lost"))  # did the give-back run? unknown
     claim.heard(0, 9_000_000)
     assert claim.ends[0] == -math.inf
-    claim.enter()
+    claim.join()
     nodes[0].answer(reply(True, 9_100_000, pttl=9_000))  # the node says where things stand: ours
     assert claim.ends[0] > -math.inf
 
@@ -168,7 +168,7 @@ async def test_after_a_failed_request_no_word_of_that_node_counts_until_a_reply(
 async def test_a_node_sitting_out_counts_for_nothing(clock: Clock) -> None:
     claim, nodes = make_claim()
     nodes[1].quarantined_until = clock.t + 30  # restarted: sits out
-    claim.enter()
+    claim.join()
     for i in range(3):
         nodes[i].answer(reply(True, 1_000_000, pttl=10_000))
     assert claim.held(clock.t) == [0, 2]
@@ -181,7 +181,7 @@ async def test_a_node_sitting_out_until_its_recheck_wakes_the_waiter_once_it_cou
     claim, nodes = make_claim()
     nodes[1].quarantined_until = clock.t + 30
     nodes[1].vouching = []
-    claim.enter()
+    claim.join()
     for i in range(3):
         nodes[i].answer(reply(True, 1_000_000, pttl=10_000))
     assert claim.held(clock.t) == [0, 2]
@@ -200,7 +200,7 @@ async def test_a_node_sitting_out_until_its_recheck_wakes_the_waiter_once_it_cou
 
 async def test_a_lease_past_its_end_is_not_held(clock: Clock) -> None:
     claim, nodes = make_claim()
-    claim.enter()
+    claim.join()
     for i in range(3):
         nodes[i].answer(reply(True, 1_000_000, pttl=1_000))
     assert len(claim.held(clock.t)) == 3
@@ -210,20 +210,20 @@ async def test_a_lease_past_its_end_is_not_held(clock: Clock) -> None:
 
 async def test_leave_forgets_every_grant_and_goes_to_every_node(clock: Clock) -> None:
     claim, nodes = make_claim()
-    claim.enter()
+    claim.join()
     for node in nodes:
         node.answer(reply(True, 1_000_000, pttl=10_000))
-    claim.leave()
+    claim.quit()
     assert claim.held(clock.t) == []
     assert all(QUEUE_LEAVE.sha in node.waiting[0].args for node in nodes)
 
 
 async def test_a_reply_older_than_a_give_back_on_the_wire_does_not_count(clock: Clock) -> None:
     claim, nodes = make_claim(1)
-    claim.enter()
+    claim.join()
     nodes[0].answer(reply(False, 5_000_000))
     claim.heard(0, 5_100_000)
-    claim.enter()  # a renewal, on the wire...
+    claim.join()  # a renewal, on the wire...
     claim.give_back([0])  # ...and right behind it, the give-back of the node's grant
     nodes[0].answer(reply(True, 5_200_000, pttl=9_000))  # the renewal ran first: "ours" (no longer true)
     assert claim.ends[0] == -math.inf  # not counted: the give-back behind it has the last word
@@ -233,9 +233,9 @@ async def test_a_reply_older_than_a_give_back_on_the_wire_does_not_count(clock: 
 
 async def test_nothing_counts_once_the_claim_left(clock: Clock) -> None:
     claim, nodes = make_claim(1)
-    claim.enter()
+    claim.join()
     nodes[0].answer(reply(False, 5_000_000))
-    claim.leave()
+    claim.quit()
     nodes[0].answer([1, b"0", 0])  # leaving with no one in line: the node read no clock
     claim.heard(0, 5_100_000)  # a late word of a grant our leave handed on
     assert claim.ends[0] == -math.inf
@@ -261,7 +261,7 @@ async def test_a_fenced_claim_chooses_one_more_than_the_largest_counter_read_whi
     without one does not count; a give-back forgets the node's counter with its holding."""
     claim, nodes = make_fenced_claim()
     assert claim.keys[3] == b"redlock-fence:r"  # every script of the claim carries the counter's key
-    claim.enter()
+    claim.join()
     nodes[0].answer(fenced_reply(True, 1_000_000, 41))
     for i in (1, 2, 3, 4):
         nodes[i].answer(fenced_reply(False, 1_000_000, 0))
@@ -280,7 +280,7 @@ async def test_a_fenced_claim_chooses_one_more_than_the_largest_counter_read_whi
 
 async def test_fence_ttl_floors_a_counter_at_the_nodes_clock(clock: Clock) -> None:
     claim, nodes = make_fenced_claim(3, fence_ttl=300)
-    claim.enter()
+    claim.join()
     nodes[0].answer(fenced_reply(True, 1_700_000_000_000_000, 5))
     nodes[1].answer(fenced_reply(False, 1_700_000_000_000_000, 0))
     nodes[2].answer(fenced_reply(False, 1_700_000_000_000_000, 0))
@@ -295,7 +295,7 @@ async def test_the_fence_round_counts_at_a_majority_not_waiting_for_a_dead_node(
     """Three of five nodes raised the counter to our token (the other two never answer): the wait for the
     fence round ends at once, as a Ballot decides at a majority; a node that said "not ours" is dropped."""
     claim, nodes = make_fenced_claim()
-    claim.enter()
+    claim.join()
     for node in nodes:
         node.answer(fenced_reply(True, 1_000_000, 10))
     chosen = claim.fence([0, 1, 2, 3, 4])

@@ -40,7 +40,7 @@ def slot_reply(slot: int | None, node_us: int = 1_000_000) -> list[Any]:
 def test_a_permit_counts_on_the_nodes_of_the_slot_most_of_them_hold() -> None:
     async def scenario() -> None:
         claim, nodes = permit_claim()
-        claim.enter()
+        claim.join()
         assert all(PERMIT_ENTER.sha in node.waiting[0].args for node in nodes)
         for node, slot in zip(nodes, (2, 0, 2, 2, None), strict=True):
             node.answer(slot_reply(slot))
@@ -63,7 +63,7 @@ def test_a_split_permit_keeps_the_likeliest_slot_and_waits_for_it_everywhere() -
 
     async def scenario() -> None:
         claim, nodes = permit_claim()
-        claim.enter()
+        claim.join()
         for node, slot in zip(nodes, (1, 1, 0, None, None), strict=True):
             node.answer(slot_reply(slot))
         start = _clock.now()
@@ -82,7 +82,7 @@ def test_a_split_permit_keeps_the_likeliest_slot_and_waits_for_it_everywhere() -
 def test_a_permit_word_counts_only_with_its_slot() -> None:
     async def scenario() -> None:
         claim, nodes = permit_claim(1)
-        claim.enter()
+        claim.join()
         nodes[0].answer(slot_reply(None))
         claim.heard(0, 1_100_000)  # no slot named (a word we cannot place): not counted
         assert claim.ends[0] == -math.inf
@@ -96,12 +96,12 @@ def test_a_permit_word_counts_only_with_its_slot() -> None:
 def test_a_slot_held_under_another_limit_is_a_refusal() -> None:
     async def scenario() -> None:
         claim, nodes = permit_claim(3)
-        claim.enter()
+        claim.join()
         nodes[0].answer([-5, b"1000000", 0, 0])  # PERMIT_ENTER: a slot is held under limit 5
         nodes[1].answer(slot_reply(None))
         assert isinstance(claim.line, PermitLine)
         assert claim.line.refusals == [5, 0, 0]
-        claim.leave()
+        claim.quit()
         assert PERMIT_LEAVE.sha in nodes[0].waiting[-1].args
 
     virtual(scenario)
@@ -120,7 +120,7 @@ def test_a_read_write_claim_enters_the_names_line_with_its_side() -> None:
         for kind in (READER, WRITER):
             claim, nodes = rw_claim(kind, fencing=False)
             assert claim.keys == RwLine(b"redlock:rw", rw_keys(b"redlock:rw"), None, kind).keys
-            claim.enter()
+            claim.join()
             assert all(RW_ENTER.sha in node.waiting[0].args and node.waiting[0].args[-1] == kind for node in nodes)
             assert (claim.fenced, claim.reads) == (False, False)
 
@@ -133,7 +133,7 @@ def test_fencing_roles_a_writer_raises_the_counter_a_reader_reads_it() -> None:
         assert (writer.fenced, writer.reads) == (True, False)
         reader, nodes = rw_claim(READER, fencing=True)
         assert (reader.fenced, reader.reads) == (False, True)
-        reader.enter()
+        reader.join()
         for node, counter in zip(nodes, (7, 9, 4), strict=True):
             node.answer([1, b"1000000", 9_000, str(counter).encode()])
         won = await _queue_wait.claimed([reader], _clock.now() + 1.0, 0.1, 0.1, until_answered=True)
@@ -155,11 +155,11 @@ def test_every_line_leaves_without_a_clock_reading_and_enters_with_one() -> None
             nodes = fake_nodes(3)
             guard = ClockGuard(as_nodes(nodes), 0.01, lambda: 1.0, lambda *_: None)
             claim = make(nodes, guard)
-            claim.enter()
+            claim.join()
             assert [request.args[0] for request in nodes[0].waiting] == [b"TIME", b"EVALSHA"]
             claim.give_back([0])
             assert [request.args[0] for request in nodes[0].waiting[2:]] == [b"TIME", b"EVALSHA"]
-            claim.leave()
+            claim.quit()
             assert leave.sha in nodes[0].waiting[-1].args
             assert nodes[0].waiting[-2].args[0] != b"TIME"
 

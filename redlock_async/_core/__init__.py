@@ -37,7 +37,7 @@ from redlock_async._core._algorithm import (
 )
 from redlock_async._core._cleanup import complete
 from redlock_async._core._deprecated import keyword_timeout, renamed
-from redlock_async._core._lot import Line, Waits
+from redlock_async._core._lot import ParkingLot, Waits
 from redlock_async._core._names import (
     Name,
     canonical_names,
@@ -68,10 +68,10 @@ __all__ = [
     "Held",
     "Hold",
     "LeaseOptions",
-    "Line",
     "LockOptions",
     "Marker",
     "Name",
+    "ParkingLot",
     "Reentries",
     "Settings",
     "Verdict",

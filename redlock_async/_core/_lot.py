@@ -1,11 +1,11 @@
-"""The line of a process's waiters for one key: FIFO by ticket, one woken at a time (as trio's ``ParkingLot``).
+"""The parking lot of a process's waiters for one key: FIFO by ticket, one woken at a time (as trio's ``ParkingLot``).
 
-A :class:`Line` knows nothing of channels, nodes or Redis: whoever hears a
-release calls :meth:`Line.release`, and the oldest waiter is woken, unless a
+A :class:`ParkingLot` knows nothing of channels, nodes or Redis: whoever hears a
+release calls :meth:`ParkingLot.release`, and the oldest waiter is woken, unless a
 woken waiter is still trying (then the release is kept for the next one, as
-:attr:`Line.missed`). A waiter keeps its place (its ticket) across waits: one
+:attr:`ParkingLot.missed`). A waiter keeps its place (its ticket) across waits: one
 whose fallback timer fired comes back to its place, not to the tail. A woken
-waiter that never tries (it quits, or is cancelled in the loop turn it was
+waiter that never tries (it departs, or is cancelled in the loop turn it was
 woken) passes the turn on, or the line would stay "woken" for good.
 
 The methods that may wake a waiter return True when they did, so that whoever
@@ -43,14 +43,14 @@ class Waits:
                 fut.set_result(None)
 
 
-class Line:
+class ParkingLot:
     """The waiters of one key in this process, oldest ticket first; at most one woken and trying."""
 
     __slots__ = ("missed", "released", "turn", "waiters", "woken")
 
     def __init__(self) -> None:
         # ticket -> the future its waiter awaits, or None between two waits (its fallback timer fired:
-        # it tries, then waits again). A waiter keeps its place until it quits.
+        # it tries, then waits again). A waiter keeps its place until it departs.
         self.waiters: dict[int, asyncio.Future[None] | None] = {}
         self.woken = False  # a waiter was woken and is trying; the others wait their turn
         self.turn: int | None = None  # the ticket woken between two of its waits: its next wait returns at once
@@ -105,7 +105,7 @@ class Line:
         except TimeoutError:
             if fut.done() and not fut.cancelled():
                 return True  # woken in the loop turn the timer fired: the wake-up counts (wake() took us off)
-            # The fallback: no word came. Keep our place in line until we quit.
+            # The fallback: no word came. Keep our place in line until we depart.
             if self.turn == place:
                 self.turn = None  # woken in the same loop turn as the timer: our turn
                 return True
@@ -125,7 +125,7 @@ class Line:
             waits.parked.discard(fut)
         return True  # woken: wake() took us off the line
 
-    def quit(self, place: int) -> bool:
+    def depart(self, place: int) -> bool:
         """The waiter with ticket *place* leaves the line (acquired, gave up, cancelled).
 
         If it was woken between two waits and never tried, the turn passes on: True when that woke one.

@@ -10,7 +10,7 @@ counted. Nodes that cannot evict send nothing more (their sending methods are th
 A node that evicted keys is treated as a restarted one: it counts toward no quorum for a quarantine
 period (the longest lease plus drift: every lease that could have lost its key there has ended by then),
 through the clock guard's hold (``Node.clock_held_until``, which the restart quarantine keeps), and every
-lock that counted it drops it (``Lock.on_node_lost``: lost when too few holders remain). A node met for
+lock that counted it drops it (``Keeper.node_lost``: lost when too few holders remain). A node met for
 the first time with ``evicted_keys`` above 0 sits out a period too: when those evictions were, no one can
 say. Fencing counters on a cluster with such a node are read with a floor (the node's time in
 microseconds, as ``fence_ttl``'s expiring counters are), so a token never repeats after a counter was

@@ -41,7 +41,7 @@ class Guarded(Protocol):
     async def release(self) -> None: ...
 
 
-async def enter(lock: Guarded, keeper: Keeper) -> None:
+async def aenter(lock: Guarded, keeper: Keeper) -> None:
     """``__aenter__``: acquire (or LockNotAcquired), bind the lock to this task, and start watching."""
     tenure, cluster, settings = keeper.tenure, keeper.cluster, keeper.settings
     if not await lock.acquire():
@@ -62,7 +62,7 @@ async def enter(lock: Guarded, keeper: Keeper) -> None:
         cluster.watchdog.schedule(lease, keeper.next_due())
 
 
-async def leave(lock: Guarded, keeper: Keeper, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
+async def aexit(lock: Guarded, keeper: Keeper, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
     """``__aexit__``: release, or raise LockLost when the lease was lost while the body ran."""
     tenure, cluster = keeper.tenure, keeper.cluster
     # Before any await: from here on the watchdog cannot cancel us.
@@ -85,13 +85,16 @@ async def leave(lock: Guarded, keeper: Keeper, exc_type: type[BaseException] | N
         # Our clock says the validity ran out while the body ran (a blocked loop,
         # or many holders exiting at once): the nodes decide whether it was lost.
         overran = host is not None and tenure.phase is _HELD and _clock.now() >= tenure.lease.expires
-        cleanup = _cleanup(lock, keeper, exc, overran, watched=host is not None)
         if overran or exc_type is asyncio.CancelledError:
             # Deciding a loss, or leaving a cancelled scope (anyio cancels again at every await):
             # the confirmation, the state and the lost event must not be cut short.
-            await complete(cleanup)
+            await complete(_cleanup(lock, keeper, exc, overran, watched=host is not None))
         else:
-            await cleanup
+            try:  # _cleanup, inlined (one coroutine less per exit)
+                await _exit(lock, keeper, exc, overran, watched=host is not None)
+            finally:
+                if host is not None:
+                    await cluster.watchdog.forget(tenure.lease)
     finally:
         if tenure.bound is not None:  # the lease ended in there (that unbinds it); this is for a failed exit
             cluster.unbind(tenure.keys, tenure.bound)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeAlias
 
 from redlock_async._core import Settings
@@ -59,15 +59,32 @@ Handover: TypeAlias = "tuple[Lease, asyncio.Future[bool | None], Successor]"
 class Keeper:
     """The held side of one lock: extension, loss, release, and the watchdog's hooks."""
 
-    __slots__ = ("cluster", "handover", "settings", "strategy", "tenure")
+    __slots__ = ("__weakref__", "cluster", "handover", "name", "settings", "strategy", "tenure")
 
-    def __init__(self, tenure: Tenure, strategy: Strategy, cluster: Cluster, settings: Settings) -> None:
-        self.tenure = tenure
+    def __init__(
+        self,
+        strategy: Strategy,
+        cluster: Cluster,
+        settings: Settings,
+        name: object,
+        label: str,
+        on_lost: Callable[[LockLost], object] | None,
+    ) -> None:
+        self.name = name
+        """The lock's name (or names), for messages."""
+        self.tenure = Tenure(cluster, self, strategy.keys, name, label, on_lost)
+        """The lock's life; this keeper is what its Redlock keeps (and tells things) while it is held."""
         self.strategy = strategy
         self.cluster = cluster
         self.settings = settings
         self.handover: Handover | None = None
         """The lease being (or last) handed over to another lock in one step on the nodes (a downgrade)."""
+
+    @property
+    def held(self) -> bool:
+        """Held now, validity left (``Lock.held``)."""
+        tenure = self.tenure
+        return tenure.phase is _HELD and _clock.now() < tenure.lease.expires
 
     def _gone(self) -> LockLost:
         tenure = self.tenure
@@ -272,9 +289,10 @@ class Keeper:
             tenure.cancelled_host = True
             host.cancel(msg=f"redlock: {why}")
 
-    # -- what the Redlock tells a held lock -------------------------------------------------
+    # -- what the Redlock tells a held lock (Cluster.held keeps keepers) ------------------------
 
     def watchdog_failed(self, exc: BaseException) -> None:
+        """The watchdog stopped on an internal error: a watched lease can no longer be kept."""
         tenure = self.tenure
         if tenure.phase is not _HELD or not tenure.watched:
             return
@@ -285,6 +303,7 @@ class Keeper:
         )
 
     def redlock_closed(self, why: str) -> None:
+        """The Redlock closes while the lock is held: release it, and tell its holder it is lost."""
         tenure = self.tenure
         if tenure.phase is not _HELD or tenure.lease.token is None:
             return
@@ -294,6 +313,10 @@ class Keeper:
             self.mark_lost(why, ())
 
     def node_lost(self, node: int, why: str) -> None:
+        """Node *node*'s clock jumped ahead, so the key may be gone there: it no longer counts as a holder.
+        When fewer than a majority of confirmed holders remain, the lock is lost at once; inside ``async
+        with``, if nodes whose answer came after the grant (not counted, yes or no) could make up the
+        majority, the watchdog extends it at once instead, and that round decides."""
         tenure = self.tenure
         lease = tenure.lease
         if tenure.phase is not _HELD or lease.token is None:
@@ -358,11 +381,10 @@ class Keeper:
                 node.uncork()
         else:
             strategy.send_release(lease, token, lease.skip, into=ballot)
-        failure: ReleaseFailed | None = None
+        failure: ReleaseFailed | None = None  # else a node refusing the script (ACL) keeps every key a ttl
         try:
             await ballot.start().wait()
             tenure.votes, tenure.details = ballot.votes, ballot.details
-            # Silent otherwise: a node that refuses the script (ACL, renamed EVALSHA) keeps every key until it expires.
             if _ERROR in ballot.votes and any(ballot.votes[i] is _ERROR for i in holders):
                 # (A failure needs more errors than nodes outside a majority, so a holder's among them.)
                 failure = await release_failure(self, ballot, lease.skip, lease.ttl_ms)
@@ -372,8 +394,7 @@ class Keeper:
                 else:
                     log.warning("redlock %s", failure)
         except asyncio.CancelledError:
-            # The release went out and the lock is no longer held: say so, as for a release waited for (also
-            # when cut short while its failure was judged, the other nodes' answers awaited).
+            # Gone out, no longer held: said as when waited for (also if cut short while its failure was judged).
             tenure.votes, tenure.details = ballot.votes, ballot.details  # so far: the rest pending
             if heard(cluster, _RELEASED):
                 now = _clock.now()
@@ -423,6 +444,19 @@ async def release_failure(keeper: Keeper, ballot: Ballot, skip: Sequence[int], t
 
 
 # -- a hand-over (a read/write lock's downgrade): told by the lock, kept by its keeper -------------------------
+
+
+def loss(keeper: Keeper) -> LockLost | None:
+    """Why a lock that is not held (a read/write lock's writer asked to downgrade) was, when it was held: its
+    LockLost (lost), or one saying its validity ran out (not yet declared lost); None when it was not
+    acquired or was released."""
+    tenure = keeper.tenure
+    if tenure.phase is _LOST:
+        return keeper._gone()
+    if tenure.phase is _HELD and not keeper.held:
+        why = f"lock {tenure.name!r}: its validity ran out (not extended in time)"
+        return LockLost(why, name=tenure.label, outcomes=keeper.outcomes())
+    return None
 
 
 def hand_over(keeper: Keeper, successor: Successor) -> None:

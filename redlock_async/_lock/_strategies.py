@@ -157,8 +157,8 @@ class Words:
                         # one's release instead, keeping our ticket (our place in its line).
                         if woken:
                             listener.done(channel)
-                        listener.quit(channel, place)
-                        listener.leave(channel)
+                        listener.depart(channel, place)
+                        listener.unsubscribe(channel)
                         listening = woken = False
                     if not listening:
                         listening = True
@@ -166,7 +166,7 @@ class Words:
                         # and a new subscription would otherwise go unheard. An existing
                         # subscription already heard it, and woke the oldest waiter.
                         channel = self.blocked  # lock_many: the key its last attempt found held
-                        if await listener.enter(channel) and not in_line and await self.attempt(tenure):
+                        if await listener.subscribe(channel) and not in_line and await self.attempt(tenure):
                             return True
                     # Woken by a release (our turn among this process's waiters), or after
                     # the jittered delay if no word came: notifications can be lost. A release
@@ -190,8 +190,8 @@ class Words:
             if listening and listener is not None:
                 if woken:
                     listener.done(channel)  # the next release wakes the next waiter
-                listener.quit(channel, place)
-                listener.leave(channel)
+                listener.depart(channel, place)
+                listener.unsubscribe(channel)
 
     async def attempt(self, tenure: Tenure, sent: _requests.Sent | None = None) -> bool:
         """One round on all nodes (*sent* already, by a releaser handing the lock over); True when a
@@ -314,14 +314,14 @@ class Queued(Words):
             # published before it went unheard, so we enter again at once.
             for key in self.channels:
                 subscribed.append(key)
-                await listener.enter(key)
+                await listener.subscribe(key)
             # A name held while another is not is given back after about a retry delay (lock_many).
             grace = _queue.patience(nodes, settings.node_timeout)
             hold_back = max(grace, settings.retry_delay)
             while True:
                 cluster.check_open()  # a background task failed (the subscribers'?): say so now
                 tenure.attempts += 1
-                _queue_wait.enter(claims)
+                _queue_wait.join(claims)
                 # One try: until a majority holds every key for us, or every node answered (or timed out).
                 grace = _queue.patience(nodes, settings.node_timeout)
                 won = await _queue_wait.claimed(claims, _clock.now() + grace, grace, hold_back, until_answered=True)
@@ -343,7 +343,7 @@ class Queued(Words):
                 if _clock.now() >= give_up:
                     done = True
                     tenure.votes, tenure.details = _queue_wait.votes(claims, _clock.now(), grace)  # before leave()
-                    _queue_wait.leave(claims)  # out of every line, and whatever a node granted us goes on
+                    _queue_wait.quit(claims)  # out of every line, and whatever a node granted us goes on
                     await _queue_wait.settled(claims, _queue.patience(nodes, settings.node_timeout))
                     return False
         finally:
@@ -352,9 +352,9 @@ class Queued(Words):
             for claim in claims:
                 listener.grants.unexpect(claim.keys[0], claim)
             if not done:
-                _queue_wait.leave(claims)  # cancelled, or failed: queued now, before the exception goes on
+                _queue_wait.quit(claims)  # cancelled, or failed: queued now, before the exception goes on
             for key in subscribed:
-                listener.leave(key)
+                listener.unsubscribe(key)
 
     def new_token(self) -> bytes:
         """The token of one acquire's claims (the same in every line it enters)."""

@@ -133,13 +133,13 @@ class LockLine(KeyLine):
         self.keys = queue_keys(key, fence_key)
         self.fenced = fence_key is not None
 
-    def enter(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
+    def join(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
         return QUEUE_ENTER, (token, ttl_ms, score, life_ms)
 
     def stay(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
         return QUEUE_STAY, (token, score, life_ms, ttl_ms)
 
-    def leave(self, token: bytes) -> Packed:
+    def quit(self, token: bytes) -> Packed:
         return QUEUE_LEAVE, (token,)
 
 
@@ -239,9 +239,9 @@ class Claim:
 
     # -- sending ------------------------------------------------------------------
 
-    def enter(self) -> None:
+    def join(self) -> None:
         """Join (or stay in) every node's line; a node whose key is free grants it to its first waiter."""
-        self._send(range(len(self.nodes)), *self.line.enter(*self._entry))
+        self._send(range(len(self.nodes)), *self.line.join(*self._entry))
 
     def give_back(self, nodes: Sequence[int]) -> None:
         """Give back what *nodes* granted us, and stay in their lines (a split: no majority came)."""
@@ -258,13 +258,13 @@ class Claim:
         if back:
             self.give_back(back)
 
-    def leave(self) -> None:
+    def quit(self) -> None:
         """Leave every node's line; a key granted to us goes to the next waiter (synchronous: survives
         cancellation). Nothing of ours stays on the nodes once these ran, and nothing counts any more."""
         self.left = True
         self.ends = [-math.inf] * len(self.nodes)
         self.fencing.forget()
-        self._send(range(len(self.nodes)), *self.line.leave(self.token), timed=False)
+        self._send(range(len(self.nodes)), *self.line.quit(self.token), timed=False)
 
     def fence(self, held: Sequence[int]) -> int:
         """Choose the fencing token (one more than the largest counter read on *held*, a majority that

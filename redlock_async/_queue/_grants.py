@@ -66,9 +66,9 @@ class Grants:
         for claim in list(self._by_word.values()):
             claim.poke()
 
-    def leave_all(self) -> None:
+    def quit_all(self) -> None:
         """The Redlock closes: every claim leaves the nodes' lines (queued before the connections close; a
         key granted meanwhile goes on) and is poked, so its waiter looks at its Redlock now."""
         for claim in list(self._by_word.values()):
-            claim.leave()
+            claim.quit()
             claim.poke()

@@ -35,13 +35,13 @@ class Line(Protocol):
     def reads(self) -> bool:
         """With ``settings.fencing``: the counters are read (the last writer's token), none raised."""
 
-    def enter(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
+    def join(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
         """Join (or stay in) the line; a node whose key is free grants it to its first waiter."""
 
     def stay(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
         """Give back what a node granted us and stay in its line (a split)."""
 
-    def leave(self, token: bytes) -> Packed:
+    def quit(self, token: bytes) -> Packed:
         """Leave the line, handing on what a node granted us (it cannot grant: sent without a clock reading)."""
 
     def replied(self, i: int, code: object) -> None:

@@ -62,7 +62,7 @@ class PermitLine:
     def keys(self) -> tuple[bytes, ...]:
         return self.spec.keys
 
-    def enter(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
+    def join(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
         spec = self.spec
         return PERMIT_ENTER, (token, ttl_ms, score, life_ms, spec.limit, spec.prefix, self.want)
 
@@ -70,7 +70,7 @@ class PermitLine:
         spec = self.spec
         return PERMIT_STAY, (token, score, life_ms, ttl_ms, spec.limit, spec.prefix, self.want)
 
-    def leave(self, token: bytes) -> Packed:
+    def quit(self, token: bytes) -> Packed:
         return PERMIT_LEAVE, (token, self.spec.prefix)
 
     def replied(self, i: int, code: object) -> None:

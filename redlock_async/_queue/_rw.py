@@ -58,11 +58,11 @@ class RwLine(KeyLine):
         """Not fenced (a reader): its token is the last writer's, the largest counter its majority read."""
         return not self.fenced
 
-    def enter(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
+    def join(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
         return RW_ENTER, (token, ttl_ms, score, life_ms, self.prefix, self.kind)
 
     def stay(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
         return RW_QUEUE_STAY, (token, score, life_ms, ttl_ms, self.prefix, self.kind)
 
-    def leave(self, token: bytes) -> Packed:
+    def quit(self, token: bytes) -> Packed:
         return RW_QUEUE_LEAVE, (token, self.prefix, self.kind)

@@ -63,17 +63,17 @@ def until(claims: Sequence[Claim], holders: Sequence[int]) -> float:
     return _algorithm.majority_until(ends, len(claims[0].nodes))
 
 
-def enter(claims: Sequence[Claim]) -> None:
+def join(claims: Sequence[Claim]) -> None:
     """Join (or stay in) every name's line on every node (a try)."""
     for claim in claims:
         claim.poked = False
-        claim.enter()
+        claim.join()
 
 
-def leave(claims: Sequence[Claim]) -> None:
+def quit(claims: Sequence[Claim]) -> None:
     """Leave every line (synchronous: survives cancellation); whatever a node granted us goes on."""
     for claim in claims:
-        claim.leave()
+        claim.quit()
 
 
 def votes(claims: Sequence[Claim], now: float, waited: float) -> tuple[list[_algorithm.Vote], list[str]]:

@@ -169,7 +169,7 @@ def send_queue_leave(
     """Queue the release of a reader or writer of the grant queue (RW_QUEUE_LEAVE) on every node but *skip*
     (synchronous: survives cancellation): what *token* holds goes, and the head of the line is granted
     what the rule allows. Replies as RELEASE's (1: it held there)."""
-    script, args = line.leave(token)
+    script, args = line.quit(token)
     keys = line.keys
     packed = pack_script(script, keys, args)
     receiver: Receiver = IGNORED if into is None else into

@@ -22,16 +22,14 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from typing import Protocol
 
 from redlock_async._core import Name, Settings, default_owner, resource_key
 from redlock_async._core import algorithm as _algorithm
-from redlock_async._lock import Successor, Words
+from redlock_async._lock import Keeper, Successor, Words, hand_over, handed_over, loss
 from redlock_async._rounds import Ballot, Lease, Tenure
 from redlock_async._rounds import requests as _requests
 from redlock_async._rw import _requests as _rw_requests
 from redlock_async._shared import Cluster
-from redlock_async.errors import LockLost
 
 BOUND = b"\x00task"
 """After the writer key: the key a task holding the read or the write lock is bound to (never on a node)."""
@@ -39,22 +37,6 @@ BOUND = b"\x00task"
 
 def bound_key(writer_key: bytes) -> bytes:
     return writer_key + BOUND
-
-
-class Downgrading(Protocol):
-    """The writer a downgrade starts from (a held ``Lock`` of the writer's strategy)."""
-
-    @property
-    def held(self) -> bool: ...
-
-    @property
-    def token(self) -> str | None: ...
-
-    def on_handing_over(self, successor: Successor) -> None: ...
-
-    def on_handed_over(self, done: bool | None, why: str = "") -> LockLost | None: ...
-
-    def loss(self) -> LockLost | None: ...
 
 
 class _Side(Words):
@@ -91,12 +73,12 @@ class Reader(_Side):
         name: Name,
         owner: bytes | None,
         key: bytes,
-        downgrading: Downgrading | None = None,
+        downgrading: Keeper | None = None,
     ) -> None:
         super().__init__(cluster, settings, name, owner, key)
         self.fence_keys = ()  # a reader raises no counter: its extension is a plain key's
         self.downgrading = downgrading
-        """For a downgrade: the held writer; this reader's first acquire is then the downgrade."""
+        """For a downgrade: the held writer's keeper; this reader's first acquire is then the downgrade."""
         self.successor: Successor | None = None
         """For a downgrade: the reader's front, which an extension of the writer's lease in flight extends."""
         # The writer's task holds the name (bound inside `async with`): its downgrade is no nested acquire.
@@ -117,21 +99,21 @@ class Reader(_Side):
             )
         writer, self.downgrading, self.permits = self.downgrading, None, 1  # the first acquire only
         successor, self.successor = self.successor, None
-        token = writer.token
+        token = writer.tenure.lease.token
         if token is None or not writer.held or successor is None:
-            if (lost := writer.loss()) is not None:
+            if (lost := loss(writer)) is not None:
                 raise lost  # lost (or its validity ran out) since downgrade() was called
             raise RuntimeError(f"downgrade of read/write lock {self.name!r}: its writer is no longer held")
         # From here the writer's key gives way to the reader's on each node: an extension of the writer that
         # lands after that (the watchdog's, or an extend() in flight) is refused there, which is no loss. The
         # downgrade's own votes decide whether the writer held to the end.
-        writer.on_handing_over(successor)
+        hand_over(writer, successor)
         result: _requests.Attempt | None = None
         try:
             result = await _rw_requests.downgrade(
                 cluster.nodes,
                 self.rw_key,
-                token.encode(),
+                token,
                 self.fence_key,
                 settings,
                 owner,
@@ -143,9 +125,9 @@ class Reader(_Side):
             # of the verdict runs. The writer's key is gone wherever the downgrade ran; the writer's release
             # (compare-and-delete, so never another's) takes it from the nodes where it did not.
             if result is None:  # cancelled (or failed) before a verdict: released, as the caller asked
-                writer.on_handed_over(None)
+                handed_over(writer, None)
             elif result.validity is not None:
-                writer.on_handed_over(True)
+                handed_over(writer, True)
         if result.validity is not None:
             return result
         # Not done on a majority: the write lock cannot be shown to have held up to the read lock.
@@ -155,7 +137,7 @@ class Reader(_Side):
             if refused
             else "could not be downgraded on a majority of nodes in time: its write lock is given up"
         )
-        lost = writer.on_handed_over(False, why)
+        lost = handed_over(writer, False, why)
         if lost is None:  # released by another task while the downgrade was out
             raise RuntimeError(f"downgrade of read/write lock {self.name!r}: its writer was released meanwhile")
         raise lost

@@ -23,7 +23,6 @@ from redlock_async._shared._handoff import Listener
 from redlock_async._shared._watchdog import Watchdog
 from redlock_async.errors import RedlockError
 from redlock_async.events import EventKind, LockEvent, OnEvent
-from redlock_async.statistics import LockStatistics
 
 log = logging.getLogger("redlock_async")
 
@@ -33,27 +32,32 @@ TRIO_REFUSED = (
 )
 
 
-class Kept(Protocol):
-    """A held lock as its Redlock keeps it (``Cluster.held``): what the Redlock and its Cluster tell it."""
+class Watched(Protocol):
+    watched: bool
 
-    @property
-    def name(self) -> object:
-        """The name (or names) it holds, for messages."""
+
+class Kept(Protocol):
+    """A held lock as its Redlock keeps it (``Cluster.held``): its keeper, which the Redlock and its Cluster
+    tell what happened."""
+
+    name: object
+    """The name (or names) it holds, for messages."""
 
     @property
     def held(self) -> bool:
         """Held now, validity left."""
 
-    def statistics(self) -> LockStatistics:
-        """Its figures (``Lock.statistics``)."""
+    @property
+    def tenure(self) -> Watched:
+        """Its life: whether the watchdog keeps it now."""
 
-    def on_watchdog_failure(self, exc: BaseException) -> None:
+    def watchdog_failed(self, exc: BaseException) -> None:
         """The watchdog's task failed unexpectedly: a watched lease can no longer be kept."""
 
-    def on_redlock_closed(self, why: str) -> None:
+    def redlock_closed(self, why: str) -> None:
         """The Redlock closes while the lock is held: release it, and tell its holder it is lost."""
 
-    def on_node_lost(self, node: int, why: str) -> None:
+    def node_lost(self, node: int, why: str) -> None:
         """Node *node* (an index into the Redlock's nodes) may have lost the lock's key (its clock jumped
         ahead): count it as lost now, and lose the lock when fewer than a majority may still hold it."""
 
@@ -165,7 +169,7 @@ class Cluster:
         found ahead is lost at once to every lock that counted it."""
         if fault is ClockFault.AHEAD:
             for lock in list(self.held):
-                lock.on_node_lost(i, words)
+                lock.node_lost(i, words)
         hook = self.on_event
         if hook is None:
             return
@@ -181,7 +185,7 @@ class Cluster:
         """Node *i* evicted keys (``_evictions``; it sits out a period): lost to every lock that counted it,
         and, for a *new* episode, an event."""
         for lock in list(self.held):
-            lock.on_node_lost(i, words)
+            lock.node_lost(i, words)
         hook = self.on_event
         if hook is None or not new:
             return
@@ -249,7 +253,7 @@ class Cluster:
         """The watchdog's task failed unexpectedly (logged there): no lock it kept can be trusted."""
         self.failed(exc)
         for lock in list(self.held):
-            lock.on_watchdog_failure(exc)
+            lock.watchdog_failed(exc)
 
 
 def require_asyncio() -> asyncio.AbstractEventLoop:

@@ -175,7 +175,7 @@ class Connections:
             nodes=nodes,
             closed=cluster.closed,
             held_locks=sum(1 for lock in held if lock.held),
-            watched_locks=sum(1 for lock in held if lock.statistics().watched),
+            watched_locks=sum(1 for lock in held if lock.tenure.watched),
             watchdog_rounds=cluster.watchdog.rounds,
             watchdog_retries=cluster.watchdog.retries,
             wakeups=cluster.listener.wakeups,
@@ -301,7 +301,7 @@ class Connections:
                 names,
             )
             for lock in held:
-                lock.on_redlock_closed(f"lock {lock.name!r} was given up: its Redlock was closed while it was held")
+                lock.redlock_closed(f"lock {lock.name!r} was given up: its Redlock was closed while it was held")
         try:
             asyncio.get_running_loop()
         except RuntimeError:

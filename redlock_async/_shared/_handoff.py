@@ -8,7 +8,7 @@ connects, reconnects, non-blocking sends): ``SUBSCRIBE`` answers with one
 confirmation, and pub/sub messages are handed to the listener. After a
 reconnect, the node re-subscribes to every channel still wanted.
 
-Waiters of a channel wait in order, in a :class:`~redlock_async._core._lot.Line`. A
+Waiters of a channel wait in order, in a :class:`~redlock_async._core._lot.ParkingLot`. A
 release heard from a majority wakes only the oldest waiter, and further
 messages for that channel (the same release, published by the other nodes)
 are ignored until it has tried: no stampede, and no split votes between
@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from redlock_async._core import Line, Vote, Waits, quorum
+from redlock_async._core import ParkingLot, Vote, Waits, quorum
 from redlock_async._nodes import Failure, Node, Reply
 from redlock_async._queue import Grants, is_grant
 from redlock_async._rounds import Ballot, Sent
@@ -61,14 +61,14 @@ release, ahead of any other client's, so without this bound a busy process would
 class _Channel:
     """The waiters of one key, shared by every Redlock of this event loop on the same nodes."""
 
-    line: Line = field(default_factory=Line)  # in ticket order; a release wakes the oldest
+    line: ParkingLot = field(default_factory=ParkingLot)  # in ticket order; a release wakes the oldest
     users: int = 0  # waiters between enter() and leave(), across Redlocks
     # Releases already heard from a majority (by any Redlock's listener): the late
     # words of those are stale, and must not wake anyone again.
     heard: deque[bytes] = field(default_factory=lambda: deque(maxlen=8))
     # ticket -> (its waiter's Listener, the waiter's lock): who may be handed the lock by a release.
     takers: dict[int, tuple[Listener, Taker]] = field(default_factory=dict)
-    # ticket -> the round a release sent for it (handed over), until the waiter counts it or quits.
+    # ticket -> the round a release sent for it (handed over), until the waiter counts it or departs.
     handed: dict[int, tuple[Sent, Taker]] = field(default_factory=dict)
     chain: int = 0  # hand-overs in a row: after MAX_CHAIN, one release wakes everyone's waiters instead
     yielding: bool = False  # a release was left to other processes' waiters (_yield): ours wait the grace
@@ -155,7 +155,7 @@ class Listener:
         state = self._state(channel)
         return state is not None and (state.line.taking or state.yielding)
 
-    async def enter(self, channel: bytes) -> bool:
+    async def subscribe(self, channel: bytes) -> bool:
         """Listen for releases on *channel*; True when this subscribed anew (then look again once).
 
         Returns once the nodes confirmed, or after the node timeout.
@@ -192,7 +192,7 @@ class Listener:
         for callback in tuple(self._watchers.get(channel, ())):
             callback()  # an observer looks again: a word said before the subscription went unheard
 
-    def leave(self, channel: bytes) -> None:
+    def unsubscribe(self, channel: bytes) -> None:
         """Stop listening (synchronous, safe in cleanup)."""
         key = (asyncio.get_running_loop(), self._scope, channel)
         state = _channels.get(key)
@@ -227,7 +227,7 @@ class Listener:
         self._waits.interrupt()
         self.grants.poke_all()  # waiters in the grant queue too: their wait ends, and they look
 
-    def quit(self, channel: bytes, place: int) -> None:
+    def depart(self, channel: bytes, place: int) -> None:
         """The waiter with ticket *place* stops waiting (acquired, gave up, cancelled): it leaves the line.
 
         If it was woken between two waits and never tried, the turn passes on.
@@ -240,7 +240,7 @@ class Listener:
         if handed is not None:
             sent, taker = handed
             taker.give_back(sent)  # sent for us, never counted: nothing may stay behind
-        self._waits.wakeups += state.line.quit(place)
+        self._waits.wakeups += state.line.depart(place)
 
     def handed(self, channel: bytes, place: int) -> Sent | None:
         """The round a release sent for the waiter with ticket *place* when it handed it the lock, if one did."""
@@ -348,7 +348,7 @@ class Listener:
         """The Redlock closes: its claims leave the nodes' lines (queued before the connections close; a key
         granted meanwhile goes on) and are poked, so their waiters look at their Redlock now; the kept
         subscriptions are forgotten (their connections close too)."""
-        self.grants.leave_all()
+        self.grants.quit_all()
         for timer in self._lingering.values():
             timer.cancel()
         self._lingering.clear()

@@ -86,38 +86,18 @@ class Redlock:
 
     # -- locks ---------------------------------------------------------------------------------------
 
+    # Three overloads that differ in reentrant alone, side by side.
+    # fmt: off
     @overload
-    def lock(
-        self,
-        name: str | bytes,
-        *,
-        cooldown: float | None = None,
-        interrupt_main: bool = False,
-        reentrant: Literal[False] = False,
-        **options: Unpack[LockOptions],
-    ) -> Lock: ...
-
+    def lock(self, name: str | bytes, *, cooldown: float | None = None, interrupt_main: bool = False,
+             reentrant: Literal[False] = False, **options: Unpack[LockOptions]) -> Lock: ...
     @overload
-    def lock(
-        self,
-        name: str | bytes,
-        *,
-        cooldown: float | None = None,
-        interrupt_main: bool = False,
-        reentrant: Literal[True],
-        **options: Unpack[LockOptions],
-    ) -> ReentrantLock: ...
-
+    def lock(self, name: str | bytes, *, cooldown: float | None = None, interrupt_main: bool = False,
+             reentrant: Literal[True], **options: Unpack[LockOptions]) -> ReentrantLock: ...
     @overload
-    def lock(
-        self,
-        name: str | bytes,
-        *,
-        cooldown: float | None = None,
-        interrupt_main: bool = False,
-        reentrant: bool,
-        **options: Unpack[LockOptions],
-    ) -> Lock | ReentrantLock: ...
+    def lock(self, name: str | bytes, *, cooldown: float | None = None, interrupt_main: bool = False,
+             reentrant: bool, **options: Unpack[LockOptions]) -> Lock | ReentrantLock: ...
+    # fmt: on
 
     def lock(
         self,

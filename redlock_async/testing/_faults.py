@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from redlock_async.lock import Lock
+from redlock_async.lock import Lock, keeper_of
 
 
 def lose(lock: Lock, why: str = "lost (redlock_async.testing.lose)") -> None:
@@ -15,4 +15,4 @@ def lose(lock: Lock, why: str = "lost (redlock_async.testing.lose)") -> None:
     """
     if not lock.held:
         raise RuntimeError(f"lose() of lock {lock.name!r}, which is not held")
-    lock.on_lost_declared(why)
+    keeper_of(lock).lose_watched(f"lock {lock.name!r} {why}")

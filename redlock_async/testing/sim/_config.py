@@ -1,0 +1,37 @@
+"""What one simulated schedule runs: its workload, its kinds of fault, its sizes and the clients' settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+FAULTS = ("pause", "partition", "loss", "restart", "clock", "flush", "kill")
+"""Every kind of fault, as ``--faults`` names them."""
+
+WORKLOAD_NAMES = ("lock", "fenced", "many", "semaphore", "rw", "election")
+"""Every workload, as ``--workload`` names them."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """What one schedule runs (the same for every seed of a campaign)."""
+
+    workload: str = "lock"
+    faults: frozenset[str] = frozenset()
+    nodes: int = 5
+    clients: int = 3
+    tasks: int = 2
+    duration: float = 6.0
+    """Virtual seconds the workload runs (faults stop a ttl before its end, then every client closes)."""
+    ttl: float = 1.0
+    fault_rate: float = 1.0
+    """Faults per ttl, on average."""
+    settings: tuple[tuple[str, Any], ...] = ()
+    """Redlock settings for every client (``--set NAME=VALUE``)."""
+
+    def __post_init__(self) -> None:
+        if self.workload not in WORKLOAD_NAMES:
+            raise ValueError(f"workload {self.workload!r}: choose one of {', '.join(WORKLOAD_NAMES)}")
+        unknown = sorted(set(self.faults) - set(FAULTS))
+        if unknown:
+            raise ValueError(f"faults {', '.join(unknown)}: choose among {', '.join(FAULTS)}")

@@ -1,0 +1,318 @@
+"""What the simulated clients do (lock, fenced lock, lock_many, semaphore, read/write lock, election), each
+critical section recorded in a :class:`History` per resource, and the oracles asked at the end.
+
+A section counts from its acquisition to the earlier of its end and the end of the lease the holder was
+sure of (last seen ``validity``): a client paused past its lease (the known limit of every lease) does not
+hold it then, and the oracles judge only what the library promises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from redlock_async import LockLost, LockNotAcquired, Redlock, RedlockError
+from redlock_async.events import LockEvent
+from redlock_async.testing._history import History, Section
+
+if TYPE_CHECKING:
+    from redlock_async.testing.sim._config import Config
+    from redlock_async.testing.sim._loop import SimClient, SimLoop
+
+
+class Open:
+    """A section being run: who, what, since when, and until when its holder was sure of its lease."""
+
+    __slots__ = ("client", "fencing", "resource", "shared", "start", "token", "valid_until")
+
+    def __init__(
+        self,
+        client: str,
+        resource: str,
+        token: str,
+        fencing: int | None,
+        start: float,
+        valid_until: float,
+        shared: bool,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.token = token
+        self.fencing = fencing
+        self.start = start
+        self.valid_until = valid_until
+        self.shared = shared
+
+
+class Board:
+    """The run's clients' work, its record, and its verdicts."""
+
+    def __init__(self, loop: SimLoop, config: Config, urls: list[str]) -> None:
+        self.loop = loop
+        self.config = config
+        self.urls = urls
+        self.rng = loop.rng
+        self.stopping = False
+        self.clients: list[SimClient] = []
+        self.histories: dict[str, History] = {}
+        self.open: dict[str, list[Open]] = {}
+        self.violations: list[tuple[str, str]] = []
+        self.coverage: dict[str, int] = {}
+        self.limit = 2
+        self.gave_up: list[tuple[tuple[str, ...], float, float]] = []
+        """(resources, since, until): a wait for them (all at once) that ran out."""
+        self._leaders_trusted = True
+
+    def count(self, what: str, n: int = 1) -> None:
+        self.coverage[what] = self.coverage.get(what, 0) + n
+
+    def violation(self, kind: str, text: str) -> None:
+        self.violations.append((kind, text))
+        self.loop.log(f"VIOLATION {kind}: {text}")
+
+    # -- the clients --------------------------------------------------------------
+
+    def on_event(self, client: str, event: LockEvent) -> None:
+        self.count(f"event.{event.kind.value}")
+        if self.loop.verbose:
+            self.loop.log(f"{client} {event!r}", detail=True)
+        if event.handoff:
+            self.count("handoffs")
+        if event.quarantined:
+            self.count("quarantined_votes")
+
+    async def client_main(self, client: SimClient) -> None:
+        settings = dict(self.config.settings)
+        settings.setdefault("ttl", self.config.ttl)
+        work = WORKLOADS[self.config.workload]
+        on_event = functools.partial(self.on_event, client.name)
+        async with Redlock(self.urls, on_event=on_event, **settings) as redlock:
+            workers = [work(self, client, redlock, k) for k in range(self.config.tasks)]
+            await asyncio.gather(*workers)
+
+    async def guarded(self, step: Callable[[], Awaitable[None]], resources: tuple[str, ...] = ()) -> None:
+        """One try of a worker: maybe cancelled at a random moment; the library's errors counted; a wait
+        that ran out (LockNotAcquired) noted, for the starvation oracle."""
+        rng = self.rng
+        started = self.loop.now
+        try:
+            if rng.random() < 0.15:
+                async with asyncio.timeout(rng.uniform(0.0, self.config.ttl)):
+                    await step()
+            else:
+                await step()
+        except TimeoutError:
+            self.count("cancelled")
+        except LockLost:
+            self.count("lost")
+        except LockNotAcquired:
+            self.count("error.LockNotAcquired")
+            if resources:
+                self.gave_up.append((resources, started, self.loop.now))
+        except RedlockError as exc:
+            self.count(f"error.{type(exc).__name__}")
+        await asyncio.sleep(rng.uniform(0.0, self.config.ttl / 4))
+
+    async def hold(self, client: SimClient, resource: str, holder: Any, *, shared: bool = False) -> None:
+        """The critical section: work in a few slices, the lease's end noted after each."""
+        now = self.loop.now
+        token = str(holder.token or "?")
+        section = Open(client.name, resource, token, holder.fencing_token, now, now + holder.validity, shared)
+        self.open.setdefault(client.name, []).append(section)
+        if self.loop.verbose:
+            self.loop.log(f"enter {client.name} {resource} {token[:6]} f={section.fencing}", detail=True)
+        self.count("sections")
+        try:
+            for _ in range(self.rng.randint(1, 4)):
+                await asyncio.sleep(self.rng.expovariate(4.0 / self.config.ttl))
+                if holder.validity > 0:
+                    section.valid_until = self.loop.now + holder.validity
+        finally:
+            self.close(section)
+
+    def close(self, section: Open) -> None:
+        sections = self.open.get(section.client, [])
+        if section not in sections:
+            return  # closed already (its client was killed)
+        sections.remove(section)
+        end = max(section.start, min(self.loop.now, section.valid_until))
+        history = self.histories.setdefault(section.resource, History())
+        history.sections.append(
+            Section(section.client, section.token, section.fencing, section.start, end, section.shared)
+        )
+        self.loop.log(
+            f"section {section.client} {section.resource} {section.token[:6]} f={section.fencing} "
+            f"{section.start:.6f}-{end:.6f}"
+        )
+
+    def killed(self, client: SimClient) -> None:
+        """A client died: its open sections end now (or at their lease's end, if earlier)."""
+        for section in list(self.open.get(client.name, [])):
+            self.close(section)
+
+    # -- the verdicts -------------------------------------------------------------
+
+    async def after_close(self, network: Any) -> None:
+        """Every client closed: once every key's designed life is over (a minute; a semaphore's widest-limit
+        key outlives its permits by a lease, a line its entries), no lock key is left (fence counters and the
+        restart quarantine's markers aside)."""
+        await asyncio.sleep(60.0)
+        prefix = dict(self.config.settings).get("key_prefix", "redlock:").encode()
+        for host in network.hosts.values():
+            store = host.node.store
+            left = [key for key in store.live_keys() if key.startswith(prefix) and key != prefix]
+            if left:
+                self.violation("keys_left", f"node {host.node.name} keeps {sorted(left)[:5]} after every client closed")
+
+    def check(self) -> None:
+        self._check_starvation()
+        for resource, history in sorted(self.histories.items()):
+            if self.config.workload == "semaphore" and resource == "sem":
+                most = history.most_inside()
+                if most > self.limit:
+                    self.violation("over_limit", f"{most} holders of semaphore {resource!r} (limit {self.limit})")
+            elif self._leaders_trusted or self.config.workload != "election":
+                for first, second in history.overlaps():
+                    self.violation("two_holders", f"{resource}: {_shown(first)} and {_shown(second)} overlap")
+                    break
+            for before, after in history.fencing_regressions()[:1]:
+                self.violation("fencing", f"{resource}: {_shown(after)} after {_shown(before)}: the token did not grow")
+
+    def _check_starvation(self) -> None:
+        """With no fault, no wait runs out while its resources were free (no section open on any) for two ttls."""
+        if self.config.faults or self.config.workload == "many":
+            # (lock_many: a waiter for a+b first in b's line holds b's grants while it waits for a: FIFO
+            # per name, by design; a single waiter for b behind it waits with no section open on b.)
+            return
+        window = 2 * self.config.ttl
+        for resources, since, until in self.gave_up:
+            sections = [s for name in resources if (h := self.histories.get(name)) for s in h.sections]
+            busy = sorted((s.start, s.end) for s in sections if s.end > since)
+            resource = "+".join(resources)
+            free_from = since
+            for start, end in busy:
+                if start >= until:
+                    break
+                if start - free_from > window:
+                    break
+                free_from = max(free_from, end)
+            else:
+                start = until
+            if min(start, until) - free_from > window:
+                self.violation(
+                    "starved",
+                    f"a wait for {resource!r} from {since:.4f} ran out at {until:.4f}, while it was free from "
+                    f"{free_from:.4f} to {min(start, until):.4f}",
+                )
+                return
+
+
+def _shown(section: Section) -> str:
+    return (
+        f"{section.client} ({section.token[:6]}, fencing {section.fencing_token}) "
+        f"{section.start:.4f}-{section.end:.4f}{' shared' if section.shared else ''}"
+    )
+
+
+# -- workloads ------------------------------------------------------------------------
+
+Worker = Callable[[Board, "SimClient", Redlock, int], Awaitable[None]]
+
+
+async def lock_worker(board: Board, client: SimClient, redlock: Redlock, k: int, *, fencing: bool = False) -> None:
+    while not board.stopping:
+
+        async def step() -> None:
+            lock = redlock.lock("res", fencing=fencing, acquire_timeout=board.rng.uniform(0.0, 3 * board.config.ttl))
+            async with lock:
+                await board.hold(client, "res", lock)
+
+        await board.guarded(step, ("res",))
+
+
+async def fenced_worker(board: Board, client: SimClient, redlock: Redlock, k: int) -> None:
+    await lock_worker(board, client, redlock, k, fencing=True)
+
+
+async def many_worker(board: Board, client: SimClient, redlock: Redlock, k: int) -> None:
+    while not board.stopping:
+        names = board.rng.choice([["a"], ["b"], ["a", "b"], ["b", "a"]])
+
+        async def step(names: list[str] = names) -> None:
+            timeout = board.rng.uniform(0.0, 3 * board.config.ttl)
+            lock = redlock.lock(names[0], acquire_timeout=timeout) if len(names) == 1 else None
+            if lock is None:
+                lock = redlock.lock_many(names, acquire_timeout=timeout)
+            async with lock:
+                await asyncio.gather(*(board.hold(client, name, lock) for name in names))
+
+        await board.guarded(step, tuple(names))
+
+
+async def semaphore_worker(board: Board, client: SimClient, redlock: Redlock, k: int) -> None:
+    while not board.stopping:
+
+        async def step() -> None:
+            semaphore = redlock.semaphore(
+                "sem", limit=board.limit, acquire_timeout=board.rng.uniform(0.0, 3 * board.config.ttl)
+            )
+            async with semaphore:
+                await board.hold(client, "sem", semaphore)
+
+        await board.guarded(step, ("sem",))
+
+
+async def rw_worker(board: Board, client: SimClient, redlock: Redlock, k: int) -> None:
+    while not board.stopping:
+
+        async def step() -> None:
+            rw = redlock.rw_lock("rw", acquire_timeout=board.rng.uniform(0.0, 3 * board.config.ttl))
+            reader = board.rng.random() < 0.6
+            lock: Any = rw.read() if reader else rw.write()
+            async with lock:
+                await board.hold(client, "rw", lock, shared=reader)
+
+        await board.guarded(step, ("rw",))
+
+
+class _Term:
+    """An election's term as a holder (its token and fencing token), sure of its lease for a ttl."""
+
+    def __init__(self, client: str, term: int, until: float, loop: SimLoop) -> None:
+        self.token = f"{client}/{term}"
+        self.fencing_token = term
+        self._until = until
+        self._loop = loop
+
+    @property
+    def validity(self) -> float:
+        return max(0.0, self._until - self._loop.now)
+
+
+async def election_worker(board: Board, client: SimClient, redlock: Redlock, k: int) -> None:
+    if "pause" in board.config.faults:
+        board._leaders_trusted = False  # a campaign shows no lease: a paused leader's block runs on (the limit)
+    election = redlock.election("leader", owner=f"{client.name}-{k}")
+    while not board.stopping:
+
+        async def step() -> None:
+            async with election.campaign(timeout=board.rng.uniform(0.0, 3 * board.config.ttl)) as term:
+                board.count("terms")
+                holder = _Term(client.name, term, board.loop.now + board.config.ttl, board.loop)
+                await board.hold(client, "leader", holder)
+
+        with contextlib.suppress(RedlockError):
+            await board.guarded(step, ("leader",))
+
+
+WORKLOADS: dict[str, Worker] = {
+    "lock": lock_worker,
+    "fenced": fenced_worker,
+    "many": many_worker,
+    "semaphore": semaphore_worker,
+    "rw": rw_worker,
+    "election": election_worker,
+}
