@@ -32,7 +32,7 @@ from redlock_async._core import lot as _line
 from redlock_async._queue import claim as _queue
 from redlock_async._queue import release as _queue_release
 from redlock_async._queue import wait as _queue_wait
-from redlock_async._rounds import Ballot, Keep, Lease, Phase, Tenure, outcomes
+from redlock_async._rounds import Ballot, Heard, Keep, Lease, Phase, Tenure, outcomes
 from redlock_async._rounds import requests as _requests
 from redlock_async._shared import Cluster
 from redlock_async._shared import handoff as _handoff
@@ -173,7 +173,7 @@ class Words:
                     # of this Redlock may have sent our next round already (handed it over).
                     taker = _handoff.Taker(self.presend, self.give_back) if self.takes_hand_over else None
                     woken = await listener.wait(channel, delay, place, again=woken, taker=taker)
-                    tenure.woken_at = _clock.now() if woken else None  # the hand-off latency starts here
+                    tenure.woke(_clock.now() if woken else None)  # the hand-off latency starts here
                     in_line = False
                     if woken and (sent := listener.handed(channel, place)) is not None:
                         attempted = True
@@ -196,17 +196,17 @@ class Words:
     async def attempt(self, tenure: Tenure, sent: _requests.Sent | None = None) -> bool:
         """One round on all nodes (*sent* already, by a releaser handing the lock over); True when a
         majority granted a valid lease (then *tenure* holds it)."""
-        tenure.attempts += 1
         result = await self.take(sent)
-        tenure.votes, tenure.details = result.votes, result.details
         if result.validity is None:
+            tenure.tried()
+            tenure.heard(result)
             if log.isEnabledFor(logging.DEBUG):
                 found = outcomes(self.cluster.nodes, result.votes, result.details)
                 log.debug("redlock %r not acquired: %s", self.name, ", ".join(map(str, found)))
             return False
         tokens = result.fencing_tokens
         settings = self.settings
-        tenure.lease = Lease(
+        lease = Lease(
             result.keys,
             result.token,
             ttl_ms=settings.ttl_ms,
@@ -222,7 +222,7 @@ class Words:
             late=result.late,
             takes=result.takes,
         )
-        tenure.to(_HELD)
+        tenure.grant(lease, result, 1)
         return True
 
     async def take(self, sent: _requests.Sent | None = None) -> _requests.Attempt:
@@ -320,7 +320,7 @@ class Queued(Words):
             hold_back = max(grace, settings.retry_delay)
             while True:
                 cluster.check_open()  # a background task failed (the subscribers'?): say so now
-                tenure.attempts += 1
+                tenure.tried()
                 _queue_wait.join(claims)
                 # One try: until a majority holds every key for us, or every node answered (or timed out).
                 grace = _queue.patience(nodes, settings.node_timeout)
@@ -334,7 +334,7 @@ class Queued(Words):
                     if won is not None:
                         listener.granted()  # a release handed it to us, not our fallback timer
                         # The hand-off latency starts at the first grant heard of the nodes that count.
-                        tenure.woken_at = min(claim.since[i] for claim in claims for i in won.holders)
+                        tenure.woke(min(claim.since[i] for claim in claims for i in won.holders))
                 if won is not None:
                     done = True
                     self._take_claim(tenure, token, won)
@@ -342,7 +342,7 @@ class Queued(Words):
                 cluster.check_open()  # closed meanwhile, or a background task failed: say so now
                 if _clock.now() >= give_up:
                     done = True
-                    tenure.votes, tenure.details = _queue_wait.votes(claims, _clock.now(), grace)  # before leave()
+                    tenure.heard(Heard(*_queue_wait.votes(claims, _clock.now(), grace)))  # before leave()
                     _queue_wait.quit(claims)  # out of every line, and whatever a node granted us goes on
                     await _queue_wait.settled(claims, _queue.patience(nodes, settings.node_timeout))
                     return False
@@ -376,17 +376,15 @@ class Queued(Words):
         n = len(self.cluster.nodes)
         yes, pending = _algorithm.YES, _algorithm.PENDING  # the others may grant it later
         holders = won.holders
-        tenure.votes = [yes if i in holders else pending for i in range(n)]
-        tenure.details = None
         tokens = won.fencing_tokens
-        tenure.lease = Lease(
+        lease = Lease(
             self.lease_keys(won), token, ttl_ms=self.settings.ttl_ms, acquired_at=won.at, expires=won.end,
             holders=holders, skip=[], fencing_token=None if tokens is None else tokens[0],
             fencing_tokens=tokens, keeps=self.keeps,
             fence_keys=() if tokens is None else self.fence_keys, fence_ttl_ms=self.settings.fence_ttl_ms,
             regain=[i for i in range(n) if i not in holders] if self.regains else [], takes=self.regains,
         )  # fmt: skip
-        tenure.to(_HELD)
+        tenure.grant(lease, Heard([yes if i in holders else pending for i in range(n)], None), 0)
 
     keeps: Keep | None = None
     """A key the lease's extensions keep alive beside its own (a semaphore's widest-limit key, a reader's

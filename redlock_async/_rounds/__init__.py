@@ -9,7 +9,8 @@ from __future__ import annotations
 from redlock_async._rounds import _requests as requests
 from redlock_async._rounds._deadline import Deadline
 from redlock_async._rounds._fanout import Ballot, outcomes, sitting_out, timed_out, vote_of_fenced, vote_of_script
-from redlock_async._rounds._lease import RAN_OUT, Keep, Lease, Phase, Tenure, after_extension
+from redlock_async._rounds._judge import RAN_OUT, after_extension
+from redlock_async._rounds._lease import Heard, Keep, Lease, Phase, Tenure
 from redlock_async._rounds._not_acquired import not_acquired, reason
 from redlock_async._rounds._requests import Sent, owner_of, pack_extend
 
@@ -17,6 +18,7 @@ __all__ = [
     "RAN_OUT",
     "Ballot",
     "Deadline",
+    "Heard",
     "Keep",
     "Lease",
     "Phase",
