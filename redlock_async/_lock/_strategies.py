@@ -11,7 +11,7 @@ attempts, the last votes, the grant). A ``Lock`` front is given one at construct
                 last try found held
 :class:`Queued` one name or several through the nodes' grant queue (``queue=True``, the
                 default; docs/algorithm.md)
-:class:`Permit` a semaphore's permit: a slot of the name, each slot a mutex
+:class:`Permit` a semaphore's permit: a slot of the name, each slot a mutex (``_semaphore.py``)
 ==============  ==========================================================================
 
 A new primitive (a reader/writer lock) is a new strategy meeting :class:`Strategy`, given to a
@@ -25,10 +25,10 @@ import random
 from collections.abc import Sequence
 from typing import Protocol
 
-from redlock_async._core import Name, Settings, Vote, default_owner, released_word, resource_key, semaphore_keys
+from redlock_async._core import Name, Settings, default_owner, released_word, resource_key
 from redlock_async._core import algorithm as _algorithm
 from redlock_async._core import clock as _clock
-from redlock_async._core import lot as _line
+from redlock_async._core import lot as _lot
 from redlock_async._queue import claim as _queue
 from redlock_async._queue import release as _queue_release
 from redlock_async._queue import wait as _queue_wait
@@ -42,17 +42,6 @@ log = logging.getLogger("redlock_async.lock")
 _ACQUIRING, _HELD, _IDLE = Phase.ACQUIRING, Phase.HELD, Phase.IDLE  # module globals: see lock.py's note
 
 _random = random.SystemRandom()
-
-MAX_LIMIT = 1024
-"""Most permits one semaphore has (each acquire's script looks at every slot once)."""
-
-
-def check_limit(limit: object) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise TypeError(f"limit must be an int (how many may hold the semaphore at once), got {type(limit).__name__}")
-    if not 1 <= limit <= MAX_LIMIT:
-        raise ValueError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
-    return limit
 
 
 class Strategy(Protocol):
@@ -129,7 +118,7 @@ class Words:
         cluster = self.cluster
         listener = cluster.listener if self.settings.wait_for_release and blocking else None
         listening = woken = attempted = False
-        place = _line.ticket()
+        place = _lot.ticket()
         try:
             # Try at once (the key may be free while waiters of this process wait for their timers),
             # unless the line is taking it now or a lock of this Redlock holds it: then join the line.
@@ -417,73 +406,3 @@ class Queued(Words):
             leave.send(nodes, token, into, skip)
         else:
             _queue_release.release_all(nodes, lease.keys, self.fence_keys, token, into, skip)
-
-
-class Permit(Words):
-    """A semaphore's permit: slot i of the name held as a lock is held (SET NX PX of the slot's key on
-    a majority), so no more than *limit* holders exist whenever single locks are safe (see
-    ``semaphore.py``). Permits are not handed over: a release wakes the next waiter, who picks a slot."""
-
-    __slots__ = ("limit", "permits", "slot_prefix", "widest")
-
-    takes_hand_over = False
-
-    def __init__(self, cluster: Cluster, settings: Settings, name: Name, limit: object, owner: bytes | None) -> None:
-        super().__init__(cluster, settings, (name,), owner, name)
-        self.limit = check_limit(limit)
-        # A task holding some permits may ask for another (a permit held elsewhere may come free); one
-        # holding all of them would wait for itself: only its own release could free one.
-        self.permits = self.limit
-        # The permits' channel (their releases wake this semaphore's waiters), the slots, the widest limit.
-        base, self.slot_prefix, self.widest = semaphore_keys(settings.key_prefix, name)
-        self.keys = (base,)
-        self.blocked = base
-
-    def held_words(self, name: Name) -> str:
-        return f"every permit ({self.limit} of limit {self.limit}) of semaphore {name!r}"
-
-    async def take(self, sent: _requests.Sent | None = None) -> _requests.Attempt:
-        """One pass: a slot of our own choosing (random), then, while it was held, a slot that a majority
-        of the nodes said is free (random among the most agreed on), until one is granted or none is left."""
-        nodes = self.cluster.nodes
-        need = _algorithm.quorum(len(nodes))
-        tried: set[int] = set()
-        slot = _random.randrange(self.limit)
-        while True:
-            tried.add(slot)
-            result = await _requests.attempt_permit(
-                nodes,
-                self.slot_prefix + b"%d" % slot,
-                self.widest,
-                self.slot_prefix,
-                self.limit,
-                self.keys[0],
-                self.settings,
-                self.owner or default_owner(),
-                self.cluster.reading(),
-            )
-            if result.validity is not None:
-                return result
-            other = [-code for code in result.codes]
-            if len(other) > len(nodes) - _algorithm.quorum(len(nodes)):
-                # Enough nodes hold a permit under another limit that no majority could grant one.
-                raise ValueError(
-                    f"semaphore {self.name!r} is held under limit {max(set(other), key=other.count)}, not "
-                    f"{self.limit}: every client of one semaphore must use the same limit (a new limit may be "
-                    "used once no permit is held)"
-                )
-            if not any(vote is Vote.NO for vote in result.votes):
-                return result  # nodes silent or in quarantine, not slots held: another slot would fare no better
-            free = {other: count for other, count in (result.free or {}).items() if other not in tried}
-            best = max(free.values(), default=0)
-            if best < need:
-                return result  # no slot is free on a majority: every permit is held
-            slot = _random.choice([other for other, count in free.items() if count == best])
-
-    def next_is_ours(self, token: bytes) -> bool:
-        return False
-
-    def send_release(
-        self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
-    ) -> None:
-        _requests.send_release(self.cluster.nodes, lease.keys, token, skip, channel=self.keys[0], into=into)
