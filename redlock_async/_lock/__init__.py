@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from redlock_async._lock import _guard as guard
 from redlock_async._lock._emitter import emit, emit_lost, heard
+from redlock_async._lock._in_line import line_token, never_refused, wait_in_line
 from redlock_async._lock._keeper import Keeper, Successor, hand_over, handed_over, loss
 from redlock_async._lock._semaphore import MAX_LIMIT, Permit, QueuedPermit, check_limit
 from redlock_async._lock._strategies import Many, Queued, Strategy, Words
@@ -29,5 +30,8 @@ __all__ = [
     "hand_over",
     "handed_over",
     "heard",
+    "line_token",
     "loss",
+    "never_refused",
+    "wait_in_line",
 ]

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from redlock_async._core import Name, Settings, Vote, default_owner, semaphore_keys
 from redlock_async._core import algorithm as _algorithm
-from redlock_async._lock._strategies import Queued, Words
+from redlock_async._lock._in_line import wait_in_line
+from redlock_async._lock._strategies import Words
 from redlock_async._queue import PermitLine, Permits, release_permit
 from redlock_async._queue import claim as _queue
 from redlock_async._queue import wait as _queue_wait
@@ -108,14 +109,22 @@ class Permit(Words):
         _requests.send_release(self.cluster.nodes, lease.keys, token, skip, channel=self.keys[0], into=into)
 
 
-class QueuedPermit(Queued, Permit):
-    """:class:`Permit`'s first try and keys, :class:`Queued`'s wait: one claim in the semaphore's line."""
+class QueuedPermit(Permit):
+    """:class:`Permit`'s first try and keys, waiting in line (:func:`~._in_line.wait_in_line`): one claim in
+    the semaphore's line."""
 
     __slots__ = ()
 
+    acquire = wait_in_line
+    regains = True
+
     @property
-    def keeps(self) -> Keep | None:  # type: ignore[override]
+    def keeps(self) -> Keep | None:
         return Keep(KEEP_LIMIT, self.widest)  # the widest-limit key lives as long as the permits
+
+    @property
+    def channels(self) -> tuple[bytes, ...]:
+        return self.keys
 
     @property
     def spec(self) -> Permits:

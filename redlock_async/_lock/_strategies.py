@@ -10,7 +10,7 @@ attempts, the last votes, the grant). A ``Lock`` front is given one at construct
 :class:`Many`   several names (``lock_many``), all or none; a waiter listens on the name its
                 last try found held
 :class:`Queued` one name or several through the nodes' grant queue (``queue=True``, the
-                default; docs/algorithm.md)
+                default; docs/algorithm.md): a lock's first try, ``_in_line``'s wait
 :class:`Permit` a semaphore's permit: a slot of the name, each slot a mutex (``_semaphore.py``)
 ==============  ==========================================================================
 
@@ -29,10 +29,11 @@ from redlock_async._core import Name, Settings, default_owner, released_word, re
 from redlock_async._core import algorithm as _algorithm
 from redlock_async._core import clock as _clock
 from redlock_async._core import lot as _lot
+from redlock_async._lock._in_line import line_token, never_refused, wait_in_line
 from redlock_async._queue import claim as _queue
 from redlock_async._queue import release as _queue_release
 from redlock_async._queue import wait as _queue_wait
-from redlock_async._rounds import Ballot, Heard, Keep, Lease, Phase, Tenure, outcomes
+from redlock_async._rounds import Ballot, Keep, Lease, Phase, Tenure, outcomes
 from redlock_async._rounds import requests as _requests
 from redlock_async._shared import Cluster
 from redlock_async._shared import handoff as _handoff
@@ -272,82 +273,13 @@ class Many(Words):
 
 class Queued(Words):
     """One name or several (``lock_many``) through the nodes' grant queue (``queue=True``, the default;
-    docs/algorithm.md)."""
+    docs/algorithm.md): a lock's first try, waiting in line (:func:`~._in_line.wait_in_line`)."""
 
     __slots__ = ()
 
-    async def acquire(self, tenure: Tenure, blocking: bool, give_up: float) -> bool:
-        """The first try is :meth:`Words.attempt` (SET NX, or fenced, ACQUIRE_FENCED and its fence;
-        lock_many: ACQUIRE_ALL): uncontended, the queue costs nothing more. A try that finds a key held
-        joins the lines with one claim per name (one token, one place in every line), entered on every node
-        at each try, held once a majority holds every key for its token, whether a node set it at once or
-        granted it later (a release handing it on): :mod:`_queue_wait`."""
-        cluster = self.cluster
-        listener = cluster.listener
-        settings = self.settings
-        nodes = cluster.nodes
-        claims: list[_queue.Claim] = []
-        subscribed: list[bytes] = []
-        done = False
-        try:
-            if await self.attempt(tenure) or not blocking or _clock.now() >= give_up:
-                done = True
-                return tenure.phase is _HELD
-            token = self.new_token()
-            for claim in self.new_claims(token):
-                claims.append(claim)
-                listener.grants.expect(
-                    claim.keys[0], claim
-                )  # before our first entry: a grant word heard from then on is ours
-            # Each node's confirmation of a subscription made after our entry pokes the claim: a grant
-            # published before it went unheard, so we enter again at once.
-            for key in self.channels:
-                subscribed.append(key)
-                await listener.subscribe(key)
-            # A name held while another is not is given back after about a retry delay (lock_many).
-            grace = _queue.patience(nodes, settings.node_timeout)
-            hold_back = max(grace, settings.retry_delay)
-            while True:
-                cluster.check_open()  # a background task failed (the subscribers'?): say so now
-                tenure.tried()
-                _queue_wait.join(claims)
-                # One try: until a majority holds every key for us, or every node answered (or timed out).
-                grace = _queue.patience(nodes, settings.node_timeout)
-                won = await _queue_wait.claimed(claims, _clock.now() + grace, grace, hold_back, until_answered=True)
-                self.check_refused(claims)
-                now = _clock.now()
-                if won is None and now < give_up:
-                    # Wait in line: grant words (a release handing the key on) until the next try.
-                    delay = _algorithm.retry_delay(settings.retry_delay, _random.random(), give_up - now)
-                    won = await _queue_wait.claimed(claims, now + delay, grace, hold_back, until_answered=False)
-                    if won is not None:
-                        listener.granted()  # a release handed it to us, not our fallback timer
-                        # The hand-off latency starts at the first grant heard of the nodes that count.
-                        tenure.woke(min(claim.since[i] for claim in claims for i in won.holders))
-                if won is not None:
-                    done = True
-                    self._take_claim(tenure, token, won)
-                    return True
-                cluster.check_open()  # closed meanwhile, or a background task failed: say so now
-                if _clock.now() >= give_up:
-                    done = True
-                    tenure.heard(Heard(*_queue_wait.votes(claims, _clock.now(), grace)))  # before leave()
-                    _queue_wait.quit(claims)  # out of every line, and whatever a node granted us goes on
-                    await _queue_wait.settled(claims, _queue.patience(nodes, settings.node_timeout))
-                    return False
-        finally:
-            if tenure.phase is _ACQUIRING:
-                tenure.to(_IDLE)
-            for claim in claims:
-                listener.grants.unexpect(claim.keys[0], claim)
-            if not done:
-                _queue_wait.quit(claims)  # cancelled, or failed: queued now, before the exception goes on
-            for key in subscribed:
-                listener.unsubscribe(key)
-
-    def new_token(self) -> bytes:
-        """The token of one acquire's claims (the same in every line it enters)."""
-        return _requests.new_token(self.owner or default_owner())
+    acquire = wait_in_line
+    new_token = line_token
+    check_refused = never_refused
 
     def new_claims(self, token: bytes) -> list[_queue.Claim]:
         """One claim per name, with one score (its place in every line) and one bell."""
@@ -358,30 +290,8 @@ class Queued(Words):
             for key, fence_key in zip(self.keys, self.fence_keys, strict=True)
         ]
 
-    def check_refused(self, claims: Sequence[_queue.Claim]) -> None:
-        """Raise when the nodes refused the claims for good (a semaphore's other limit); locks: never."""
-
-    def _take_claim(self, tenure: Tenure, token: bytes, won: _queue_wait.Won) -> None:
-        n = len(self.cluster.nodes)
-        yes, pending = _algorithm.YES, _algorithm.PENDING  # the others may grant it later
-        holders = won.holders
-        tokens = won.fencing_tokens
-        lease = Lease(
-            self.lease_keys(won), token, ttl_ms=self.settings.ttl_ms, acquired_at=won.at, expires=won.end,
-            holders=holders, skip=[], fencing_token=None if tokens is None else tokens[0],
-            fencing_tokens=tokens, keeps=self.keeps,
-            fence_keys=() if tokens is None else self.fence_keys, fence_ttl_ms=self.settings.fence_ttl_ms,
-            regain=[i for i in range(n) if i not in holders] if self.regains else [], takes=self.regains,
-        )  # fmt: skip
-        tenure.grant(lease, Heard([yes if i in holders else pending for i in range(n)], None), 0)
-
-    keeps: Keep | None = None
-    """A key the lease's extensions keep alive beside its own (a semaphore's widest-limit key, a reader's
-    readers' index)."""
-
+    keeps: Keep | None = None  # (InLine's fields: see there)
     regains = True
-    """A won claim's lease takes its key where it is free on the nodes that did not grant it (a read/write
-    lock's: never, a SET there would skip the rule on one node)."""
 
     @property
     def channels(self) -> tuple[bytes, ...]:

@@ -25,7 +25,17 @@ from collections.abc import Sequence
 
 from redlock_async._core import Name, Settings, default_owner, reader_key, resource_key, rw_keys
 from redlock_async._core import algorithm as _algorithm
-from redlock_async._lock import Keeper, Queued, Successor, Words, hand_over, handed_over, loss
+from redlock_async._lock import (
+    Keeper,
+    Successor,
+    Words,
+    hand_over,
+    handed_over,
+    line_token,
+    loss,
+    never_refused,
+    wait_in_line,
+)
 from redlock_async._queue import READER, WRITER, RwLine
 from redlock_async._queue import claim as _queue
 from redlock_async._queue import wait as _queue_wait
@@ -202,15 +212,18 @@ class Writer(_Side):
 # key for its token. Releases go through the line (``RW_QUEUE_LEAVE``), however the lease was taken.
 
 
-class QueuedReader(Queued, Reader):
-    """:class:`Reader`'s first try, keys and downgrade; :class:`Queued`'s wait, in the name's line."""
+class QueuedReader(Reader):
+    """:class:`Reader`'s first try, keys and downgrade, waiting in the name's line (``wait_in_line``)."""
 
     __slots__ = ("claim_token",)
 
+    acquire = wait_in_line
+    new_token = line_token
+    check_refused = never_refused
     regains = False  # a read/write lease regains no node (docs/algorithm.md, "Read/write locks")
 
     @property
-    def keeps(self) -> Keep | None:  # type: ignore[override]
+    def keeps(self) -> Keep | None:
         return _rw_requests.keep_index(self.rw_key)  # the readers' index names us while we hold
 
     @property
@@ -238,11 +251,15 @@ class QueuedReader(Queued, Reader):
         _rw_requests.send_queue_leave(self.cluster.nodes, self.line, token, skip, into)
 
 
-class QueuedWriter(Queued, Writer):
-    """:class:`Writer`'s first try, keys and fence; :class:`Queued`'s wait, in the name's line."""
+class QueuedWriter(Writer):
+    """:class:`Writer`'s first try, keys and fence, waiting in the name's line (``wait_in_line``)."""
 
     __slots__ = ()
 
+    acquire = wait_in_line
+    new_token = line_token
+    check_refused = never_refused
+    keeps: Keep | None = None
     regains = False
 
     @property
