@@ -433,8 +433,8 @@ async def test_status_keeps_logs_out_of_its_table_and_says_each_error_once(clust
 
 
 async def test_run_with_a_majority_down_says_too_few_nodes_answered(faulty: Cluster) -> None:
-    for node in faulty:
-        mark_in_service(node)  # a cluster in service (one met new with nodes down is not known to be new)
+    for i in range(len(faulty)):
+        mark_in_service(faulty[i])  # a cluster in service (one met new with nodes down is not known to be new)
     for i in (0, 1, 2):
         faulty[i].kill()
     process = await asyncio.create_subprocess_exec(

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from redlock_async._nodes import IGNORED, Fallback, Node, Receiver, bulk, pack_script, script_head
 from redlock_async._queue._claim import queue_keys
-from redlock_async._queue._permit import Permits
+from redlock_async._queue._lines import Permits
 from redlock_async._scripts import PERMIT_LEAVE, QUEUE_LEAVE, QUEUE_LEAVE_ALL
 
 
