@@ -302,10 +302,12 @@ class LocalCluster(_Group):
                 flags = parts[2].split(",")
                 if any(flag in flags for flag in ("fail", "fail?", "handshake", "noaddr")) and self._listed(parts[1]):
                     return f"{node!r} sees {parts[1]} as {parts[2]}"
-                if "master" in flags and len(parts) > 8:
-                    masters += 1
+                if "master" in flags and self._listed(parts[1]):  # with slots or not: a replica not yet seen
+                    masters += 1  # as one (gossip) is a shard of its own to CLUSTER SHARDS
+                    if len(parts) <= 8:
+                        return f"{node!r} sees {parts[1]} as a master without slots"
             if masters != len(self.shards):
-                return f"{node!r} sees {masters} masters with slots, not {len(self.shards)}"
+                return f"{node!r} sees {masters} masters, not {len(self.shards)}"
             replication = _fields(node.command("INFO", "replication"))
             if replication.get("role") == "slave" and replication.get("master_link_status") != "up":
                 return f"{node!r}: master_link_status:{replication.get('master_link_status')}"
