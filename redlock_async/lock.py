@@ -102,7 +102,7 @@ class Lock:
 
     @on_lost.setter
     def on_lost(self, on_lost: Callable[[LockLost], object] | None) -> None:
-        self._tenure.on_lost = on_lost
+        self._tenure.tell_loss_to(on_lost)
 
     @property
     def ttl(self) -> float:
@@ -230,8 +230,6 @@ class Lock:
             self._strategy.send_release(lease, stale, lease.skip)
         tenure.to(_ACQUIRING)
         began = _clock.now()
-        tenure.attempts = 0
-        tenure.woken_at = None
         acquired = await self._strategy.acquire(tenure, blocking, began + limit)
         if not heard(cluster, _ACQUIRED):
             pass  # no one listens: the event's fields are not worked out

@@ -42,7 +42,7 @@ class Semaphore(Lock):
     ``release``, ``held``, ``validity``, the watchdog and ``LockLost``): each
     acquisition holds one permit. Made by :meth:`Redlock.semaphore`.
 
-    A Lock front given the permit strategy (``_queued_permit.QueuedPermit`` in the grant queue, the
+    A Lock front given the permit strategy (``_lock/_semaphore.py``'s ``QueuedPermit`` in the grant queue, the
     default; ``_strategies.Permit`` with ``queue=False``): it adds only its ``limit`` and its repr, and
     overrides nothing of Lock.
     """

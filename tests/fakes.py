@@ -61,6 +61,7 @@ class FakeNode:
     connect_started: float = 0.0
     vouching: list[Callable[[], None]] | None = None
     vouch_until: float = 0.0
+    eviction: str = ""  # the maxmemory-policy that can evict ("" when none: ``_health/_evictions``)
     load: NodeLoad = field(default_factory=_fresh_load)
     respond: Callable[[Request], Reply] | None = None
     """Answers each request at once (or returns NO_ANSWER to keep it waiting); None: keep them all."""

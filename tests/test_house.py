@@ -222,3 +222,51 @@ def test_no_private_attribute_of_another_module_is_read() -> None:
             ]
     assert found == []
     assert len(ALLOWED_PRIVATE_READS) <= 5
+
+
+TENURE_OWNERS = {"tenure", "_tenure"}
+"""How a lock's parts name its ``Tenure`` (a local, or a field of a keeper or front)."""
+
+
+def _tenure_writes(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """Each assignment to a field of a ``Tenure``: ``tenure.x = ``, ``keeper.tenure.x += ``, ..."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
+        for target in targets:
+            for sub in ast.walk(target):
+                if not isinstance(sub, ast.Attribute) or not isinstance(sub.ctx, ast.Store):
+                    continue
+                owner = sub.value
+                name = (
+                    owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+                )
+                if name in TENURE_OWNERS:
+                    yield node.lineno, ast.unparse(sub)
+
+
+def test_the_tenure_s_fields_change_only_through_its_methods() -> None:
+    """``Tenure``'s fields change only in ``_rounds/_lease.py`` (its methods, as its phase through ``to``)."""
+    lease = PACKAGE / "_rounds" / "_lease.py"
+    writes = [
+        f"{path.relative_to(ROOT)}:{line}: {target}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != lease
+        for line, target in _tenure_writes(ast.parse(path.read_text(), str(path)))
+    ]
+    assert not writes, "a Tenure field written outside _rounds/_lease.py (add a method to Tenure):\n" + "\n".join(
+        writes
+    )
+
+
+def test_the_tenure_check_sees_a_write() -> None:
+    source = "def f(tenure, keeper):\n    tenure.votes, tenure.details = 1, 2\n    keeper.tenure.attempts += 1\n"
+    assert [target for _, target in _tenure_writes(ast.parse(source))] == [
+        "tenure.votes",
+        "tenure.details",
+        "keeper.tenure.attempts",
+    ]

@@ -13,7 +13,8 @@ import pytest
 
 from redlock_async._core import _clock
 from redlock_async._core._algorithm import Vote
-from redlock_async._rounds._lease import GONE, Phase
+from redlock_async._rounds._judge import GONE
+from redlock_async._rounds._lease import Phase
 from redlock_async.errors import LockLost
 
 from .fakes import virtual

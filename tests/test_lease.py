@@ -10,16 +10,14 @@ import pytest
 from redlock_async._core import _algorithm
 from redlock_async._core._algorithm import Extension, Vote
 from redlock_async._core._settings import Settings
+from redlock_async._rounds._judge import GONE, RAN_OUT, after_extension
 from redlock_async._rounds._lease import (
     EFFECTS,
-    GONE,
     MOVES,
-    RAN_OUT,
     IllegalMove,
     Lease,
     Phase,
     Tenure,
-    after_extension,
 )
 from redlock_async.errors import LockLost
 

@@ -16,8 +16,7 @@ from redlock_async._core._settings import Settings
 from redlock_async._health._clock_guard import ClockGuard
 from redlock_async._queue import _wait as _queue_wait
 from redlock_async._queue._claim import Claim
-from redlock_async._queue._permit import PermitLine, Permits
-from redlock_async._queue._rw import READER, WRITER, RwLine
+from redlock_async._queue._lines import READER, WRITER, PermitLine, Permits, RwLine
 from redlock_async._scripts import PERMIT_ENTER, PERMIT_LEAVE, PERMIT_STAY, QUEUE_LEAVE, RW_ENTER, RW_QUEUE_LEAVE
 
 from .fakes import FakeNode, as_nodes, fake_nodes, virtual

@@ -1,4 +1,4 @@
-"""The semaphore's grant-queue scripts (redlock_async/_scripts/_queue_permit.py), run directly on a real node.
+"""The semaphore's grant-queue scripts (redlock_async/_scripts/_permit_line.py), run directly on a real node.
 
 Each test states one clause of a script's contract: a free slot is taken at once while no one is in
 line; a full semaphore puts the waiter in line; a release hands its slot to the first live waiter

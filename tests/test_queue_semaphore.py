@@ -1,5 +1,5 @@
 """Semaphores through the grant queue (the default): one line per semaphore name, a permit's release hands
-its slot to the first waiter, in any process (``redlock_async/_queue/_permit.py``), against real servers.
+its slot to the first waiter, in any process (``redlock_async/_queue/_lines.py``), against real servers.
 
 Checked: that a waiter of another Redlock is handed a released permit by the release alone (no retry
 of its own) and holds it on every node; that tasks of two Redlocks and of another OS process never

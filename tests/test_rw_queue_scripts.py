@@ -1,4 +1,4 @@
-"""The read/write lock's line in the grant queue (redlock_async/_scripts/_rw_queue.py), run directly on a
+"""The read/write lock's line in the grant queue (redlock_async/_scripts/_rw_line.py), run directly on a
 real node: arrival order, readers at the head granted together, a writer granted when the last reader
 leaves, grant words published, and the rule on one node (W and a live reader key never together)."""
 

@@ -6,7 +6,8 @@ import asyncio
 
 from redlock_async._core import _clock
 from redlock_async._core._algorithm import Vote
-from redlock_async._lock._strategies import Many, Permit, Queued, Words
+from redlock_async._lock._semaphore import Permit
+from redlock_async._lock._strategies import Many, Queued, Words
 from redlock_async._nodes._wire import Reply
 from redlock_async._rounds._lease import Phase
 from redlock_async._scripts import ACQUIRE_ALL

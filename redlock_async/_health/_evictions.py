@@ -29,6 +29,12 @@ from redlock_async._nodes import Node, Reply, pack
 log = logging.getLogger("redlock_async._node")  # said of a node, as its connection's other words
 
 INFO_STATS = pack((b"INFO", b"stats"))
+INFO_MEMORY = pack((b"INFO", b"memory"))
+
+RECHECK = 1.0
+"""Seconds between two readings of a node's policy while it is not watched (read ahead of a vote, so an
+idle node is asked nothing): a policy turned evicting live (``CONFIG SET``) is watched from the first vote
+after that, and evictions since the last reading are found then."""
 
 EVICTED = "it evicted keys"
 """How a node's hold for evictions starts its reason (``Node.quarantine_reason``)."""
@@ -67,6 +73,7 @@ class EvictionWatch:
         n = len(self._nodes)
         self._seen: list[int | None] = [None] * n
         self._run_ids: list[bytes | None] = [None] * n
+        self.checked = [0.0] * n  # when each node's policy was last read (its handshake, or a recheck)
 
     def identified(self, i: int) -> None:
         """Node *i*'s handshake is done: watch it before its votes if its policy can evict, and read its count."""
@@ -74,12 +81,32 @@ class EvictionWatch:
         if node.server_id != self._run_ids[i]:
             self._run_ids[i] = node.server_id
             self._seen[i] = None  # another server process (a restart: the restart quarantine's); counted anew
-        outbox = node.outbox
+        self.checked[i] = _clock.now()
+        self.watch(i)
+        self.count(i, node.evicted_keys)
+
+    def watch(self, i: int) -> None:
+        """Node *i*'s sending methods for its policy: watched before each vote if it can evict, else with its
+        policy read again ahead of a vote every :data:`RECHECK` s (it may be turned evicting live)."""
+        node = self._nodes[i]
         if node.eviction:
             node.send_packed, node.send_timed = _watched(node, self, i)
         else:
-            node.send_packed, node.send_timed = outbox.send_packed, outbox.send_timed
-        self.count(i, node.evicted_keys)
+            node.send_packed, node.send_timed = _rechecked(node, self, i)
+
+    def policy(self, i: int, reply: Reply) -> None:
+        """An ``INFO memory`` of a recheck of node *i*, answered (before the ``INFO stats`` sent with it, and
+        the vote): a policy that can evict now, with ``maxmemory`` set, watches it from here on."""
+        if not isinstance(reply, bytes):
+            return
+        fields = dict(
+            line.partition(b":")[::2] for line in reply.split(b"\r\n") if b":" in line and not line.startswith(b"#")
+        )
+        policy = fields.get(b"maxmemory_policy", b"")
+        if fields.get(b"maxmemory", b"0") not in (b"0", b"") and policy not in (b"noeviction", b""):
+            node = self._nodes[i]
+            node.eviction = policy.decode(errors="replace")
+            self.watch(i)
 
     def deliver(self, i: int, reply: Reply, /) -> None:
         """An ``INFO stats`` sent before a vote of node *i* was answered (before the vote's reply)."""
@@ -134,6 +161,47 @@ def _watched(node: Node, watch: EvictionWatch, i: int) -> tuple[Callable[..., No
         clock: Any, receiver: Any, index: int, data: bytes, *, limited: bool = False, fallback: Any = None
     ) -> None:
         send_packed(watch, i, INFO_STATS)
+        send_timed(clock, receiver, index, data, limited=limited, fallback=fallback)
+
+    return packed, timed
+
+
+class _PolicyReader:
+    """The receiver of a recheck's ``INFO memory``."""
+
+    __slots__ = ("watch",)
+
+    def __init__(self, watch: EvictionWatch) -> None:
+        self.watch = watch
+
+    def deliver(self, i: int, reply: Reply, /) -> None:
+        self.watch.policy(i, reply)
+
+
+def _rechecked(node: Node, watch: EvictionWatch, i: int) -> tuple[Callable[..., None], Callable[..., None]]:
+    """*node*'s sending methods (it cannot evict) with its policy and ``evicted_keys`` read again ahead of a
+    vote once :data:`RECHECK` s have passed since the last reading: their replies are parsed before the
+    vote's, so evictions under a policy turned evicting since then hold it out before that vote counts."""
+    outbox = node.outbox
+    send_packed, send_timed = outbox.send_packed, outbox.send_timed
+    reader, checked, now = _PolicyReader(watch), watch.checked, _clock.now
+
+    def recheck() -> None:
+        at = now()
+        if at - checked[i] >= RECHECK:
+            checked[i] = at
+            send_packed(reader, i, INFO_MEMORY)
+            send_packed(watch, i, INFO_STATS)
+
+    def packed(receiver: Any, index: int, data: bytes, *, limited: bool = False, fallback: Any = None) -> None:
+        if limited or fallback is not None:
+            recheck()
+        send_packed(receiver, index, data, limited=limited, fallback=fallback)
+
+    def timed(
+        clock: Any, receiver: Any, index: int, data: bytes, *, limited: bool = False, fallback: Any = None
+    ) -> None:
+        recheck()
         send_timed(clock, receiver, index, data, limited=limited, fallback=fallback)
 
     return packed, timed

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from redlock_async._lock import _guard as guard
 from redlock_async._lock._emitter import emit, emit_lost, heard
+from redlock_async._lock._in_line import line_token, never_refused, wait_in_line
 from redlock_async._lock._keeper import Keeper, Successor, hand_over, handed_over, loss
-from redlock_async._lock._queued_permit import QueuedPermit
-from redlock_async._lock._strategies import MAX_LIMIT, Many, Permit, Queued, Strategy, Words, check_limit
+from redlock_async._lock._semaphore import MAX_LIMIT, Permit, QueuedPermit, check_limit
+from redlock_async._lock._strategies import Many, Queued, Strategy, Words
 
 __all__ = [
     "MAX_LIMIT",
@@ -29,5 +30,8 @@ __all__ = [
     "hand_over",
     "handed_over",
     "heard",
+    "line_token",
     "loss",
+    "never_refused",
+    "wait_in_line",
 ]

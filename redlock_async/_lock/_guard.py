@@ -52,14 +52,15 @@ async def aenter(lock: Guarded, keeper: Keeper) -> None:
     assert host is not None
     # Held by this task (the blocking API: by its thread) until the lease ends: its nested acquires of
     # the same keys fail at once.
-    holder = tenure.bound = _holder.current()
+    holder = _holder.current()
     cluster.bind(tenure.keys, holder)
     if settings.auto_extend:
-        tenure.host, tenure.host_cancelling, tenure.cancelled_host = host, host.cancelling(), False
-        tenure.watched = True
+        tenure.watch(holder, host)
         lease = tenure.lease
         lease.due, lease.result = keeper.due, keeper.result
         cluster.watchdog.schedule(lease, keeper.next_due())
+    else:
+        tenure.watch(holder, None)  # bound, not watched
 
 
 async def aexit(lock: Guarded, keeper: Keeper, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
@@ -67,8 +68,7 @@ async def aexit(lock: Guarded, keeper: Keeper, exc_type: type[BaseException] | N
     tenure, cluster = keeper.tenure, keeper.cluster
     # Before any await: from here on the watchdog cannot cancel us.
     host, cancelled_by_us = tenure.host, tenure.cancelled_host
-    tenure.watched = False
-    tenure.host, tenure.cancelled_host = None, False
+    tenure.unwatch()
     cluster.watchdog.discard(tenure.lease)
     try:
         if cancelled_by_us and host is not None:
@@ -85,17 +85,18 @@ async def aexit(lock: Guarded, keeper: Keeper, exc_type: type[BaseException] | N
         # Our clock says the validity ran out while the body ran (a blocked loop,
         # or many holders exiting at once): the nodes decide whether it was lost.
         overran = host is not None and tenure.phase is _HELD and _clock.now() >= tenure.lease.expires
-        cleanup = _cleanup(lock, keeper, exc, overran, watched=host is not None)
         if overran or exc_type is asyncio.CancelledError:
             # Deciding a loss, or leaving a cancelled scope (anyio cancels again at every await):
             # the confirmation, the state and the lost event must not be cut short.
-            await complete(cleanup)
+            await complete(_cleanup(lock, keeper, exc, overran, watched=host is not None))
         else:
-            await cleanup
+            try:  # _cleanup, inlined (one coroutine less per exit)
+                await _exit(lock, keeper, exc, overran, watched=host is not None)
+            finally:
+                if host is not None:
+                    await cluster.watchdog.forget(tenure.lease)
     finally:
-        if tenure.bound is not None:  # the lease ended in there (that unbinds it); this is for a failed exit
-            cluster.unbind(tenure.keys, tenure.bound)
-            tenure.bound = None
+        tenure.unbind()  # the lease ended in there (that unbinds it); this is for a failed exit
 
 
 async def _cleanup(lock: Guarded, keeper: Keeper, exc: BaseException | None, overran: bool, *, watched: bool) -> None:
@@ -118,7 +119,7 @@ async def _exit(lock: Guarded, keeper: Keeper, exc: BaseException | None, overra
         tenure.to(_LOST, LockLost(why, name=tenure.label, outcomes=keeper.outcomes()))
         emit_lost(keeper.cluster, tenure, why, watchdog=True)
     if tenure.phase is _LOST:
-        tenure.lease.token = None
+        tenure.forget()
         if exc is None and watched and tenure.on_lost is None:
             assert tenure.lost is not None
             raise tenure.lost  # the body finished, but not under the lock the whole time
@@ -139,6 +140,11 @@ def _overrun_cause(votes: Sequence[_algorithm.Vote], holders: Sequence[int]) -> 
     """Why an overrun lease was not confirmed at release: the nodes were silent, or the key was gone."""
     silent = [i for i in holders if votes[i] not in (_algorithm.YES, _algorithm.NO)]
     if len(silent) > len(holders) - _algorithm.quorum(len(votes)):
+        if any(votes[i] is _algorithm.ERROR for i in silent):  # a refusal (an ACL, a replica) is no silence
+            return (
+                f": {len(silent)} of the {len(holders)} nodes that held it could not run the release (an error "
+                "or no answer: the reasons are in the votes; the watchdog could not extend it either)"
+            )
         return (
             f": {len(silent)} of the {len(holders)} nodes that held it did not answer the release "
             "(nodes unreachable: the watchdog could not extend it either)"
@@ -166,7 +172,7 @@ async def _release_confirmed(keeper: Keeper) -> tuple[bool, list[int]]:
     ballot = Ballot(nodes, vote_of_script, wait, majority=False, wait_for=holders, rearm=settings.node_timeout)
     keeper.strategy.send_release(lease, token, lease.skip, into=ballot)
     await ballot.start().wait()
-    tenure.votes, tenure.details = ballot.votes, ballot.details
+    tenure.heard(ballot)
     kept = sum(1 for i in holders if ballot.votes[i] is _algorithm.YES)
     confirmed = kept >= _algorithm.quorum(len(nodes))
     if confirmed:

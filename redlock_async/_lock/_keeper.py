@@ -1,7 +1,7 @@
 """Keeping a held lease: extending it (``extend()`` and the watchdog's rounds alike), losing it,
 releasing it, and what the Redlock tells a held lock.
 
-What follows an extension's verdict is decided once, by :func:`~redlock_async._rounds._lease.after_extension`;
+What follows an extension's verdict is decided once, by :func:`~redlock_async._rounds._judge.after_extension`;
 the phase changes (and all they imply) are :meth:`~redlock_async._rounds._lease.Tenure.to`'s. The
 watchdog's side (:meth:`Keeper.due`, :meth:`Keeper.result`) is called from its task and reply
 callbacks, never awaited.
@@ -25,6 +25,7 @@ from redlock_async._rounds import (
     RAN_OUT,
     UNANSWERED,
     Ballot,
+    Heard,
     Lease,
     Phase,
     Tenure,
@@ -118,7 +119,7 @@ class Keeper:
                 if lease.keeps is not None:
                     _requests.send_keep(nodes, lease.keys[0], lease.keeps, token, ttl_ms)
                 await ballot.wait()
-                tenure.votes, tenure.details = ballot.votes, ballot.details
+                tenure.heard(ballot)
                 if (handover := self.handover) is not None and handover[0] is lease:
                     # Handed over while out: a node that did the swap first refused it, though nothing was lost.
                     return await self._follow(settings, handover)
@@ -243,7 +244,7 @@ class Keeper:
         if lease is not tenure.lease or not tenure.watched or tenure.phase is not _HELD or lease.token is None:
             return  # released, lost or re-acquired while the round was out
         settings = self.settings
-        tenure.votes, tenure.details = votes, details
+        tenure.heard(Heard(votes, details))
         now = _clock.now()
         due = self.next_due()
         judged = after_extension(lease, settings, lease.ttl_ms, votes, started, decided_at, now)
@@ -284,10 +285,7 @@ class Keeper:
             except Exception:
                 # Not told: the body must not run on believing it holds the lock.
                 log.exception("redlock %r: on_lost callback failed: cancelling the body", tenure.name)
-        host = tenure.host
-        if host is not None and not host.done():
-            tenure.cancelled_host = True
-            host.cancel(msg=f"redlock: {why}")
+        tenure.cancel_host(f"redlock: {why}")
 
     # -- what the Redlock tells a held lock (Cluster.held keeps keepers) ------------------------
 
@@ -351,7 +349,7 @@ class Keeper:
         """``release()``: delete the lease on every node (keep it *cooldown* s instead, if not None)."""
         tenure = self.tenure
         if tenure.phase is _LOST:
-            tenure.lease.token = None
+            tenure.forget()
             return
         lease = tenure.lease
         if tenure.phase is not _HELD or lease.token is None:
@@ -360,7 +358,7 @@ class Keeper:
         if cooldown is not None:
             # Kept, not deleted: the keys expire `cooldown` s from now (compare-and-PEXPIRE on a majority, or
             # LockLost). Unwatched first, so the watchdog sends no later extension (its rounds out went first).
-            tenure.watched = False
+            tenure.let_go()
             await self.extend(dataclasses.replace(self.settings, ttl=cooldown))
             tenure.to(_IDLE)
             emit(cluster, tenure, _RELEASED, duration=0.0, held_for=_clock.now() - lease.acquired_at)
@@ -381,25 +379,25 @@ class Keeper:
                 node.uncork()
         else:
             strategy.send_release(lease, token, lease.skip, into=ballot)
+        failure: ReleaseFailed | None = None  # else a node refusing the script (ACL) keeps every key a ttl
         try:
             await ballot.start().wait()
+            tenure.heard(ballot)
+            if _ERROR in ballot.votes and any(ballot.votes[i] is _ERROR for i in holders):
+                # (A failure needs more errors than nodes outside a majority, so a holder's among them.)
+                failure = await release_failure(self, ballot, lease.skip, lease.ttl_ms)
+                if failure is None:
+                    failed = [str(o) for i, o in enumerate(self.outcomes()) if i in holders and o.vote is _ERROR]
+                    log.warning("redlock %r not released on %s: the key stays until it expires", tenure.name, failed)
+                else:
+                    log.warning("redlock %s", failure)
         except asyncio.CancelledError:
-            # The release went out and the lock is no longer held: say so, as for a release waited for.
-            tenure.votes, tenure.details = ballot.votes, ballot.details  # so far: the rest pending
+            # Gone out, no longer held: said as when waited for (also if cut short while its failure was judged).
+            tenure.heard(ballot)  # so far: the rest pending
             if heard(cluster, _RELEASED):
                 now = _clock.now()
                 emit(cluster, tenure, _RELEASED, duration=now - began, held_for=now - lease.acquired_at)
             raise
-        tenure.votes, tenure.details = ballot.votes, ballot.details
-        failure: ReleaseFailed | None = None  # else a node refusing the script (ACL) keeps every key a ttl
-        if _ERROR in ballot.votes and any(ballot.votes[i] is _ERROR for i in holders):
-            # (A failure needs more errors than nodes outside a majority, so a holder's among them.)
-            failure = await release_failure(self, ballot, lease.skip, lease.ttl_ms)
-            if failure is None:
-                failed = [str(o) for i, o in enumerate(self.outcomes()) if i in holders and o.vote is _ERROR]
-                log.warning("redlock %r not released on %s: the key stays until it expires", tenure.name, failed)
-            else:
-                log.warning("redlock %s", failure)
         if heard(cluster, _RELEASED):
             now = _clock.now()
             why = "" if failure is None else str(failure.args[0])
@@ -431,7 +429,7 @@ async def release_failure(keeper: Keeper, ballot: Ballot, skip: Sequence[int], t
     if count - len(failed) >= _algorithm.quorum(count):
         return None
     tenure = keeper.tenure
-    tenure.votes, tenure.details = votes, details
+    tenure.heard(Heard(votes, details))
     told = outcomes(nodes, votes, details)
     reasons = "; ".join(f"{told[i].node}: {told[i].detail or 'error'}" for i in failed)
     return ReleaseFailed(
@@ -465,7 +463,7 @@ def hand_over(keeper: Keeper, successor: Successor) -> None:
     there), so the watchdog lets the lease go (its rounds out change nothing) and an ``extend()``
     waits for :func:`handed_over`'s verdict."""
     tenure = keeper.tenure
-    tenure.watched = False
+    tenure.let_go()
     keeper.cluster.watchdog.discard(tenure.lease)
     keeper.handover = (tenure.lease, asyncio.get_running_loop().create_future(), successor)
 

@@ -10,8 +10,8 @@ attempts, the last votes, the grant). A ``Lock`` front is given one at construct
 :class:`Many`   several names (``lock_many``), all or none; a waiter listens on the name its
                 last try found held
 :class:`Queued` one name or several through the nodes' grant queue (``queue=True``, the
-                default; docs/algorithm.md)
-:class:`Permit` a semaphore's permit: a slot of the name, each slot a mutex
+                default; docs/algorithm.md): a lock's first try, ``_in_line``'s wait
+:class:`Permit` a semaphore's permit: a slot of the name, each slot a mutex (``_semaphore.py``)
 ==============  ==========================================================================
 
 A new primitive (a reader/writer lock) is a new strategy meeting :class:`Strategy`, given to a
@@ -25,10 +25,11 @@ import random
 from collections.abc import Sequence
 from typing import Protocol
 
-from redlock_async._core import Name, Settings, Vote, default_owner, released_word, resource_key, semaphore_keys
+from redlock_async._core import Name, Settings, default_owner, released_word, resource_key
 from redlock_async._core import algorithm as _algorithm
 from redlock_async._core import clock as _clock
-from redlock_async._core import lot as _line
+from redlock_async._core import lot as _lot
+from redlock_async._lock._in_line import line_token, never_refused, wait_in_line
 from redlock_async._queue import claim as _queue
 from redlock_async._queue import release as _queue_release
 from redlock_async._queue import wait as _queue_wait
@@ -42,17 +43,6 @@ log = logging.getLogger("redlock_async.lock")
 _ACQUIRING, _HELD, _IDLE = Phase.ACQUIRING, Phase.HELD, Phase.IDLE  # module globals: see lock.py's note
 
 _random = random.SystemRandom()
-
-MAX_LIMIT = 1024
-"""Most permits one semaphore has (each acquire's script looks at every slot once)."""
-
-
-def check_limit(limit: object) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise TypeError(f"limit must be an int (how many may hold the semaphore at once), got {type(limit).__name__}")
-    if not 1 <= limit <= MAX_LIMIT:
-        raise ValueError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
-    return limit
 
 
 class Strategy(Protocol):
@@ -129,7 +119,7 @@ class Words:
         cluster = self.cluster
         listener = cluster.listener if self.settings.wait_for_release and blocking else None
         listening = woken = attempted = False
-        place = _line.ticket()
+        place = _lot.ticket()
         try:
             # Try at once (the key may be free while waiters of this process wait for their timers),
             # unless the line is taking it now or a lock of this Redlock holds it: then join the line.
@@ -173,7 +163,7 @@ class Words:
                     # of this Redlock may have sent our next round already (handed it over).
                     taker = _handoff.Taker(self.presend, self.give_back) if self.takes_hand_over else None
                     woken = await listener.wait(channel, delay, place, again=woken, taker=taker)
-                    tenure.woken_at = _clock.now() if woken else None  # the hand-off latency starts here
+                    tenure.woke(_clock.now() if woken else None)  # the hand-off latency starts here
                     in_line = False
                     if woken and (sent := listener.handed(channel, place)) is not None:
                         attempted = True
@@ -196,17 +186,17 @@ class Words:
     async def attempt(self, tenure: Tenure, sent: _requests.Sent | None = None) -> bool:
         """One round on all nodes (*sent* already, by a releaser handing the lock over); True when a
         majority granted a valid lease (then *tenure* holds it)."""
-        tenure.attempts += 1
         result = await self.take(sent)
-        tenure.votes, tenure.details = result.votes, result.details
         if result.validity is None:
+            tenure.tried()
+            tenure.heard(result)
             if log.isEnabledFor(logging.DEBUG):
                 found = outcomes(self.cluster.nodes, result.votes, result.details)
                 log.debug("redlock %r not acquired: %s", self.name, ", ".join(map(str, found)))
             return False
         tokens = result.fencing_tokens
         settings = self.settings
-        tenure.lease = Lease(
+        lease = Lease(
             result.keys,
             result.token,
             ttl_ms=settings.ttl_ms,
@@ -222,7 +212,7 @@ class Words:
             late=result.late,
             takes=result.takes,
         )
-        tenure.to(_HELD)
+        tenure.grant(lease, result, 1)
         return True
 
     async def take(self, sent: _requests.Sent | None = None) -> _requests.Attempt:
@@ -283,82 +273,13 @@ class Many(Words):
 
 class Queued(Words):
     """One name or several (``lock_many``) through the nodes' grant queue (``queue=True``, the default;
-    docs/algorithm.md)."""
+    docs/algorithm.md): a lock's first try, waiting in line (:func:`~._in_line.wait_in_line`)."""
 
     __slots__ = ()
 
-    async def acquire(self, tenure: Tenure, blocking: bool, give_up: float) -> bool:
-        """The first try is :meth:`Words.attempt` (SET NX, or fenced, ACQUIRE_FENCED and its fence;
-        lock_many: ACQUIRE_ALL): uncontended, the queue costs nothing more. A try that finds a key held
-        joins the lines with one claim per name (one token, one place in every line), entered on every node
-        at each try, held once a majority holds every key for its token, whether a node set it at once or
-        granted it later (a release handing it on): :mod:`_queue_wait`."""
-        cluster = self.cluster
-        listener = cluster.listener
-        settings = self.settings
-        nodes = cluster.nodes
-        claims: list[_queue.Claim] = []
-        subscribed: list[bytes] = []
-        done = False
-        try:
-            if await self.attempt(tenure) or not blocking or _clock.now() >= give_up:
-                done = True
-                return tenure.phase is _HELD
-            token = self.new_token()
-            for claim in self.new_claims(token):
-                claims.append(claim)
-                listener.grants.expect(
-                    claim.keys[0], claim
-                )  # before our first entry: a grant word heard from then on is ours
-            # Each node's confirmation of a subscription made after our entry pokes the claim: a grant
-            # published before it went unheard, so we enter again at once.
-            for key in self.channels:
-                subscribed.append(key)
-                await listener.subscribe(key)
-            # A name held while another is not is given back after about a retry delay (lock_many).
-            grace = _queue.patience(nodes, settings.node_timeout)
-            hold_back = max(grace, settings.retry_delay)
-            while True:
-                cluster.check_open()  # a background task failed (the subscribers'?): say so now
-                tenure.attempts += 1
-                _queue_wait.join(claims)
-                # One try: until a majority holds every key for us, or every node answered (or timed out).
-                grace = _queue.patience(nodes, settings.node_timeout)
-                won = await _queue_wait.claimed(claims, _clock.now() + grace, grace, hold_back, until_answered=True)
-                self.check_refused(claims)
-                now = _clock.now()
-                if won is None and now < give_up:
-                    # Wait in line: grant words (a release handing the key on) until the next try.
-                    delay = _algorithm.retry_delay(settings.retry_delay, _random.random(), give_up - now)
-                    won = await _queue_wait.claimed(claims, now + delay, grace, hold_back, until_answered=False)
-                    if won is not None:
-                        listener.granted()  # a release handed it to us, not our fallback timer
-                        # The hand-off latency starts at the first grant heard of the nodes that count.
-                        tenure.woken_at = min(claim.since[i] for claim in claims for i in won.holders)
-                if won is not None:
-                    done = True
-                    self._take_claim(tenure, token, won)
-                    return True
-                cluster.check_open()  # closed meanwhile, or a background task failed: say so now
-                if _clock.now() >= give_up:
-                    done = True
-                    tenure.votes, tenure.details = _queue_wait.votes(claims, _clock.now(), grace)  # before leave()
-                    _queue_wait.quit(claims)  # out of every line, and whatever a node granted us goes on
-                    await _queue_wait.settled(claims, _queue.patience(nodes, settings.node_timeout))
-                    return False
-        finally:
-            if tenure.phase is _ACQUIRING:
-                tenure.to(_IDLE)
-            for claim in claims:
-                listener.grants.unexpect(claim.keys[0], claim)
-            if not done:
-                _queue_wait.quit(claims)  # cancelled, or failed: queued now, before the exception goes on
-            for key in subscribed:
-                listener.unsubscribe(key)
-
-    def new_token(self) -> bytes:
-        """The token of one acquire's claims (the same in every line it enters)."""
-        return _requests.new_token(self.owner or default_owner())
+    acquire = wait_in_line
+    new_token = line_token
+    check_refused = never_refused
 
     def new_claims(self, token: bytes) -> list[_queue.Claim]:
         """One claim per name, with one score (its place in every line) and one bell."""
@@ -369,32 +290,8 @@ class Queued(Words):
             for key, fence_key in zip(self.keys, self.fence_keys, strict=True)
         ]
 
-    def check_refused(self, claims: Sequence[_queue.Claim]) -> None:
-        """Raise when the nodes refused the claims for good (a semaphore's other limit); locks: never."""
-
-    def _take_claim(self, tenure: Tenure, token: bytes, won: _queue_wait.Won) -> None:
-        n = len(self.cluster.nodes)
-        yes, pending = _algorithm.YES, _algorithm.PENDING  # the others may grant it later
-        holders = won.holders
-        tenure.votes = [yes if i in holders else pending for i in range(n)]
-        tenure.details = None
-        tokens = won.fencing_tokens
-        tenure.lease = Lease(
-            self.lease_keys(won), token, ttl_ms=self.settings.ttl_ms, acquired_at=won.at, expires=won.end,
-            holders=holders, skip=[], fencing_token=None if tokens is None else tokens[0],
-            fencing_tokens=tokens, keeps=self.keeps,
-            fence_keys=() if tokens is None else self.fence_keys, fence_ttl_ms=self.settings.fence_ttl_ms,
-            regain=[i for i in range(n) if i not in holders] if self.regains else [], takes=self.regains,
-        )  # fmt: skip
-        tenure.to(_HELD)
-
-    keeps: Keep | None = None
-    """A key the lease's extensions keep alive beside its own (a semaphore's widest-limit key, a reader's
-    readers' index)."""
-
+    keeps: Keep | None = None  # (InLine's fields: see there)
     regains = True
-    """A won claim's lease takes its key where it is free on the nodes that did not grant it (a read/write
-    lock's: never, a SET there would skip the rule on one node)."""
 
     @property
     def channels(self) -> tuple[bytes, ...]:
@@ -419,73 +316,3 @@ class Queued(Words):
             leave.send(nodes, token, into, skip)
         else:
             _queue_release.release_all(nodes, lease.keys, self.fence_keys, token, into, skip)
-
-
-class Permit(Words):
-    """A semaphore's permit: slot i of the name held as a lock is held (SET NX PX of the slot's key on
-    a majority), so no more than *limit* holders exist whenever single locks are safe (see
-    ``semaphore.py``). Permits are not handed over: a release wakes the next waiter, who picks a slot."""
-
-    __slots__ = ("limit", "permits", "slot_prefix", "widest")
-
-    takes_hand_over = False
-
-    def __init__(self, cluster: Cluster, settings: Settings, name: Name, limit: object, owner: bytes | None) -> None:
-        super().__init__(cluster, settings, (name,), owner, name)
-        self.limit = check_limit(limit)
-        # A task holding some permits may ask for another (a permit held elsewhere may come free); one
-        # holding all of them would wait for itself: only its own release could free one.
-        self.permits = self.limit
-        # The permits' channel (their releases wake this semaphore's waiters), the slots, the widest limit.
-        base, self.slot_prefix, self.widest = semaphore_keys(settings.key_prefix, name)
-        self.keys = (base,)
-        self.blocked = base
-
-    def held_words(self, name: Name) -> str:
-        return f"every permit ({self.limit} of limit {self.limit}) of semaphore {name!r}"
-
-    async def take(self, sent: _requests.Sent | None = None) -> _requests.Attempt:
-        """One pass: a slot of our own choosing (random), then, while it was held, a slot that a majority
-        of the nodes said is free (random among the most agreed on), until one is granted or none is left."""
-        nodes = self.cluster.nodes
-        need = _algorithm.quorum(len(nodes))
-        tried: set[int] = set()
-        slot = _random.randrange(self.limit)
-        while True:
-            tried.add(slot)
-            result = await _requests.attempt_permit(
-                nodes,
-                self.slot_prefix + b"%d" % slot,
-                self.widest,
-                self.slot_prefix,
-                self.limit,
-                self.keys[0],
-                self.settings,
-                self.owner or default_owner(),
-                self.cluster.reading(),
-            )
-            if result.validity is not None:
-                return result
-            other = [-code for code in result.codes]
-            if len(other) > len(nodes) - _algorithm.quorum(len(nodes)):
-                # Enough nodes hold a permit under another limit that no majority could grant one.
-                raise ValueError(
-                    f"semaphore {self.name!r} is held under limit {max(set(other), key=other.count)}, not "
-                    f"{self.limit}: every client of one semaphore must use the same limit (a new limit may be "
-                    "used once no permit is held)"
-                )
-            if not any(vote is Vote.NO for vote in result.votes):
-                return result  # nodes silent or in quarantine, not slots held: another slot would fare no better
-            free = {other: count for other, count in (result.free or {}).items() if other not in tried}
-            best = max(free.values(), default=0)
-            if best < need:
-                return result  # no slot is free on a majority: every permit is held
-            slot = _random.choice([other for other, count in free.items() if count == best])
-
-    def next_is_ours(self, token: bytes) -> bool:
-        return False
-
-    def send_release(
-        self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
-    ) -> None:
-        _requests.send_release(self.cluster.nodes, lease.keys, token, skip, channel=self.keys[0], into=into)

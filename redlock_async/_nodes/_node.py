@@ -342,11 +342,8 @@ class Node:
         """Bytes from the server: parse every complete reply and resolve its future, oldest first."""
         if wire is not self._wire:
             return  # a connection given up on
-        parser = self._parser
+        parser, outbox, on_message, inflight = self._parser, self.outbox, self._on_message, self.outbox.inflight
         parser.feed(data)
-        outbox = self.outbox
-        inflight = outbox.inflight
-        on_message = self._on_message
         while True:
             try:
                 reply: Reply = parser.gets()
@@ -364,11 +361,14 @@ class Node:
                 self._broken(ConnectionError("a reply came with no command waiting for it"))
                 return
             _, receiver, index, fallback = inflight.popleft()
-            if fallback is not None and type(reply) is Failure and reply.noscript:
+            if type(reply) is not Failure:  # (most replies: one test of the reply's type)
+                receiver.deliver(index, reply)
+                continue
+            if fallback is not None and reply.noscript:
                 outbox.resend(fallback, receiver, index)
                 continue
             receiver.deliver(index, reply)
-            if type(reply) is Failure and "READONLY" in reply.detail:  # made a replica: the handshake says so
+            if "READONLY" in reply.detail:  # made a replica: the handshake says so
                 self._broken(ConnectionError(f"the server became a replica ({reply.detail})"))
                 return
         outbox.load.answered(_clock.now())

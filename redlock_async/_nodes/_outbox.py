@@ -19,6 +19,7 @@ oldest first, for the node's parser to hand them their replies.
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections import deque
 from collections.abc import Callable
 from typing import TypeAlias
@@ -35,6 +36,7 @@ Entry: TypeAlias = "tuple[bytes, Receiver, int, Fallback]"
 TIME = pack((b"TIME",))
 """The node's clock, read right before a vote by :meth:`Outbox.send_timed` (the clock guard's reading)."""
 
+_bytes_of = operator.itemgetter(0)  # an Entry's bytes (join's map: no Python frame per entry)
 FLUSH_BUFFER_LIMIT = 64 * 1024
 """Bytes already waiting in the socket's buffer above which new commands wait for the writer task's drain."""
 
@@ -312,7 +314,7 @@ class Outbox:
             self.gathering = False
             return batch[0][0]
         self.gathering = True
-        return b"".join([entry[0] for entry in batch])
+        return b"".join(map(_bytes_of, batch))
 
     # -- answers and failures ---------------------------------------------
 

@@ -11,9 +11,8 @@ from redlock_async._queue import _release as release
 from redlock_async._queue import _wait as wait
 from redlock_async._queue._claim import SUFFIXES, queue_keys
 from redlock_async._queue._grants import Grants, is_grant
-from redlock_async._queue._permit import PermitLine, Permits
+from redlock_async._queue._lines import READER, WRITER, PermitLine, Permits, RwLine
 from redlock_async._queue._release import release_permit
-from redlock_async._queue._rw import READER, WRITER, RwLine
 
 __all__ = [
     "READER",

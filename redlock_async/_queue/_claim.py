@@ -23,10 +23,10 @@ dies leaves entries that expire unless entered again (every retry delay).
 **Fenced claims**: every grant reads the fencing counter in the same step; a majority's counters are
 raised (``QUEUE_FENCE``) before the claim counts (docs/fencing.md, "Fenced grants from the queue").
 
-**Each primitive's line** (``_queue_line.Line``): which scripts a claim enters, stays and leaves with,
+**Each primitive's line** (``_lines.Line``): which scripts a claim enters, stays and leaves with,
 how a reply's and a word's last field are read, what "held" means. A lock's is :class:`LockLine` (a
-node holds the key); a read/write lock's ``_queue_rw.RwLine`` (a reader's key or the writer key); a
-semaphore's ``_queue_permit.PermitLine`` (a slot, held once a majority holds the same one).
+node holds the key); a read/write lock's ``_lines.RwLine`` (a reader's key or the writer key); a
+semaphore's ``_lines.PermitLine`` (a slot, held once a majority holds the same one).
 
 **Scripts the server lost**: a leave is always sent again after NOSCRIPT, an entry or a give-back
 not behind a later command on its key (``Script.creates``).
@@ -50,7 +50,7 @@ from redlock_async._core import clock as _clock
 from redlock_async._health import ClockGuard, floored
 from redlock_async._nodes import Failure, Node, Reply, pack_script
 from redlock_async._queue._fence import Counters
-from redlock_async._queue._line import KeyLine, Line, Packed
+from redlock_async._queue._lines import KeyLine, Line, Packed
 from redlock_async._rounds import sitting_out
 from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE, QUEUE_STAY, Script
 
@@ -123,7 +123,7 @@ class Bell:
 
 
 class LockLine(KeyLine):
-    """A lock's line (``_queue_line.Line``): the lock key's own; a node holds the key for the waiter."""
+    """A lock's line (``_lines.Line``): the lock key's own; a node holds the key for the waiter."""
 
     __slots__ = ("fenced", "keys")
 
@@ -164,7 +164,7 @@ class Claim:
     fencing counter, goes with every script (a grant to a fenced waiter reads it); a fenced claim
     (``settings.fencing``) keeps each node's counter beside the grant it came with, and counts only
     once a fence round raised the counters of a majority (:meth:`fence`; docs/fencing.md). *line*: the
-    primitive's line (``_queue_line.Line``; by default a lock's, :class:`LockLine`): a semaphore
+    primitive's line (``_lines.Line``; by default a lock's, :class:`LockLine`): a semaphore
     waiter's holds a slot, a read/write lock waiter's its reader key or the writer key.
     """
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from redlock_async._nodes import IGNORED, Fallback, Node, Receiver, bulk, pack_script, script_head
 from redlock_async._queue._claim import queue_keys
-from redlock_async._queue._permit import Permits
+from redlock_async._queue._lines import Permits
 from redlock_async._scripts import PERMIT_LEAVE, QUEUE_LEAVE, QUEUE_LEAVE_ALL
 
 
@@ -32,6 +32,10 @@ class Leave:
         packed = self.head + bulk(token)  # = pack_script(QUEUE_LEAVE, self.keys, (token,))
         fallback: Fallback = (QUEUE_LEAVE, self.keys, (token,))
         receiver: Receiver = IGNORED if into is None else into  # replies as RELEASE's: 1 deleted, 0 not ours
+        if not skip:  # (nearly always: a first try skips only a stalled node)
+            for i, node in enumerate(nodes):
+                node.send_packed(receiver, i, packed, fallback=fallback)
+            return
         for i, node in enumerate(nodes):
             if i not in skip:
                 node.send_packed(receiver, i, packed, fallback=fallback)

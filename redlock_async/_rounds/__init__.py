@@ -17,7 +17,8 @@ from redlock_async._rounds._fanout import (
     vote_of_fenced,
     vote_of_script,
 )
-from redlock_async._rounds._lease import RAN_OUT, Keep, Lease, Phase, Tenure, after_extension
+from redlock_async._rounds._judge import RAN_OUT, after_extension
+from redlock_async._rounds._lease import Heard, Keep, Lease, Phase, Tenure
 from redlock_async._rounds._not_acquired import not_acquired, reason
 from redlock_async._rounds._requests import Sent, owner_of, pack_extend
 
@@ -26,6 +27,7 @@ __all__ = [
     "UNANSWERED",
     "Ballot",
     "Deadline",
+    "Heard",
     "Keep",
     "Lease",
     "Phase",

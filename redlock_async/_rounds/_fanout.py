@@ -163,8 +163,8 @@ class Ballot(Deadline):
         n = len(nodes)
         # On a slow network, wait as long as the nodes are measured to take (never less than *timeout*).
         indices = range(n) if wait_for is None else wait_for
-        for node in nodes if wait_for is None else [nodes[i] for i in wait_for]:
-            if node.load.rto > timeout:
+        for i in indices:
+            if nodes[i].load.rto > timeout:
                 needed = quorum(n) if majority else len(indices)
                 timeout = patience(timeout, [nodes[i].load.rto for i in indices], needed, math.inf)
                 break
@@ -266,6 +266,15 @@ class Ballot(Deadline):
                     return
                 vote = Vote.QUARANTINED
                 self._say(i, detail)
+            else:
+                # _count's yes, inlined (most replies of an uncontended lock).
+                self.votes[i] = YES
+                self._open -= 1
+                self._said_yes.append(i)
+                self._yes += 1
+                if self._yes >= self._need if self._majority else not self._open:
+                    self._decide(WON)
+                return
         elif type(reply) is Failure:
             self._say(i, reply.detail)
         self._count(i, vote)

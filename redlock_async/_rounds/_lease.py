@@ -21,8 +21,10 @@ closed under it). LOST stays until the next acquire: ``extend()`` raises its
 move                        effects
 ==========================  =====================================================================
 IDLE, LOST -> ACQUIRING     FORGET: the last lease's token is dropped (its stale keys were
-                            released just before, by the caller that still knew the token)
+                            released just before, by the caller that still knew the token);
+                            RESTART: the acquire's counts (attempts, the wake-up) start again
 ACQUIRING -> HELD           HOLD: the lock joins its Redlock's held locks; no loss is recorded
+                            (the move :meth:`Tenure.grant` makes, with the new lease)
 ACQUIRING -> IDLE           none (nothing was held)
 HELD -> IDLE                UNHOLD (out of the held locks, unbound from its task), FORGET,
                             DISOWN (no holders), UNWATCH (the watchdog drops it at its next look)
@@ -33,13 +35,13 @@ HELD -> LOST                UNHOLD, DISOWN, RECORD (the loss, ``Tenure.lost``); 
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import itertools
 from collections.abc import Callable, MutableSet, Sequence
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
-from redlock_async._core import PENDING, YES, Settings, Vote
-from redlock_async._core import algorithm as _algorithm
+from redlock_async._core import PENDING, YES, Vote
 from redlock_async._scripts import Script
 from redlock_async.errors import LockLost
 
@@ -67,12 +69,14 @@ UNWATCH = 16
 """The lock is no longer watched: the watchdog drops its lease at its next look."""
 RECORD = 32
 """The loss is recorded (``Tenure.lost``): what ``extend()`` raises again, and the holder is told."""
+RESTART = 64
+"""The acquire's counts start again: no attempt made yet, no release woke it."""
 # (Plain ints, not enum.Flag: a lock makes three moves per acquire and release, and Flag's
 # operators are Python code.)
 
 EFFECTS: dict[tuple[Phase, Phase], int] = {
-    (Phase.IDLE, Phase.ACQUIRING): FORGET,
-    (Phase.LOST, Phase.ACQUIRING): FORGET,
+    (Phase.IDLE, Phase.ACQUIRING): FORGET | RESTART,
+    (Phase.LOST, Phase.ACQUIRING): FORGET | RESTART,
     (Phase.ACQUIRING, Phase.HELD): HOLD,
     (Phase.ACQUIRING, Phase.IDLE): 0,
     (Phase.HELD, Phase.IDLE): UNHOLD | FORGET | DISOWN | UNWATCH,
@@ -99,11 +103,17 @@ for _phase in Phase:
     _phase.effects = tuple(EFFECTS.get((_phase, _to), -1) for _to in Phase)  # type: ignore[attr-defined]
     _phase.targets = tuple(_to for _to in Phase if (_phase, _to) in EFFECTS)  # type: ignore[attr-defined]
 del _i, _phase
-# What Tenure.to can do, checked once: HOLD alone, and DISOWN, UNWATCH and RECORD only with UNHOLD.
-for _effects in EFFECTS.values():
-    if (_effects & HOLD and _effects != HOLD) or (_effects & (DISOWN | UNWATCH | RECORD) and not _effects & UNHOLD):
+# What Tenure.to can do, checked once: HOLD alone, RESTART with FORGET alone, and DISOWN, UNWATCH and
+# RECORD only with UNHOLD; and every move to HELD holds, as Tenure.grant does.
+for (_start, _to), _effects in EFFECTS.items():
+    if (
+        (_effects & HOLD and _effects != HOLD)
+        or (_effects & RESTART and _effects != RESTART | FORGET)
+        or (_effects & (DISOWN | UNWATCH | RECORD) and not _effects & UNHOLD)
+        or ((_to is Phase.HELD) != (_effects == HOLD))
+    ):
         raise AssertionError(f"Tenure.to cannot apply effects {_effects}: change it with EFFECTS")
-del _effects
+del _start, _to, _effects
 
 
 def move(current: Phase, to: Phase) -> Phase:
@@ -256,6 +266,23 @@ def _ignore(
 _IDLE, _ACQUIRING, _HELD, _LOST = Phase.IDLE, Phase.ACQUIRING, Phase.HELD, Phase.LOST  # (see lock.py's note)
 
 
+class Decided(Protocol):
+    """A decided request as :meth:`Tenure.heard` reads it (a ``Ballot``, an attempt's result)."""
+
+    @property
+    def votes(self) -> Sequence[Vote]: ...
+
+    @property
+    def details(self) -> Sequence[str] | None: ...
+
+
+class Heard(NamedTuple):
+    """Votes and details heard outside a ballot (the watchdog's round, a grant queue's standing)."""
+
+    votes: Sequence[Vote]
+    details: Sequence[str] | None
+
+
 class Holds(Protocol):
     """What a lock's phase changes tell its Redlock (``Cluster`` meets it): which locks are held, and
     which tasks hold which keys inside ``async with``."""
@@ -272,8 +299,9 @@ class Tenure:
     """A lock's life across its acquisitions: its phase, its current lease, what its last request
     heard, whether it is watched; and :meth:`to`, the one way its phase changes.
 
-    Every part of a lock (its acquire strategy, its keeper, its guard, its events) reads and
-    writes these fields; only :meth:`to` changes ``phase``, with the effects :data:`EFFECTS` lists.
+    Every part of a lock (its acquire strategy, its keeper, its guard, its events) reads these
+    fields and changes them only through the methods below (``tests/test_house.py`` holds them to
+    it); only :meth:`to` and :meth:`grant` change ``phase``, with the effects :data:`EFFECTS` lists.
     """
 
     __slots__ = (
@@ -350,6 +378,11 @@ class Tenure:
             self.lost = None
             self.holds.held.add(self.kept)
             return
+        if effects & RESTART:  # (with FORGET alone: the moves to ACQUIRING)
+            self.lease.token = None
+            self.attempts = 0
+            self.woken_at = None
+            return
         if effects & FORGET:
             self.lease.token = None
         if effects & UNHOLD:
@@ -364,52 +397,73 @@ class Tenure:
             if effects & RECORD:
                 self.lost = lost
 
+    def grant(self, lease: Lease, decided: Decided, tries: int) -> None:
+        """ACQUIRING -> HELD: *lease* granted by the request *decided* (:meth:`heard`), after *tries* more
+        attempts.
+        The move's effect, HOLD, is done here as :meth:`to` does it (the table's check at import: every
+        move to HELD is ACQUIRING's, with HOLD alone); one call on the acquire's path, not two."""
+        if self.phase is not _ACQUIRING:
+            move(self.phase, _HELD)  # raises IllegalMove
+        self.phase = _HELD
+        self.lease = lease  # (one statement each: cheaper than a tuple's)
+        self.votes = decided.votes
+        self.details = decided.details
+        self.attempts += tries
+        self.lost = None
+        self.holds.held.add(self.kept)
 
-class Judged(NamedTuple):
-    """What follows one extension round (:func:`after_extension`)."""
+    def heard(self, decided: Decided) -> None:
+        """The last request (an attempt, extension or release) was *decided* (a ``Ballot``, an attempt's
+        result, a :class:`Heard`): its votes and details are the lock's."""
+        self.votes = decided.votes
+        self.details = decided.details
 
-    verdict: _algorithm.Extension
-    margin: float = 0.0
-    """CONFIRMED: the validity that was left at the decision."""
-    validity: float = 0.0
-    """CONFIRMED: the new validity, from the decision."""
-    retry_in: float = 0.0
-    """RETRY: seconds before the next try."""
-    why: str = ""
-    """REFUSED or EXPIRED: why the lock is lost, in words after ``lock NAME``."""
+    def tried(self) -> None:
+        """One more attempt of the acquire in progress."""
+        self.attempts += 1
 
+    def woke(self, at: float | None) -> None:
+        """A release woke the acquire in progress at *at* (None: its wait ran out unwoken)."""
+        self.woken_at = at
 
-GONE = "is gone from a majority of nodes (expired or taken)"
-RAN_OUT = "could not be extended on a majority before it ran out"
+    def forget(self) -> None:
+        """Drop the lease's token (a LOST lease: nothing more of it is released), as FORGET does."""
+        self.lease.token = None
 
+    def tell_loss_to(self, on_lost: Callable[[LockLost], object] | None) -> None:
+        """Call *on_lost* with the LockLost when the watchdog loses the lock (None: cancel the body)."""
+        self.on_lost = on_lost
 
-def after_extension(
-    lease: Lease,
-    settings: Settings,
-    ttl_ms: int,
-    votes: Sequence[Vote],
-    started: float,
-    decided_at: float,
-    now: float,
-) -> Judged:
-    """The one decision of what follows an extension round to *ttl_ms* sent at *started*, decided at
-    *decided_at* with *votes*, for an explicit ``extend()`` and the watchdog alike.
+    def watch(self, holder: Any, host: asyncio.Task[Any] | None) -> None:
+        """Inside ``async with``: bound to *holder*, and watched for *host* (the task running the body;
+        None: not watched, ``auto_extend=False``), which a loss cancels."""
+        self.bound = holder
+        if host is not None:
+            self.host = host
+            self.host_cancelling = host.cancelling()
+            self.cancelled_host = False
+            self.watched = True
 
-    CONFIRMED: the lease now runs to its new validity and is held by the nodes that said yes (done
-    here). RETRY: neither confirmed nor refused (timeouts, errors) and validity is left: try again in
-    ``retry_in`` s. REFUSED (the key is gone from a majority) and EXPIRED (no majority before the
-    validity ran out): the lock is lost, ``why`` says why.
-    """
-    verdict, validity = _algorithm.judge_extension(
-        votes, ttl_ms / 1000, started, decided_at, settings.drift_factor, deadline=lease.expires, now=now
-    )
-    if validity is not None:
-        margin = lease.expires - decided_at
-        lease.expires = decided_at + validity
-        lease.holders = [i for i, vote in enumerate(votes) if vote is YES]
-        return Judged(verdict, margin=margin, validity=validity)
-    if verdict is _algorithm.Extension.RETRY:
-        return Judged(
-            verdict, retry_in=_algorithm.extend_retry_delay(settings.ttl, settings.node_timeout, lease.expires - now)
-        )
-    return Judged(verdict, why=GONE if verdict is _algorithm.Extension.REFUSED else RAN_OUT)
+    def unwatch(self) -> None:
+        """Out of ``async with``: no longer watched, no host (read ``host`` and ``cancelled_host`` first)."""
+        self.watched = False
+        self.host = None
+        self.cancelled_host = False
+
+    def let_go(self) -> None:
+        """The watchdog lets the lease go (its rounds out change nothing); the host stays, as inside
+        ``async with``."""
+        self.watched = False
+
+    def cancel_host(self, msg: str) -> None:
+        """A loss cancels the body's task, if it still runs (``async with`` turns it into LockLost)."""
+        host = self.host
+        if host is not None and not host.done():
+            self.cancelled_host = True
+            host.cancel(msg=msg)
+
+    def unbind(self) -> None:
+        """No longer bound to its holder (a failed ``async with`` exit: a lease that ended unbinds it)."""
+        if self.bound is not None:
+            self.holds.unbind(self.keys, self.bound)
+            self.bound = None

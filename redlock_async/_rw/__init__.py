@@ -5,7 +5,6 @@ This file is the wing's door: other modules of redlock_async import from here on
 
 from __future__ import annotations
 
-from redlock_async._rw._queued import QueuedReader, QueuedWriter
-from redlock_async._rw._strategies import Reader, Writer
+from redlock_async._rw._strategies import QueuedReader, QueuedWriter, Reader, Writer
 
 __all__ = ["QueuedReader", "QueuedWriter", "Reader", "Writer"]

@@ -15,7 +15,7 @@ Both are bound, inside ``async with``, to one key of the name that no node ever 
 ``NestedAcquire`` at once (it would wait for itself), while readers of other tasks never queue behind
 each other's holds (their channel, the writer key, is not that key). Neither is handed over by a
 release of this Redlock: with ``queue=False`` their waiters hear release words; through the nodes'
-grant queue (the default) they wait as ``_rw_queued``'s ``QueuedReader`` and ``QueuedWriter``.
+grant queue (the default) they wait as :class:`QueuedReader` and :class:`QueuedWriter` (below).
 """
 
 from __future__ import annotations
@@ -23,10 +23,23 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 
-from redlock_async._core import Name, Settings, default_owner, resource_key
+from redlock_async._core import Name, Settings, default_owner, reader_key, resource_key, rw_keys
 from redlock_async._core import algorithm as _algorithm
-from redlock_async._lock import Keeper, Successor, Words, hand_over, handed_over, loss
-from redlock_async._rounds import Ballot, Lease, Tenure
+from redlock_async._lock import (
+    Keeper,
+    Successor,
+    Words,
+    hand_over,
+    handed_over,
+    line_token,
+    loss,
+    never_refused,
+    wait_in_line,
+)
+from redlock_async._queue import READER, WRITER, RwLine
+from redlock_async._queue import claim as _queue
+from redlock_async._queue import wait as _queue_wait
+from redlock_async._rounds import Ballot, Keep, Lease, Tenure
 from redlock_async._rounds import requests as _requests
 from redlock_async._rw import _requests as _rw_requests
 from redlock_async._shared import Cluster
@@ -186,3 +199,88 @@ class Writer(_Side):
         self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
     ) -> None:
         _requests.send_release(self.cluster.nodes, lease.keys, token, skip, into=into)
+
+
+# -- through the grant queue ------------------------------------------------------------
+# A read/write lock's reader and writer through the nodes' grant queue (``queue=True``, the default).
+#
+# The first try is the reader's or writer's own round (``RW_READ`` / ``RW_WRITE``, without entering the
+# waiting writers): uncontended, nothing more. A try that is refused waits in the name's line on every
+# node with one claim (``_queue``'s ``RwLine``), as a lock's waiter does (``_strategies.Queued``): a writer's
+# release, or the last reader's, grants the head of the line on each node (readers at the head
+# together, a writer alone), in any process, and the waiter holds once a majority of the nodes hold its
+# key for its token. Releases go through the line (``RW_QUEUE_LEAVE``), however the lease was taken.
+
+
+class QueuedReader(Reader):
+    """:class:`Reader`'s first try, keys and downgrade, waiting in the name's line (``wait_in_line``)."""
+
+    __slots__ = ("claim_token",)
+
+    acquire = wait_in_line
+    new_token = line_token
+    check_refused = never_refused
+    regains = False  # a read/write lease regains no node (docs/algorithm.md, "Read/write locks")
+
+    @property
+    def keeps(self) -> Keep | None:
+        return _rw_requests.keep_index(self.rw_key)  # the readers' index names us while we hold
+
+    @property
+    def channels(self) -> tuple[bytes, ...]:
+        return (self.rw_key,)
+
+    @property
+    def line(self) -> RwLine:
+        return RwLine(self.rw_key, rw_keys(self.rw_key), self.fence_key, READER)
+
+    def new_claims(self, token: bytes) -> list[_queue.Claim]:
+        self.claim_token = token
+        cluster = self.cluster
+        claim = _queue.Claim(
+            cluster.nodes, self.rw_key, self.settings, token, self.fence_key, guard=cluster.clock, line=self.line
+        )
+        return [claim]
+
+    def lease_keys(self, won: _queue_wait.Won) -> tuple[bytes, ...]:
+        return (reader_key(self.rw_key, self.claim_token),)
+
+    def send_release(
+        self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
+    ) -> None:
+        _rw_requests.send_queue_leave(self.cluster.nodes, self.line, token, skip, into)
+
+
+class QueuedWriter(Writer):
+    """:class:`Writer`'s first try, keys and fence, waiting in the name's line (``wait_in_line``)."""
+
+    __slots__ = ()
+
+    acquire = wait_in_line
+    new_token = line_token
+    check_refused = never_refused
+    keeps: Keep | None = None
+    regains = False
+
+    @property
+    def channels(self) -> tuple[bytes, ...]:
+        return (self.rw_key,)
+
+    @property
+    def line(self) -> RwLine:
+        return RwLine(self.rw_key, rw_keys(self.rw_key), self.fence_key, WRITER)
+
+    def new_claims(self, token: bytes) -> list[_queue.Claim]:
+        cluster = self.cluster
+        claim = _queue.Claim(
+            cluster.nodes, self.rw_key, self.settings, token, self.fence_key, guard=cluster.clock, line=self.line
+        )
+        return [claim]
+
+    def lease_keys(self, won: _queue_wait.Won) -> tuple[bytes, ...]:
+        return (self.rw_key,)
+
+    def send_release(
+        self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
+    ) -> None:
+        _rw_requests.send_queue_leave(self.cluster.nodes, self.line, token, skip, into)

@@ -6,8 +6,8 @@ restart quarantine's watch touches only the marker key, and only where none is).
 
 The sources live by primitive (``_lock``: release and extension of one key;
 ``_fencing``; ``_many``: lock_many; ``_semaphore``; ``_queue``: the grant
-queue; ``_queue_many``: its leave for lock_many; ``_queue_permit``: its
-semaphore lines; ``_rw``: the read/write lock; ``_rw_queue``: its line in the grant
+queue; ``_queue_many``: its leave for lock_many; ``_permit_line``: its
+semaphore lines; ``_rw``: the read/write lock; ``_rw_line``: its line in the grant
 queue; ``_marker``: the restart quarantine's watch of a node), each with its
 KEYS / ARGV / returns header. This module is the one place that makes them scripts: which of them can create (see
 :attr:`Script.creates`), and which a node loads on every new connection.
@@ -23,12 +23,12 @@ from redlock_async._scripts import (
     _lock,
     _many,
     _marker,
+    _permit_line,
     _probe,
     _queue,
     _queue_many,
-    _queue_permit,
     _rw,
-    _rw_queue,
+    _rw_line,
     _semaphore,
 )
 from redlock_async._scripts._fencing import FENCED_BY
@@ -140,9 +140,9 @@ QUEUE_LEAVE = Script(_queue.QUEUE_LEAVE)
 QUEUE_STAY = Script(_queue.QUEUE_STAY, creates=True)
 QUEUE_FENCE = Script(_queue.QUEUE_FENCE)
 QUEUE_LEAVE_ALL = Script(_queue_many.QUEUE_LEAVE_ALL)
-PERMIT_ENTER = Script(_queue_permit.PERMIT_ENTER, creates=True, undeclared=True)
-PERMIT_LEAVE = Script(_queue_permit.PERMIT_LEAVE, undeclared=True)
-PERMIT_STAY = Script(_queue_permit.PERMIT_STAY, creates=True, undeclared=True)
+PERMIT_ENTER = Script(_permit_line.PERMIT_ENTER, creates=True, undeclared=True)
+PERMIT_LEAVE = Script(_permit_line.PERMIT_LEAVE, undeclared=True)
+PERMIT_STAY = Script(_permit_line.PERMIT_STAY, creates=True, undeclared=True)
 DROP_LINES = Script(_queue.DROP_LINES)  # redlock break's alone: not loaded on every connection
 
 # The permissions probe of a connect (run once per node: not loaded on every connection).
@@ -157,10 +157,10 @@ RW_LEAVE = Script(_rw.RW_LEAVE)
 RW_READ_RELEASE = Script(_rw.RW_READ_RELEASE)
 RW_DOWNGRADE = Script(_rw.RW_DOWNGRADE, creates=True)
 KEEP_READERS = Script(_rw.KEEP_READERS)
-RW_ENTER = Script(_rw_queue.RW_ENTER, creates=True, undeclared=True)
-RW_QUEUE_LEAVE = Script(_rw_queue.RW_QUEUE_LEAVE, undeclared=True)
-RW_QUEUE_STAY = Script(_rw_queue.RW_QUEUE_STAY, creates=True, undeclared=True)
-RW_QUEUE_DOWNGRADE = Script(_rw_queue.RW_QUEUE_DOWNGRADE, creates=True, undeclared=True)
+RW_ENTER = Script(_rw_line.RW_ENTER, creates=True, undeclared=True)
+RW_QUEUE_LEAVE = Script(_rw_line.RW_QUEUE_LEAVE, undeclared=True)
+RW_QUEUE_STAY = Script(_rw_line.RW_QUEUE_STAY, creates=True, undeclared=True)
+RW_QUEUE_DOWNGRADE = Script(_rw_line.RW_QUEUE_DOWNGRADE, creates=True, undeclared=True)
 
 SCRIPTS = (
     QUEUE_ENTER,

@@ -86,8 +86,8 @@ class Watchdog:
     async def forget(self, lock: Lease) -> None:
         """Stop watching *lock*; the task ends once no lock is watched."""
         self.discard(lock)
-        if not self._entries:
-            await self._stop()
+        if not self._entries and (task := self._stopped()) is not None:
+            await asyncio.wait([task])  # (as _stop: without its coroutine, once per exit)
 
     def _compact(self) -> None:
         """Drop stale heap entries once they outnumber the live ones: a released lock must not stay
@@ -103,13 +103,20 @@ class Watchdog:
         await self._stop()
 
     async def _stop(self) -> None:
+        task = self._stopped()
+        if task is not None:
+            # wait() does not raise the task's CancelledError: only our own caller's, if any.
+            await asyncio.wait([task])
+
+    def _stopped(self) -> asyncio.Task[None] | None:
+        """:meth:`_stop` up to its wait: nothing watched, the task cancelled; that task, if it was running."""
         self._heap.clear()
         self._entries.clear()
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
-            # wait() does not raise the task's CancelledError: only our own caller's, if any.
-            await asyncio.wait([task])
+            return task
+        return None
 
     async def _run(self) -> None:
         try:

@@ -45,7 +45,7 @@ class Holding(Generic[T]):
         self.error: LockLost | None = None
         """The current (or last) acquisition's loss."""
         self._task: asyncio.Task[None] | None = None
-        self._leave: Leave | None = None
+        self._leave: BlockExit | None = None
         self.thread: threading.Thread | None = None
         """The thread that is acquiring or holds it (from :meth:`claim` to the end of :meth:`leave`)."""
         self._mutex = threading.Lock()  # two threads claiming at once: one wins
@@ -94,7 +94,7 @@ class Holding(Generic[T]):
         self.lost.clear()
         self.error = None
         reply = Reply()
-        leave = Leave()
+        leave = BlockExit()
         try:
             # One hop to the loop and one back: the holder task answers as soon as it is inside the block.
             portal.loop.call_soon_threadsafe(self._start, cm, reply, leave, track, thread)
@@ -158,7 +158,7 @@ class Holding(Generic[T]):
         self,
         cm: Callable[[], AbstractAsyncContextManager[T]],
         reply: Reply,
-        leave: Leave,
+        leave: BlockExit,
         track: set[Any],
         thread: threading.Thread,
     ) -> None:
@@ -174,7 +174,7 @@ class Holding(Generic[T]):
         task.add_done_callback(track.discard)
 
     async def _hold(
-        self, cm: AbstractAsyncContextManager[T], reply: Reply, leave: Leave, thread: threading.Thread
+        self, cm: AbstractAsyncContextManager[T], reply: Reply, leave: BlockExit, thread: threading.Thread
     ) -> None:
         _holder.stand_in(thread)  # what this task holds, the thread holds (its nested acquires are refused)
         try:
@@ -182,7 +182,7 @@ class Holding(Generic[T]):
         finally:
             _holder.step_down()
 
-    async def _hold_for(self, cm: AbstractAsyncContextManager[T], reply: Reply, leave: Leave) -> None:
+    async def _hold_for(self, cm: AbstractAsyncContextManager[T], reply: Reply, leave: BlockExit) -> None:
         entered = False
         try:
             async with cm as value:
@@ -213,7 +213,7 @@ class Holding(Generic[T]):
             leave.reply.set(None)  # at once, not a loop turn later from a done callback
 
 
-class Leave:
+class BlockExit:
     """The caller's word to a holder to leave its block, and the reply it waits on meanwhile."""
 
     __slots__ = ("event", "reply")
@@ -223,7 +223,7 @@ class Leave:
         self.reply: Reply | None = None
 
 
-def _leave(task: asyncio.Task[None], leave: Leave, reply: Reply) -> None:
+def _leave(task: asyncio.Task[None], leave: BlockExit, reply: Reply) -> None:
     """On the loop thread: let the holder leave its block; *reply* once it has (released, or told its loss)."""
     if task.done():
         reply.set_from(task)

@@ -1,0 +1,203 @@
+"""Counts per concurrent ``async with lock`` pair on real nodes, which a loaded machine cannot blur.
+
+Usage::
+
+    python benchmarks/bench_pair_counts.py [--trees DIR_OR_REV ...] [--settings 'queue=False' ...] [--tasks 1]
+    python benchmarks/bench_pair_counts.py --node-instructions
+
+Each tree (a directory holding ``redlock_async/`` or a git revision, as for ``bench_ab.py``) and each
+setting runs in a child process of its own against the same 5 local nodes: ``--tasks`` tasks (64) on
+locks of their own, warmed up, then ``--pairs`` pairs each under ``sys.settrace`` with opcode events.
+Printed per pair: the Python bytecodes run (the library's, asyncio's, the rest), and the commands each
+node ran (``INFO commandstats``). Unlike ``bench_bytecodes.py`` (fake nodes, no I/O) this counts the
+real path: replies parsed, writes gathered, the clock guard's ``TIME``. With 64 tasks the counts move
+by up to a few percent from run to run (how commands and replies batch depends on the machine's
+load); with ``--tasks 1`` (one pair at a time: every write carries one acquire) the library's count
+moves by about 0.2%: compare trees with that.
+
+``--node-instructions``: the CPU instructions one ``valkey-server`` (under ``valgrind --tool=callgrind``,
+which must be installed) spends per ``SET NX PX`` + release, pipelined, for ``RELEASE`` (1 key: the
+release without the queue), ``QUEUE_LEAVE`` (4 keys: the default's, no one in line) and variants of
+it without the release word's ``PUBLISH`` or with fewer keys: what each part of a release costs a
+node, exactly (``bench_server_cpu.py --scripts`` times the same on a live server).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+from bench_ab import settings_of, tree_of
+
+CHILD = r"""
+import asyncio, collections, json, os, sys
+import redis
+from redlock_async import Redlock
+
+urls, options, pairs, tasks = sys.argv[1].split(","), json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+count = collections.Counter()
+
+
+def tracer(frame, event, arg):
+    frame.f_trace_opcodes = True
+    name = frame.f_code.co_filename
+    key = "library" if "redlock_async" in name else "asyncio" if "asyncio" in name else "other"
+
+    def local(frame, event, arg):
+        if event == "opcode":
+            count[key] += 1
+        return local
+
+    return local
+
+
+def commands():
+    found = collections.Counter()
+    for url in urls:
+        client = redis.Redis.from_url(url)
+        for name, figures in client.info("commandstats").items():
+            found[name.removeprefix("cmdstat_")] += figures["calls"]
+        client.close()
+    return found
+
+
+async def main():
+    async with Redlock(urls, **options) as redlock:
+        async def worker(i, n):
+            lock = redlock.lock(f"counts:{i}", ttl=10.0)
+            for _ in range(n):
+                async with lock:
+                    pass
+
+        await asyncio.gather(*(worker(i, 20) for i in range(tasks)))
+        before = commands()
+        sys.settrace(tracer)
+        await asyncio.gather(*(worker(i, pairs) for i in range(tasks)))
+        sys.settrace(None)
+        ran = commands() - before
+    done = tasks * pairs
+    print(json.dumps({
+        "bytecodes": {key: value / done for key, value in count.items()},
+        "commands": {name: calls / done / len(urls) for name, calls in ran.most_common() if name != "info"},
+    }))
+
+
+asyncio.run(main())
+"""
+
+
+def counts(tree: str, settings: str, urls: list[str], pairs: int, tasks: int) -> dict[str, dict[str, float]]:
+    options = settings_of(settings)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, ",".join(urls), json.dumps(options), str(pairs), str(tasks)],
+        env=dict(os.environ, PYTHONPATH=tree),
+        cwd=tree,  # (python -c puts the working directory first on sys.path)
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    found: dict[str, dict[str, float]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def pair_counts(trees: list[str], settings: list[str], pairs: int, tasks: int) -> None:
+    from redlock_async.testing import LocalNodes
+
+    with LocalNodes(5) as nodes:
+        for tree in trees:
+            for text in settings:
+                found = counts(tree_of(tree), text, nodes.urls, pairs, tasks)
+                codes = found["bytecodes"]
+                ran = ", ".join(f"{name} {calls:.2f}" for name, calls in found["commands"].items() if calls >= 0.005)
+                print(
+                    f"{tree} [{text or 'defaults'}]: {sum(codes.values()):.0f} bytecodes per pair "
+                    f"(library {codes.get('library', 0):.0f}, asyncio {codes.get('asyncio', 0):.0f}, "
+                    f"other {codes.get('other', 0):.0f}); per node per pair: {ran}"
+                )
+
+
+def node_instructions(pairs: int) -> None:
+    import redis
+
+    from redlock_async._scripts import QUEUE_LEAVE, RELEASE
+    from redlock_async.testing import server_binary
+
+    leave = QUEUE_LEAVE.source
+    word = b"        redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))\n        return 1"
+    assert word in leave, "QUEUE_LEAVE changed: update the variants"
+    variants: dict[str, tuple[bytes, int]] = {
+        "RELEASE, 1 key": (RELEASE.source, 1),
+        "RELEASE, 4 keys": (RELEASE.source, 4),
+        "QUEUE_LEAVE, 4 keys": (leave, 4),
+        "QUEUE_LEAVE, no PUBLISH": (leave.replace(word, b"        return 1", 1), 4),
+    }
+    binary = server_binary()
+
+    def run(source: bytes | None, nkeys: int) -> int:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        out = f"/tmp/bench_pair_counts.{os.getpid()}.{port}.callgrind"
+        server = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "--port", str(port), "--save", ""],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=port)
+        for _ in range(600):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.1)
+        if source is not None:
+            sha, token = client.script_load(source), b"t" * 24
+            pipe = client.pipeline(transaction=False)
+            for i in range(pairs):
+                key = f"counts:{i % 64}"
+                pipe.set(key, token, px=10_000, nx=True)
+                pipe.evalsha(sha, nkeys, *(key, key + ":q", key + ":w", key + ":f")[:nkeys], token)
+                if i % 500 == 499:
+                    pipe.execute()
+                    pipe = client.pipeline(transaction=False)
+            pipe.execute()
+        with contextlib.suppress(redis.ConnectionError):
+            client.shutdown(nosave=True)
+        server.wait()
+        with open(out) as profile:
+            total = re.search(r"^(?:summary|totals): (\d+)", profile.read(), re.M)
+        os.unlink(out)
+        assert total is not None
+        return int(total.group(1))
+
+    idle = run(None, 0)
+    for name, (source, nkeys) in variants.items():
+        used = (run(source, nkeys) - idle) / pairs
+        print(f"{name:26s} {used:8.0f} instructions per SET NX PX + release on one node")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--trees", nargs="+", default=["."], help="directories or git revisions (default: .)")
+    parser.add_argument("--settings", nargs="+", default=[""], help="Redlock keyword settings, e.g. 'queue=False'")
+    parser.add_argument("--pairs", type=int, default=30, help="pairs per task under the tracer")
+    parser.add_argument("--tasks", type=int, default=64, help="tasks at once (1: one pair at a time)")
+    parser.add_argument("--node-instructions", action="store_true", help="a node's instructions per release")
+    args = parser.parse_args()
+    if args.node_instructions:
+        node_instructions(3000)
+    else:
+        pair_counts(args.trees, args.settings, args.pairs, args.tasks)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
