@@ -209,6 +209,27 @@ def test_the_oracles_judge_a_history() -> None:
     loop.close()
 
 
+def test_the_terms_oracle_and_the_starvation_oracle_under_flushes() -> None:
+    """An observer shown a leader with another candidate's term is a violation (its own term is none);
+    a wait that ran out while the lock was free is judged under SCRIPT FLUSH faults too, not others."""
+    loop = SimLoop(random.Random(0))
+    board = Board(loop, Config(workload="election"), [])
+    board.terms.update({4: "c0-0", 5: "c1-0"})
+    board.observed += [("c0-0", 4, 1.0), ("c1-0", 5, 2.0), ("c1-1", None, 2.5), ("c2-0", 9, 3.0)]
+    board.check()
+    assert board.violations == []
+    board.observed.append(("c1-0", 4, 2.1))
+    board.check()
+    assert [kind for kind, _ in board.violations] == ["observed_term"]
+    for faults, expected in ((frozenset({"flush"}), ["starved"]), (frozenset({"flush", "pause"}), [])):
+        board = Board(loop, Config(faults=faults), [])
+        board.histories["res"] = History()
+        board.gave_up.append((("res",), 1.0, 9.0))
+        board.check()
+        assert [kind for kind, _ in board.violations] == expected
+    loop.close()
+
+
 def test_the_command_refuses_bad_input_with_status_2() -> None:
     for args, words in (
         (["--set", "clockguard=false"], "clockguard"),

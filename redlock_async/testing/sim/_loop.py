@@ -116,7 +116,7 @@ class SimLoop(base_events.BaseEventLoop):
     # -- scheduling -------------------------------------------------------------
 
     def call_soon(self, callback: Any, *args: Any, context: contextvars.Context | None = None) -> events.Handle:  # type: ignore[override]
-        client = (context or contextvars.copy_context()).get(CLIENT)
+        client = CLIENT.get() if context is None else context.get(CLIENT)  # (no copy of the context to read it)
         if client is not None:
             return super().call_soon(self._gate, client, callback, args, context, context=context)
         return super().call_soon(callback, *args, context=context)
@@ -135,7 +135,7 @@ class SimLoop(base_events.BaseEventLoop):
         self, when: float, callback: Any, *args: Any, context: contextvars.Context | None = None
     ) -> events.TimerHandle:
         """A timer at *when* itself (a message's arrival: its delay was drawn already)."""
-        client = (context or contextvars.copy_context()).get(CLIENT)
+        client = CLIENT.get() if context is None else context.get(CLIENT)
         if client is not None:
             return super().call_at(when, self._gate, client, callback, args, context, context=context)
         return super().call_at(when, callback, *args, context=context)

@@ -65,6 +65,10 @@ class Board:
         self.gave_up: list[tuple[tuple[str, ...], float, float]] = []
         """(resources, since, until): a wait for them (all at once) that ran out."""
         self._leaders_trusted = True
+        self.terms: dict[int, str] = {}
+        """Each term an election granted, to whom (its candidate's owner label)."""
+        self.observed: list[tuple[str | None, int | None, float]] = []
+        """(owner, term, when) of each leader an observer was shown."""
 
     def count(self, what: str, n: int = 1) -> None:
         self.coverage[what] = self.coverage.get(what, 0) + n
@@ -169,6 +173,7 @@ class Board:
 
     def check(self) -> None:
         self._check_starvation()
+        self._check_terms()
         for resource, history in sorted(self.histories.items()):
             if self.config.workload == "semaphore" and resource == "sem":
                 most = history.most_inside()
@@ -181,11 +186,23 @@ class Board:
             for before, after in history.fencing_regressions()[:1]:
                 self.violation("fencing", f"{resource}: {_shown(after)} after {_shown(before)}: the token did not grow")
 
+    def _check_terms(self) -> None:
+        """Each leader an observer was shown carries its own term, never another candidate's."""
+        for owner, term, when in self.observed:
+            granted = self.terms.get(term) if term is not None else None
+            if granted is not None and granted != owner:
+                shown = f"at {when:.6f} an observer was shown {owner} leading with term {term}, {granted}'s"
+                self.violation("observed_term", shown)
+                return
+
     def _check_starvation(self) -> None:
-        """With no fault, no wait runs out while its resources were free (no section open on any) for two ttls."""
-        if self.config.faults or self.config.workload == "many":
+        """With no fault (``SCRIPT FLUSH`` aside: a lost script costs a round trip, never a lease), no wait
+        runs out while its resources were free (no section open on any) for two ttls."""
+        if self.config.faults - {"flush"} or self.config.workload in ("many", "election"):
             # (lock_many: a waiter for a+b first in b's line holds b's grants while it waits for a: FIFO
             # per name, by design; a single waiter for b behind it waits with no section open on b.)
+            # (election: a term's section ends a ttl after its grant, as a campaign shows no lease, while the
+            # watchdog keeps the leader's key: the lock is not free then.)
             return
         window = 2 * self.config.ttl
         for resources, since, until in self.gave_up:
@@ -295,17 +312,43 @@ class _Term:
 async def election_worker(board: Board, client: SimClient, redlock: Redlock, k: int) -> None:
     if "pause" in board.config.faults:
         board._leaders_trusted = False  # a campaign shows no lease: a paused leader's block runs on (the limit)
-    election = redlock.election("leader", owner=f"{client.name}-{k}")
+    owner = f"{client.name}-{k}"
+    election = redlock.election("leader", owner=owner)
+    watcher = asyncio.ensure_future(_observe(board, election)) if k == 0 else None
+    try:
+        while not board.stopping:
+
+            async def step() -> None:
+                async with election.campaign(timeout=board.rng.uniform(0.0, 3 * board.config.ttl)) as term:
+                    board.count("terms")
+                    board.terms[term] = owner
+                    holder = _Term(client.name, term, board.loop.now + board.config.ttl, board.loop)
+                    await board.hold(client, "leader", holder)
+
+            with contextlib.suppress(RedlockError):
+                await board.guarded(step, ("leader",))
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, RedlockError):
+                await watcher
+
+
+async def _observe(board: Board, election: Any) -> None:
+    """One observer per client: each leader it is shown, with its term (the terms oracle): by ``leader()``,
+    then by ``observe()``, started again at random (a fresh observer yields the leader it meets first)."""
     while not board.stopping:
-
-        async def step() -> None:
-            async with election.campaign(timeout=board.rng.uniform(0.0, 3 * board.config.ttl)) as term:
-                board.count("terms")
-                holder = _Term(client.name, term, board.loop.now + board.config.ttl, board.loop)
-                await board.hold(client, "leader", holder)
-
         with contextlib.suppress(RedlockError):
-            await board.guarded(step, ("leader",))
+            info = await election.leader()
+            if info.state == "held" and info.fencing_counter is not None:
+                board.observed.append((info.owner, info.fencing_counter, board.loop.now))
+            async with contextlib.aclosing(election.observe()) as leaders:
+                async for info in leaders:
+                    board.count("observed")
+                    board.observed.append((info.owner, info.fencing_counter, board.loop.now))
+                    if board.rng.random() < 0.5:
+                        break
+        await asyncio.sleep(board.rng.uniform(0.0, board.config.ttl / 4))
 
 
 WORKLOADS: dict[str, Worker] = {
