@@ -110,8 +110,8 @@ def _norm(reply: Any, command: bytes) -> Any:
         return bytes(reply)
     if isinstance(reply, bytes):
         return re.sub(rb"\d{10,}", b"T", reply)
-    if isinstance(reply, int) and abs(reply) >= 1000:
-        return ("about", reply)
+    if isinstance(reply, int) and (abs(reply) >= 1000 or (command == b"PTTL" and reply > 0)):
+        return ("about", reply)  # (a ttl a script computed from its node's time: a reading apart)
     return reply
 
 
@@ -123,10 +123,13 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+@pytest.mark.serial  # the server runs a sequence, then the model: load between them moves ttls computed in scripts
 def test_differential_against_valkey(cluster: Cluster) -> None:
-    """SEQUENCES random sequences of STEPS commands each, on a flushed server and a fresh model."""
+    """SEQUENCES random sequences of STEPS commands each, on a flushed server and a fresh model. The seed
+    is fixed (REDLOCK_SIM_DIFF_SEED=random draws one, and a failure names it for its replay)."""
     url = cluster.urls[0]
-    seed = int(os.environ.get("REDLOCK_SIM_DIFF_SEED", str(random.randrange(2**32))))
+    chosen = os.environ.get("REDLOCK_SIM_DIFF_SEED", "20261128")
+    seed = random.randrange(2**32) if chosen == "random" else int(chosen)
     rng = random.Random(seed)
     compared = 0
     host, _, port = url.removeprefix("redis://").partition(":")
