@@ -15,10 +15,11 @@ runs 64 tasks on locks of their own for ``--seconds`` (pairs per second; client 
 ``time.process_time``; the nodes' CPU per pair per node from ``INFO cpu``).
 
 Each round runs A, B, A', B' in one of four orders, in turn (``ORDERS``: each side first as often,
-and A' before A as often as after, so rounds come in fours): A'/A is the **A/A control**, the same tree against itself in the same conditions, printed beside each ratio B/A
-(the mean of B and B' over the mean of A and A', median over the rounds). A ratio whose control is
-off by more than 3% (median over the rounds) is refused: the box was too noisy for it, and the exit
-status is 2. ``--judge cpu`` asks only that metric's control to be clean.
+and A' before A as often as after, so rounds come in fours): A'/A is the **A/A control**, the same
+tree against itself in the same conditions, printed beside each ratio B/A (the mean of B and B' over
+the mean of A and A', median over the rounds). A ratio whose control is off by more than 3% (median
+over the rounds) is refused: the box was too noisy for it, and the exit status is 2. ``--judge cpu``
+asks only that metric's control to be clean.
 
 ``--guard`` (CI, about a minute per attempt): this tree against the baseline revision named on the
 first line of ``benchmarks/BASELINE`` (the rest of the file says why; it moves forward only in a
@@ -242,7 +243,7 @@ def main() -> int:
         "--rounds",
         type=int,
         default=None,
-        help="rounds of A, B, A', B' (4; --guard: 4): a multiple of 4 balances the orders",
+        help="rounds of A, B, A', B' (4: a multiple of 4 balances the orders)",
     )
     parser.add_argument("--seconds", type=float, default=None, help="each concurrent phase (3; --guard: 2)")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
