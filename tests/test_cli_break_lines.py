@@ -75,6 +75,15 @@ def line_key(kind: str, name: str) -> bytes:
     return base + b"\x00queue"
 
 
+def held_key(kind: str, name: str) -> bytes:
+    """The key a holder of *name* for *kind* sets (a semaphore of limit 1: its slot 0)."""
+    if kind == "lock":
+        return b"redlock:" + name.encode()
+    if kind == "semaphore":
+        return semaphore_keys("redlock:", name)[1] + b"0"
+    return rw_writer_key("redlock:", name)
+
+
 def in_line(cluster: Cluster, key: bytes) -> list[int]:
     return [typing.cast(int, cluster[i].command("ZCARD", key)) for i in range(len(cluster))]
 
@@ -179,16 +188,19 @@ async def test_with_no_holder_left_it_drops_a_dead_waiters_line(
     outlives the lease). The next acquire would hand it the lock for 60 s: break offers to drop the lines,
     though no one holds the name. On main: "nothing to break", and the fresh client was refused."""
     name = f"no-holder-{kind}"
-    # A 6 s lease: its watchdog keeps it under CI's load (with 1 s, and once with 3 s, the holder lost it and
-    # the waiter took the lock instead of staying in line: TimeoutError, rw, semaphore); it runs out 6 s after
-    # the kill.
-    async with child(cluster, kind, "hold", name, ttl=6.0) as holder, child(cluster, kind, "wait", name) as waiter:
+    # The holder's lease is long (60 s) and is made to run out by hand once it is dead: the key expires (it is
+    # deleted, as expiry deletes it). With short leases (1, 3, then 6 s) a loaded CI box kept the waiter out of
+    # line: with 1 and 3 s the starved holder was seen to lose its lease and the waiter to take the lock; with
+    # 6 s once (line not [1] * 5 within 30 s), most likely the same.
+    async with child(cluster, kind, "hold", name) as holder, child(cluster, kind, "wait", name) as waiter:
         await until(lambda: in_line(cluster, line_key(kind, name)) == [1] * len(cluster), 30)
         kill(waiter)
         kill(holder)
         await waiter.wait()
         await holder.wait()
-    await asyncio.sleep(6.2)  # the holder's lease runs out: no one holds the name
+    for i in range(len(cluster)):  # the holder's lease runs out: no one holds the name
+        assert cluster[i].command("PEXPIRE", held_key(kind, name), 1) == 1
+    await until(lambda: all(cluster[i].command("EXISTS", held_key(kind, name)) == 0 for i in range(len(cluster))), 5)
     code, out, err = await redlock_break(cluster.urls, name, "--yes")
     assert code == 0, out + err
     assert "no one holds" in out
