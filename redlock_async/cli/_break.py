@@ -177,16 +177,15 @@ async def _delete(
     each value shown."""
     keys = keys_of(settings, resource)
     slots: list[bytes] = []
-    if found.limit is not None and keys.slot_prefix is not None:
-        slots = [keys.slot_prefix + b"%d" % i for i in range(found.limit)]
+    if found.limit is not None and keys.semaphore is not None:
+        slots = [keys.semaphore.slot_key(i) for i in range(found.limit)]
     permits = _permits(settings, resource, found.limit or 0)
     return await _on_nodes(nodes, settings, lambda node: _release_shown(node, keys, slots, permits, targets))
 
 
 def _permits(settings: Settings, resource: str | bytes, limit: int) -> Permits:
     """Semaphore *resource*'s keys (a permit's release names them; so do its lines)."""
-    base, prefix, widest = semaphore_keys(settings.key_prefix, resource)
-    return Permits(base, widest, prefix, limit)
+    return Permits(semaphore_keys(settings.key_prefix, resource), limit)
 
 
 async def _on_nodes(
@@ -235,7 +234,7 @@ def _checked(reply: Reply, what: str) -> Reply:
 def lines(keys: Keys, permits: Permits) -> tuple[bytes, ...]:
     """Every line of the name, a sorted set of waiting tokens each: the lock key's, the semaphore's, the
     read/write lock's and its waiting writers."""
-    found = [keys.lock + SUFFIXES[0], permits.keys[1]]
+    found = [queue_keys(keys.lock)[1], permits.names.line]
     if keys.writer is not None:
         found += [keys.writer + SUFFIXES[0], rw_keys(keys.writer)[2]]
     return tuple(found)
@@ -243,7 +242,7 @@ def lines(keys: Keys, permits: Permits) -> tuple[bytes, ...]:
 
 def entries(keys: Keys, permits: Permits) -> tuple[bytes, ...]:
     """The hashes of the entries of those lines (each waiter's expiry and ttl)."""
-    found = [keys.lock + SUFFIXES[1], permits.keys[2]]
+    found = [queue_keys(keys.lock)[2], permits.names.waits]
     if keys.writer is not None:
         found.append(keys.writer + SUFFIXES[1])
     return tuple(found)
@@ -293,7 +292,7 @@ async def _release_shown(
         if kind == "lock":  # the holder's own leave: the line's next waiter gets the key
             reply = node.send_script(QUEUE_LEAVE, queue_keys(keys.lock, keys.fence), (value,))
         elif kind == "permit":  # its slot to the first in the semaphore's line, or freed and told
-            reply = node.send_script(PERMIT_LEAVE, permits.keys, (value, permits.prefix))
+            reply = node.send_script(PERMIT_LEAVE, permits.keys(), (value,))
         elif kind == "writer":  # a writer releases as a mutex does, told on its own key
             reply = node.send_script(RELEASE, (key,), (value,))
         else:  # a reader: out of the readers' index too, told on the writer key's channel
