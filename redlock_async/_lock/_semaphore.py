@@ -116,7 +116,8 @@ class Permit(Words):
             raise RedlockError(
                 f"semaphore {self.name!r} is in use by clients of redlock-async before the one-slot key layout "
                 "(its widest-limit key holds a bare number): upgrade every client of it, or let their permits "
-                "end (their widest-limit key then expires), and try again"
+                "end (their widest-limit key then expires), and try again",
+                name=self.name if isinstance(self.name, str) else repr(self.name),
             )
 
     def next_is_ours(self, token: bytes) -> bool:

@@ -190,7 +190,7 @@ for j = 0, math.max(widest, limit) - 1 do
     end
 end
 if limit > widest then
-    redis.call('SET', KEYS[4], ARGV[5] .. ' layout-2', 'KEEPTTL')  -- (the expiry that other permits set stays)
+    redis.call('SET', KEYS[4], string.format('%d layout-2', limit), 'KEEPTTL')  -- (the expiry other permits set stays)
 end
 keep_widest(ARGV[2])
 if free[1] and want < 0 and redis.call('EXISTS', KEYS[2]) == 0 then  -- a free slot, no one in line: ours

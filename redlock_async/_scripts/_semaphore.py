@@ -61,7 +61,7 @@ elseif widest > #KEYS - 1 then
     return -1000000 - widest
 end
 if limit > widest then
-    redis.call('SET', KEYS[1], ARGV[3] .. ' layout-2', 'KEEPTTL')  -- (the expiry that other permits set stays)
+    redis.call('SET', KEYS[1], string.format('%d layout-2', limit), 'KEEPTTL')  -- (the expiry other permits set stays)
     keep_widest()
     widest = limit
 end
