@@ -11,6 +11,7 @@ unchanged: the layout before reads it first).
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +29,8 @@ from redlock_async._scripts import (
     QUEUE_ENTER,
     Script,
 )
-from redlock_async.testing import LocalCluster
+from redlock_async.testing import LocalNode
+from redlock_async.testing._shapes import cluster_port
 
 NAMES = [
     "orders:42",
@@ -94,9 +96,17 @@ def test_companions_never_alias() -> None:
 
 @pytest.fixture(scope="module")
 def shard() -> Iterator[redis.Redis]:
-    with LocalCluster(shards=1, replicas=0) as cluster:
-        client = redis.Redis(port=cluster.shards[0][0].port)
+    """A cluster-mode node that serves every slot (``CLUSTER ADDSLOTS``: Redis 6.2 has no ADDSLOTSRANGE)."""
+    args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+    with LocalNode(port=cluster_port(), server_args=args) as node:
+        client = redis.Redis(port=node.port)
         try:
+            for start in range(0, 16384, 4096):
+                client.execute_command("CLUSTER", "ADDSLOTS", *range(start, start + 4096))  # type: ignore[no-untyped-call]
+            deadline = time.monotonic() + 30
+            while b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):  # type: ignore[no-untyped-call]
+                assert time.monotonic() < deadline, "the one-node cluster did not come up"
+                time.sleep(0.05)
             yield client
         finally:
             client.close()
