@@ -241,6 +241,15 @@ class SemaphoreKeys(NamedTuple):
         """The key of permit slot *j* (a string holding the permit's token, ``PX ttl``)."""
         return companion(self.base, b"\x00slot\x00%d" % j, self.slot)
 
+    def slot_keys(self, n: int) -> tuple[bytes, ...]:
+        """The keys of slots 0..n-1 (made once per semaphore and count in use: a CRC16 each)."""
+        return _slot_keys(self, n)
+
+
+@functools.lru_cache(maxsize=256)
+def _slot_keys(keys: SemaphoreKeys, n: int) -> tuple[bytes, ...]:
+    return tuple(keys.slot_key(j) for j in range(n))
+
 
 LAYOUT_MARK = b" layout-2"
 """What follows the widest limit in the value of a semaphore's widest-limit key (``b"3 layout-2"``): a client

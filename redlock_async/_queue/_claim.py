@@ -70,8 +70,13 @@ in the key's cluster slot); no resource name holds their NUL (``_names.resource_
 def queue_keys(key: bytes, fence_key: bytes | None = None) -> tuple[bytes, ...]:
     """The lock key, its line and its waits (see the module's docstring), and the name's fencing counter
     when given: the grant scripts read it for a fenced waiter they grant the key to."""
-    keys = (key, companion(key, SUFFIXES[0]), companion(key, SUFFIXES[1]))
+    keys = _lines(key)
     return keys if fence_key is None else (*keys, fence_key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _lines(key: bytes) -> tuple[bytes, bytes, bytes]:
+    return key, companion(key, SUFFIXES[0]), companion(key, SUFFIXES[1])  # (a CRC16 each: kept for names in use)
 
 
 def entry_life_ms(settings: Settings) -> int:

@@ -135,7 +135,7 @@ class Permits:
     def __init__(self, names: SemaphoreKeys, limit: int) -> None:
         self.names = names
         self.limit = limit
-        self._slots: tuple[bytes, ...] = tuple(names.slot_key(j) for j in range(limit))
+        self._slots = names.slot_keys(limit)
 
     @property
     def base(self) -> bytes:
@@ -148,9 +148,7 @@ class Permits:
 
     def slots(self, width: int = 0) -> tuple[bytes, ...]:
         """The keys of slots 0..max(limit, *width*) - 1."""
-        if width <= self.limit:
-            return self._slots
-        return self._slots + tuple(self.names.slot_key(j) for j in range(self.limit, width))
+        return self._slots if width <= self.limit else self.names.slot_keys(width)
 
     def keys(self, width: int = 0) -> tuple[bytes, ...]:
         """The KEYS of every permit script: the channel, the line, its entries, the widest-limit key, and
