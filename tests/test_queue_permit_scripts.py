@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from redlock_async._core._names import semaphore_keys
-from redlock_async._scripts import ACQUIRE_PERMIT, PERMIT_ENTER, PERMIT_LEAVE, PERMIT_STAY, Script
+from redlock_async._scripts import ACQUIRE_PERMIT, OLD_LAYOUT, PERMIT_ENTER, PERMIT_LEAVE, PERMIT_STAY, WIDER, Script
 
 from .conftest import Cluster, Node
 
@@ -245,3 +245,50 @@ def test_a_give_back_hands_no_slot_beside_another_limit(cluster: Cluster) -> Non
     assert back[3] == 1
     assert slot(node, 2) is None  # not to 2:w: beyond its limit
     assert node.command("ZRANGE", LINE, 0, -1) == [b"2:w"]
+
+
+# -- the slots named, and the layout before ------------------------------------------------------------
+
+
+def named(node: Node, script: Script, width: int, *args: bytes | int) -> Any:
+    """*script* with only slots 0..width-1 named in its KEYS (a client of a narrower limit names its own)."""
+    keys = (BASE, LINE, WAITS, WIDEST, *SLOTS[:width])
+    return node.command("EVAL", script.source, len(keys), *keys, *args)
+
+
+def test_a_node_whose_widest_limit_is_wider_than_the_slots_named_asks_for_them(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert enter(node, b"3:wide", 1, limit=3)[0] == 1  # the widest limit here is 3 now
+    before = sorted(node.command("KEYS", "*"))  # type: ignore[call-overload]
+    assert named(node, PERMIT_ENTER, 2, b"2:n", 10_000, 2, LIFE, 2, -1)[0] == WIDER - 3
+    reply = node.command("EVAL", ACQUIRE_PERMIT.source, 3, WIDEST, *SLOTS[:2], b"2:n", 10_000, 2, 1)
+    assert reply == WIDER - 3
+    assert sorted(node.command("KEYS", "*")) == before  # type: ignore[call-overload]  # nothing written
+    # Named as wide as the node's widest limit, it is answered as before: a slot held under limit 3.
+    assert enter(node, b"2:n", 2, limit=2)[0] == -3
+
+
+def test_a_leave_that_cannot_see_every_slot_frees_its_own_and_hands_nothing_on(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert enter(node, b"3:wide", 1, limit=3)[0] == 1
+    assert leave(node, b"3:wide") == 1
+    for j, holder in enumerate((b"2:a", b"2:b")):  # (limit-2 permits while the widest key says 3)
+        node.command("SET", SLOTS[j], holder, "PX", 10_000)
+    assert enter(node, b"2:w", 2, limit=2)[0] == 0  # in line
+    with listening(node) as pubsub:
+        assert named(node, PERMIT_LEAVE, 2, b"2:a") == 1
+        words = heard(pubsub)
+    assert slot(node, 0) is None  # freed, not granted: slot 2 might hold a permit of another limit
+    assert node.command("ZRANGE", LINE, 0, -1) == [b"2:w"]
+    assert len(words) == 1
+    assert words[0][:1] != b"g"  # the release word: the waiter enters again, naming every slot
+
+
+def test_a_widest_limit_key_of_the_layout_before_refuses_every_entry(cluster: Cluster) -> None:
+    node = cluster[0]
+    node.command("SET", WIDEST, b"2", "PX", 20_000)  # a client of the layout before holds a permit
+    before = sorted(node.command("KEYS", "*"))  # type: ignore[call-overload]
+    assert enter(node, b"2:n", 1)[0] == OLD_LAYOUT
+    assert acquire_permit(node, b"2:n", 0, limit=2) == OLD_LAYOUT
+    assert sorted(node.command("KEYS", "*")) == before  # type: ignore[call-overload]
+    assert leave(node, b"2:n") == 0  # a leave still runs (it only takes away what is its token's)
