@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from redlock_async._core._names import semaphore_keys
 from redlock_async.cli import (
     EXIT_HELD,
     EXIT_LOST,
@@ -729,7 +730,7 @@ async def test_several_names_export_every_fencing_token(cluster: Cluster) -> Non
     )
 
 
-SEMAPHORE_LIMIT_KEY = b"redlock:\x00semaphore\x00pool\x00limit"
+SEMAPHORE_LIMIT_KEY = semaphore_keys("redlock:", "pool").widest
 """The semaphore's widest limit ever used: kept on the nodes (a few bytes, no ttl)."""
 
 

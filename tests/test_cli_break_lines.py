@@ -19,6 +19,7 @@ import pytest
 
 from redlock_async import Redlock
 from redlock_async._core._names import rw_writer_key, semaphore_keys
+from redlock_async._queue import queue_keys
 
 from .conftest import Cluster, MakeRedlock
 from .test_cli_break import redlock_break
@@ -67,12 +68,10 @@ KINDS = ("lock", "semaphore", "rw")
 def line_key(kind: str, name: str) -> bytes:
     """The key of *name*'s line for *kind* (a sorted set of the waiting tokens)."""
     if kind == "lock":
-        base = b"redlock:" + name.encode()
-    elif kind == "semaphore":
-        base = semaphore_keys("redlock:", name)[0]
-    else:
-        base = rw_writer_key("redlock:", name)
-    return base + b"\x00queue"
+        return queue_keys(b"redlock:" + name.encode())[1]
+    if kind == "semaphore":
+        return semaphore_keys("redlock:", name).line
+    return rw_writer_key("redlock:", name) + b"\x00queue"
 
 
 def held_key(kind: str, name: str) -> bytes:
@@ -80,7 +79,7 @@ def held_key(kind: str, name: str) -> bytes:
     if kind == "lock":
         return b"redlock:" + name.encode()
     if kind == "semaphore":
-        return semaphore_keys("redlock:", name)[1] + b"0"
+        return semaphore_keys("redlock:", name).slot_key(0)
     return rw_writer_key("redlock:", name)
 
 

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from redlock_async import Redlock
+from redlock_async._core._names import semaphore_keys
 from redlock_async.semaphore import Semaphore
 from redlock_async.testing import LocalNodes
 
@@ -25,7 +26,7 @@ from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere, needs_f
 
 
 def limit_key(name: str) -> bytes:
-    return b"redlock:\x00semaphore\x00" + name.encode() + b"\x00limit"
+    return semaphore_keys("redlock:", name).widest
 
 
 def pttls(cluster: Cluster, key: bytes) -> list[int]:
@@ -34,11 +35,11 @@ def pttls(cluster: Cluster, key: bytes) -> list[int]:
 
 def slot_of(cluster: Cluster, name: str, sem: Semaphore) -> int:
     """The slot *sem*'s permit holds (the key whose value is its token, on a majority of the nodes)."""
-    prefix = b"redlock:\x00semaphore\x00" + name.encode() + b"\x00"
+    keys = semaphore_keys("redlock:", name)
     assert sem.token is not None
     token = sem.token.encode()
     for j in range(sem.limit):
-        values = [cluster[i].command("GET", prefix + b"%d" % j) for i in range(len(cluster))]
+        values = [cluster[i].command("GET", keys.slot_key(j)) for i in range(len(cluster))]
         if values.count(token) > len(cluster) // 2:
             return j
     raise AssertionError(f"no slot of {name!r} holds {token!r}")
@@ -51,7 +52,7 @@ async def test_a_limit_key_lives_a_lease_longer_than_the_last_permit_then_goes(
     redlock = await make_redlock(ttl=1.0)
     sem = redlock.semaphore("ttl", limit=2)
     assert await sem.acquire(blocking=False)
-    slot = b"redlock:\x00semaphore\x00ttl\x00%d" % slot_of(cluster, "ttl", sem)
+    slot = semaphore_keys("redlock:", "ttl").slot_key(slot_of(cluster, "ttl", sem))
     assert await eventually(lambda: min(pttls(cluster, slot)) > 0, 1.0)  # the minority's SETs ran too
     for limit_left, slot_left in zip(pttls(cluster, limit_key("ttl")), pttls(cluster, slot), strict=True):
         assert 0 < slot_left <= 1000
@@ -71,10 +72,11 @@ async def test_a_refused_wider_limit_with_a_shorter_ttl_does_not_cut_the_limit_k
     holder, other = await make_redlock(ttl=5.0), await make_redlock(ttl=0.1, node_timeout=0.01)
     sem = holder.semaphore("mixed", limit=2)
     assert await sem.acquire(blocking=False)
-    slot = b"redlock:\x00semaphore\x00mixed\x00%d" % slot_of(cluster, "mixed", sem)
+    slot = semaphore_keys("redlock:", "mixed").slot_key(slot_of(cluster, "mixed", sem))
     with pytest.raises(ValueError, match=r"held under limit 2, not 3"):
         await other.semaphore("mixed", limit=3).acquire(blocking=False)
-    assert [cluster[i].command("GET", limit_key("mixed")) for i in range(len(cluster))] == [b"3"] * len(cluster)
+    limits = [cluster[i].command("GET", limit_key("mixed")) for i in range(len(cluster))]
+    assert limits == [b"3 layout-2"] * len(cluster)
     for limit_left, slot_left in zip(pttls(cluster, limit_key("mixed")), pttls(cluster, slot), strict=True):
         assert limit_left >= slot_left > 4000, (limit_left, slot_left)
     await sem.release()
@@ -128,7 +130,7 @@ async def test_a_limit_key_outlives_every_permit_held_by_extensions(
         await asyncio.sleep(ttl / 4)
     assert all(sem.held for sem in high)
     limits = [cluster[i].command("GET", limit_key("kept")) for i in range(len(cluster))]
-    assert limits == [b"5"] * len(cluster), limits
+    assert limits == [b"5 layout-2"] * len(cluster), limits
     with pytest.raises(ValueError, match=r"held under limit 5, not 3"):
         await other.semaphore("kept", limit=3).acquire(blocking=False)
     for sem, gate in zip(sems, gates, strict=True):

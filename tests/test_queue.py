@@ -37,6 +37,7 @@ import uvloop
 from redlock_async import LockNotAcquired, Redlock
 from redlock_async._core._algorithm import Vote
 from redlock_async._lock._strategies import Queued
+from redlock_async._queue import queue_keys
 from redlock_async.lock import Lock
 from redlock_async.testing import History
 from redlock_async.testing._history import Section
@@ -82,7 +83,7 @@ def key_of(name: str) -> bytes:
 
 def line_lengths(cluster: Any, name: str) -> list[int]:
     """How many waiters each node keeps in the line of *name* (ZCARD of ``<key>\\x00queue``)."""
-    queue = key_of(name) + b"\x00queue"
+    queue = queue_keys(key_of(name))[1]
     return [int(cluster[i].command("ZCARD", queue)) for i in range(len(cluster))]
 
 
@@ -815,7 +816,7 @@ async def test_the_restart_quarantine_holds_for_grants_from_the_queue(faulty: Cl
         assert await holder.acquire(blocking=False)
         valid_until = time.monotonic() + holder.validity
         for i in (3, 4):
-            faulty[i].command("DEL", "redlock:analysis", b"redlock:analysis\x00queue", b"redlock:analysis\x00waits")
+            faulty[i].command("DEL", *queue_keys(b"redlock:analysis"))
         assert [faulty[i].command("EXISTS", "redlock:analysis") for i in range(5)] == [1, 1, 1, 0, 0]
         waiter = b.lock("analysis", auto_extend=False)
         waiting = asyncio.create_task(waiter.acquire(timeout=10))

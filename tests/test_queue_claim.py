@@ -15,6 +15,7 @@ import pytest
 
 from redlock_async._core import _clock
 from redlock_async._core._algorithm import CLOCK_PRECISION, Vote, held_until, majority_until, validity
+from redlock_async._core._names import slot_of, slot_tag
 from redlock_async._core._settings import Settings
 from redlock_async._nodes._wire import Failure
 from redlock_async._queue._claim import Claim, queue_keys
@@ -72,7 +73,11 @@ def test_majority_until_is_the_quorum_th_latest_end() -> None:
 
 
 def test_queue_keys_follow_the_lock_key() -> None:
-    assert queue_keys(b"redlock:r") == (b"redlock:r", b"redlock:r\x00queue", b"redlock:r\x00waits")
+    """The line and waits start with the lock key, and a hash tag keeps them in its cluster slot (none is
+    added to a key that has one of its own)."""
+    tag = b"{" + slot_tag(slot_of(b"redlock:r")) + b"}"
+    assert queue_keys(b"redlock:r") == (b"redlock:r", b"redlock:r\x00queue" + tag, b"redlock:r\x00waits" + tag)
+    assert queue_keys(b"redlock:{r}") == (b"redlock:{r}", b"redlock:{r}\x00queue", b"redlock:{r}\x00waits")
 
 
 # -- the claim ------------------------------------------------------------------------------------

@@ -16,11 +16,12 @@ import time
 
 import redis
 
+from redlock_async._queue import queue_keys
 from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
 
 from .conftest import Cluster
 
-KEYS = ("redlock:clock", "redlock:clock\x00queue", "redlock:clock\x00waits")
+KEYS = queue_keys(b"redlock:clock")
 ENTER, LEAVE = QUEUE_ENTER.sha.decode(), QUEUE_LEAVE.sha.decode()
 
 
@@ -62,7 +63,7 @@ def test_a_granted_key_expires_no_earlier_than_the_grant_time_plus_its_ttl(clust
             message = pubsub.get_message(timeout=1.0)  # the holder's own grant, from its first entry
         assert message is not None
         grant_us = int(bytes(message["data"]).split(b":")[1])
-        expires_ms = int(r.pexpiretime(KEYS[0]))
+        expires_ms = int(r.pexpiretime("redlock:clock"))
         assert r.get(KEYS[0]) == f"waiter{i}".encode()
         assert expires_ms * 1000 >= grant_us + 5_000_000 - 1000, (expires_ms, grant_us)  # to the ms it is stored in
         r.evalsha(LEAVE, 3, *KEYS, f"waiter{i}")

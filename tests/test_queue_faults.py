@@ -35,6 +35,7 @@ import pytest
 
 from redlock_async import LockNotAcquired, Redlock
 from redlock_async._core._algorithm import Vote
+from redlock_async._queue import queue_keys
 from redlock_async.testing import History, LocalNodes
 from redlock_async.testing._history import Section
 
@@ -60,17 +61,17 @@ def key_of(name: str) -> bytes:
 
 def queue_keys_of(name: str) -> list[bytes]:
     key = key_of(name)
-    return [key, key + b"\x00queue", key + b"\x00waits"]
+    return list(queue_keys(key))
 
 
 def line_lengths(nodes: Any, name: str) -> list[int]:
     """How many waiters each node keeps in *name*'s line (ZCARD of ``<key>\\x00queue``)."""
-    return [int(nodes[i].command("ZCARD", key_of(name) + b"\x00queue")) for i in range(len(nodes))]
+    return [int(nodes[i].command("ZCARD", queue_keys(key_of(name))[1])) for i in range(len(nodes))]
 
 
 def line_order(nodes: Any, name: str, i: int) -> list[bytes]:
     """Node *i*'s line of *name*, first in line first."""
-    members: list[bytes] = nodes[i].command("ZRANGE", key_of(name) + b"\x00queue", 0, -1)
+    members: list[bytes] = nodes[i].command("ZRANGE", queue_keys(key_of(name))[1], 0, -1)
     return members
 
 

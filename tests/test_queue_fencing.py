@@ -26,6 +26,7 @@ import uvloop
 
 from redlock_async import LockNotAcquired, Redlock
 from redlock_async._core._algorithm import Vote
+from redlock_async._queue import queue_keys
 from redlock_async.lock import Lock
 from redlock_async.testing import History, LocalNodes
 from redlock_async.testing._history import Section
@@ -74,7 +75,7 @@ def pttls_of(cluster: Any, key: bytes) -> list[int]:
 
 
 def line_lengths(cluster: Any, name: str) -> list[int]:
-    queue = key_of(name) + b"\x00queue"
+    queue = queue_keys(key_of(name))[1]
     return [int(cluster[i].command("ZCARD", queue)) for i in range(len(cluster))]
 
 

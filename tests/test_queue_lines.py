@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from redlock_async._core import _algorithm, _clock
-from redlock_async._core._names import rw_keys
+from redlock_async._core._names import rw_keys, semaphore_keys
 from redlock_async._core._settings import Settings
 from redlock_async._health._clock_guard import ClockGuard
 from redlock_async._queue import _wait as _queue_wait
@@ -21,7 +21,7 @@ from redlock_async._scripts import PERMIT_ENTER, PERMIT_LEAVE, PERMIT_STAY, QUEU
 
 from .fakes import FakeNode, as_nodes, fake_nodes, virtual
 
-SPEC = Permits(b"redlock:s", b"redlock:s\x00widest", b"redlock:s\x00slot:", 3)
+SPEC = Permits(semaphore_keys("redlock:", "s"), 3)
 TOKEN = b"3:tok~me"
 
 

@@ -20,6 +20,7 @@ import redis
 import redis.asyncio
 
 from redlock_async import LockNotAcquired
+from redlock_async._queue import queue_keys
 from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
 
 from .conftest import CHILDREN_TIMEOUT, Cluster, MakeRedlock, eventually, keys_everywhere
@@ -35,7 +36,7 @@ def key_of(name: str) -> bytes:
 
 
 def line_lengths(cluster: Cluster, name: str) -> list[int]:
-    queue = key_of(name) + b"\x00queue"
+    queue = queue_keys(key_of(name))[1]
     return [int(cluster[i].command("ZCARD", queue)) for i in range(len(cluster))]  # type: ignore[call-overload]
 
 
@@ -162,7 +163,7 @@ def test_a_late_leave_only_takes_away_what_is_its_own(cluster: Cluster) -> None:
     """What makes a leave safe to send again whenever it runs: QUEUE_LEAVE of a token removes that token's
     entry, and hands on the key only where the key holds that token; everyone else's entry and key stay."""
     r = redis.Redis.from_url(cluster.urls[0])
-    keys = ("redlock:late", "redlock:late\x00queue", "redlock:late\x00waits")
+    keys = queue_keys(b"redlock:late")
 
     r.script_load(QUEUE_ENTER.source)
     r.script_load(QUEUE_LEAVE.source)

@@ -17,13 +17,14 @@ from typing import Any
 import redis
 
 from redlock_async._core._names import semaphore_keys
-from redlock_async._scripts import ACQUIRE_PERMIT, PERMIT_ENTER, PERMIT_LEAVE, PERMIT_STAY, Script
+from redlock_async._scripts import ACQUIRE_PERMIT, OLD_LAYOUT, PERMIT_ENTER, PERMIT_LEAVE, PERMIT_STAY, WIDER, Script
 
 from .conftest import Cluster, Node
 
-BASE, PREFIX, WIDEST = semaphore_keys("redlock:", "pool")
-LINE, WAITS = BASE + b"\x00queue", BASE + b"\x00waits"
-KEYS = (BASE, LINE, WAITS, WIDEST)
+NAMES = semaphore_keys("redlock:", "pool")
+BASE, LINE, WAITS, WIDEST = NAMES.channel, NAMES.line, NAMES.waits, NAMES.widest
+SLOTS = tuple(NAMES.slot_key(j) for j in range(3))  # every limit below is 3 or less
+KEYS = (BASE, LINE, WAITS, WIDEST, *SLOTS)
 LIFE = 5_000
 
 
@@ -32,19 +33,19 @@ def run(node: Node, script: Script, *args: bytes | int) -> Any:
 
 
 def enter(node: Node, token: bytes, score: int, *, limit: int = 2, ttl: int = 10_000, want: int = -1) -> Any:
-    return run(node, PERMIT_ENTER, token, ttl, score, LIFE, limit, PREFIX, want)
+    return run(node, PERMIT_ENTER, token, ttl, score, LIFE, limit, want)
 
 
 def leave(node: Node, token: bytes) -> Any:
-    return run(node, PERMIT_LEAVE, token, PREFIX)
+    return run(node, PERMIT_LEAVE, token)
 
 
 def stay(node: Node, token: bytes, score: int, *, limit: int = 2, ttl: int = 10_000, want: int = -1) -> Any:
-    return run(node, PERMIT_STAY, token, score, LIFE, ttl, limit, PREFIX, want)
+    return run(node, PERMIT_STAY, token, score, LIFE, ttl, limit, want)
 
 
 def slot(node: Node, j: int) -> Any:
-    return node.command("GET", PREFIX + b"%d" % j)
+    return node.command("GET", SLOTS[j])
 
 
 @contextlib.contextmanager
@@ -127,7 +128,7 @@ def test_a_leave_takes_the_token_out_of_the_line_and_off_every_slot(cluster: Clu
     assert leave(node, b"2:c") == 0  # only in line
     assert node.command("EXISTS", LINE) == 0
     # A token that holds two slots on this node (granted one, regained another) frees both.
-    node.command("SET", PREFIX + b"1", b"2:a", "PX", 10_000)
+    node.command("SET", SLOTS[1], b"2:a", "PX", 10_000)
     assert leave(node, b"2:a") == 1
     assert slot(node, 0) is None
     assert slot(node, 1) is None
@@ -178,7 +179,7 @@ def test_another_limit_refuses_the_entry_and_writes_nothing(cluster: Cluster) ->
 
 def acquire_permit(node: Node, token: bytes, j: int, *, limit: int) -> Any:
     """ACQUIRE_PERMIT of slot *j* (the first try of every permit, and every permit of ``queue=False``)."""
-    return node.command("EVAL", ACQUIRE_PERMIT.source, 2, PREFIX + b"%d" % j, WIDEST, token, 10_000, limit, PREFIX)
+    return node.command("EVAL", ACQUIRE_PERMIT.source, 1 + len(SLOTS), WIDEST, *SLOTS, token, 10_000, limit, j)
 
 
 def waiting_while_slots_expire(node: Node) -> None:
@@ -188,7 +189,7 @@ def waiting_while_slots_expire(node: Node) -> None:
     enter(node, b"2:a", 1)
     enter(node, b"2:b", 2)
     assert enter(node, b"2:w", 3)[0] == 0
-    node.command("DEL", PREFIX + b"0", PREFIX + b"1")  # (their ttl ran out)
+    node.command("DEL", SLOTS[0], SLOTS[1])  # (their ttl ran out)
     for j in range(3):
         assert acquire_permit(node, b"3:%d" % j, j, limit=3) == 1
     assert node.command("ZRANGE", LINE, 0, -1) == [b"2:w"]
@@ -223,7 +224,7 @@ def test_an_entry_hands_free_slots_to_no_waiter_of_another_limit(cluster: Cluste
     node.command("ZADD", LINE, 3, b"2:w")  # (its entry is still live: put back as it was)
     node.command("HSET", WAITS, b"2:w", b"%d 10000 -1" % (time.time() * 1000 + LIFE))
     for j in range(3):
-        node.command("DEL", PREFIX + b"%d" % j)
+        node.command("DEL", SLOTS[j])
     entered = enter(node, b"3:n", 4, limit=3)
     assert entered[0] == 0
     assert [slot(node, j) for j in range(3)] == [b"2:w", None, None]
@@ -236,11 +237,58 @@ def test_a_give_back_hands_no_slot_beside_another_limit(cluster: Cluster) -> Non
     enter(node, b"2:a", 1)
     enter(node, b"2:b", 2)
     assert enter(node, b"2:w", 3)[0] == 0
-    node.command("DEL", PREFIX + b"0", PREFIX + b"1")
+    node.command("DEL", SLOTS[0], SLOTS[1])
     assert acquire_permit(node, b"3:x", 0, limit=3) == 1
-    node.command("SET", PREFIX + b"2", b"3:y", "PX", 10_000)  # 3:y, split, was granted slot 2 here
+    node.command("SET", SLOTS[2], b"3:y", "PX", 10_000)  # 3:y, split, was granted slot 2 here
     back = stay(node, b"3:y", 5, limit=3, want=1)
     assert back[0] == 1  # it took slot 1, the one it wants, where it was free
     assert back[3] == 1
     assert slot(node, 2) is None  # not to 2:w: beyond its limit
     assert node.command("ZRANGE", LINE, 0, -1) == [b"2:w"]
+
+
+# -- the slots named, and the layout before ------------------------------------------------------------
+
+
+def named(node: Node, script: Script, width: int, *args: bytes | int) -> Any:
+    """*script* with only slots 0..width-1 named in its KEYS (a client of a narrower limit names its own)."""
+    keys = (BASE, LINE, WAITS, WIDEST, *SLOTS[:width])
+    return node.command("EVAL", script.source, len(keys), *keys, *args)
+
+
+def test_a_node_whose_widest_limit_is_wider_than_the_slots_named_asks_for_them(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert enter(node, b"3:wide", 1, limit=3)[0] == 1  # the widest limit here is 3 now
+    before = sorted(node.command("KEYS", "*"))  # type: ignore[call-overload]
+    assert named(node, PERMIT_ENTER, 2, b"2:n", 10_000, 2, LIFE, 2, -1)[0] == WIDER - 3
+    reply = node.command("EVAL", ACQUIRE_PERMIT.source, 3, WIDEST, *SLOTS[:2], b"2:n", 10_000, 2, 1)
+    assert reply == WIDER - 3
+    assert sorted(node.command("KEYS", "*")) == before  # type: ignore[call-overload]  # nothing written
+    # Named as wide as the node's widest limit, it is answered as before: a slot held under limit 3.
+    assert enter(node, b"2:n", 2, limit=2)[0] == -3
+
+
+def test_a_leave_that_cannot_see_every_slot_frees_its_own_and_hands_nothing_on(cluster: Cluster) -> None:
+    node = cluster[0]
+    assert enter(node, b"3:wide", 1, limit=3)[0] == 1
+    assert leave(node, b"3:wide") == 1
+    for j, holder in enumerate((b"2:a", b"2:b")):  # (limit-2 permits while the widest key says 3)
+        node.command("SET", SLOTS[j], holder, "PX", 10_000)
+    assert enter(node, b"2:w", 2, limit=2)[0] == 0  # in line
+    with listening(node) as pubsub:
+        assert named(node, PERMIT_LEAVE, 2, b"2:a") == 1
+        words = heard(pubsub)
+    assert slot(node, 0) is None  # freed, not granted: slot 2 might hold a permit of another limit
+    assert node.command("ZRANGE", LINE, 0, -1) == [b"2:w"]
+    assert len(words) == 1
+    assert words[0][:1] != b"g"  # the release word: the waiter enters again, naming every slot
+
+
+def test_a_widest_limit_key_of_the_layout_before_refuses_every_entry(cluster: Cluster) -> None:
+    node = cluster[0]
+    node.command("SET", WIDEST, b"2", "PX", 20_000)  # a client of the layout before holds a permit
+    before = sorted(node.command("KEYS", "*"))  # type: ignore[call-overload]
+    assert enter(node, b"2:n", 1)[0] == OLD_LAYOUT
+    assert acquire_permit(node, b"2:n", 0, limit=2) == OLD_LAYOUT
+    assert sorted(node.command("KEYS", "*")) == before  # type: ignore[call-overload]
+    assert leave(node, b"2:n") == 0  # a leave still runs (it only takes away what is its token's)

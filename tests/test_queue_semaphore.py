@@ -37,17 +37,17 @@ BOUND = 10.0
 
 
 def base(name: str) -> bytes:
-    return semaphore_keys("redlock:", name)[0]
+    return semaphore_keys("redlock:", name).channel
 
 
 def left(cluster: Cluster, name: str) -> list[list[bytes]]:
     """Each node's keys of semaphore *name* but its widest-limit key (which outlives the permits by a lease)."""
-    widest = base(name) + b"\x00limit"
+    widest = semaphore_keys("redlock:", name).widest
     return [[key for key in keys if key != widest] for keys in keys_everywhere(cluster)]
 
 
 def line_lengths(cluster: Cluster, name: str) -> list[int]:
-    return [int(cluster[i].command("ZCARD", base(name) + b"\x00queue")) for i in range(len(cluster))]  # type: ignore[call-overload]
+    return [int(cluster[i].command("ZCARD", semaphore_keys("redlock:", name).line)) for i in range(len(cluster))]  # type: ignore[call-overload]
 
 
 async def in_line(cluster: Cluster, name: str, waiters: int, within: float = 10.0) -> None:
@@ -72,7 +72,10 @@ async def test_a_waiter_is_handed_a_released_permit(cluster: Cluster, make_redlo
     assert time.monotonic() - released < PROMPT  # the grant, not its timer (SLOW / 2 at the earliest)
     token = waiter.token
     assert token is not None
-    slots = [[cluster[i].command("GET", base("qs") + b"\x00%d" % j) for j in range(2)] for i in range(len(cluster))]
+    slots = [
+        [cluster[i].command("GET", semaphore_keys("redlock:", "qs").slot_key(j)) for j in range(2)]
+        for i in range(len(cluster))
+    ]
     assert all(token.encode() in held for held in slots), slots
     await waiter.release()
     await second.release()
@@ -96,7 +99,7 @@ async def test_a_waiter_that_gives_up_leaves_nothing_behind(
     async with asyncio.timeout(5):
         assert await waiting in ("timed out", "moved on", "cancelled")
     assert not waiter.held
-    slot = base("qs-gone") + b"\x000"
+    slot = semaphore_keys("redlock:", "qs-gone").slot_key(0)
     assert await eventually(lambda: left(cluster, "qs-gone") == [[slot]] * len(cluster), PROMPT), left(
         cluster, "qs-gone"
     )
@@ -130,7 +133,7 @@ async def test_a_rolling_change_of_limit_never_admits_more_than_the_smaller(
     waiter = (await make_redlock(retry_delay=60.0)).semaphore(name, limit=2)  # no try of its own meanwhile
     waiting = asyncio.create_task(waiter.acquire(timeout=30))
     await in_line(cluster, name, 1)
-    slots = [base(name) + b"\x00%d" % j for j in range(3)]
+    slots = [semaphore_keys("redlock:", name).slot_key(j) for j in range(3)]
     assert await eventually(lambda: not any(cluster[i].command("EXISTS", *slots) for i in range(len(cluster))), 5)
     new = await make_redlock()
     wider = [new.semaphore(name, limit=3) for _ in range(3)]

@@ -18,6 +18,7 @@ import pytest
 from redlock_async import LockLost, Redlock
 from redlock_async._core import _clock
 from redlock_async._core._algorithm import Vote, to_regain
+from redlock_async._core._names import semaphore_keys
 from redlock_async._nodes._wire import Failure
 from redlock_async._rounds._fanout import vote_of_set
 from redlock_async._rounds._lease import Lease
@@ -165,7 +166,7 @@ async def test_lock_many_takes_a_node_only_when_every_name_is_free_there(
 
 async def test_a_permit_takes_its_slot_on_the_free_nodes(cluster: Cluster, redlock: Redlock) -> None:
     sem = redlock.semaphore("permits", limit=1, ttl=TTL)
-    slot = b"redlock:\x00semaphore\x00permits\x000"
+    slot = semaphore_keys("redlock:", "permits").slot_key(0)
     for i in (3, 4):
         cluster[i].command("SET", slot, "1:another holder", "PX", 400)
     async with sem:

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from redlock_async import LockLost, LockNotAcquired, Redlock
+from redlock_async._core._names import semaphore_keys
 from redlock_async.semaphore import MAX_LIMIT, Semaphore
 from redlock_async.testing import History, LocalNodes
 from redlock_async.testing._history import Section
@@ -20,18 +21,15 @@ from .conftest import Cluster, MakeRedlock, eventually, keys_everywhere, lock_ke
 SLOW_POLL = 2.0  # a retry delay so long that a grant within a fraction of it can only be a notification
 
 
-def base(name: str) -> bytes:
-    return b"redlock:\x00semaphore\x00" + name.encode()
-
-
 def widest(name: str) -> bytes:
-    return base(name) + b"\x00limit"
+    return semaphore_keys("redlock:", name).widest
 
 
 def slots(node: object, name: str) -> list[bytes]:
     """The permit slots of semaphore *name* held on *node*."""
-    prefix = base(name) + b"\x00"
-    return [key for key in lock_keys(node) if key.startswith(prefix) and key != widest(name)]
+    keys = semaphore_keys("redlock:", name)
+    every = {keys.slot_key(j) for j in range(MAX_LIMIT)}
+    return [key for key in lock_keys(node) if key in every]
 
 
 # -- History's bound -------------------------------------------------------------------------------
@@ -180,7 +178,7 @@ async def test_free_permits_are_all_granted_at_once(cluster: Cluster, redlock: R
     stampede on one slot), and the next one finds none."""
     sems = [redlock.semaphore("burst", limit=limit) for _ in range(limit)]
     for _ in range(10):
-        assert await asyncio.gather(*(sem.acquire(blocking=False) for sem in sems)) == [True] * limit
+        assert await asyncio.gather(*(sem.acquire(blocking=False) for sem in sems)) == [True] * limit, limit
         assert [sem.statistics().attempts for sem in sems] == [1] * limit
         assert await eventually(lambda: all(len(slots(cluster[i], "burst")) == limit for i in range(5)), 1.0)
         assert len({sem.token for sem in sems}) == limit
@@ -226,7 +224,7 @@ async def test_another_limit_while_held_is_a_value_error(cluster: Cluster, make_
     # Every permit given back: another limit is fine now, and then holds the others off in turn.
     for limit, before in ((4, 3), (2, 4), (5, 2)):
         sems = [other.semaphore("pool", limit=limit) for _ in range(limit)]
-        assert await asyncio.gather(*(sem.acquire(blocking=False) for sem in sems)) == [True] * limit
+        assert await asyncio.gather(*(sem.acquire(blocking=False) for sem in sems)) == [True] * limit, limit
         assert not await other.semaphore("pool", limit=limit).acquire(blocking=False)  # all taken
         with pytest.raises(ValueError, match=rf"limit {limit}, not {before}"):
             await one.semaphore("pool", limit=before).acquire(blocking=False)
@@ -348,7 +346,7 @@ async def test_nothing_is_left_after_an_acquire_cancelled_mid_vote() -> None:
     """Nodes 0 and 1 answer 0.3 s late and node 4's only slot is taken, so the vote waits for a slow node:
     cancelled then, the late scripts still reach nodes 0 and 1, and are given back there."""
     with LocalNodes(5, proxied=True) as nodes:
-        slot = base("one") + b"\x000"
+        slot = semaphore_keys("redlock:", "one").slot_key(0)
         nodes[4].command("SET", slot, "1:someone else", "PX", 60_000)
         async with Redlock(nodes.urls, ttl=20.0, node_timeout=1.0) as redlock:
             for i in (0, 1):
@@ -375,10 +373,10 @@ async def test_a_full_semaphore_of_the_largest_limit_keeps_the_acquire_timeout(
     cluster: Cluster, redlock: Redlock
 ) -> None:
     limit = MAX_LIMIT
-    prefix = base("big") + b"\x00"
+    keys = semaphore_keys("redlock:", "big")
     for i in range(len(cluster)):
-        cluster[i].command("SET", widest("big"), limit)
-        taken = [part for j in range(limit) for part in (prefix + b"%d" % j, b"%d:someone else" % limit)]
+        cluster[i].command("SET", widest("big"), b"%d layout-2" % limit)
+        taken = [part for j in range(limit) for part in (keys.slot_key(j), b"%d:someone else" % limit)]
         cluster[i].command("MSET", *taken)
     sem = redlock.semaphore("big", limit=limit)
     started = time.monotonic()
@@ -551,7 +549,11 @@ async def test_anyio_scopes_around_a_permit_leave_nothing_behind(cluster: Cluste
     assert holding.cancelled_caught
     assert not sem.held
     assert await eventually(
-        lambda: not any(b"redlock:\x00semaphore\x00scoped\x000" in lock_keys(cluster[i]) for i in range(len(cluster))),
+        lambda: (
+            not any(
+                semaphore_keys("redlock:", "scoped").slot_key(0) in lock_keys(cluster[i]) for i in range(len(cluster))
+            )
+        ),
         2.0,
     )
     again = holder.semaphore("scoped", limit=1)

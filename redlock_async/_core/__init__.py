@@ -39,9 +39,12 @@ from redlock_async._core._cleanup import complete
 from redlock_async._core._deprecated import keyword_timeout, renamed
 from redlock_async._core._lot import ParkingLot, Waits
 from redlock_async._core._names import (
+    LAYOUT_MARK,
     Name,
+    SemaphoreKeys,
     canonical_names,
     check_owner,
+    companion,
     default_owner,
     reader_key,
     released_word,
@@ -49,12 +52,16 @@ from redlock_async._core._names import (
     rw_keys,
     rw_writer_key,
     semaphore_keys,
+    slot_of,
+    slot_tag,
+    widest_limit,
 )
 from redlock_async._core._options import ElectionOptions, LeaseOptions, LockOptions, check_options, overrides
 from redlock_async._core._reentry import Hold, Reentries
 from redlock_async._core._settings import MIN_TTL_TO_NODE_TIMEOUT, Settings, check_duration
 
 __all__ = [
+    "LAYOUT_MARK",
     "LOST",
     "MIN_TTL_TO_NODE_TIMEOUT",
     "NO",
@@ -73,6 +80,7 @@ __all__ = [
     "Name",
     "ParkingLot",
     "Reentries",
+    "SemaphoreKeys",
     "Settings",
     "Verdict",
     "Vote",
@@ -83,6 +91,7 @@ __all__ = [
     "check_options",
     "check_owner",
     "clock",
+    "companion",
     "complete",
     "default_owner",
     "drift",
@@ -103,7 +112,10 @@ __all__ = [
     "rw_writer_key",
     "semaphore_keys",
     "sit_out",
+    "slot_of",
+    "slot_tag",
     "smoothed_rtt",
     "thresholds",
     "verdict",
+    "widest_limit",
 ]

@@ -16,9 +16,12 @@ with a zero byte, so NUL is the only byte to refuse.
 
 from __future__ import annotations
 
+import binascii
+import functools
 import hashlib
 import os
 import socket
+from typing import NamedTuple
 
 MAX_RESOURCE_BYTES = 4096
 """Longest resource name, in bytes once encoded: hash longer identifiers first."""
@@ -118,15 +121,166 @@ MAX_NAMES = 1000
 """Most names one lock_many takes (every node checks and sets them all in one script call)."""
 
 
+# -- one cluster slot per name ------------------------------------------------------
+# A Redis/Valkey Cluster runs a script only where all its keys live in one slot. A lock key is the key
+# prefix and the name, as it always was (the cheapest exclusion between versions: every version sets the
+# same key). Every other key of the name is a *companion*: the key it belongs to, a NUL-led kind, and what
+# puts it in the slot wanted (:func:`companion`): nothing when the key has a hash tag of its own, else
+# ``{T}`` with four characters T whose CRC16 is that slot (:func:`slot_tag`), or, for a key whose braces
+# make no tag (``a{b``, ``a{}b``), four characters that make the whole companion hash there. So any name
+# works, braces included, and every companion starts with its key, under its prefix (the ACL's patterns).
+
+SLOTS = 16384
+"""Hash slots of a Redis/Valkey Cluster."""
+
+
+def slot_of(key: bytes) -> int:
+    """The cluster slot of *key*: CRC16 (XMODEM, as ``binascii.crc_hqx``) of its hash tag (the text between
+    its first ``{`` and the first ``}`` after it, when not empty), else of the whole key, mod 16384."""
+    start = key.find(b"{")
+    if start >= 0:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            key = key[start + 1 : end]
+    return binascii.crc_hqx(key, 0) % SLOTS
+
+
+# CRC16 with a zero start is linear over GF(2): crc(a ^ b) == crc(a) ^ crc(b) for strings of one length,
+# and leading zero bytes do not change it. A tag is _TAG_BASE with some of its 20 low bits (5 per
+# character: '@'..'_', never a brace nor a digit) flipped: for each of the 14 bits of a slot, the flips
+# that change only that bit of the CRC (found once, below).
+_TAG_BASE = b"@@@@"
+_PAD = bytes(len(_TAG_BASE))
+
+
+def _tag_basis() -> tuple[int, ...]:
+    rows: dict[int, tuple[int, int]] = {}  # top bit of a CRC -> (that CRC, the flips that give it)
+    for bit in range(8 * len(_TAG_BASE)):
+        if bit % 8 >= 5:
+            continue
+        flips = 1 << bit
+        crc = binascii.crc_hqx(flips.to_bytes(len(_TAG_BASE), "little"), 0) % SLOTS
+        while crc and crc.bit_length() - 1 in rows:
+            value, made = rows[crc.bit_length() - 1]
+            crc, flips = crc ^ value, flips ^ made
+        if crc:
+            rows[crc.bit_length() - 1] = (crc, flips)
+    assert len(rows) == 14, "the tag's bits reach every slot"
+    basis = [0] * 14
+    for top in range(14):  # back-substitute, lowest first: the flips for exactly 1 << top
+        value, made = rows[top]
+        for lower in range(top):
+            if value >> lower & 1:
+                made ^= basis[lower]
+        basis[top] = made
+    return tuple(basis)
+
+
+_BASIS = _tag_basis()
+_BASE_CRC = binascii.crc_hqx(_TAG_BASE, 0) % SLOTS
+
+
+@functools.lru_cache(maxsize=SLOTS)
+def slot_tag(slot: int) -> bytes:
+    """Four characters (``@``..``_``: no brace, digit or NUL) whose CRC16 is *slot* (mod 16384)."""
+    flips = 0
+    want = slot ^ _BASE_CRC
+    for bit in range(14):
+        if want >> bit & 1:
+            flips ^= _BASIS[bit]
+    return bytes(a ^ b for a, b in zip(_TAG_BASE, flips.to_bytes(len(_TAG_BASE), "little"), strict=True))
+
+
+def companion(key: bytes, kind: bytes, slot: int | None = None) -> bytes:
+    """*key* followed by *kind* (NUL-led: no name holds it, so no two companions alias) and what puts the
+    result in *slot* (default: *key*'s own). A key with a hash tag of its own keeps its slot whatever
+    follows: it must be in *slot* already (ValueError: the prefixes' tags disagree)."""
+    whole = slot_of(key)
+    target = whole if slot is None else slot
+    start = key.find(b"{")
+    if start < 0:
+        return key + kind + b"{" + slot_tag(target) + b"}"
+    end = key.find(b"}", start + 1)
+    if end > start + 1:  # a tag of its own
+        if whole != target:
+            raise ValueError(
+                f"key {key!r} has a hash tag of its own, which puts it in another cluster slot than the other keys "
+                "of its name: give key_prefix and fence_prefix the same hash tag, or none"
+            )
+        return key + kind
+    if end < 0:  # an open brace: ours closes it, and the tag runs from it through the four characters
+        head = key[start + 1 :] + kind
+        return key + kind + slot_tag(target ^ binascii.crc_hqx(head + _PAD, 0) % SLOTS) + b"}"
+    # '{}' first: the whole key is hashed, and so is the whole companion
+    return key + kind + slot_tag(target ^ binascii.crc_hqx(key + kind + _PAD, 0) % SLOTS)
+
+
 SEMAPHORE_INFIX = b"\x00semaphore\x00"
 """Between the key prefix and the name: a semaphore's keys never meet a lock's of the same name."""
 
 
-def semaphore_keys(key_prefix: str, name: str | bytes) -> tuple[bytes, bytes, bytes]:
-    """Semaphore *name*'s keys: its base (the permits' channel), its slots' prefix (slot i is this
-    followed by i) and its widest-limit key."""
+class SemaphoreKeys(NamedTuple):
+    """Semaphore *name*'s keys, all in the slot of its widest-limit key (whose name every version has
+    used: a client of the layout before 2 reads it first, and refuses a value of this layout)."""
+
+    channel: bytes
+    """Where its releases and grants are told."""
+    line: bytes
+    """Its grant queue's line (a sorted set of waiting tokens)."""
+    waits: bytes
+    """Its line's entries (a hash: token -> entry)."""
+    widest: bytes
+    """Its widest-limit key: ``b"<widest limit> layout-2"`` while any permit may be held (a bare number:
+    permits of the layout before may be held)."""
+    base: bytes
+    """What its slots' keys are made from (:meth:`slot_key`)."""
+    slot: int
+    """The cluster slot of every one of them."""
+
+    def slot_key(self, j: int) -> bytes:
+        """The key of permit slot *j* (a string holding the permit's token, ``PX ttl``)."""
+        return companion(self.base, b"\x00slot\x00%d" % j, self.slot)
+
+    def slot_keys(self, n: int) -> tuple[bytes, ...]:
+        """The keys of slots 0..n-1 (made once per semaphore and count in use: a CRC16 each)."""
+        return _slot_keys(self, n)
+
+
+@functools.lru_cache(maxsize=256)
+def _slot_keys(keys: SemaphoreKeys, n: int) -> tuple[bytes, ...]:
+    return tuple(keys.slot_key(j) for j in range(n))
+
+
+LAYOUT_MARK = b" layout-2"
+"""What follows the widest limit in the value of a semaphore's widest-limit key (``b"3 layout-2"``): a client
+of the layout before reads that value as a number, fails, and so never takes a slot of its own beside
+ours; a bare number there is one of its values."""
+
+
+def widest_limit(value: object) -> int | None:
+    """The widest limit a semaphore's widest-limit key holds (0: none); None: a bare number or another value,
+    written by a client of the layout before."""
+    if value is None:
+        return 0
+    if isinstance(value, bytes) and value.endswith(LAYOUT_MARK) and value[: -len(LAYOUT_MARK)].isdigit():
+        return int(value[: -len(LAYOUT_MARK)])
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def semaphore_keys(key_prefix: str, name: str | bytes) -> SemaphoreKeys:
+    """Semaphore *name*'s keys (:class:`SemaphoreKeys`), after checking the name."""
     base = key_prefix.encode() + SEMAPHORE_INFIX + resource_key("", name)
-    return base, base + b"\x00", base + b"\x00limit"
+    widest = base + b"\x00limit"
+    slot = slot_of(widest)
+    return SemaphoreKeys(
+        companion(base, b"\x00words", slot),
+        companion(base, b"\x00line", slot),
+        companion(base, b"\x00entries", slot),
+        widest,
+        base,
+        slot,
+    )
 
 
 RW_INFIX = b"\x00rw\x00"

@@ -22,8 +22,9 @@ from redlock_async._queue import claim as _queue
 from redlock_async._queue import wait as _queue_wait
 from redlock_async._rounds import Ballot, Keep, Lease
 from redlock_async._rounds import requests as _requests
-from redlock_async._scripts import KEEP_LIMIT
+from redlock_async._scripts import KEEP_LIMIT, OLD_LAYOUT, WIDER
 from redlock_async._shared import Cluster
+from redlock_async.errors import RedlockError
 
 _random = random.SystemRandom()
 
@@ -44,7 +45,7 @@ class Permit(Words):
     a majority), so no more than *limit* holders exist whenever single locks are safe (see
     ``semaphore.py``). Permits are not handed over: a release wakes the next waiter, who picks a slot."""
 
-    __slots__ = ("limit", "permits", "slot_prefix", "widest")
+    __slots__ = ("limit", "permit_keys", "permits", "slot_keys", "widest")
 
     takes_hand_over = False
 
@@ -55,9 +56,11 @@ class Permit(Words):
         # holding all of them would wait for itself: only its own release could free one.
         self.permits = self.limit
         # The permits' channel (their releases wake this semaphore's waiters), the slots, the widest limit.
-        base, self.slot_prefix, self.widest = semaphore_keys(settings.key_prefix, name)
-        self.keys = (base,)
-        self.blocked = base
+        self.permit_keys = Permits(semaphore_keys(settings.key_prefix, name), self.limit)
+        self.widest = self.permit_keys.widest
+        self.slot_keys = self.permit_keys.slots()
+        self.keys = (self.permit_keys.base,)
+        self.blocked = self.permit_keys.base
 
     def held_words(self, name: Name) -> str:
         return f"every permit ({self.limit} of limit {self.limit}) of semaphore {name!r}"
@@ -73,9 +76,9 @@ class Permit(Words):
             tried.add(slot)
             result = await _requests.attempt_permit(
                 nodes,
-                self.slot_prefix + b"%d" % slot,
+                self.slot_keys,
+                slot,
                 self.widest,
-                self.slot_prefix,
                 self.limit,
                 self.keys[0],
                 self.settings,
@@ -84,7 +87,12 @@ class Permit(Words):
             )
             if result.validity is not None:
                 return result
-            other = [-code for code in result.codes]
+            self.refuse_old_layout(result.codes.count(OLD_LAYOUT))
+            wider = max((WIDER - code for code in result.codes if code < OLD_LAYOUT), default=0)
+            if wider > len(self.slot_keys):  # a node's widest limit is wider: name its slots too, and try again
+                self.slot_keys = self.permit_keys.slots(wider)
+                continue
+            other = [-code for code in result.codes if OLD_LAYOUT < code < 0]
             if len(other) > len(nodes) - _algorithm.quorum(len(nodes)):
                 # Enough nodes hold a permit under another limit that no majority could grant one.
                 raise ValueError(
@@ -99,6 +107,18 @@ class Permit(Words):
             if best < need:
                 return result  # no slot is free on a majority: every permit is held
             slot = _random.choice([other for other, count in free.items() if count == best])
+
+    def refuse_old_layout(self, count: int) -> None:
+        """Raise when *count* nodes (enough that no majority could grant a permit) said the semaphore's keys
+        are of the layout before 2: its clients may hold permits there, in keys this version does not read."""
+        n = len(self.cluster.nodes)
+        if count > n - _algorithm.quorum(n):
+            raise RedlockError(
+                f"semaphore {self.name!r} is in use by clients of redlock-async before the one-slot key layout "
+                "(its widest-limit key holds a bare number): upgrade every client of it, or let their permits "
+                "end (their widest-limit key then expires), and try again",
+                name=self.name if isinstance(self.name, str) else repr(self.name),
+            )
 
     def next_is_ours(self, token: bytes) -> bool:
         return False
@@ -128,7 +148,7 @@ class QueuedPermit(Permit):
 
     @property
     def spec(self) -> Permits:
-        return Permits(self.keys[0], self.widest, self.slot_prefix, self.limit)
+        return self.permit_keys
 
     def new_token(self) -> bytes:
         # Every permit's token starts with its limit: holders of another limit see it (ACQUIRE_PERMIT's rule).
@@ -141,7 +161,13 @@ class QueuedPermit(Permit):
 
     def check_refused(self, claims: Sequence[_queue.Claim]) -> None:
         lines = [claim.line for claim in claims]  # (PermitLines: the claims are new_claims')
-        limits = [limit for line in lines if isinstance(line, PermitLine) for limit in line.refusals if limit]
+        permits = [line for line in lines if isinstance(line, PermitLine)]
+        self.refuse_old_layout(sum(old for line in permits for old in line.old_layout))
+        for claim in claims:
+            if claim.keys != (keys := claim.line.keys):  # a node's widest limit is wider: name its slots, enter now
+                claim.keys = keys
+                claim.poked = True
+        limits = [limit for line in permits for limit in line.refusals if limit]
         n = len(self.cluster.nodes)
         if len(limits) > n - _algorithm.quorum(n):  # no majority could grant a permit of our limit
             raise ValueError(

@@ -31,8 +31,8 @@ semaphore's ``_lines.PermitLine`` (a slot, held once a majority holds the same o
 **Scripts the server lost**: a leave is always sent again after NOSCRIPT, an entry or a give-back
 not behind a later command on its key (``Script.creates``).
 
-The queue keys of a lock key are the lock key followed by ``\\x00queue`` and ``\\x00waits``; they
-expire once no waiter entered them for an entry's life.
+The queue keys of a lock key are the lock key followed by ``\\x00queue`` and ``\\x00waits`` and what keeps
+them in its cluster slot (:func:`queue_keys`); they expire once no waiter entered them for an entry's life.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from redlock_async._core import Settings
+from redlock_async._core import Settings, companion
 from redlock_async._core import algorithm as _algorithm
 from redlock_async._core import clock as _clock
 from redlock_async._health import ClockGuard, floored
@@ -63,14 +63,20 @@ delay (at most 1.5 of them), so only a waiter that died or was cut off lets it e
 
 
 SUFFIXES = (b"\x00queue", b"\x00waits")
-"""What a lock key's line and waits add to it: no resource name holds their NUL (``_names.resource_key``)."""
+"""The kinds of a lock key's line and waits (``_names.companion``: the key, the kind, and what keeps them
+in the key's cluster slot); no resource name holds their NUL (``_names.resource_key``)."""
 
 
 def queue_keys(key: bytes, fence_key: bytes | None = None) -> tuple[bytes, ...]:
     """The lock key, its line and its waits (see the module's docstring), and the name's fencing counter
     when given: the grant scripts read it for a fenced waiter they grant the key to."""
-    keys = (key, key + SUFFIXES[0], key + SUFFIXES[1])
+    keys = _lines(key)
     return keys if fence_key is None else (*keys, fence_key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _lines(key: bytes) -> tuple[bytes, bytes, bytes]:
+    return key, companion(key, SUFFIXES[0]), companion(key, SUFFIXES[1])  # (a CRC16 each: kept for names in use)
 
 
 def entry_life_ms(settings: Settings) -> int:

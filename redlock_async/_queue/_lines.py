@@ -15,13 +15,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
+from redlock_async._core import SemaphoreKeys
 from redlock_async._scripts import (
+    OLD_LAYOUT,
     PERMIT_ENTER,
     PERMIT_LEAVE,
     PERMIT_STAY,
     RW_ENTER,
     RW_QUEUE_LEAVE,
     RW_QUEUE_STAY,
+    WIDER,
     Script,
 )
 
@@ -119,33 +122,49 @@ class KeyLine:
 # token on every node (``PERMIT_LEAVE``): never more holders, at worst a permit idle for one lease.
 
 LINE, WAITS = b"\x00queue", b"\x00waits"
-"""What a semaphore's base key, or a read/write lock's writer key, adds for its line and its waits (as a
-lock key's: ``_queue.SUFFIXES``)."""
+"""What a read/write lock's writer key adds for its line and its waits (as a lock key's:
+``_queue.SUFFIXES``)."""
 
 
-@dataclass(frozen=True, slots=True)
 class Permits:
-    """What a semaphore's claim needs: its base key (the channel), widest-limit key, slots' prefix, limit."""
+    """What a semaphore's claim needs: its keys (``_names.SemaphoreKeys``) and its limit; the slots' keys are
+    made once, as many as are named (the limit, or the widest limit a node answered: :meth:`keys`)."""
 
-    base: bytes
-    widest: bytes
-    prefix: bytes
-    limit: int
+    __slots__ = ("_slots", "limit", "names")
+
+    def __init__(self, names: SemaphoreKeys, limit: int) -> None:
+        self.names = names
+        self.limit = limit
+        self._slots = names.slot_keys(limit)
 
     @property
-    def keys(self) -> tuple[bytes, bytes, bytes, bytes]:
-        """The KEYS of every permit script: the base key, its line, its waits, the widest-limit key."""
-        return (self.base, self.base + LINE, self.base + WAITS, self.widest)
+    def base(self) -> bytes:
+        """The semaphore's channel: its releases and grants are told there."""
+        return self.names.channel
+
+    @property
+    def widest(self) -> bytes:
+        return self.names.widest
+
+    def slots(self, width: int = 0) -> tuple[bytes, ...]:
+        """The keys of slots 0..max(limit, *width*) - 1."""
+        return self._slots if width <= self.limit else self.names.slot_keys(width)
+
+    def keys(self, width: int = 0) -> tuple[bytes, ...]:
+        """The KEYS of every permit script: the channel, the line, its entries, the widest-limit key, and
+        the slots named (at least the limit of them, *width* when wider)."""
+        names = self.names
+        return (names.channel, names.line, names.waits, names.widest, *self.slots(width))
 
     def slot_key(self, slot: int) -> bytes:
-        return self.prefix + b"%d" % slot
+        return self.slots(slot + 1)[slot]
 
 
 class PermitLine:
     """A semaphore waiter's line (``_lines.Line``): what a node grants is a slot, named by a reply's
     or a grant word's last field, and a permit is held once a majority holds one and the same slot."""
 
-    __slots__ = ("refusals", "slots", "spec", "want")
+    __slots__ = ("old_layout", "refusals", "slots", "spec", "want", "width")
 
     fenced = False  # a permit raises no fencing counter
     reads = False
@@ -158,25 +177,32 @@ class PermitLine:
         """Split between slots: the slot we wait for on every node (-1: any)."""
         self.refusals = [0] * n_nodes
         """Per node: the limit its latest reply said a slot is held under (0: none)."""
+        self.old_layout = [False] * n_nodes
+        """Per node: its latest reply said the semaphore's keys are of the layout before 2."""
+        self.width = 0
+        """The most slots a node asked to be named (its widest limit, wider than ours)."""
 
     @property
     def keys(self) -> tuple[bytes, ...]:
-        return self.spec.keys
+        return self.spec.keys(self.width)
 
     def join(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
-        spec = self.spec
-        return PERMIT_ENTER, (token, ttl_ms, score, life_ms, spec.limit, spec.prefix, self.want)
+        return PERMIT_ENTER, (token, ttl_ms, score, life_ms, self.spec.limit, self.want)
 
     def stay(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
-        spec = self.spec
-        return PERMIT_STAY, (token, score, life_ms, ttl_ms, spec.limit, spec.prefix, self.want)
+        return PERMIT_STAY, (token, score, life_ms, ttl_ms, self.spec.limit, self.want)
 
     def quit(self, token: bytes) -> Packed:
-        return PERMIT_LEAVE, (token, self.spec.prefix)
+        return PERMIT_LEAVE, (token,)
 
     def replied(self, i: int, code: object) -> None:
-        # PERMIT_ENTER's -L: a slot is held under another limit L.
-        self.refusals[i] = -code if isinstance(code, int) and code < 0 else 0
+        # PERMIT_ENTER's -L: a slot is held under another limit L; OLD_LAYOUT; WIDER - w: name w slots.
+        self.refusals[i] = 0
+        self.old_layout[i] = code == OLD_LAYOUT
+        if isinstance(code, int) and code < OLD_LAYOUT:
+            self.width = max(self.width, WIDER - code)
+        elif isinstance(code, int) and OLD_LAYOUT < code < 0:
+            self.refusals[i] = -code
 
     def took(self, i: int, extra: object) -> bool:
         if not isinstance(extra, (int, bytes)):

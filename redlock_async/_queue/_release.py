@@ -84,8 +84,8 @@ def release_permit(
     """Release a permit on every node but *skip* (synchronous: survives cancellation): every slot that holds
     *token* goes to the first live waiter in the semaphore's line, or is freed and the release published;
     an entry of the token still in line goes too. Replies as RELEASE's (1: a slot held it)."""
-    keys = permits.keys
-    args: tuple[bytes | int, ...] = (token, permits.prefix)
+    keys = permits.keys()
+    args: tuple[bytes | int, ...] = (token,)
     packed = pack_script(PERMIT_LEAVE, keys, args)
     receiver: Receiver = IGNORED if into is None else into
     for i, node in enumerate(nodes):

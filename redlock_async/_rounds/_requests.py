@@ -181,22 +181,23 @@ async def attempt(
 
 async def attempt_permit(
     nodes: Sequence[Node],
-    slot: bytes,
+    slots: tuple[bytes, ...],
+    slot: int,
     widest: bytes,
-    slot_prefix: bytes,
     limit: int,
     channel: bytes,
     settings: Settings,
     owner: bytes,
     clock: Receiver | None = None,
 ) -> Attempt:
-    """One round for one permit slot of a semaphore (ACQUIRE_PERMIT), given back when not granted."""
+    """One round for permit slot *slot* of a semaphore (ACQUIRE_PERMIT, every slot of *slots* named: at least
+    the limit of them), given back when not granted."""
     token = b"%d:" % limit + new_token(owner)
     ttl_ms = settings.ttl_ms
     ballot = Ballot(nodes, vote_of_script, settings.node_timeout)
     started = _clock.now()
-    ballot.script(ACQUIRE_PERMIT, (slot, widest), (token, ttl_ms, limit, slot_prefix), limited=True, clock=clock)
-    result = await _decide(nodes, (slot,), None, token, started, ballot, settings, channel)
+    ballot.script(ACQUIRE_PERMIT, (widest, *slots), (token, ttl_ms, limit, slot), limited=True, clock=clock)
+    result = await _decide(nodes, (slots[slot],), None, token, started, ballot, settings, channel)
     result.keeps = Keep(KEEP_LIMIT, widest)
     if result.validity is None:
         free: dict[int, int] = {}

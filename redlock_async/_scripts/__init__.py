@@ -33,6 +33,7 @@ from redlock_async._scripts import (
 )
 from redlock_async._scripts._fencing import FENCED_BY
 from redlock_async._scripts._rw import READERS_HOLD, WRITER_HOLDS, WRITER_WAITS
+from redlock_async._scripts._semaphore import OLD_LAYOUT, WIDER
 
 __all__ = [
     "ACQUIRE_ALL",
@@ -49,6 +50,7 @@ __all__ = [
     "HANDED_RELEASE",
     "KEEP_LIMIT",
     "KEEP_READERS",
+    "OLD_LAYOUT",
     "PERMISSIONS",
     "PERMIT_ENTER",
     "PERMIT_LEAVE",
@@ -74,6 +76,7 @@ __all__ = [
     "SCRIPTS",
     "UNDECLARED",
     "WATCH",
+    "WIDER",
     "WRITER_HOLDS",
     "WRITER_WAITS",
     "Script",
@@ -131,7 +134,7 @@ FENCE_ALL = Script(_many.FENCE_ALL)
 RELEASE_ALL = Script(_many.RELEASE_ALL)
 
 # Semaphores.
-ACQUIRE_PERMIT = Script(_semaphore.ACQUIRE_PERMIT, creates=True, undeclared=True)
+ACQUIRE_PERMIT = Script(_semaphore.ACQUIRE_PERMIT, creates=True)
 KEEP_LIMIT = Script(_semaphore.KEEP_LIMIT)
 
 # The grant queue.
@@ -140,9 +143,9 @@ QUEUE_LEAVE = Script(_queue.QUEUE_LEAVE)
 QUEUE_STAY = Script(_queue.QUEUE_STAY, creates=True)
 QUEUE_FENCE = Script(_queue.QUEUE_FENCE)
 QUEUE_LEAVE_ALL = Script(_queue_many.QUEUE_LEAVE_ALL)
-PERMIT_ENTER = Script(_permit_line.PERMIT_ENTER, creates=True, undeclared=True)
-PERMIT_LEAVE = Script(_permit_line.PERMIT_LEAVE, undeclared=True)
-PERMIT_STAY = Script(_permit_line.PERMIT_STAY, creates=True, undeclared=True)
+PERMIT_ENTER = Script(_permit_line.PERMIT_ENTER, creates=True)
+PERMIT_LEAVE = Script(_permit_line.PERMIT_LEAVE)
+PERMIT_STAY = Script(_permit_line.PERMIT_STAY, creates=True)
 DROP_LINES = Script(_queue.DROP_LINES)  # redlock break's alone: not loaded on every connection
 
 # The permissions probe of a connect (run once per node: not loaded on every connection).

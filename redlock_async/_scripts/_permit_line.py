@@ -1,25 +1,37 @@
 """Lua of the grant queue for semaphores: one line per semaphore name, a release grants its slot.
 
-A semaphore's waiters wait in one line per name (its base key followed by ``\\x00queue`` and
-``\\x00waits``, as a lock key's line), ordered by the score each waiter chose once. A permit's
+A semaphore's waiters wait in one line per name (``_names.SemaphoreKeys``: its line and its entries),
+ordered by the score each waiter chose once. A permit's
 release (or a waiter's give-back) hands its slot straight to the first live waiter: the slot key is
 set to that waiter's token, and a grant word ``g<sha1 of the token>:<node time, us>:<slot>`` is
-published on the semaphore's channel (its base key). A free slot found by an entry goes to the
+published on the semaphore's channel. A free slot found by an entry goes to the
 first waiter the same way. Every token starts with its limit (``"<limit>:..."``): a slot held under
 another limit refuses the entry, as ``ACQUIRE_PERMIT`` does, and a slot goes only to a waiter it is
 below the limit of, while no slot of the node is held under another limit (a waiter of another limit
 stays in line until its next entry is refused): no grant puts permits of two limits on one node, nor a
 permit on a slot beyond its limit. Every write keeps the widest-limit key alive a lease longer than the
 permits it saw granted (``ACQUIRE_PERMIT``'s rule).
+
+Every key is in KEYS, all of them in one cluster slot: the channel, the line, its entries, the
+widest-limit key, then slots 0..n-1 (n at least the waiter's limit). A node whose widest limit is wider
+than n (a client of a wider limit holds or held here) is answered as ``ACQUIRE_PERMIT`` answers it (entry:
+nothing written; the waiter names more next time), and a leave then hands nothing on (it cannot see every
+slot): it frees its own, which are always below its limit. A widest-limit key of the layout before 2 is
+answered OLD_LAYOUT (``_scripts/_semaphore.py``).
 """
 
 from __future__ import annotations
 
 from redlock_async._scripts._queue import NOW
+from redlock_async._scripts._semaphore import WIDEST
 
 GRANT_PERMIT = b"""
--- KEYS[1] the semaphore's base key (and channel), KEYS[2] its line, KEYS[3] its waits, KEYS[4] its
--- widest-limit key; the slots' key prefix is passed in.
+-- KEYS[1] the semaphore's channel, KEYS[2] its line, KEYS[3] its waits, KEYS[4] its widest-limit key,
+-- KEYS[5..] its slots (slot j at KEYS[j + 5]): NAMED of them.
+local NAMED = #KEYS - 4
+local function slot_key(j)
+    return KEYS[j + 5]
+end
 local function keep_widest(ttl)
     local keep = 2 * tonumber(ttl)
     if redis.call('PTTL', KEYS[4]) < keep then
@@ -55,7 +67,7 @@ end
 -- none) is held under its limit: a waiter is never handed a slot of another limit's range, nor one
 -- beside permits of another limit (ACQUIRE_PERMIT's rule; it stays in line, and its next entry is
 -- refused). Expired entries are dropped. Returns its token and its limit, or nil when no one takes it.
-local function grant_permit(prefix, j, held)
+local function grant_permit(j, held)
     if held < 0 then
         return nil
     end
@@ -73,7 +85,7 @@ local function grant_permit(prefix, j, held)
         elseif (want < 0 or want == j) and limit and j < limit and (held == 0 or held == limit) then
             redis.call('ZREM', KEYS[2], head)
             redis.call('HDEL', KEYS[3], head)
-            redis.call('SET', prefix .. j, head, 'PX', ttl)
+            redis.call('SET', slot_key(j), head, 'PX', ttl)
             keep_widest(ttl)
             local word = 'g' .. redis.sha1hex(head) .. ':' .. string.format('%.0f', now_us()) .. ':' .. j
             redis.call('PUBLISH', KEYS[1], word)
@@ -95,13 +107,18 @@ local function enter_line(token, score, life, ttl, want)
 end
 
 -- The slots (below the widest limit in use) that hold *token*, but *keep*; and the limit of every other
--- slot held on this node (*keep* included: 0 none, -1 several), what grant_permit is told.
-local function slots_of(prefix, token, keep)
+-- slot held on this node (*keep* included: 0 none, -1 several or unknown: slots not named, or the layout
+-- before), what grant_permit is told.
+local function slots_of(token, keep)
     local mine = {}
     local held = 0
-    local widest = tonumber(redis.call('GET', KEYS[4]) or '0')
+    local widest = widest_of(KEYS[4])
+    if not widest or widest > NAMED then
+        held = -1
+        widest = NAMED
+    end
     for j = 0, widest - 1 do
-        local holder = redis.call('GET', prefix .. j)
+        local holder = redis.call('GET', slot_key(j))
         if holder == token and j ~= keep then
             mine[#mine + 1] = j
         elseif holder then
@@ -114,10 +131,10 @@ end
 -- Hand slot j, which held *token*, to the first live waiter that takes it (*held*: the limit of the
 -- other slots held here); with none, free it and publish the release word (waiters without the queue
 -- hear it). Returns the limit of the slots held here now.
-local function hand_on(prefix, j, token, held)
-    local head, limit = grant_permit(prefix, j, held)
+local function hand_on(j, token, held)
+    local head, limit = grant_permit(j, held)
     if not head then
-        redis.call('DEL', prefix .. j)
+        redis.call('DEL', slot_key(j))
         redis.call('PUBLISH', KEYS[1], redis.sha1hex(token))
         return held
     end
@@ -128,34 +145,40 @@ end
 PERMIT_ENTER = (
     b"""
 -- A semaphore waiter joins (or stays in) the line; free slots go to the first live waiters now.
--- KEYS[1]  the semaphore's base key (and channel)
+-- KEYS[1]  the semaphore's channel
 -- KEYS[2]  its line: a sorted set of waiting tokens
 -- KEYS[3]  its waits: token -> "<entry expiry, node ms> <ttl ms> <wanted slot>"
 -- KEYS[4]  its widest-limit key
+-- KEYS[5..] its slots' keys, slot j at KEYS[j + 5] (at least the limit of them)
 -- ARGV[1]  the waiter's token ("<limit>:<random>")
 -- ARGV[2]  the ttl it wants, integer milliseconds
 -- ARGV[3]  its score (the same on every node: its place in line)
 -- ARGV[4]  how long the entry lives unless entered again, integer milliseconds
 -- ARGV[5]  the limit this client uses
--- ARGV[6]  the slots' key prefix (slot j is this followed by j)
--- ARGV[7]  the slot it wants (-1: any; a waiter split between slots waits for the one most nodes gave it)
--- returns  {1 a slot holds the token now / 0 queued / -L a slot is held under limit L (nothing
---          written), the node's time in us, that slot's pttl in ms (else 0), the slot (else -1)}
+-- ARGV[6]  the slot it wants (-1: any; a waiter split between slots waits for the one most nodes gave it)
+-- returns  {1 a slot holds the token now / 0 queued / -L a slot is held under limit L / -1000000 the
+--          layout before 2 is in use / -1000000 - W name W slots (nothing written for these three), the
+--          node's time in us, that slot's pttl in ms (else 0), the slot (else -1)}
 """
     + NOW
+    + WIDEST
     + GRANT_PERMIT
     + b"""
 local time = string.format('%.0f', now_us())
 local limit = tonumber(ARGV[5])
-local prefix = ARGV[6]
-local want = tonumber(ARGV[7])
-local widest = tonumber(redis.call('GET', KEYS[4]) or '0')
+local want = tonumber(ARGV[6])
+local widest = widest_of(KEYS[4])
+if not widest then
+    return {-1000000, time, 0, -1}
+elseif widest > NAMED then
+    return {-1000000 - widest, time, 0, -1}
+end
 local free = {}
 local taken = 0  -- the limit of the slots held here (ours, once one is: another refuses us)
 for j = 0, math.max(widest, limit) - 1 do
-    local held = redis.call('GET', prefix .. j)
+    local held = redis.call('GET', slot_key(j))
     if held == ARGV[1] then
-        return {1, time, redis.call('PTTL', prefix .. j), j}
+        return {1, time, redis.call('PTTL', slot_key(j)), j}
     elseif held then
         local other = limit_of(held)
         if other ~= limit then
@@ -167,16 +190,16 @@ for j = 0, math.max(widest, limit) - 1 do
     end
 end
 if limit > widest then
-    redis.call('SET', KEYS[4], ARGV[5], 'KEEPTTL')  -- (the expiry that other permits set stays)
+    redis.call('SET', KEYS[4], string.format('%d layout-2', limit), 'KEEPTTL')  -- (the expiry other permits set stays)
 end
 keep_widest(ARGV[2])
 if free[1] and want < 0 and redis.call('EXISTS', KEYS[2]) == 0 then  -- a free slot, no one in line: ours
-    redis.call('SET', prefix .. free[1], ARGV[1], 'PX', ARGV[2])
+    redis.call('SET', slot_key(free[1]), ARGV[1], 'PX', ARGV[2])
     return {1, time, tonumber(ARGV[2]), free[1]}
 end
-enter_line(ARGV[1], ARGV[3], ARGV[4], ARGV[2], ARGV[7])
+enter_line(ARGV[1], ARGV[3], ARGV[4], ARGV[2], ARGV[6])
 for _, j in ipairs(free) do  -- free slots go to the first in line that takes them (which may be us)
-    local head, other = grant_permit(prefix, j, taken)
+    local head, other = grant_permit(j, taken)
     if head == ARGV[1] then
         return {1, time, tonumber(ARGV[2]), j}
     elseif head then
@@ -193,20 +216,20 @@ PERMIT_LEAVE = (
 -- goes straight to the next live waiter that takes it (or, with none, is deleted and the release word
 -- published). It only ever takes away what is its token's: run late, it does what a release of a
 -- departed holder does, so it is always sent again.
--- KEYS[1..4]  as PERMIT_ENTER's
+-- KEYS        as PERMIT_ENTER's
 -- ARGV[1]     the token
--- ARGV[2]     the slots' key prefix
 -- returns     1 a slot held the token; 0 none did (as RELEASE)
 """
     + NOW
+    + WIDEST
     + GRANT_PERMIT
     + b"""
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
     redis.call('HDEL', KEYS[3], ARGV[1])
 end
-local mine, held = slots_of(ARGV[2], ARGV[1], -1)
+local mine, held = slots_of(ARGV[1], -1)
 for _, j in ipairs(mine) do
-    held = hand_on(ARGV[2], j, ARGV[1], held)
+    held = hand_on(j, ARGV[1], held)
 end
 return mine[1] and 1 or 0
 """
@@ -215,40 +238,41 @@ return mine[1] and 1 or 0
 PERMIT_STAY = (
     b"""
 -- A semaphore waiter gives back what this node granted it (a split: no majority on one slot) and
--- keeps (or puts back) its entry, now wanting slot ARGV[7] (the one most nodes gave it; -1: any).
+-- keeps (or puts back) its entry, now wanting slot ARGV[6] (the one most nodes gave it; -1: any).
 -- A slot of its token that it does not want goes to the first live waiter that takes it, itself
 -- excluded; one it wants stays. It can put its token back in line, so it is never run after a later
 -- command on the key (its own leave would then be undone): not sent again then.
--- KEYS[1..4]  as PERMIT_ENTER's
+-- KEYS        as PERMIT_ENTER's
 -- ARGV[1]     the token
 -- ARGV[2]     its score, ARGV[3] the entry's life, ARGV[4] its ttl (as for PERMIT_ENTER)
--- ARGV[5]     the limit (unused: the entry's ARGV layout), ARGV[6] the slots' key prefix
--- ARGV[7]     the slot it wants (-1: any)
+-- ARGV[5]     the limit
+-- ARGV[6]     the slot it wants (-1: any)
 -- returns     {1 a slot held the token / 0 none did, the node's time in us, the pttl of the slot it
 --             holds now (the one it wants, or one granted to it as first in line) else 0, that slot else -1}
 """
     + NOW
+    + WIDEST
     + GRANT_PERMIT
     + b"""
-local want = tonumber(ARGV[7])
+local want = tonumber(ARGV[6])
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then  -- out of line while its slots go on: not to itself
     redis.call('HDEL', KEYS[3], ARGV[1])
 end
-local mine, held = slots_of(ARGV[6], ARGV[1], want)  -- (the slot it wants, if its, is not handed on)
+local mine, held = slots_of(ARGV[1], want)  -- (the slot it wants, if its, is not handed on)
 local kept = -1
-if want >= 0 and redis.call('GET', ARGV[6] .. want) == ARGV[1] then
+if want >= 0 and want < NAMED and redis.call('GET', slot_key(want)) == ARGV[1] then
     kept = want
 end
 for _, j in ipairs(mine) do
-    held = hand_on(ARGV[6], j, ARGV[1], held)
+    held = hand_on(j, ARGV[1], held)
 end
 local time = string.format('%.0f', now_us())
 if kept >= 0 then
-    return {1, time, redis.call('PTTL', ARGV[6] .. kept), kept}
+    return {1, time, redis.call('PTTL', slot_key(kept)), kept}
 end
-enter_line(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[7])
-if want >= 0 and not redis.call('GET', ARGV[6] .. want) and want < tonumber(ARGV[5]) then
-    if grant_permit(ARGV[6], want, held) == ARGV[1] then  -- the slot it wants is free here: the first who takes it
+enter_line(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[6])
+if want >= 0 and want < tonumber(ARGV[5]) and want < NAMED and not redis.call('GET', slot_key(want)) then
+    if grant_permit(want, held) == ARGV[1] then  -- the slot it wants is free here: the first who takes it
         return {1, time, tonumber(ARGV[4]), want}
     end
 end

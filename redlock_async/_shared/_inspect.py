@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from redlock_async._core import (
     Held,
+    SemaphoreKeys,
     Settings,
     Vote,
     drift,
@@ -59,10 +60,8 @@ class Keys:
 
     lock: bytes
     fence: bytes
-    slot_prefix: bytes | None = None
-    """A semaphore of the same name: slot i's key is this followed by i (None: not looked at)."""
-    widest: bytes | None = None
-    """That semaphore's widest-limit key: how many slots may be held."""
+    semaphore: SemaphoreKeys | None = None
+    """A semaphore of the same name: its keys (None: not looked at)."""
     writer: bytes | None = None
     """A read/write lock of the same name: its writer key (None: not looked at)."""
 
@@ -73,8 +72,7 @@ def keys_of(settings: Settings, name: str | bytes, *, semaphore: bool = True) ->
     lock, fence = resource_key(settings.key_prefix, name), resource_key(settings.fence_prefix, name)
     if not semaphore:
         return Keys(lock, fence)
-    _, slot_prefix, widest = semaphore_keys(settings.key_prefix, name)
-    return Keys(lock, fence, slot_prefix, widest, rw_writer_key(settings.key_prefix, name))
+    return Keys(lock, fence, semaphore_keys(settings.key_prefix, name), rw_writer_key(settings.key_prefix, name))
 
 
 def default_period(settings: Settings) -> float:
@@ -150,8 +148,8 @@ class Inspector:
             clock = node.send(b"TIME")
             clock.add_done_callback(functools.partial(_stamp, received, i))
             ask = [clock, node.send(b"MGET", *reads), node.send(b"PTTL", keys.lock)]
-            if keys.widest is not None:
-                ask.append(node.send(b"GET", keys.widest))
+            if keys.semaphore is not None:
+                ask.append(node.send(b"GET", keys.semaphore.widest))
             if keys.writer is not None:
                 ask += (
                     node.send(b"MGET", keys.writer, keys.fence, keys.fence + FENCED_BY),
@@ -174,11 +172,11 @@ class Inspector:
             for node, replies, doubt in zip(nodes, answers, doubts, strict=True)
         )
         info = judge(views)
-        if keys.widest is None or keys.slot_prefix is None:
+        if keys.semaphore is None:
             return info
         widest = max((_limit(replies[2]) for replies in answers if len(replies) > 2), default=0)
         if widest != 0:  # a semaphore of this name on some node that answered
-            info = await self._permits(info, keys.slot_prefix, widest, doubts)
+            info = await self._permits(info, keys.semaphore, widest, doubts)
         if keys.writer is None:
             return info
         return await self._rw(info, keys.writer, [replies[3:] for replies in answers], doubts)
@@ -245,10 +243,12 @@ class Inspector:
         state: LockState = "held" if "held" in states else "unknown" if "unknown" in states else "free"
         return dataclasses.replace(info, state=state, writer=shown, readers=readers)
 
-    async def _permits(self, info: LockInfo, slot_prefix: bytes, widest: int, doubts: list[str | None]) -> LockInfo:
+    async def _permits(
+        self, info: LockInfo, semaphore: SemaphoreKeys, widest: int, doubts: list[str | None]
+    ) -> LockInfo:
         """The lock's verdict *info* with the semaphore's: each of its *widest* slots judged as a lock."""
         nodes = self._nodes
-        slots = [slot_prefix + b"%d" % i for i in range(widest)]
+        slots = [semaphore.slot_key(i) for i in range(widest)]
         asks = [[node.send(b"MGET", *slots), *(node.send(b"PTTL", slot) for slot in slots)] for node in nodes]
         answers = await self._ask(asks)
         per_slot: list[list[NodeInfo]] = [[] for _ in slots]
@@ -289,10 +289,11 @@ async def inspect(endpoints: Sequence[Endpoint], keys: Keys, settings: Settings)
 
 
 def _limit(reply: Reply | bytes) -> int:
-    """A semaphore's limit from its widest-limit key, or from a permit's token (``b"3:..."``); 0 if none."""
+    """A semaphore's limit from its widest-limit key (``b"3 layout-2"``; a bare number: the layout before), or
+    from a permit's token (``b"3:..."``); 0 if none."""
     if not isinstance(reply, bytes):
         return 0
-    head = reply.partition(b":")[0]
+    head = reply.partition(b":")[0].partition(b" ")[0]
     return int(head) if head.isdigit() else 0
 
 

@@ -102,8 +102,8 @@ async def break_command(name: str, nodes: list[str], *, yes: bool, ask: Ask | No
         # No holder, but a waiter that died in line would be handed the lock by the next acquire that finds
         # the key free (its entry lives five of its retry delays): its lines are worth dropping on their own.
         with _quiet():
-            sets = lines(keys, _permits(settings, resource, 0))
-            waiting = await _on_nodes(nodes, settings, lambda node: _waiting(node, sets))
+            groups = line_groups(keys, _permits(settings, resource, 0))
+            waiting = await _on_nodes(nodes, settings, lambda node: _waiting(node, groups))
         most = max((count for _, count in waiting if isinstance(count, int)), default=0)
         if not most:
             if answered >= quorum(len(nodes)):
@@ -177,16 +177,15 @@ async def _delete(
     each value shown."""
     keys = keys_of(settings, resource)
     slots: list[bytes] = []
-    if found.limit is not None and keys.slot_prefix is not None:
-        slots = [keys.slot_prefix + b"%d" % i for i in range(found.limit)]
+    if found.limit is not None and keys.semaphore is not None:
+        slots = [keys.semaphore.slot_key(i) for i in range(found.limit)]
     permits = _permits(settings, resource, found.limit or 0)
     return await _on_nodes(nodes, settings, lambda node: _release_shown(node, keys, slots, permits, targets))
 
 
 def _permits(settings: Settings, resource: str | bytes, limit: int) -> Permits:
     """Semaphore *resource*'s keys (a permit's release names them; so do its lines)."""
-    base, prefix, widest = semaphore_keys(settings.key_prefix, resource)
-    return Permits(base, widest, prefix, limit)
+    return Permits(semaphore_keys(settings.key_prefix, resource), limit)
 
 
 async def _on_nodes(
@@ -232,28 +231,30 @@ def _checked(reply: Reply, what: str) -> Reply:
     return reply
 
 
-def lines(keys: Keys, permits: Permits) -> tuple[bytes, ...]:
-    """Every line of the name, a sorted set of waiting tokens each: the lock key's, the semaphore's, the
-    read/write lock's and its waiting writers."""
-    found = [keys.lock + SUFFIXES[0], permits.keys[1]]
+Lines = tuple[tuple[bytes, ...], tuple[bytes, ...]]
+"""A primitive's lines: its sorted sets of waiting tokens, and the hashes of their entries."""
+
+
+def line_groups(keys: Keys, permits: Permits) -> list[Lines]:
+    """The name's lines by primitive, each (its sorted sets of waiting tokens, the hashes of their entries):
+    the lock key's, the semaphore's, the read/write lock's and its waiting writers. One script or command per
+    primitive: its keys share a cluster slot, those of two primitives need not."""
+    lock = queue_keys(keys.lock)
+    groups: list[Lines] = [((lock[1],), (lock[2],)), ((permits.names.line,), (permits.names.waits,))]
     if keys.writer is not None:
-        found += [keys.writer + SUFFIXES[0], rw_keys(keys.writer)[2]]
-    return tuple(found)
+        groups.append(((keys.writer + SUFFIXES[0], rw_keys(keys.writer)[2]), (keys.writer + SUFFIXES[1],)))
+    return groups
 
 
-def entries(keys: Keys, permits: Permits) -> tuple[bytes, ...]:
-    """The hashes of the entries of those lines (each waiter's expiry and ttl)."""
-    found = [keys.lock + SUFFIXES[1], permits.keys[2]]
-    if keys.writer is not None:
-        found.append(keys.writer + SUFFIXES[1])
-    return tuple(found)
-
-
-async def _waiting(node: Node, sets: Sequence[bytes]) -> int:
-    """How many waiters *node* has in the lines *sets* (read only)."""
-    members = _checked(await node.send(b"ZUNION", b"%d" % len(sets), *sets), "unreachable")
-    assert isinstance(members, list)
-    return len(members)
+async def _waiting(node: Node, groups: Sequence[Lines]) -> int:
+    """How many waiters *node* has in the lines of *groups* (read only)."""
+    asks = [node.send(b"ZUNION", b"%d" % len(sets), *sets) for sets, _ in groups]
+    count = 0
+    for ask in asks:
+        members = _checked(await ask, "unreachable")
+        assert isinstance(members, list)
+        count += len(members)
+    return count
 
 
 async def _release_shown(
@@ -263,14 +264,22 @@ async def _release_shown(
     writer and its readers), then send the holder's own release for each value whose holder was shown."""
     # The lines go before any release is sent (one connection: in this order): a release hands the key to
     # the first unexpired entry in line, and that may be a waiter that died there.
-    dropping = node.send_script(DROP_LINES, lines(keys, permits) + entries(keys, permits), ())
+    drops = [node.send_script(DROP_LINES, sets + hashes, ()) for sets, hashes in line_groups(keys, permits)]
     writer = () if keys.writer is None else (keys.writer,)
-    reading = node.send(b"MGET", keys.lock, *slots, *writer)
+    # One read per primitive (its keys share a cluster slot): the lock key, the permits' slots, the writer key.
+    reads = [node.send(b"MGET", *group) for group in ((keys.lock,), tuple(slots), writer) if group]
     index = node.send(b"SMEMBERS", rw_keys(keys.writer)[1]) if keys.writer is not None else None
-    dropped = _checked(await dropping, "unreachable: nothing deleted here")
-    values = _checked(await reading, "unreachable: nothing deleted here")
+    dropped = 0
+    for drop in drops:
+        count = _checked(await drop, "unreachable: nothing deleted here")
+        assert isinstance(count, int)
+        dropped += count
+    values: list[Reply] = []
+    for read in reads:
+        found = _checked(await read, "unreachable: nothing deleted here")
+        assert isinstance(found, list)
+        values += found
     ids = _checked(await index, "unreachable: nothing deleted here") if index is not None else []
-    assert isinstance(values, list)
     assert isinstance(ids, list)
     # Each key read, with the release its holder would send: (keys, script) by kind.
     places: list[tuple[bytes, str]] = [(keys.lock, "lock"), *((slot, "permit") for slot in slots)]
@@ -293,7 +302,7 @@ async def _release_shown(
         if kind == "lock":  # the holder's own leave: the line's next waiter gets the key
             reply = node.send_script(QUEUE_LEAVE, queue_keys(keys.lock, keys.fence), (value,))
         elif kind == "permit":  # its slot to the first in the semaphore's line, or freed and told
-            reply = node.send_script(PERMIT_LEAVE, permits.keys, (value, permits.prefix))
+            reply = node.send_script(PERMIT_LEAVE, permits.keys(), (value,))
         elif kind == "writer":  # a writer releases as a mutex does, told on its own key
             reply = node.send_script(RELEASE, (key,), (value,))
         else:  # a reader: out of the readers' index too, told on the writer key's channel

@@ -75,7 +75,7 @@ async def soak(processes: int, seconds: float, *, seed: int = 0, limit: int = 0)
             results = await outputs
         nodes.heal()
         await asyncio.sleep(1.2)  # a ttl and a little: whatever a crash left has expired
-        pattern = "redlock:\x00semaphore\x00soak\x00[0-9]*" if limit else "redlock:soak"
+        pattern = "redlock:\x00semaphore\x00soak\x00slot\x00[0-9]*" if limit else "redlock:soak"
         leftover = 0
         for i in range(NODES):
             found = nodes[i].command("KEYS", pattern)
