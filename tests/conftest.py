@@ -205,9 +205,11 @@ def client_connections(node: Any) -> int:
 
 
 def lock_keys(node: Any) -> list[bytes]:
-    """The keys on *node*, but for the restart-quarantine markers (a key per prefix, the prefix itself)."""
+    """The keys on *node*, but for the restart-quarantine markers (a key per prefix, the prefix itself) and
+    the listening marks of the channels waiters subscribed to (``…\\x00listening``: they run out by
+    themselves, MARK_TTL after the last listener left; tests/test_key_ttls.py checks that they do)."""
     keys: list[bytes] = node.command("KEYS", "*")
-    return sorted(key for key in keys if not key.endswith(b":"))
+    return sorted(key for key in keys if not key.endswith((b":", b"\x00listening")))
 
 
 def keys_everywhere(nodes: Any) -> list[list[bytes]]:

@@ -73,6 +73,17 @@ def queue_keys(key: bytes, fence_key: bytes | None = None) -> tuple[bytes, ...]:
     return keys if fence_key is None else (*keys, fence_key)
 
 
+LISTENING = b"\x00listening"
+"""What the listening mark of a channel adds to the channel's name (a lock key): a key that exists while
+someone subscribes to the channel (the listener sets it, with a ttl it refreshes). A release that frees
+the key with no one in line publishes its word only where the mark exists (``QUEUE_LEAVE``)."""
+
+
+def mark_key(channel: bytes) -> bytes:
+    """The listening mark of *channel* (:data:`LISTENING`)."""
+    return channel + LISTENING
+
+
 def entry_life_ms(settings: Settings) -> int:
     return max(ENTRY_LIFE_MIN_MS, math.ceil(ENTRY_LIFE_DELAYS * settings.retry_delay * 1000))
 
