@@ -1,0 +1,110 @@
+"""Release words only where someone may hear them (issue 36, item 2): a release of the grant queue
+(``QUEUE_LEAVE``) that frees its key with no one in line publishes its word only on the nodes where the
+key's listening mark is; every subscriber (a waiter of either way to wait, an election observer) sets
+the mark first, on the connection its next look goes on, and keeps it while it listens. Real nodes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from redlock_async import Redlock
+from redlock_async._queue import mark_key
+from redlock_async._shared import _handoff
+
+from .conftest import Cluster, MakeRedlock, calls, eventually
+
+SLOW_POLL = 8.0
+"""A retry delay so long that only a release word explains a waiter woken: its timer fires after 4 s at
+the earliest, and the waits below are longer than that, so a word never sent shows as a wake-up missing
+(never as a test that merely took longer)."""
+
+
+def marked(cluster: Cluster, key: bytes) -> bool:
+    """*key*'s listening mark exists on every node."""
+    return all(cluster[i].command("EXISTS", mark_key(key)) == 1 for i in range(len(cluster)))
+
+
+def unmarked(cluster: Cluster, key: bytes) -> bool:
+    """*key*'s listening mark exists on no node."""
+    return not any(cluster[i].command("EXISTS", mark_key(key)) for i in range(len(cluster)))
+
+
+async def test_an_uncontended_pair_publishes_nothing(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    """It published a word on every node at every release, heard by no one: ~15% of a node's work per pair."""
+    redlock = await make_redlock()
+    lock = redlock.lock("alone")
+    async with lock:
+        pass
+    before = calls(cluster, "publish")
+    for _ in range(20):
+        async with lock:
+            pass
+    assert await eventually(lambda: calls(cluster, "del") >= 20 * len(cluster), 5.0)  # every release ran
+    assert calls(cluster, "publish") == before
+    assert unmarked(cluster, b"redlock:alone")
+
+
+async def hold(redlock: Redlock, name: str) -> asyncio.Task[None]:
+    """A task that holds *name* (acquired before this returns) until it is cancelled; then it releases."""
+    held = asyncio.Event()
+
+    async def run() -> None:
+        async with redlock.lock(name):
+            held.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(run())
+    await held.wait()
+    return task
+
+
+async def release(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_waiter_without_the_queue_is_woken_by_a_release_of_the_queue(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """No one is in line (the waiter does not use the queue): only the mark it set tells the release to speak.
+    A release that ignored the mark (no line: no word) leaves the waiter to its retry timer: no wake-up."""
+    holder = await make_redlock()
+    waiter = await make_redlock(queue=False, retry_delay=SLOW_POLL)
+    holding = await hold(holder, "mixed")
+    lock = waiter.lock("mixed")
+    acquiring = asyncio.create_task(lock.acquire(timeout=60))
+    assert await eventually(lambda: marked(cluster, b"redlock:mixed"), 10.0)
+    for i in range(len(cluster)):
+        left = cluster[i].command("PTTL", mark_key(b"redlock:mixed"))
+        assert isinstance(left, int)
+        assert 0 < left <= _handoff.MARK_TTL * 1000
+    await asyncio.sleep(0.2)  # its look again after subscribing found the key held: it waits now
+    await release(holding)
+    assert await acquiring
+    assert waiter.statistics().wakeups == 1  # woken by the word, not by its timer
+    await lock.release()
+
+
+async def test_the_mark_is_set_again_while_the_waiter_listens(
+    cluster: Cluster, make_redlock: MakeRedlock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mark that lives 0.5 s, set again every 0.1 s: a waiter that listened for 2 s is still heard (a mark
+    set only once would have run out: the release, finding no one in line and no mark, says nothing)."""
+    monkeypatch.setattr(_handoff, "MARK_TTL", 0.5)
+    monkeypatch.setattr(_handoff, "MARK_EVERY", 0.1)
+    holder = await make_redlock()
+    waiter = await make_redlock(queue=False, retry_delay=SLOW_POLL)
+    holding = await hold(holder, "kept")
+    lock = waiter.lock("kept")
+    acquiring = asyncio.create_task(lock.acquire(timeout=60))
+    assert await eventually(lambda: marked(cluster, b"redlock:kept"), 10.0)
+    await asyncio.sleep(2.0)
+    await release(holding)
+    assert await acquiring
+    assert waiter.statistics().wakeups == 1
+    await lock.release()
+    # No one listens any more: the mark is not set again, and runs out.
+    assert await eventually(lambda: unmarked(cluster, b"redlock:kept"), 5.0)
