@@ -123,10 +123,9 @@ class Marks:
         self._timers: dict[bytes, asyncio.TimerHandle] = {}  # channel -> the timer that sets it again
 
     def set(self, channel: bytes, node: Node | None = None) -> None:
-        """Set *channel*'s mark on every node (or on *node*), and again every MARK_EVERY seconds while it
-        is wanted. Its reply is not waited for: it goes on the command connection, ahead of whatever
-        looks at the key next. A node that misses it (down, a timeout) may free the key without a word:
-        its waiters then look after their fallback delay, as after any word lost."""
+        """Set *channel*'s mark on every node (or on *node*), and again every MARK_EVERY s while wanted; not
+        waited for: it goes ahead of the next look at the key. A node that misses it (down, a timeout) may
+        free the key without a word: its waiters look after their fallback delay, as after a word lost."""
         packed = pack((b"SET", mark_key(channel), b"1", b"PX", int(MARK_TTL * 1000)))
         for each in self.nodes if node is None else (node,):
             each.send_packed(IGNORED, 0, packed)
@@ -139,15 +138,19 @@ class Marks:
         if self._wanted(channel):
             self.set(channel)
 
+    def again(self, i: int) -> None:
+        """Node *i*'s subscriber connection (re)connected: set every wanted mark on it again (a restart?)."""
+        for channel in tuple(self._timers) if self.nodes else ():
+            self.set(channel, self.nodes[i])
+
     def drop(self, channel: bytes) -> None:
         """No one here listens to *channel* any more: its mark runs out (others may still listen)."""
         if (timer := self._timers.pop(channel, None)) is not None:
             timer.cancel()
 
     def close(self) -> None:
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
+        for channel in tuple(self._timers):
+            self.drop(channel)
 
 
 class Listener:
@@ -200,8 +203,9 @@ class Listener:
         state = self._state(channel)
         return state is not None and (state.line.taking or state.yielding)
 
-    async def subscribe(self, channel: bytes) -> bool:
+    async def subscribe(self, channel: bytes, *, mark: bool = False) -> bool:
         """Listen for releases on *channel*; True when this subscribed anew (then look again once).
+        *mark*: *channel* is a lock key, whose releases speak only where it is marked (:class:`Marks`).
 
         Returns once the nodes confirmed, or after the node timeout.
         """
@@ -211,7 +215,8 @@ class Listener:
         self._subscribed[channel] = count + 1
         if count:
             return False  # already subscribed (or being subscribed) for another waiter
-        self.marks.set(channel)  # before the look again that follows: a release after it publishes
+        if mark:
+            self.marks.set(channel)  # before the look again that follows: a release after it publishes
         if (kept := self._lingering.pop(channel, None)) is not None:
             # Still subscribed on the nodes, since before this waiter's try. Its words were
             # ignored meanwhile (no one listened), so look again once, as after a new subscription.
@@ -403,8 +408,9 @@ class Listener:
 
     # -- observers' side -----------------------------------------------------------------
 
-    def watch(self, channel: bytes, callback: Callable[[], None]) -> None:
-        """Call *callback* (synchronous, cheap) on every message on *channel*, from any node."""
+    def watch(self, channel: bytes, callback: Callable[[], None], *, mark: bool = False) -> None:
+        """Call *callback* (synchronous, cheap) on every message on *channel*, from any node (*mark*: as
+        for :meth:`subscribe`)."""
         callbacks = self._watchers.setdefault(channel, [])
         callbacks.append(callback)
         if len(callbacks) == 1:
@@ -412,7 +418,8 @@ class Listener:
             self._subscribed[channel] = count + 1
             if count:
                 return
-            self.marks.set(channel)  # before the observer's next look
+            if mark:
+                self.marks.set(channel)  # before the observer's next look
             if (kept := self._lingering.pop(channel, None)) is not None:
                 kept.cancel()  # still subscribed: keep it, for as long as someone watches
                 return
@@ -480,10 +487,7 @@ class Listener:
     def on_connect(self, node: Node) -> None:
         """A subscriber connection (re)connected: subscribe it to every channel still wanted (and set their
         marks on the node again: it may have restarted)."""
-        if self.marks.nodes and self._subscribed:
-            i = self.nodes.index(node)
-            for channel in self._subscribed:
-                self.marks.set(channel, self.marks.nodes[i])
+        self.marks.again(self.nodes.index(node))
         for channel in (*self._subscribed, *self._lingering):
             self._subscribe(node, channel)  # the claims on it enter again once it ran: words were lost meanwhile
 
