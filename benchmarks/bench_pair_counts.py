@@ -17,9 +17,12 @@ moves by about 0.2%: compare trees with that.
 
 ``--node-instructions``: the CPU instructions one ``valkey-server`` (under ``valgrind --tool=callgrind``,
 which must be installed) spends per ``SET NX PX`` + release, pipelined, for ``RELEASE`` (1 key: the
-release without the queue), ``QUEUE_LEAVE`` (4 keys: the default's, no one in line) and variants of
-it without the release word's ``PUBLISH`` or with fewer keys: what each part of a release costs a
-node, exactly (``bench_server_cpu.py --scripts`` times the same on a live server).
+release without the queue, and dfc4c98's default), ``QUEUE_LEAVE`` given 4 keys (no listening mark
+named: it always publishes, as before issue 36), 5 keys with no one listening (the default's release
+now: no ``PUBLISH``) and 5 keys with the key's listening mark set (someone listens: it publishes), and
+a ``TIME`` before each pair (the clock guard's, one per pair when pairs go one at a time): what each
+part of a release costs a node, exactly (``bench_server_cpu.py --scripts`` times the same on a live
+server).
 """
 
 from __future__ import annotations
@@ -131,17 +134,16 @@ def node_instructions(pairs: int) -> None:
     from redlock_async.testing import server_binary
 
     leave = QUEUE_LEAVE.source
-    word = b"        redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))\n        return 1"
-    assert word in leave, "QUEUE_LEAVE changed: update the variants"
-    variants: dict[str, tuple[bytes, int]] = {
-        "RELEASE, 1 key": (RELEASE.source, 1),
-        "RELEASE, 4 keys": (RELEASE.source, 4),
-        "QUEUE_LEAVE, 4 keys": (leave, 4),
-        "QUEUE_LEAVE, no PUBLISH": (leave.replace(word, b"        return 1", 1), 4),
+    variants: dict[str, tuple[bytes, int, str]] = {
+        "RELEASE, 1 key": (RELEASE.source, 1, ""),
+        "QUEUE_LEAVE, 4 keys (no mark)": (leave, 4, ""),
+        "QUEUE_LEAVE, 5, no one listens": (leave, 5, ""),
+        "QUEUE_LEAVE, 5, marked": (leave, 5, "marked"),
+        "TIME + QUEUE_LEAVE, 5": (leave, 5, "time"),
     }
     binary = server_binary()
 
-    def run(source: bytes | None, nkeys: int) -> int:
+    def run(source: bytes | None, nkeys: int, how: str = "") -> int:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
@@ -160,11 +162,16 @@ def node_instructions(pairs: int) -> None:
                 time.sleep(0.1)
         if source is not None:
             sha, token = client.script_load(source), b"t" * 24
+            if how == "marked":
+                for i in range(64):
+                    client.set(f"counts:{i}:m", 1)
             pipe = client.pipeline(transaction=False)
             for i in range(pairs):
                 key = f"counts:{i % 64}"
+                if how == "time":
+                    pipe.time()
                 pipe.set(key, token, px=10_000, nx=True)
-                pipe.evalsha(sha, nkeys, *(key, key + ":q", key + ":w", key + ":f")[:nkeys], token)
+                pipe.evalsha(sha, nkeys, *(key, key + ":q", key + ":w", key + ":f", key + ":m")[:nkeys], token)
                 if i % 500 == 499:
                     pipe.execute()
                     pipe = client.pipeline(transaction=False)
@@ -179,9 +186,9 @@ def node_instructions(pairs: int) -> None:
         return int(total.group(1))
 
     idle = run(None, 0)
-    for name, (source, nkeys) in variants.items():
-        used = (run(source, nkeys) - idle) / pairs
-        print(f"{name:26s} {used:8.0f} instructions per SET NX PX + release on one node")
+    for name, (source, nkeys, how) in variants.items():
+        used = (run(source, nkeys, how) - idle) / pairs
+        print(f"{name:31s} {used:8.0f} instructions per SET NX PX + release on one node")
 
 
 def main() -> int:
