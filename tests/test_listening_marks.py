@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis
 
 from redlock_async import Redlock
-from redlock_async._queue import mark_key
+from redlock_async._core import released_word
+from redlock_async._queue import mark_key, queue_keys
+from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
 from redlock_async._shared import _handoff
 
 from .conftest import Cluster, MakeRedlock, calls, eventually
@@ -108,3 +111,53 @@ async def test_the_mark_is_set_again_while_the_waiter_listens(
     await lock.release()
     # No one listens any more: the mark is not set again, and runs out.
     assert await eventually(lambda: unmarked(cluster, b"redlock:kept"), 5.0)
+
+
+def leave(node: redis.Redis, keys: tuple[bytes, ...], token: bytes) -> int:
+    """QUEUE_LEAVE of *token* with *keys* (the script loaded if needed)."""
+    reply = node.eval(QUEUE_LEAVE.source, len(keys), *keys, token)
+    assert isinstance(reply, int)
+    return reply
+
+
+def test_a_release_speaks_only_where_someone_may_listen_and_grants_whatever_the_mark(cluster: Cluster) -> None:
+    """The script alone, on one node: no line, no mark: no word; a mark: the word; a line with no mark (a waiter
+    of a version that sets none): the grant, as always; no mark named (4 keys: redlock break): the word."""
+    node = redis.Redis.from_url(cluster.urls[0])
+    key = b"redlock:script"
+    keys = (*queue_keys(key, b"redlock-fence:script"), mark_key(key))
+    pubsub = node.pubsub()  # type: ignore[no-untyped-call]
+    pubsub.subscribe(key)
+    assert pubsub.get_message(timeout=5.0) is not None  # the confirmation
+
+    def words() -> list[bytes]:
+        node.publish(key, b"end")  # (the last word: every one before it has arrived)
+        heard = []
+        while (message := pubsub.get_message(timeout=5.0)) is not None and message["data"] != b"end":
+            heard.append(bytes(message["data"]))
+        return heard
+
+    try:
+        for mark, count, said in ((False, 5, []), (True, 5, [released_word(b"t")]), (False, 4, [released_word(b"t")])):
+            if mark:
+                node.set(mark_key(key), b"1", px=3000)
+            assert node.set(key, b"t", nx=True, px=10_000)
+            assert leave(node, keys[:count], b"t") == 1
+            assert node.get(key) is None
+            assert words() == said, (mark, count)
+            node.delete(mark_key(key))
+        # A line, no mark: the key goes to the first in line (a grant word), not freed.
+        assert node.set(key, b"t", nx=True, px=10_000)
+        entered = node.eval(QUEUE_ENTER.source, 4, *keys[:4], b"next", 10_000, 1, 5_000)
+        assert isinstance(entered, list)
+        assert entered[0] == 0  # in line
+        assert leave(node, keys, b"t") == 1
+        assert node.get(key) == b"next"
+        said = words()
+        assert len(said) == 1
+        assert said[0].startswith(b"g" + released_word(b"next"))
+        assert leave(node, keys, b"next") == 1
+    finally:
+        pubsub.close()
+        node.delete(*keys)
+        node.close()

@@ -119,10 +119,12 @@ QUEUE_LEAVE = (
 -- KEYS[5]  optional: the key's listening mark; without it the release word is always published
 -- ARGV[1]  the token
 -- returns  1 the key held the token; 0 it did not (as RELEASE)
-if redis.call('EXISTS', KEYS[2], KEYS[5] or KEYS[2]) == 0 then  -- no one in line (nor us), nor listening
+local found = redis.call('EXISTS', KEYS[2], KEYS[5] or KEYS[2])  -- the line, and the mark (or the line again)
+if found == 0 or (found == 1 and KEYS[5] and redis.call('EXISTS', KEYS[2]) == 0) then
+    -- No one in line (nor us): RELEASE's work, and no more; its word only where someone may listen.
     if redis.call('GET', KEYS[1]) == ARGV[1] then
         redis.call('DEL', KEYS[1])
-        if not KEYS[5] then
+        if found == 1 or not KEYS[5] then
             redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
         end
         return 1

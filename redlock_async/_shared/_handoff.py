@@ -55,7 +55,7 @@ LINGER = 1.0
 """Seconds a subscription no one uses any more is kept: contention comes in bursts, and a waiter
 that finds it kept needs no SUBSCRIBE round trip (and the last one out sends no UNSUBSCRIBE)."""
 
-MARK_TTL, MARK_EVERY = 10.0, 3.0
+MARK_TTL, MARK_EVERY = 3.0, 1.0
 """Seconds a listening mark lives on a node unless set again, and between its settings while wanted."""
 
 MAX_CHAIN = 8
