@@ -115,7 +115,7 @@ async def test_the_mark_is_set_again_while_the_waiter_listens(
 
 def leave(node: redis.Redis, keys: tuple[bytes, ...], token: bytes) -> int:
     """QUEUE_LEAVE of *token* with *keys* (the script loaded if needed)."""
-    reply = node.eval(QUEUE_LEAVE.source, len(keys), *keys, token)
+    reply = node.eval(QUEUE_LEAVE.source.decode(), len(keys), *keys, token)
     assert isinstance(reply, int)
     return reply
 
@@ -148,7 +148,7 @@ def test_a_release_speaks_only_where_someone_may_listen_and_grants_whatever_the_
             node.delete(mark_key(key))
         # A line, no mark: the key goes to the first in line (a grant word), not freed.
         assert node.set(key, b"t", nx=True, px=10_000)
-        entered = node.eval(QUEUE_ENTER.source, 4, *keys[:4], b"next", 10_000, 1, 5_000)
+        entered = node.eval(QUEUE_ENTER.source.decode(), 4, *keys[:4], b"next", 10_000, 1, 5_000)
         assert isinstance(entered, list)
         assert entered[0] == 0  # in line
         assert leave(node, keys, b"t") == 1
