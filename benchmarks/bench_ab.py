@@ -18,8 +18,10 @@ is printed as well as a ratio: microseconds per pair on one node, and the pairs 
 core serves at that cost (``1 / cost``).
 
 More than two trees (``--trees dfc4c98 main .``): each round runs every tree twice (A, B, C, A', B',
-C' in turns of order), and each later tree is reported against the first, with the first's A/A
-control, all from the same run.
+C', rotated by one tree each round, the second runs first in every other turn of rotations: rounds in
+a multiple of twice the trees, 6 or 12 for three, balance the orders; 8 left the first tree's A
+before A' in 5 rounds of 8, and its control off by 5.7%), and each later tree is reported against
+the first, with the first's A/A control, all from the same run.
 
 Each round runs A, B, A', B' in one of four orders, in turn (``ORDERS``: each side first as often,
 and A' before A as often as after, so rounds come in fours): A'/A is the **A/A control**, the same
@@ -293,7 +295,7 @@ def main() -> int:
         "--rounds",
         type=int,
         default=None,
-        help="rounds of A, B, A', B' (4: a multiple of 4 balances the orders)",
+        help="rounds of A, B, A', B' (4: a multiple of 4 balances the orders; of 2 x the trees for more)",
     )
     parser.add_argument("--seconds", type=float, default=None, help="each concurrent phase (3; --guard: 2)")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
