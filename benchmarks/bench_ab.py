@@ -3,7 +3,7 @@ library (directories or git revisions), or two settings of one tree.
 
 Usage::
 
-    python benchmarks/bench_ab.py --trees OLD NEW [--rounds 4] [--seconds 3] [--loop asyncio|uvloop]
+    python benchmarks/bench_ab.py --trees OLD NEW [NEW2 ...] [--rounds 4] [--seconds 3] [--loop asyncio|uvloop]
     python benchmarks/bench_ab.py --settings 'clock_guard=False' 'clock_guard=True' [--rounds 4]
     python benchmarks/bench_ab.py --guard [--attempts 3]     # CI: this tree against benchmarks/BASELINE
 
@@ -12,7 +12,16 @@ repository (``dfc4c98``, ``main``): its ``redlock_async/`` is unpacked into ``.c
 ``git archive``. Every phase runs in a child process of its own against the same 5 local nodes: it
 imports one side, warms up, takes the p50 of sequential ``async with lock`` pairs for a while, then
 runs 64 tasks on locks of their own for ``--seconds`` (pairs per second; client CPU per pair from
-``time.process_time``; the nodes' CPU per pair per node from ``INFO cpu``).
+``time.process_time``; the nodes' CPU per pair per node: the deltas of ``INFO cpu``'s ``used_cpu_sys``
++ ``used_cpu_user`` of every node over the phase, divided by the nodes and the pairs). The nodes' CPU
+is printed as well as a ratio: microseconds per pair on one node, and the pairs per second one node
+core serves at that cost (``1 / cost``).
+
+More than two trees (``--trees dfc4c98 main .``): each round runs every tree twice (A, B, C, A', B',
+C', rotated by one tree each round, the second runs first in every other turn of rotations: rounds in
+a multiple of twice the trees, 6 or 12 for three, balance the orders; 8 left the first tree's A
+before A' in 5 rounds of 8, and its control off by 5.7%), and each later tree is reported against
+the first, with the first's A/A control, all from the same run.
 
 Each round runs A, B, A', B' in one of four orders, in turn (``ORDERS``: each side first as often,
 and A' before A as often as after, so rounds come in fours): A'/A is the **A/A control**, the same
@@ -163,18 +172,36 @@ pairs of trees), so a control whose A always came first was off by that drift, n
 refused every ratio, although the ratio itself, balanced over positions, carries no such bias."""
 
 
-def ab(old: Side, new: Side, rounds: int, loop: str, seconds: float) -> dict[str, tuple[float, float, float]]:
-    """Per metric: (the ratio new/old, the A/A control old'/old, the B/B control new'/new), medians."""
+def order_of(n: int, sides: int) -> list[str]:
+    """Round *n*'s order of the runs of *sides* sides (``a``, ``a2``, ``b``, ...): two sides take ORDERS; more
+    take a rotation of the sides, twice over, the second runs first every other turn of rotations."""
+    if sides == 2:
+        return list(ORDERS[n % len(ORDERS)])
+    names = [chr(ord("a") + (n + i) % sides) for i in range(sides)]
+    first, second = names, [name + "2" for name in names]
+    return second + first if (n // sides) % 2 else first + second
+
+
+def ab_many(sides: list[Side], rounds: int, loop: str, seconds: float) -> list[dict[str, tuple[float, float, float]]]:
+    """Per later side, per metric: (its ratio to the first side, the first's A/A control, its own control),
+    medians over the rounds; each side's medians per pair are in ``MEDIANS`` (its letter)."""
     from redlock_async.testing import LocalNodes
 
-    ratios: dict[str, list[tuple[float, float, float]]] = {key: [] for key in METRICS}
+    letters = [chr(ord("a") + i) for i in range(len(sides))]
+    ratios: list[dict[str, list[tuple[float, float, float]]]] = [{key: [] for key in METRICS} for _ in sides[1:]]
+    per_side: dict[str, dict[str, list[float]]] = {letter: {key: [] for key in METRICS} for letter in letters}
     with LocalNodes(5) as nodes:
         for n in range(rounds):
-            order = ORDERS[n % len(ORDERS)]
-            got = {which: run(old if which[0] == "a" else new, nodes.urls, loop, seconds) for which in order}
-            a, a2, b, b2 = got["a"], got["a2"], got["b"], got["b2"]
-            for key, values in ratios.items():
-                values.append(((b[key] + b2[key]) / (a[key] + a2[key]), a2[key] / a[key], b2[key] / b[key]))
+            order = order_of(n, len(sides))
+            got = {which: run(sides[ord(which[0]) - ord("a")], nodes.urls, loop, seconds) for which in order}
+            a, a2 = got["a"], got["a2"]
+            for letter in letters:
+                for key in METRICS:
+                    per_side[letter][key].append((got[letter][key] + got[letter + "2"][key]) / 2)
+            for j, letter in enumerate(letters[1:]):
+                b, b2 = got[letter], got[letter + "2"]
+                for key, values in ratios[j].items():
+                    values.append(((b[key] + b2[key]) / (a[key] + a2[key]), a2[key] / a[key], b2[key] / b[key]))
             print(
                 f"round {n} ({' '.join(order)}): "
                 + " | ".join(
@@ -184,14 +211,37 @@ def ab(old: Side, new: Side, rounds: int, loop: str, seconds: float) -> dict[str
                 ),
                 flush=True,
             )
-    return {
-        key: (
-            statistics.median(v[0] for v in values),
-            statistics.median(v[1] for v in values),
-            statistics.median(v[2] for v in values),
-        )
-        for key, values in ratios.items()
-    }
+    MEDIANS.clear()
+    MEDIANS.update({letter: {key: statistics.median(v) for key, v in m.items()} for letter, m in per_side.items()})
+    return [
+        {
+            key: (
+                statistics.median(v[0] for v in values),
+                statistics.median(v[1] for v in values),
+                statistics.median(v[2] for v in values),
+            )
+            for key, values in found.items()
+        }
+        for found in ratios
+    ]
+
+
+MEDIANS: dict[str, dict[str, float]] = {}
+"""The last run's medians per pair of each side (by letter: ``a`` the first), per metric."""
+
+
+def ab(old: Side, new: Side, rounds: int, loop: str, seconds: float) -> dict[str, tuple[float, float, float]]:
+    """Per metric: (the ratio new/old, the A/A control old'/old, the B/B control new'/new), medians."""
+    return ab_many([old, new], rounds, loop, seconds)[0]
+
+
+def tell_nodes(names: list[str]) -> None:
+    """Each side's nodes' CPU per pair (median over the rounds): microseconds on one node, and what one node
+    core serves at that cost."""
+    for letter, name in zip(MEDIANS, names, strict=True):
+        cost = MEDIANS[letter]["node"]
+        served = f"one node core serves ~{1 / cost:,.0f} pairs/s"
+        print(f"  {name}: node CPU {cost * 1e6:.2f} us per pair per node: {served}")
 
 
 def report(found: dict[str, tuple[float, float, float]], title: str, judged: tuple[str, ...]) -> bool:
@@ -220,7 +270,9 @@ def guard(args: argparse.Namespace) -> int:
     for attempt in range(1, args.attempts + 1):
         found = ab(old, new, args.rounds, args.loop, args.seconds)
         title = f"attempt {attempt} of {args.attempts}, {args.loop}: this tree / baseline {rev}"
-        if not report(found, title, ("cpu",)):
+        clean = report(found, title, ("cpu",))
+        tell_nodes([rev, "this tree"])
+        if not clean:
             print(f"attempt {attempt}: the A/A control of CPU per pair is off by more than {CONTROL:.0%}: again")
             continue
         ratio = found["cpu"][0]
@@ -235,15 +287,15 @@ def guard(args: argparse.Namespace) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    sides = parser.add_mutually_exclusive_group(required=True)
-    sides.add_argument("--trees", nargs=2, metavar=("OLD", "NEW"), help="two directories or git revisions")
-    sides.add_argument("--settings", nargs=2, metavar=("OLD", "NEW"), help="two Redlock keyword settings, e.g. 'x=1'")
-    sides.add_argument("--guard", action="store_true", help="CI: this tree against benchmarks/BASELINE")
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--trees", nargs="+", metavar="TREE", help="two or more directories or git revisions")
+    group.add_argument("--settings", nargs=2, metavar=("OLD", "NEW"), help="two Redlock keyword settings, e.g. 'x=1'")
+    group.add_argument("--guard", action="store_true", help="CI: this tree against benchmarks/BASELINE")
     parser.add_argument(
         "--rounds",
         type=int,
         default=None,
-        help="rounds of A, B, A', B' (4: a multiple of 4 balances the orders)",
+        help="rounds of A, B, A', B' (4: a multiple of 4 balances the orders; of 2 x the trees for more)",
     )
     parser.add_argument("--seconds", type=float, default=None, help="each concurrent phase (3; --guard: 2)")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
@@ -260,15 +312,19 @@ def main() -> int:
     if args.guard:
         return guard(args)
     if args.trees:
-        old: Side = (tree_of(args.trees[0]), {})
-        new: Side = (tree_of(args.trees[1]), {})
+        if len(args.trees) < 2:
+            parser.error("--trees takes at least two trees (the first is the one the others are measured against)")
+        sides: list[Side] = [(tree_of(tree), {}) for tree in args.trees]
         names = args.trees
     else:
-        old, new = ("", settings_of(args.settings[0])), ("", settings_of(args.settings[1]))
+        sides = [("", settings_of(args.settings[0])), ("", settings_of(args.settings[1]))]
         names = args.settings
-    found = ab(old, new, args.rounds, args.loop, args.seconds)
-    title = f"{args.loop}: [{names[1]}] / [{names[0]}], {args.rounds} rounds of {args.seconds:g} s phases"
-    return 0 if report(found, title, tuple(args.judge)) else 2
+    clean = True
+    for name, found in zip(names[1:], ab_many(sides, args.rounds, args.loop, args.seconds), strict=True):
+        title = f"{args.loop}: [{name}] / [{names[0]}], {args.rounds} rounds of {args.seconds:g} s phases"
+        clean = report(found, title, tuple(args.judge)) and clean
+    tell_nodes(names)
+    return 0 if clean else 2
 
 
 if __name__ == "__main__":

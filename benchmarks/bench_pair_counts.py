@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/bench_pair_counts.py [--trees DIR_OR_REV ...] [--settings 'queue=False' ...] [--tasks 1]
     python benchmarks/bench_pair_counts.py --node-instructions
+    python benchmarks/bench_pair_counts.py --node-instructions --trees dfc4c98 main .
 
 Each tree (a directory holding ``redlock_async/`` or a git revision, as for ``bench_ab.py``) and each
 setting runs in a child process of its own against the same 5 local nodes: ``--tasks`` tasks (64) on
@@ -17,9 +18,16 @@ moves by about 0.2%: compare trees with that.
 
 ``--node-instructions``: the CPU instructions one ``valkey-server`` (under ``valgrind --tool=callgrind``,
 which must be installed) spends per ``SET NX PX`` + release, pipelined, for ``RELEASE`` (1 key: the
-release without the queue), ``QUEUE_LEAVE`` (4 keys: the default's, no one in line) and variants of
-it without the release word's ``PUBLISH`` or with fewer keys: what each part of a release costs a
-node, exactly (``bench_server_cpu.py --scripts`` times the same on a live server).
+release without the queue, and dfc4c98's default), ``QUEUE_LEAVE`` given 4 keys (no listening mark
+named: it always publishes, as before issue 36), 5 keys with no one listening (the default's release
+now: no ``PUBLISH``) and 5 keys with the key's listening mark set (someone listens: it publishes), and
+a ``TIME`` before each pair (the clock guard's, one per pair when pairs go one at a time): what each
+part of a release costs a node, exactly (``bench_server_cpu.py --scripts`` times the same on a live
+server). With ``--trees``: the real path of each tree instead, a ``Redlock`` of one node (under
+callgrind) with 64 tasks on names of their own, default settings, run for 10 and then 40 pairs per
+task: the difference over the 1,920 pairs between (less the ``INFO`` replies, which come by the
+clock, not by the pair) is what one pair costs a node, parsing, replies and the clock guard's
+``TIME`` included, and no other load on the machine moves it (unlike ``bench_ab.py``'s ``INFO cpu``).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from bench_ab import settings_of, tree_of
 
@@ -131,17 +140,16 @@ def node_instructions(pairs: int) -> None:
     from redlock_async.testing import server_binary
 
     leave = QUEUE_LEAVE.source
-    word = b"        redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))\n        return 1"
-    assert word in leave, "QUEUE_LEAVE changed: update the variants"
-    variants: dict[str, tuple[bytes, int]] = {
-        "RELEASE, 1 key": (RELEASE.source, 1),
-        "RELEASE, 4 keys": (RELEASE.source, 4),
-        "QUEUE_LEAVE, 4 keys": (leave, 4),
-        "QUEUE_LEAVE, no PUBLISH": (leave.replace(word, b"        return 1", 1), 4),
+    variants: dict[str, tuple[bytes, int, str]] = {
+        "RELEASE, 1 key": (RELEASE.source, 1, ""),
+        "QUEUE_LEAVE, 4 keys (no mark)": (leave, 4, ""),
+        "QUEUE_LEAVE, 5, no one listens": (leave, 5, ""),
+        "QUEUE_LEAVE, 5, marked": (leave, 5, "marked"),
+        "TIME + QUEUE_LEAVE, 5": (leave, 5, "time"),
     }
     binary = server_binary()
 
-    def run(source: bytes | None, nkeys: int) -> int:
+    def run(source: bytes | None, nkeys: int, how: str = "") -> int:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
@@ -160,11 +168,16 @@ def node_instructions(pairs: int) -> None:
                 time.sleep(0.1)
         if source is not None:
             sha, token = client.script_load(source), b"t" * 24
+            if how == "marked":
+                for i in range(64):
+                    client.set(f"counts:{i}:m", 1)
             pipe = client.pipeline(transaction=False)
             for i in range(pairs):
                 key = f"counts:{i % 64}"
+                if how == "time":
+                    pipe.time()
                 pipe.set(key, token, px=10_000, nx=True)
-                pipe.evalsha(sha, nkeys, *(key, key + ":q", key + ":w", key + ":f")[:nkeys], token)
+                pipe.evalsha(sha, nkeys, *(key, key + ":q", key + ":w", key + ":f", key + ":m")[:nkeys], token)
                 if i % 500 == 499:
                     pipe.execute()
                     pipe = client.pipeline(transaction=False)
@@ -179,23 +192,103 @@ def node_instructions(pairs: int) -> None:
         return int(total.group(1))
 
     idle = run(None, 0)
-    for name, (source, nkeys) in variants.items():
-        used = (run(source, nkeys) - idle) / pairs
-        print(f"{name:26s} {used:8.0f} instructions per SET NX PX + release on one node")
+    for name, (source, nkeys, how) in variants.items():
+        used = (run(source, nkeys, how) - idle) / pairs
+        print(f"{name:31s} {used:8.0f} instructions per SET NX PX + release on one node")
+
+
+REAL_PATH = r"""
+import asyncio, sys
+from redlock_async import Redlock
+
+async def main(url, n):
+    async with Redlock([url]) as redlock:
+        async def worker(i):
+            lock = redlock.lock(f"real:{i}", ttl=10.0)
+            for _ in range(n):
+                async with lock:
+                    pass
+
+        await asyncio.gather(*(worker(i) for i in range(64)))
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+def callgrind_server(work: Callable[[int], None]) -> int:
+    """The instructions a valkey-server under callgrind ran while *work(port)* ran, less its ``INFO`` replies."""
+    from redlock_async.testing import server_binary
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = f"/tmp/bench_pair_counts.{os.getpid()}.{port}.callgrind"
+    command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", server_binary(), "--port", str(port)]
+    server = subprocess.Popen(
+        [*command, "--save", ""],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    import redis
+
+    client = redis.Redis(port=port)
+    for _ in range(600):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.1)
+    work(port)
+    with contextlib.suppress(redis.ConnectionError):
+        client.shutdown(nosave=True)
+    server.wait()
+    with open(out) as profile:
+        total = re.search(r"^(?:summary|totals): (\d+)", profile.read(), re.M)
+    annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", out], capture_output=True, text=True).stdout
+    info = re.search(r"^\s*([\d,]+) \([^)]*\)\s+\S*:infoCommand\b", annotated, re.M)
+    os.unlink(out)
+    assert total is not None
+    return int(total.group(1)) - (int(info.group(1).replace(",", "")) if info else 0)
+
+
+def real_path(trees: list[str]) -> None:
+    """Per tree: a node's instructions per uncontended pair of the real client (see the module's docstring)."""
+    short, long = 10, 40
+
+    def client(tree: str, n: int) -> Callable[[int], None]:
+        def work(port: int) -> None:
+            subprocess.run(
+                [sys.executable, "-c", REAL_PATH, f"redis://127.0.0.1:{port}", str(n)],
+                env=dict(os.environ, PYTHONPATH=tree),
+                cwd=tree,
+                check=True,
+                timeout=1200,
+            )
+
+        return work
+
+    for name in trees:
+        tree = tree_of(name)
+        used = callgrind_server(client(tree, long)) - callgrind_server(client(tree, short))
+        print(
+            f"{name:12s} {used / (64 * (long - short)):8.0f} instructions per async with pair on the node (real path)"
+        )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--trees", nargs="+", default=["."], help="directories or git revisions (default: .)")
+    parser.add_argument("--trees", nargs="+", default=None, help="directories or git revisions (default: .)")
     parser.add_argument("--settings", nargs="+", default=[""], help="Redlock keyword settings, e.g. 'queue=False'")
     parser.add_argument("--pairs", type=int, default=30, help="pairs per task under the tracer")
     parser.add_argument("--tasks", type=int, default=64, help="tasks at once (1: one pair at a time)")
     parser.add_argument("--node-instructions", action="store_true", help="a node's instructions per release")
     args = parser.parse_args()
-    if args.node_instructions:
+    if args.node_instructions and args.trees:
+        real_path(args.trees)
+    elif args.node_instructions:
         node_instructions(3000)
     else:
-        pair_counts(args.trees, args.settings, args.pairs, args.tasks)
+        pair_counts(args.trees or ["."], args.settings, args.pairs, args.tasks)
     return 0
 
 

@@ -139,7 +139,7 @@ class Election:
         pace = max(self._settings.retry_delay, self._settings.ttl / 10)
         channels = (self._key + LEADER_CHANNEL, self._key)  # announcements, and release words
         for channel in channels:
-            listener.watch(channel, changed.set)
+            listener.watch(channel, changed.set, mark=channel == self._key)  # (the key's releases need the mark)
         last_holder: str | None = None
         last_term = -1
         unfenced = UNFENCED_FIRST

@@ -31,6 +31,7 @@ import pytest
 from redlock_async import Lock, Redlock
 from redlock_async._nodes._endpoint import endpoint_for
 from redlock_async._nodes._node import Node as LibraryNode
+from redlock_async._queue import LISTENING
 from redlock_async.testing import LocalNode, LocalNodes, faketime_library
 from redlock_async.testing._docker import DockerNodes, docker_unavailable
 from redlock_async.testing._inside import cluster_of
@@ -205,9 +206,11 @@ def client_connections(node: Any) -> int:
 
 
 def lock_keys(node: Any) -> list[bytes]:
-    """The keys on *node*, but for the restart-quarantine markers (a key per prefix, the prefix itself)."""
+    """The keys on *node*, but for the restart-quarantine markers (a key per prefix, the prefix itself) and
+    the listening marks of the channels waiters subscribed to (``…\\x00listening``: they run out by
+    themselves, MARK_TTL after the last listener left; tests/test_key_ttls.py checks that they do)."""
     keys: list[bytes] = node.command("KEYS", "*")
-    return sorted(key for key in keys if not key.endswith(b":"))
+    return sorted(key for key in keys if not key.endswith(b":") and LISTENING not in key)
 
 
 def keys_everywhere(nodes: Any) -> list[list[bytes]]:

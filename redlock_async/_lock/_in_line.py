@@ -34,6 +34,8 @@ class InLine(Protocol):
     cluster: Cluster
     settings: Settings
     owner: bytes | None
+    marks: bool
+    """Its channels are lock keys: subscribing sets their listening marks (``Listener.subscribe``)."""
 
     @property
     def fence_keys(self) -> tuple[bytes, ...]:
@@ -96,7 +98,7 @@ async def wait_in_line(self: InLine, tenure: Tenure, blocking: bool, give_up: fl
         # published before it went unheard, so we enter again at once.
         for key in self.channels:
             subscribed.append(key)
-            await listener.subscribe(key)
+            await listener.subscribe(key, mark=self.marks)
         # A name held while another is not is given back after about a retry delay (lock_many).
         grace = _queue.patience(nodes, settings.node_timeout)
         hold_back = max(grace, settings.retry_delay)

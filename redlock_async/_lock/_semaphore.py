@@ -48,6 +48,7 @@ class Permit(Words):
     __slots__ = ("limit", "permit_keys", "permits", "slot_keys", "widest")
 
     takes_hand_over = False
+    marks = False
 
     def __init__(self, cluster: Cluster, settings: Settings, name: Name, limit: object, owner: bytes | None) -> None:
         super().__init__(cluster, settings, (name,), owner, name)

@@ -95,6 +95,10 @@ class Words:
     takes_hand_over = True
     """A release of this Redlock may send this lock's next round (see :meth:`presend`)."""
 
+    marks = True
+    """Its channels are lock keys, whose releases speak only where a listener marked them (``QUEUE_LEAVE``):
+    subscribing sets the mark (a semaphore's or a read/write lock's releases always speak)."""
+
     def __init__(
         self, cluster: Cluster, settings: Settings, names: tuple[Name, ...], owner: bytes | None, name: object
     ) -> None:
@@ -156,7 +160,11 @@ class Words:
                         # and a new subscription would otherwise go unheard. An existing
                         # subscription already heard it, and woke the oldest waiter.
                         channel = self.blocked  # lock_many: the key its last attempt found held
-                        if await listener.subscribe(channel) and not in_line and await self.attempt(tenure):
+                        if (
+                            await listener.subscribe(channel, mark=self.marks)
+                            and not in_line
+                            and await self.attempt(tenure)
+                        ):
                             return True
                     # Woken by a release (our turn among this process's waiters), or after
                     # the jittered delay if no word came: notifications can be lost. A release

@@ -9,12 +9,13 @@ from __future__ import annotations
 from redlock_async._queue import _claim as claim
 from redlock_async._queue import _release as release
 from redlock_async._queue import _wait as wait
-from redlock_async._queue._claim import SUFFIXES, queue_keys
+from redlock_async._queue._claim import LISTENING, SUFFIXES, mark_key, queue_keys
 from redlock_async._queue._grants import Grants, is_grant
 from redlock_async._queue._lines import READER, WRITER, PermitLine, Permits, RwLine
 from redlock_async._queue._release import release_permit
 
 __all__ = [
+    "LISTENING",
     "READER",
     "SUFFIXES",
     "WRITER",
@@ -24,6 +25,7 @@ __all__ = [
     "RwLine",
     "claim",
     "is_grant",
+    "mark_key",
     "queue_keys",
     "release",
     "release_permit",

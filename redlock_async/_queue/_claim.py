@@ -79,6 +79,19 @@ def _lines(key: bytes) -> tuple[bytes, bytes, bytes]:
     return key, companion(key, SUFFIXES[0]), companion(key, SUFFIXES[1])  # (a CRC16 each: kept for names in use)
 
 
+LISTENING = b"\x00listening"
+"""The kind of a channel's listening mark (a companion of the channel, a lock key: in its cluster slot): a key
+that exists while someone subscribes to the channel (the listener sets it, with a ttl it refreshes). A
+release that frees the key with no one in line publishes its word only where the mark exists
+(``QUEUE_LEAVE``)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def mark_key(channel: bytes) -> bytes:
+    """The listening mark of *channel* (:data:`LISTENING`; a CRC16 each: kept for names in use)."""
+    return companion(channel, LISTENING)
+
+
 def entry_life_ms(settings: Settings) -> int:
     return max(ENTRY_LIFE_MIN_MS, math.ceil(ENTRY_LIFE_DELAYS * settings.retry_delay * 1000))
 

@@ -11,20 +11,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from redlock_async._nodes import IGNORED, Fallback, Node, Receiver, bulk, pack_script, script_head
-from redlock_async._queue._claim import queue_keys
+from redlock_async._queue._claim import mark_key, queue_keys
 from redlock_async._queue._lines import Permits
 from redlock_async._scripts import PERMIT_LEAVE, QUEUE_LEAVE, QUEUE_LEAVE_ALL
 
 
 class Leave:
     """One lock's :func:`release`, packed once up to its token: its keys (the lock key, its line, its waits,
-    the name's fencing counter) never change, only the token does."""
+    the name's fencing counter, the key's listening mark) never change, only the token does."""
 
     __slots__ = ("head", "key", "keys")
 
     def __init__(self, key: bytes, fence_key: bytes) -> None:
         self.key = key
-        self.keys = queue_keys(key, fence_key)
+        self.keys = (*queue_keys(key, fence_key), mark_key(key))
         self.head = script_head(QUEUE_LEAVE, self.keys, 1)
 
     def send(self, nodes: Sequence[Node], token: bytes, into: Receiver | None, skip: Sequence[int] = ()) -> None:
@@ -51,10 +51,10 @@ def release(
 ) -> None:
     """Release a lease taken through the queue, on every node but *skip* (synchronous: survives
     cancellation): the key goes to the next live waiter there (with the name's fencing counter in the
-    grant's word), or is deleted and the release published. Its entries still in a line (nodes that
-    granted late, or never) go too. *skip*: nodes the acquisition never sent its token to (a first try
-    that skipped a stalled node), where there is nothing of it to take away. (A lock that releases
-    often keeps its :class:`Leave`.)"""
+    grant's word), or is deleted and the release published where someone listens (the key's mark).
+    Its entries still in a line (nodes that granted late, or never) go too. *skip*: nodes the
+    acquisition never sent its token to (a first try that skipped a stalled node), where there is
+    nothing of it to take away. (A lock that releases often keeps its :class:`Leave`.)"""
     Leave(key, fence_key).send(nodes, token, into, skip)
 
 

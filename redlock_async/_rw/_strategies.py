@@ -58,6 +58,7 @@ class _Side(Words):
     __slots__ = ("fence_key", "rw_key")
 
     takes_hand_over = False
+    marks = False
 
     def __init__(self, cluster: Cluster, settings: Settings, name: Name, owner: bytes | None, key: bytes) -> None:
         super().__init__(cluster, settings, (name,), owner, name)

@@ -107,16 +107,26 @@ QUEUE_LEAVE = (
 -- again as EVAL after the server lost it, behind commands sent after it), it does what a release
 -- of a departed holder does, so it is always sent again (a leave that never ran kept a departed
 -- waiter in line, and the next release handed it the key for a whole ttl).
+-- The release word is published only where someone may hear it: when KEYS[5] (the key's listening
+-- mark) is given, a key freed with no one in line and no mark is deleted without a word. Whoever
+-- subscribes to the key's channel sets the mark (with a ttl it refreshes while it listens) on the
+-- connection its next look at the key goes on, after its subscription is in place: a release that
+-- runs after that look finds the mark, and one that ran before it is seen by the look itself.
 -- KEYS[1]  the lock key (and the channel)
 -- KEYS[2]  its line
 -- KEYS[3]  its waits
--- KEYS[4]  optional: the key's fencing counter (a grant's word carries it)
+-- KEYS[4]  optional: the key's fencing counter (a grant's word carries it); given when KEYS[5] is
+-- KEYS[5]  optional: the key's listening mark; without it the release word is always published
 -- ARGV[1]  the token
 -- returns  1 the key held the token; 0 it did not (as RELEASE)
-if redis.call('EXISTS', KEYS[2]) == 0 then  -- no one in line (nor us): RELEASE's work, and no more
+local found = redis.call('EXISTS', KEYS[2], KEYS[5] or KEYS[2])  -- the line, and the mark (or the line again)
+if found == 0 or (found == 1 and KEYS[5] and redis.call('EXISTS', KEYS[2]) == 0) then
+    -- No one in line (nor us): RELEASE's work, and no more; its word only where someone may listen.
     if redis.call('GET', KEYS[1]) == ARGV[1] then
         redis.call('DEL', KEYS[1])
-        redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
+        if found == 1 or not KEYS[5] then
+            redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
+        end
         return 1
     end
     return 0

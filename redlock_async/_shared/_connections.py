@@ -121,6 +121,7 @@ class Connections:
         """The command connections, one per node, in the order the nodes were given."""
         self.subscribers = listener.nodes = tuple(subscribers)
         """The pub/sub connections, one per node (the listener's)."""
+        listener.marks.nodes = self.nodes  # where its listening marks go
         # A Sentinel voter's connections follow +switch-master (from connect() on).
         self._watches = [
             SwitchWatch(endpoint, (self.nodes[i], self.subscribers[i]))

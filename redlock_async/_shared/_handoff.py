@@ -15,6 +15,10 @@ are ignored until it has tried: no stampede, and no split votes between
 waiters of the same Redlock. Notifications can be lost
 (a node restarts, a connection drops, a lease expires instead of being
 released), so every wait also ends after a bounded, jittered delay.
+
+A release publishes its word only where someone may hear it (``QUEUE_LEAVE``): a subscriber first
+sets the channel's listening mark on every node (:class:`Marks`) on the command connection, ahead of
+its next look at the key: a release after that look publishes, and one before it is seen by the look.
 """
 
 from __future__ import annotations
@@ -28,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from redlock_async._core import ParkingLot, Vote, Waits, quorum
-from redlock_async._nodes import Failure, Node, Reply
-from redlock_async._queue import Grants, is_grant
+from redlock_async._nodes import IGNORED, Failure, Node, Reply, pack
+from redlock_async._queue import Grants, is_grant, mark_key
 from redlock_async._rounds import Ballot, Sent
 
 
@@ -50,6 +54,9 @@ YIELD_MAX = 0.02
 LINGER = 1.0
 """Seconds a subscription no one uses any more is kept: contention comes in bursts, and a waiter
 that finds it kept needs no SUBSCRIBE round trip (and the last one out sends no UNSUBSCRIBE)."""
+
+MARK_TTL, MARK_EVERY = 3.0, 1.0
+"""Seconds a listening mark lives on a node unless set again, and between its settings while wanted."""
 
 MAX_CHAIN = 8
 """Hand-overs in a row on one key before a release goes to the waiters of every process again: the
@@ -106,14 +113,55 @@ def _tell_refused(name: str, fut: asyncio.Future[Reply]) -> None:
         )
 
 
+class Marks:
+    """The listening marks of one Redlock's channels (see the module's docstring)."""
+
+    def __init__(self, wanted: Callable[[bytes], bool]) -> None:
+        self.nodes: Sequence[Node] = ()
+        """The command connections, one per node as the listener's: where the marks are set."""
+        self._wanted = wanted  # True while anyone of this Redlock listens to the channel
+        self._timers: dict[bytes, asyncio.TimerHandle] = {}  # channel -> the timer that sets it again
+
+    def set(self, channel: bytes, node: Node | None = None) -> None:
+        """Set *channel*'s mark on every node (or on *node*), and again every MARK_EVERY s while wanted; not
+        waited for: it goes ahead of the next look at the key. A node that misses it (down, a timeout) may
+        free the key without a word: its waiters look after their fallback delay, as after a word lost."""
+        packed = pack((b"SET", mark_key(channel), b"1", b"PX", int(MARK_TTL * 1000)))
+        for each in self.nodes if node is None else (node,):
+            each.send_packed(IGNORED, 0, packed)
+        if node is None:
+            self.drop(channel)
+            self._timers[channel] = asyncio.get_running_loop().call_later(MARK_EVERY, self._again, channel)
+
+    def _again(self, channel: bytes) -> None:
+        del self._timers[channel]
+        if self._wanted(channel):
+            self.set(channel)
+
+    def again(self, i: int) -> None:
+        """Node *i*'s subscriber connection (re)connected: set every wanted mark on it again (a restart?)."""
+        for channel in tuple(self._timers) if self.nodes else ():
+            self.set(channel, self.nodes[i])
+
+    def drop(self, channel: bytes) -> None:
+        """No one here listens to *channel* any more: its mark runs out (others may still listen)."""
+        if (timer := self._timers.pop(channel, None)) is not None:
+            timer.cancel()
+
+    def close(self) -> None:
+        for channel in tuple(self._timers):
+            self.drop(channel)
+
+
 class Listener:
     """Release notifications for the waiters of one Redlock."""
 
     def __init__(self, node_timeout: float, scope: tuple[str, ...]) -> None:
         self._node_timeout = node_timeout
+        self._subscribed: dict[bytes, int] = {}  # channel -> this Redlock's waiters on it
         self._scope = scope  # the nodes, sorted: Redlocks on the same nodes share their waiters' lines
         self.nodes: Sequence[Node] = ()
-        self._subscribed: dict[bytes, int] = {}  # channel -> this Redlock's waiters on it
+        self.marks = Marks(self._subscribed.__contains__)
         # channel -> released token -> nodes that announced it: a waiter is woken
         # once a majority did, so its attempt finds a majority free.
         self._heard: dict[bytes, dict[bytes, int]] = {}
@@ -155,8 +203,9 @@ class Listener:
         state = self._state(channel)
         return state is not None and (state.line.taking or state.yielding)
 
-    async def subscribe(self, channel: bytes) -> bool:
+    async def subscribe(self, channel: bytes, *, mark: bool = False) -> bool:
         """Listen for releases on *channel*; True when this subscribed anew (then look again once).
+        *mark*: *channel* is a lock key, whose releases speak only where it is marked (:class:`Marks`).
 
         Returns once the nodes confirmed, or after the node timeout.
         """
@@ -166,6 +215,8 @@ class Listener:
         self._subscribed[channel] = count + 1
         if count:
             return False  # already subscribed (or being subscribed) for another waiter
+        if mark:
+            self.marks.set(channel)  # before the look again that follows: a release after it publishes
         if (kept := self._lingering.pop(channel, None)) is not None:
             # Still subscribed on the nodes, since before this waiter's try. Its words were
             # ignored meanwhile (no one listened), so look again once, as after a new subscription.
@@ -333,6 +384,7 @@ class Listener:
             return
         self._subscribed.pop(channel, None)
         self._heard.pop(channel, None)
+        self.marks.drop(channel)
         # Kept a while: the next waiter (often the same task, wanting the lock again) needs no new
         # subscription, and the one leaving sends nothing on its way out.
         loop = asyncio.get_running_loop()
@@ -352,11 +404,13 @@ class Listener:
         for timer in self._lingering.values():
             timer.cancel()
         self._lingering.clear()
+        self.marks.close()
 
     # -- observers' side -----------------------------------------------------------------
 
-    def watch(self, channel: bytes, callback: Callable[[], None]) -> None:
-        """Call *callback* (synchronous, cheap) on every message on *channel*, from any node."""
+    def watch(self, channel: bytes, callback: Callable[[], None], *, mark: bool = False) -> None:
+        """Call *callback* (synchronous, cheap) on every message on *channel*, from any node (*mark*: as
+        for :meth:`subscribe`)."""
         callbacks = self._watchers.setdefault(channel, [])
         callbacks.append(callback)
         if len(callbacks) == 1:
@@ -364,6 +418,8 @@ class Listener:
             self._subscribed[channel] = count + 1
             if count:
                 return
+            if mark:
+                self.marks.set(channel)  # before the observer's next look
             if (kept := self._lingering.pop(channel, None)) is not None:
                 kept.cancel()  # still subscribed: keep it, for as long as someone watches
                 return
@@ -429,7 +485,9 @@ class Listener:
         self._waits.wakeups += state.line.release()
 
     def on_connect(self, node: Node) -> None:
-        """A subscriber connection (re)connected: subscribe it to every channel still wanted."""
+        """A subscriber connection (re)connected: subscribe it to every channel still wanted (and set their
+        marks on the node again: it may have restarted)."""
+        self.marks.again(self.nodes.index(node))
         for channel in (*self._subscribed, *self._lingering):
             self._subscribe(node, channel)  # the claims on it enter again once it ran: words were lost meanwhile
 
