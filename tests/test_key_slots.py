@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from redlock_async._core._names import companion, semaphore_keys, slot_of, slot_tag
-from redlock_async._queue import queue_keys
+from redlock_async._queue import mark_key, queue_keys
 from redlock_async._scripts import (
     ACQUIRE_PERMIT,
     KEEP_LIMIT,
@@ -27,6 +27,7 @@ from redlock_async._scripts import (
     PERMIT_LEAVE,
     PERMIT_STAY,
     QUEUE_ENTER,
+    QUEUE_LEAVE,
     Script,
 )
 from redlock_async.testing import LocalNode
@@ -49,7 +50,8 @@ PREFIXES = ["redlock:", "{app}:", "odd{prefix:"]
 
 
 def lock_group(prefix: str, name: str) -> list[bytes]:
-    return list(queue_keys((prefix + name).encode()))
+    key = (prefix + name).encode()
+    return [*queue_keys(key), mark_key(key)]  # its line, waits and listening mark
 
 
 def semaphore_group(prefix: str, name: str) -> list[bytes]:
@@ -145,6 +147,8 @@ def test_the_scripts_run_on_a_cluster_node(shard: redis.Redis, name: str) -> Non
     assert shard.get(slots[0]) == b"2:c"
     lock = queue_keys(("redlock:" + name).encode())
     assert run(shard, QUEUE_ENTER, list(lock), b"t", 5000, 1, 5000)[0] == 1
+    shard.set(lock[0], b"t")
+    assert run(shard, QUEUE_LEAVE, [*lock, mark_key(lock[0])], b"t") is not None  # the line and the mark
     shard.flushall()
 
 
