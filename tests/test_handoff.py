@@ -307,7 +307,10 @@ async def test_impatient_acquirers_never_leave_the_queue_stuck(cluster: Cluster,
     holder = redlock.lock("impatient")
     assert await holder.acquire(blocking=False)
     waiter = asyncio.create_task(redlock.lock("impatient", acquire_timeout=10).acquire())
-    await asyncio.sleep(0.1)
+    async with asyncio.timeout(5):  # its subscription in place on every node (a fixed 0.1 s was short under load)
+        while min(int(cluster[i].command("PUBSUB", "NUMSUB", "redlock:impatient")[1]) for i in range(len(cluster))) < 1:  # type: ignore[index]
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)  # and its first look at the key done (it waits now)
     before = redlock.statistics().wakeups
     await holder.release()
     async with asyncio.timeout(5):
