@@ -41,8 +41,8 @@ from redlock_async._core import (
     semaphore_keys,
 )
 from redlock_async._core import clock as _clock
-from redlock_async._health import Quarantine
-from redlock_async._nodes import Endpoint, Failure, Node, Reply
+from redlock_async._health import Quarantine, ShardQuarantine
+from redlock_async._nodes import ClusterVoter, Endpoint, Failure, Node, Reply
 from redlock_async._rounds import owner_of
 from redlock_async._scripts import FENCED_BY
 from redlock_async.inspection import LockInfo, LockState, NodeInfo
@@ -101,6 +101,7 @@ class Inspector:
         self._clock_held = clock_held or (lambda i: 0.0)
         self._nodes: tuple[Node, ...] = ()
         self._quarantine: Quarantine | None = None
+        self._shards: ShardQuarantine | None = None
 
     def _connect(self) -> tuple[Node, ...]:
         if self._nodes:
@@ -108,24 +109,38 @@ class Inspector:
         settings = self._settings
         quarantine: Quarantine | None = None  # made once the nodes are; its probe starts only on connect
 
+        shards: ShardQuarantine | None = None
+
         def probe(node: Node) -> None:
             assert quarantine is not None
             quarantine.on_ready(node)
 
+        def probe_shard(index: int, node: Node) -> None:
+            assert shards is not None
+            shards.on_ready(index, node)
+
+        judged = settings.restart_quarantine != 0
+        kwargs = {
+            "max_unanswered": settings.max_unanswered,
+            "stall_after": settings.connect_timeout,
+            "connect_timeout": settings.connect_timeout,
+            "reconnect_delay": settings.reconnect_delay,
+        }
         self._nodes = tuple(
-            Node(
-                endpoint,
-                max_unanswered=settings.max_unanswered,
-                stall_after=settings.connect_timeout,
-                connect_timeout=settings.connect_timeout,
-                reconnect_delay=settings.reconnect_delay,
-                on_ready=None if settings.restart_quarantine == 0 else probe,
+            ClusterVoter(
+                endpoint, shard_settings=kwargs, shard_ready=functools.partial(probe_shard, i) if judged else None
             )
-            for endpoint in self._endpoints
+            if endpoint.seeds
+            else Node(endpoint, on_ready=probe if judged else None, **kwargs)  # type: ignore[arg-type]
+            for i, endpoint in enumerate(self._endpoints)
         )
-        if settings.restart_quarantine != 0:
-            quarantine = Quarantine(settings.key_prefix.encode(), self._period, self._nodes, read_only=True)
-        self._quarantine = quarantine
+        if judged:
+            plain = [node for node in self._nodes if not isinstance(node, ClusterVoter)]
+            quarantine = Quarantine(settings.key_prefix.encode(), self._period, plain, read_only=True)
+            voters = [(i, node) for i, node in enumerate(self._nodes) if isinstance(node, ClusterVoter)]
+            if voters:
+                shards = ShardQuarantine(settings.key_prefix.encode(), self._period, voters, read_only=True)
+        self._quarantine, self._shards = quarantine, shards
         return self._nodes
 
     async def _ask(self, asks: list[list[asyncio.Future[Reply]]]) -> list[list[Reply]]:
@@ -270,6 +285,9 @@ class Inspector:
         if self._quarantine is not None:
             self._quarantine.close()
             self._quarantine = None
+        if self._shards is not None:
+            self._shards.close()
+            self._shards = None
         for node in self._nodes:
             node.close_now()
         self._nodes = ()

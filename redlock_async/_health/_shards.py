@@ -1,0 +1,181 @@
+"""The restart quarantine of a Cluster voter's shards: a shard whose primary changed is a restarted node.
+
+A promoted replica that lacks keys its old primary granted is exactly a node restarted empty. So each
+shard primary of a ``redis+cluster://`` voter (``_nodes/_cluster_voter.py``) is probed on every new
+connection as a standalone node is (``_quarantine.py``): ``INFO server`` and the GET of a marker key,
+before any of its votes, and judged by the same rule, :func:`_algorithm.sit_out`:
+
+* a primary that was a replica since it started (the handshake's ``promoted``: its ``master_replid2``)
+  sits out the whole period, unless a client marked it in service under its own run id since;
+* a primary met serving slots that another primary served before (a failover seen as it happens, a new
+  node given slots) is a restart of that shard: no marker of its own, the whole period;
+* a primary this client knew under another run id restarted;
+* a primary without marker while the voter's other shards have theirs lost its data: the whole period
+  (no recheck: the shards of a new cluster, where no shard has a marker, serve at once and are marked).
+
+Each shard's marker key hashes to a slot it served when first met (``key_prefix`` and a hash tag). Only
+that shard sits out (its ``quarantined_until``): a vote of the voter counts the quarantine of the shard
+that answered it. When a shard sits out because it changed, *on_replaced* is told at once (the Redlock
+drops it from the locks whose names it serves).
+
+Left out, beside the standalone quarantine: the watch marker (each client sits a period out from its
+own first sight) and the fencing counters' repair (docs/deployment.md says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from redlock_async._core import Marker, sit_out
+from redlock_async._core import clock as _clock
+from redlock_async._health._markers import lost, marker_state, marker_value, server_info, why_out
+from redlock_async._nodes import ClusterVoter, Node, Reaction, Reply, tag_for
+
+log = logging.getLogger("redlock_async._quarantine")
+
+OnReplaced = Callable[[int, Node, str], None]
+"""Told when a shard of voter *i* sits out because its primary changed: (voter index, the shard, why)."""
+
+NEW_OWNER = "serves slots another primary served before (a failover, or a new node): its keys may be missing"
+
+
+@dataclass
+class _Voter:
+    """What the quarantine knows of one Cluster voter's shards."""
+
+    voter: ClusterVoter
+    in_service: bool = False
+    run_ids: dict[Node, bytes] = field(default_factory=dict)
+    answered: dict[Node, Marker] = field(default_factory=dict)
+    timers: dict[Node, asyncio.TimerHandle] = field(default_factory=dict)
+
+
+class ShardQuarantine:
+    """Per Redlock: the shard primaries of its Cluster voters, judged on each connect."""
+
+    def __init__(
+        self,
+        marker: bytes,
+        period: Callable[[], float],
+        voters: Sequence[tuple[int, ClusterVoter]],
+        *,
+        read_only: bool = False,
+        on_replaced: OnReplaced | None = None,
+    ) -> None:
+        self._marker = marker
+        self._period = period
+        self._voters = {i: _Voter(voter) for i, voter in voters}
+        self._read_only = read_only
+        self._on_replaced = on_replaced
+        self._warning = logging.DEBUG if read_only else logging.WARNING
+        self._closed = False
+
+    def close(self) -> None:
+        self._closed = True
+        for state in self._voters.values():
+            for timer in state.timers.values():
+                timer.cancel()
+            state.timers.clear()
+
+    def marker_key(self, i: int, shard: Node) -> bytes:
+        """The marker key of *shard* of voter *i*: it hashes to a slot the shard served when first met."""
+        slot = self._voters[i].voter.slot_of(shard)
+        return self._marker + tag_for(slot or 0)
+
+    def on_ready(self, i: int, shard: Node) -> None:
+        """A new connection to *shard* of voter *i*: nothing of it counts until the probe is answered."""
+        shard.quarantined_until = math.inf
+        info: list[Reply] = []
+        shard.send_first(
+            (Reaction(info.append), (b"INFO", b"server")),
+            (Reaction(lambda marker: self._probed(i, shard, info[0], marker)), (b"GET", self.marker_key(i, shard))),
+        )
+
+    def _probed(self, i: int, shard: Node, info: Reply, marker: Reply) -> None:
+        if self._closed or lost(info) or lost(marker):
+            return  # the connection broke under the probe: the next one probes again
+        state = self._voters[i]
+        period = self._period()
+        run_id, uptime, _ = server_info(info)
+        seen, _ = marker_state(marker, run_id, period)
+        known = state.run_ids.get(shard)
+        newcomer = known is None and shard in state.voter.newcomers and seen is not Marker.CURRENT
+        restarted = known is not None and run_id is not None and run_id != known
+        seconds, suspect = sit_out(
+            period,
+            uptime=uptime,
+            known_run_id=known is not None and run_id == known,
+            restarted=restarted or newcomer,
+            marker=Marker.ABSENT if newcomer else seen,
+            promoted=shard.promoted,
+        )
+        if run_id is not None:
+            state.run_ids[shard] = run_id
+        state.answered[shard] = seen
+        changed = shard.promoted or restarted or newcomer
+        why = NEW_OWNER if newcomer and not shard.promoted else why_out(seen, marker, run_id, shard.promoted)
+        if seen not in (Marker.ABSENT, Marker.UNKNOWN):
+            state.in_service = True
+        if suspect and not state.in_service:
+            # Met without marker: a new cluster if no primary of it has one (decided once all answered).
+            self._sit_out(i, shard, period, "", run_id)
+            self._judge_new(i)
+            return
+        self._sit_out(i, shard, seconds, why, run_id)
+        if seconds and changed and state.in_service and self._on_replaced is not None:
+            self._on_replaced(i, shard, f"shard {shard.name} {why}")
+        if not seconds and seen is not Marker.CURRENT:
+            self._mark(i, shard, run_id)
+        if state.in_service:
+            self._judge_new(i)
+
+    def _judge_new(self, i: int) -> None:
+        """Every primary of voter *i* answered and none has a marker: a new cluster, in service now."""
+        state = self._voters[i]
+        primaries = state.voter.primaries()
+        if state.in_service:
+            return
+        if not primaries or any(shard not in state.answered for shard in primaries):
+            return
+        if any(state.answered[shard] is not Marker.ABSENT for shard in primaries):
+            state.in_service = True
+            for shard in primaries:
+                if state.answered[shard] is Marker.ABSENT:
+                    why = "has no marker while other shards have theirs: it lost its data"
+                    self._sit_out(i, shard, self._period(), why, state.run_ids.get(shard))
+            return
+        state.in_service = True
+        for shard in primaries:
+            self._sit_out(i, shard, 0.0, "", state.run_ids.get(shard))
+            self._mark(i, shard, state.run_ids.get(shard))
+
+    def _sit_out(self, i: int, shard: Node, seconds: float, why: str, run_id: bytes | None) -> None:
+        state = self._voters[i]
+        timer = state.timers.pop(shard, None)
+        if timer is not None:
+            timer.cancel()
+        if seconds <= 0:
+            shard.quarantined_until = 0.0
+            return
+        shard.quarantined_until = _clock.now() + seconds
+        shard.quarantine_reason = why or "no marker: it lost its data, or is new (the other shards are not judged yet)"
+        if why:  # (else met without marker: decided once every primary answered)
+            log.log(
+                self._warning, "redlock shard %s %s: it counts toward no quorum for %.1f s", shard.name, why, seconds
+            )
+        state.timers[shard] = asyncio.get_running_loop().call_later(seconds, self._served, i, shard, run_id)
+
+    def _served(self, i: int, shard: Node, run_id: bytes | None) -> None:
+        self._voters[i].timers.pop(shard, None)
+        shard.quarantined_until = 0.0
+        log.log(self._warning, "redlock shard %s: quarantine over, counts again", shard.name)
+        self._mark(i, shard, run_id)
+
+    def _mark(self, i: int, shard: Node, run_id: bytes | None) -> None:
+        if run_id is None or self._read_only or self._closed:
+            return
+        shard.send(b"SET", self.marker_key(i, shard), marker_value(run_id, self._period()))
