@@ -1,0 +1,186 @@
+"""A Redis/Valkey Cluster as one voter (``redis+cluster://``), on real cluster-mode servers (LocalCluster):
+every lock operation, slot routing, ``MOVED`` after a slot migrated, ``ASK`` during a migration.
+
+One cluster voter (3 shards, a replica each) beside 2 standalone voters: three clusters of six processes
+each are too heavy for the 2-core CI box. A standalone voter is paused where a test needs the cluster's
+vote to make the majority (a bare majority: the cluster voter's yes decides)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from redlock_async import Redlock
+from redlock_async.testing import LocalCluster, LocalNodes
+from redlock_async.testing._inside import cluster_of
+from tests.conftest import mark_in_service
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def shards() -> Iterator[LocalCluster]:
+    with LocalCluster(3, 1) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def plain() -> Iterator[LocalNodes]:
+    with LocalNodes(2) as nodes:
+        yield nodes
+
+
+@pytest.fixture
+def voters(shards: LocalCluster, plain: LocalNodes) -> list[str]:
+    """The cluster voter first, then the standalone ones; every node flushed and marked in service."""
+    for node in plain.nodes:
+        node.resume()
+    plain.flush()
+    for node in plain.nodes:
+        mark_in_service(node)
+    shards.flush()
+    return [shards.url, *plain.urls]
+
+
+@pytest.fixture
+async def redlock(voters: list[str]) -> AsyncIterator[Redlock]:
+    async with Redlock(voters, queue=False) as redlock:
+        yield redlock
+
+
+def owner_of_key(shards: LocalCluster, key: str) -> Any:
+    slot = int(shards.nodes[0].command("CLUSTER", "KEYSLOT", key))  # type: ignore[call-overload]
+    for shard in range(len(shards.shards)):
+        master = shards.master_of(shard)
+        if any(first <= slot <= last for first, last in _ranges(master, master)):
+            return master
+    raise AssertionError(f"no master serves slot {slot}")
+
+
+def _ranges(asked: Any, master: Any) -> list[tuple[int, int]]:
+    ranges = []
+    for entry in asked.command("CLUSTER", "SLOTS"):
+        if int(entry[2][1]) == master.port:
+            ranges.append((int(entry[0]), int(entry[1])))
+    return ranges
+
+
+def voter_of(redlock: Redlock) -> Any:
+    return cluster_of(redlock).nodes[0]
+
+
+async def test_every_lock_operation_on_a_cluster_voter_with_the_cluster_deciding(
+    redlock: Redlock, shards: LocalCluster, plain: LocalNodes
+) -> None:
+    plain.nodes[1].pause()  # a bare majority: the cluster voter's yes decides every round
+    names = [f"orders:{i}" for i in range(12)]
+    for name in names:
+        lock = redlock.lock(name, ttl=5.0)
+        assert await lock.acquire(blocking=False), lock.outcomes
+        key = f"redlock:{name}"
+        # On the primary of the key's slot (not on another shard), with the lock's token.
+        assert owner_of_key(shards, key).command("GET", key) is not None
+        await lock.extend()
+        ttl = int(owner_of_key(shards, key).command("PTTL", key))  # type: ignore[call-overload]
+        assert 4000 < ttl <= 5000
+        await lock.release()
+        assert owner_of_key(shards, key).command("GET", key) is None
+    # Several shards served them.
+    served = {owner_of_key(shards, f"redlock:{name}").port for name in names}
+    assert len(served) == 3
+
+
+async def test_async_with_and_the_watchdog_keep_a_lock_on_a_cluster_voter(
+    redlock: Redlock, shards: LocalCluster, plain: LocalNodes
+) -> None:
+    plain.nodes[1].pause()
+    lock = redlock.lock("watched", ttl=1.0)
+    async with lock:
+        await asyncio.sleep(2.5)  # two ttls and a half: only the watchdog's extensions keep it
+        assert lock.held
+        assert owner_of_key(shards, "redlock:watched").command("GET", "redlock:watched") is not None
+    assert owner_of_key(shards, "redlock:watched").command("GET", "redlock:watched") is None
+    other = redlock.lock("watched")
+    assert await other.acquire(blocking=False)
+    await other.release()
+
+
+async def test_a_second_client_is_refused_while_the_cluster_voter_holds(voters: list[str], plain: LocalNodes) -> None:
+    async with Redlock(voters, queue=False) as first, Redlock(voters, queue=False) as second:
+        mine = first.lock("contended", ttl=5.0)
+        assert await mine.acquire(blocking=False)
+        plain.nodes[0].pause()  # the second client could win only by the cluster voter's word
+        theirs = second.lock("contended", ttl=5.0)
+        assert not await theirs.acquire(blocking=False)
+        plain.nodes[0].resume()
+        await mine.release()
+
+
+async def test_moved_after_a_slot_migrated_reroutes_and_updates_the_map(
+    redlock: Redlock, shards: LocalCluster, plain: LocalNodes
+) -> None:
+    plain.nodes[1].pause()
+    name, key = "migrating", "redlock:migrating"
+    lock = redlock.lock(name, ttl=5.0)
+    assert await lock.acquire(blocking=False)
+    await lock.release()
+    voter = voter_of(redlock)
+    slot = int(shards.nodes[0].command("CLUSTER", "KEYSLOT", key))  # type: ignore[call-overload]
+    source = owner_of_key(shards, key)
+    target = next(shards.master_of(s) for s in range(3) if shards.master_of(s) is not source)
+    refreshes = voter.refreshes
+    migrate(shards, slot, source, target)
+    assert voter.owners[slot].endpoint.port == source.port  # the map has not heard yet
+    assert await lock.acquire(blocking=False), lock.outcomes
+    assert target.command("GET", key) is not None  # MOVED followed: the key is on the new owner
+    assert voter.owners[slot].endpoint.port == target.port
+    await lock.release()
+    assert target.command("GET", key) is None
+    assert voter.refreshes > refreshes or voter.owners[slot].endpoint.port == target.port
+    migrate(shards, slot, target, source)
+
+
+async def test_ask_during_a_migration_is_followed_once_with_asking(
+    redlock: Redlock, shards: LocalCluster, plain: LocalNodes
+) -> None:
+    plain.nodes[1].pause()
+    name, key = "asked", "redlock:asked"
+    slot = int(shards.nodes[0].command("CLUSTER", "KEYSLOT", key))  # type: ignore[call-overload]
+    source = owner_of_key(shards, key)
+    target = next(shards.master_of(s) for s in range(3) if shards.master_of(s) is not source)
+    lock = redlock.lock(name, ttl=5.0)
+    assert await lock.acquire(blocking=False)  # the map is read; the slot is source's
+    await lock.release()
+    target.command("CLUSTER", "SETSLOT", slot, "IMPORTING", shards.node_id(source))
+    source.command("CLUSTER", "SETSLOT", slot, "MIGRATING", shards.node_id(target))
+    try:
+        # The key is not on the source: it answers ASK, and the acquire is taken by the target.
+        assert await lock.acquire(blocking=False), lock.outcomes
+        # (Read as counts: an importing node answers MOVED to a plain GET of the slot.)
+        assert target.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 1
+        assert source.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+        assert voter_of(redlock).owners[slot].endpoint.port == source.port  # ASK moves no slot
+        await lock.release()
+        assert target.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    finally:
+        for node in (source, target):
+            node.command("CLUSTER", "SETSLOT", slot, "NODE", shards.node_id(source))
+        shards.wait_ready()
+
+
+def migrate(shards: LocalCluster, slot: int, source: Any, target: Any) -> None:
+    """Move *slot* from *source* to *target* by hand, as ``valkey-cli --cluster reshard`` does."""
+    target.command("CLUSTER", "SETSLOT", slot, "IMPORTING", shards.node_id(source))
+    source.command("CLUSTER", "SETSLOT", slot, "MIGRATING", shards.node_id(target))
+    while keys := source.command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+        source.command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+    for node in (target, source):
+        node.command("CLUSTER", "SETSLOT", slot, "NODE", shards.node_id(target))
+    for shard in range(len(shards.shards)):
+        master = shards.master_of(shard)
+        if master not in (source, target):
+            master.command("CLUSTER", "SETSLOT", slot, "NODE", shards.node_id(target))
+    shards.wait_ready()
