@@ -84,7 +84,7 @@ async def test_every_lock_operation_on_a_cluster_voter_with_the_cluster_deciding
         # On the primary of the key's slot (not on another shard), with the lock's token.
         assert owner_of_key(shards, key).command("GET", key) is not None
         await lock.extend()
-        ttl = int(owner_of_key(shards, key).command("PTTL", key))  # type: ignore[call-overload]
+        ttl = int(owner_of_key(shards, key).command("PTTL", key))
         assert 4000 < ttl <= 5000
         await lock.release()
         assert owner_of_key(shards, key).command("GET", key) is None

@@ -34,6 +34,7 @@ from typing import Any
 
 from redlock_async._core import Vote
 from redlock_async._core import clock as _clock
+from redlock_async._nodes._cluster_map import MapError, ask_seeds
 from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._node import Node
 from redlock_async._nodes._slots import SLOTS, Address, Ranges, redirect, shards_ranges, slot_of, slots_ranges
@@ -120,6 +121,8 @@ class ClusterVoter(Node):
         """Primaries first met serving slots another primary served before (a failover, a new owner)."""
         self._stale_at = 0.0
         self._refreshing: asyncio.Task[bool] | None = None
+        self.map_error = ""
+        """Why the slot map could not be read, the last time it could not."""
         self.refreshes = 0
         """How many times the slot map was read."""
         self.send = self._send
@@ -293,31 +296,48 @@ class ClusterVoter(Node):
             self._refreshing = loop.create_task(self.refresh(), name=f"redlock-slots {self.name}")
 
     async def refresh(self) -> bool:
-        """Read the slot map (``CLUSTER SHARDS``, ``CLUSTER SLOTS`` where that is unknown) from a connected
-        primary or the seed connection, and route by it from now on; False when no node answered."""
+        """Read the slot map (``CLUSTER SHARDS``, ``CLUSTER SLOTS`` where that is unknown) from the connected
+        primaries, or else from the seeds and every primary met (``_cluster_map.py``), and route by it from
+        now on; False when no node answered (:attr:`map_error` says why)."""
         self._stale_at = _clock.now() + REFRESH
-        askers = [shard for shard in self.shards.values() if shard.connected] or [self]
-        for asker in askers:
-            ranges = await self._read_map(asker)
-            if ranges:
-                self._apply(ranges)
-                self.refreshes += 1
-                return True
-        return False
+        ranges = await self._ask_primaries([shard for shard in self.shards.values() if shard.connected])
+        if not ranges:
+            seeds = tuple(dict.fromkeys((*self.endpoint.seeds, *self.shards)))
+            try:
+                ranges = await ask_seeds(replace(self.endpoint, seeds=seeds), self._ask_within)
+            except MapError as exc:
+                self.map_error = str(exc)
+                return False
+        self._apply(ranges)
+        self.refreshes += 1
+        return True
 
-    async def _read_map(self, asker: Node) -> Ranges | None:
-        send = asker.outbox.send
-        host = asker.endpoint.host or "localhost"
-        timeout = self._ask_within
-        for command, parse in (((b"CLUSTER", b"SHARDS"), shards_ranges), ((b"CLUSTER", b"SLOTS"), slots_ranges)):
-            fut = send(*command)
-            with contextlib.suppress(TimeoutError):
-                reply = await asyncio.wait_for(asyncio.shield(fut), timeout)
-                if not isinstance(reply, Failure):
-                    return parse(reply, host)
-                if not reply.answered:
-                    return None
+    async def _ask_primaries(self, primaries: list[Node]) -> Ranges | None:
+        """The map as the first of *primaries* to answer says it (each asked both ways at once)."""
+        asks = {
+            asyncio.ensure_future(self._ask_one(shard)): shard for shard in primaries
+        }  # (a paused primary is passed over at the timeout)
+        try:
+            for next_answer in asyncio.as_completed(list(asks), timeout=self._ask_within):
+                with contextlib.suppress(TimeoutError):
+                    ranges = await next_answer
+                    if ranges:
+                        return ranges
+        except TimeoutError:
+            return None
+        finally:
+            for ask in asks:
+                ask.cancel()
         return None
+
+    async def _ask_one(self, shard: Node) -> Ranges | None:
+        host = shard.endpoint.host or "localhost"
+        shards, slots = shard.outbox.send(b"CLUSTER", b"SHARDS"), shard.outbox.send(b"CLUSTER", b"SLOTS")
+        reply = await shards
+        if not isinstance(reply, Failure):
+            return shards_ranges(reply, host)
+        reply = await slots
+        return None if isinstance(reply, Failure) else slots_ranges(reply, host)
 
     def _apply(self, ranges: Ranges) -> None:
         owners = self.owners
@@ -331,8 +351,7 @@ class ClusterVoter(Node):
     async def connect(self) -> Failure | None:
         """Read the slot map and connect to every primary in it; None when every one answered."""
         if not await self.refresh():
-            failure = await Node.connect(self)  # why the seeds cannot be reached
-            return failure or Failure(Vote.ERROR, "no seed of the Cluster answered CLUSTER SHARDS or CLUSTER SLOTS")
+            return Failure(Vote.ERROR, self.map_error)
         primaries = self.primaries()
         failures = await asyncio.gather(*(shard.connect() for shard in primaries))
         missing = [
