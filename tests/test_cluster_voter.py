@@ -8,12 +8,15 @@ vote to make the majority (a bare majority: the cluster voter's yes decides)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
 from redlock_async import Redlock
+from redlock_async.cli._codes import EXIT_HELD
 from redlock_async.testing import LocalCluster, LocalNodes
 from redlock_async.testing._inside import cluster_of
 from tests.conftest import mark_in_service
@@ -184,3 +187,68 @@ def migrate(shards: LocalCluster, slot: int, source: Any, target: Any) -> None:
         if master not in (source, target):
             master.command("CLUSTER", "SETSLOT", slot, "NODE", shards.node_id(target))
     shards.wait_ready()
+
+
+async def test_tryagain_during_a_migration_counts_as_the_voters_timeout(
+    redlock: Redlock, shards: LocalCluster
+) -> None:
+    # Two keys of one slot (one hash tag), one of them moved already: the source cannot serve both.
+    first, second = b"redlock:{split}a", b"redlock:{split}b"
+    slot = int(shards.nodes[0].command("CLUSTER", "KEYSLOT", first))  # type: ignore[call-overload]
+    source = owner_of_key(shards, first.decode())
+    target = next(shards.master_of(s) for s in range(3) if shards.master_of(s) is not source)
+    voter = voter_of(redlock)
+    await voter.refresh()
+    source.command("SET", first, "1")
+    source.command("SET", second, "2")
+    target.command("CLUSTER", "SETSLOT", slot, "IMPORTING", shards.node_id(source))
+    source.command("CLUSTER", "SETSLOT", slot, "MIGRATING", shards.node_id(target))
+    try:
+        source.command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", second)
+        reply = await voter.send(b"MGET", first, second)
+        assert reply.vote.value == "timeout" and "TRYAGAIN" in reply.detail, reply
+    finally:
+        for node in (source, target):
+            node.command("CLUSTER", "SETSLOT", slot, "NODE", shards.node_id(source))
+        shards.wait_ready()
+
+
+async def test_a_waiter_hears_the_release_on_a_cluster_voter(voters: list[str], plain: LocalNodes) -> None:
+    async with Redlock(voters, queue=False, retry_delay=5.0) as first, Redlock(voters, queue=False) as second:
+        plain.nodes[1].pause()  # the release words of the cluster voter are needed for a majority
+        mine = first.lock("handed", ttl=30.0)
+        assert await mine.acquire(blocking=False)
+        waiter = asyncio.ensure_future(second.lock("handed", ttl=30.0, acquire_timeout=20.0).acquire())
+        await asyncio.sleep(0.5)
+        await mine.release()
+        assert await asyncio.wait_for(waiter, 20.0)
+        assert second.statistics().wakeups >= 1
+
+
+def test_the_blocking_api_takes_a_cluster_voter(voters: list[str], plain: LocalNodes, shards: LocalCluster) -> None:
+    from redlock_async.sync import Redlock as BlockingRedlock
+
+    plain.nodes[1].pause()
+    with BlockingRedlock(voters, queue=False) as redlock, redlock.lock("blocking", ttl=5.0) as lock:
+        assert lock.held
+        assert owner_of_key(shards, "redlock:blocking").command("GET", "redlock:blocking") is not None
+
+
+async def test_redlock_status_reads_a_cluster_voter_from_redlock_nodes(redlock: Redlock, voters: list[str]) -> None:
+    env = {**os.environ, "REDLOCK_NODES": ",".join(voters)}
+
+    async def status() -> tuple[int, str]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "redlock_async", "status", "looked-at",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+        return process.returncode or 0, out.decode() + err.decode()
+
+    code, out = await status()
+    assert code == 0, out
+    assert "verdict: free" in out
+    async with redlock.lock("looked-at", ttl=30.0):
+        code, out = await status()
+    assert code == EXIT_HELD, out
+    assert "verdict: held by" in out
