@@ -247,8 +247,10 @@ async def test_redlock_status_reads_a_cluster_voter_from_redlock_nodes(redlock: 
 
     code, out = await status()
     assert code == 0, out
-    assert "verdict: free" in out
+    assert "verdict: free (3 of 3 nodes answered" in out
     async with redlock.lock("looked-at", ttl=30.0):
         code, out = await status()
     assert code == EXIT_HELD, out
-    assert "verdict: held by" in out
+    assert "verdict: held by" in out and "on 3 of 3 nodes" in out
+    line = next(line for line in out.splitlines() if line.strip().startswith("cluster:"))
+    assert "held by" in line and "quarantined" not in line, out

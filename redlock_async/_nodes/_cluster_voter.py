@@ -37,7 +37,16 @@ from redlock_async._core import clock as _clock
 from redlock_async._nodes._cluster_map import MapError, ask_seeds
 from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._node import Node
-from redlock_async._nodes._slots import SLOTS, Address, Ranges, redirect, shards_ranges, slot_of, slots_ranges
+from redlock_async._nodes._slots import (
+    SLOTS,
+    Address,
+    Ranges,
+    key_slot,
+    redirect,
+    shards_ranges,
+    slot_of,
+    slots_ranges,
+)
 from redlock_async._nodes._wire import IGNORED, Failure, Fallback, Receiver, Reply, Resolve, pack, pack_script
 from redlock_async._scripts import Script
 
@@ -86,6 +95,23 @@ class _Routed:
                 reply = Failure(Vote.TIMEOUT, f"the shard cannot serve now ({detail})")
         self.voter.answering = self.shard
         self.receiver.deliver(self.index, reply)
+
+
+class _Gather:
+    """The receiver of the GETs an MGET of keys in several slots is read as: one list, or the first failure."""
+
+    __slots__ = ("_future", "_left", "_replies")
+
+    def __init__(self, future: asyncio.Future[Reply], count: int) -> None:
+        self._future, self._left, self._replies = future, count, [None] * count
+
+    def deliver(self, index: int, reply: Reply, /) -> None:
+        self._replies[index] = reply
+        self._left -= 1
+        if self._left or self._future.done():
+            return
+        failed = next((one for one in self._replies if isinstance(one, Failure)), None)
+        self._future.set_result(failed if failed is not None else list(self._replies))
 
 
 class ClusterVoter(Node):
@@ -191,8 +217,12 @@ class ClusterVoter(Node):
         return list(dict.fromkeys(owner for owner in self.owners if owner is not None))
 
     def slot_of(self, shard: Node) -> int | None:
-        """A slot *shard* served when first met (its quarantine's marker key hashes there)."""
-        return self._first_slot.get(shard)
+        """The lowest slot *shard* serves in the map (its quarantine's marker key hashes there: every client
+        that read the same map picks the same one), else the slot it was first met for."""
+        try:
+            return self.owners.index(shard)
+        except ValueError:
+            return self._first_slot.get(shard)
 
     def _route(self, receiver: Receiver, index: int, packed: bytes, limited: bool, fallback: Fallback) -> None:
         shard = self.shard_for(slot_of(packed))
@@ -225,6 +255,12 @@ class ClusterVoter(Node):
         self, *args: bytes | str | int, limited: bool = False, fallback: Fallback = None
     ) -> asyncio.Future[Reply]:
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        if args[0] == b"MGET" and len({key_slot(key) for key in args[1:] if isinstance(key, bytes)}) > 1:
+            # Keys of several slots (inspection's reads): read one by one, not atomically, and put together.
+            gather = _Gather(fut, len(args) - 1)
+            for index, key in enumerate(args[1:]):
+                self._route(gather, index, pack((b"GET", key)), limited, None)
+            return fut
         self._route(Resolve(fut), 0, pack(args), limited, fallback)
         return fut
 

@@ -156,7 +156,10 @@ class Inspector:
         and the semaphore's widest limit at once (and the read/write lock's writer key, fence and fencer,
         its PTTL and its readers' index); then, if a semaphore was used, for its slots, and if readers
         are listed, for their keys."""
+        fresh = not self._nodes
         nodes = self._connect()
+        if fresh:  # a Cluster voter reads its slot map first (its shards' markers are found by it)
+            await asyncio.gather(*(node.refresh() for node in nodes if isinstance(node, ClusterVoter)))
         reads = (keys.lock, keys.fence, keys.fence + FENCED_BY)
         asks = []
         sent = time.time()  # the wall clock: what the nodes' TIME is compared with
