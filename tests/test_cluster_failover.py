@@ -9,7 +9,6 @@ started: its replication ids say so), and only that shard: names on the other sh
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -96,7 +95,8 @@ async def _failover_case(shards: LocalCluster, plain: LocalNodes, *, quarantine:
             got = await theirs.acquire(blocking=False)
             if not quarantine:
                 # The promoted primary and plain[1] make a majority beside the holder: two holders.
-                assert got and lock.held, theirs.outcomes
+                assert got, theirs.outcomes
+                assert lock.held
                 return
             assert not got, "a second holder: the promoted shard was counted"
             votes = {outcome.node: outcome for outcome in theirs.outcomes}

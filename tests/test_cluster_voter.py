@@ -189,9 +189,7 @@ def migrate(shards: LocalCluster, slot: int, source: Any, target: Any) -> None:
     shards.wait_ready()
 
 
-async def test_tryagain_during_a_migration_counts_as_the_voters_timeout(
-    redlock: Redlock, shards: LocalCluster
-) -> None:
+async def test_tryagain_during_a_migration_counts_as_the_voters_timeout(redlock: Redlock, shards: LocalCluster) -> None:
     # Two keys of one slot (one hash tag), one of them moved already: the source cannot serve both.
     first, second = b"redlock:{split}a", b"redlock:{split}b"
     slot = int(shards.nodes[0].command("CLUSTER", "KEYSLOT", first))  # type: ignore[call-overload]
@@ -206,7 +204,8 @@ async def test_tryagain_during_a_migration_counts_as_the_voters_timeout(
     try:
         source.command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", second)
         reply = await voter.send(b"MGET", first, second)
-        assert reply.vote.value == "timeout" and "TRYAGAIN" in reply.detail, reply
+        assert reply.vote.value == "timeout", reply
+        assert "TRYAGAIN" in reply.detail
     finally:
         for node in (source, target):
             node.command("CLUSTER", "SETSLOT", slot, "NODE", shards.node_id(source))
@@ -251,6 +250,8 @@ async def test_redlock_status_reads_a_cluster_voter_from_redlock_nodes(redlock: 
     async with redlock.lock("looked-at", ttl=30.0):
         code, out = await status()
     assert code == EXIT_HELD, out
-    assert "verdict: held by" in out and "on 3 of 3 nodes" in out
+    assert "verdict: held by" in out
+    assert "on 3 of 3 nodes" in out
     line = next(line for line in out.splitlines() if line.strip().startswith("cluster:"))
-    assert "held by" in line and "quarantined" not in line, out
+    assert "held by" in line, out
+    assert "quarantined" not in line, out

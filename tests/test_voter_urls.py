@@ -94,9 +94,11 @@ def test_a_cluster_voter_is_accepted_beside_standalone_ones_with_its_seeds_and_s
     redlock = Redlock(["redis://127.0.0.1:1", "redis+cluster://u:pw@127.0.0.1:2?seed=h:3", "redis://127.0.0.1:3"])
     assert redlock.nodes == ("127.0.0.1:1", "cluster:127.0.0.1:2", "127.0.0.1:3")
     endpoint = endpoint_for("rediss+cluster://u:pw@a:2?seed=b:3&ssl_cert_reqs=none", 0)
-    assert endpoint.cluster and endpoint.seeds == (("a", 2), ("b", 3))
+    assert endpoint.cluster
+    assert endpoint.seeds == (("a", 2), ("b", 3))
     assert (endpoint.username, endpoint.password) == ("u", "pw")
-    assert endpoint.tls is not None and endpoint.server_hostname == "a"
+    assert endpoint.tls is not None
+    assert endpoint.server_hostname == "a"
     assert "pw" not in repr(endpoint)
 
 
