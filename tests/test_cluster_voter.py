@@ -255,3 +255,51 @@ async def test_redlock_status_reads_a_cluster_voter_from_redlock_nodes(redlock: 
     line = next(line for line in out.splitlines() if line.strip().startswith("cluster:"))
     assert "held by" in line, out
     assert "quarantined" not in line, out
+
+
+async def test_queue_fencing_semaphore_and_rw_lock_on_a_cluster_voter_when_a_names_keys_share_a_slot(
+    voters: list[str], shards: LocalCluster, plain: LocalNodes
+) -> None:
+    # A name holding a hash tag puts every key of it in one slot (the fence counter, the line, the
+    # permits, the readers): what the scripts of these primitives need on a Cluster.
+    async with Redlock(voters) as first, Redlock(voters) as second:
+        plain.nodes[1].pause()  # the cluster voter's word decides
+        mine = first.lock("{queued}", ttl=10.0, fencing=True)
+        assert await mine.acquire(blocking=False), mine.outcomes
+        token = mine.fencing_token
+        assert token is not None
+        assert owner_of_key(shards, "redlock:{queued}").command("GET", "redlock:{queued}") is not None
+        waiter = second.lock("{queued}", ttl=10.0, fencing=True, acquire_timeout=20.0)
+        waiting = asyncio.ensure_future(waiter.acquire())
+        await asyncio.sleep(0.5)
+        await mine.release()
+        assert await asyncio.wait_for(waiting, 20.0)  # handed over through the line, on the cluster voter too
+        assert waiter.fencing_token is not None
+        assert waiter.fencing_token > token
+        await waiter.release()
+
+        one, two = first.semaphore("{permits}", limit=2), second.semaphore("{permits}", limit=2)
+        assert await one.acquire(blocking=False)
+        assert await two.acquire(blocking=False)
+        assert not await first.semaphore("{permits}", limit=2).acquire(blocking=False)
+        await one.release()
+        await two.release()
+
+        rw = first.rw_lock("{shelf}")
+        reading = rw.read()
+        assert await reading.acquire(blocking=False)
+        assert not await second.rw_lock("{shelf}").write().acquire(blocking=False)
+        await reading.release()
+        writing = second.rw_lock("{shelf}").write()
+        assert await writing.acquire(blocking=False)
+        await writing.release()
+
+
+async def test_several_keys_in_several_slots_are_refused_in_words(voters: list[str], plain: LocalNodes) -> None:
+    async with Redlock(voters, fencing=True, queue=False) as fenced:
+        plain.nodes[1].pause()
+        lock = fenced.lock("no-tag", ttl=5.0)
+        assert not await lock.acquire(blocking=False)
+        detail = lock.outcomes[0].detail
+        assert "CROSSSLOT" in detail
+        assert "one slot" in detail

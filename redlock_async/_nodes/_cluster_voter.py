@@ -60,6 +60,12 @@ REFRESH = 5.0
 
 _BUSY = ("TRYAGAIN", "CLUSTERDOWN")
 
+CROSSSLOT_HINT = (
+    " (a Cluster voter runs a script only when all its keys are in one slot: the grant queue, fencing,"
+    " lock_many, semaphores and read/write locks need a name whose keys share one, such as a name with a"
+    " hash tag, '{orders}:42'; or use queue=False without fencing)"
+)
+
 
 class _Routed:
     """The receiver of one routed command: follows ``MOVED``/``ASK``, turns ``TRYAGAIN``/``CLUSTERDOWN``
@@ -93,6 +99,8 @@ class _Routed:
                 reply = Failure(Vote.TIMEOUT, f"redirected more than {MAX_HOPS} times ({detail}): slots moving")
             elif detail.startswith(_BUSY):
                 reply = Failure(Vote.TIMEOUT, f"the shard cannot serve now ({detail})")
+            elif detail.startswith("CROSSSLOT"):
+                reply = Failure(Vote.ERROR, detail + CROSSSLOT_HINT, answered=True)
         self.voter.answering = self.shard
         self.receiver.deliver(self.index, reply)
 
