@@ -87,7 +87,7 @@ async def _failover_case(shards: LocalCluster, plain: LocalNodes, *, quarantine:
         plain.nodes[1].resume()
         # The holder's request to plain[1] was queued while it was stopped: it lands now. Taken out again,
         # as if it had never reached the node (the holder did not count it).
-        assert await eventually(lambda: plain.nodes[1].command("GET", key) is not None, within=10.0)
+        assert await eventually(lambda: plain.nodes[1].command("GET", key) is not None, within=20.0)
         plain.nodes[1].command("DEL", key)
 
         async with Redlock(urls, queue=False, **settings) as second_client:

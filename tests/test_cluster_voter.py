@@ -213,14 +213,15 @@ async def test_tryagain_during_a_migration_counts_as_the_voters_timeout(redlock:
 
 
 async def test_a_waiter_hears_the_release_on_a_cluster_voter(voters: list[str], plain: LocalNodes) -> None:
-    async with Redlock(voters, queue=False, retry_delay=5.0) as first, Redlock(voters, queue=False) as second:
+    # The waiter retries only after 60 s, past its acquire timeout: it wins only if it hears the release.
+    async with Redlock(voters, queue=False) as first, Redlock(voters, queue=False, retry_delay=60.0) as second:
         plain.nodes[1].pause()  # the release words of the cluster voter are needed for a majority
         mine = first.lock("handed", ttl=30.0)
         assert await mine.acquire(blocking=False)
         waiter = asyncio.ensure_future(second.lock("handed", ttl=30.0, acquire_timeout=20.0).acquire())
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(1.0)
         await mine.release()
-        assert await asyncio.wait_for(waiter, 20.0)
+        assert await asyncio.wait_for(waiter, 15.0)  # before any retry: woken by the release word
         assert second.statistics().wakeups >= 1
 
 

@@ -3,9 +3,11 @@
 A :class:`ClusterVoter` is a node (:class:`_node.Node`) to every part above it: a ballot sends to it and
 counts its reply as one vote. Behind that face it keeps one :class:`_node.Node` per shard primary (each
 with its own connection, handshake and outbox, so a shard's commands stay in order on one connection)
-and routes each command to the primary that owns the slot of its first key (``_slots.py``). Its own
-connection, to the first seed that answers, only reads the slot map (``CLUSTER SHARDS``, or ``CLUSTER
-SLOTS`` on servers before 7.0) when no shard primary is connected.
+and routes each command to the primary that owns the slot of its first key (``_slots.py``). It opens
+no connection of its own: the slot map (``CLUSTER SHARDS``, or ``CLUSTER SLOTS`` on servers before 7.0)
+is asked of a connected primary, or else of the seeds (``_cluster_map.py``); before it was ever read,
+a command is not sent (its vote: skipped), so that no vote comes from a server the shard quarantine
+has not judged.
 
 The slot map is read at connect, again (in the background) after a ``MOVED``, after a primary's
 connection failed, and at most every :data:`REFRESH` seconds while in use. ``MOVED`` puts the slot's new
@@ -205,9 +207,9 @@ class ClusterVoter(Node):
 
     # -- routing ------------------------------------------------------------
 
-    def shard_for(self, slot: int | None) -> Node:
-        """The primary that serves *slot* as far as the map knows (any known primary, or the seed connection,
-        for a command without key or a slot not mapped yet: a ``MOVED`` then says where)."""
+    def shard_for(self, slot: int | None) -> Node | None:
+        """The primary that serves *slot* as far as the map knows (any known primary for a command without key
+        or a slot not mapped yet: a ``MOVED`` then says where); None before the map was ever read."""
         if _clock.now() >= self._stale_at:
             self._stale_at = _clock.now() + REFRESH
             self.refresh_soon()
@@ -218,7 +220,7 @@ class ClusterVoter(Node):
         for shard in self.shards.values():
             if shard.connected:
                 return shard
-        return next(iter(self.shards.values()), self)
+        return next(iter(self.shards.values()), None)
 
     def primaries(self) -> list[Node]:
         """The primaries that serve a slot in the map now."""
@@ -234,11 +236,14 @@ class ClusterVoter(Node):
 
     def _route(self, receiver: Receiver, index: int, packed: bytes, limited: bool, fallback: Fallback) -> None:
         shard = self.shard_for(slot_of(packed))
+        if shard is None:
+            # No vote without a primary judged by the shard quarantine: nothing is sent before the map is read.
+            self.refresh_soon()
+            why = self.map_error or "its slot map is not read yet"
+            receiver.deliver(index, Failure(Vote.SKIPPED, f"Cluster voter: {why}"))
+            return
         routed = _Routed(self, receiver, index, packed, limited, fallback, shard)
-        if shard is self:
-            self.outbox.send_packed(routed, index, packed, limited=limited, fallback=fallback)
-        else:
-            shard.send_packed(routed, index, packed, limited=limited, fallback=fallback)
+        shard.send_packed(routed, index, packed, limited=limited, fallback=fallback)
 
     def _send_packed(
         self, receiver: Receiver, index: int, packed: bytes, *, limited: bool = False, fallback: Fallback = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import ssl
 from dataclasses import dataclass
 
@@ -69,7 +70,8 @@ async def open_transport(loop: asyncio.AbstractEventLoop, endpoint: Endpoint, wi
 async def _first_seed(loop: asyncio.AbstractEventLoop, endpoint: Endpoint, wire: Wire) -> asyncio.Transport:
     """Connect to the first of a Cluster voter's seeds that accepts (the last one's error if none does)."""
     error: OSError | None = None
-    for host, port in endpoint.seeds:
+    start = random.randrange(len(endpoint.seeds))  # a seed that hangs is not the first one every time
+    for host, port in endpoint.seeds[start:] + endpoint.seeds[:start]:
         try:
             server_hostname = host if endpoint.tls is not None else None
             transport, _ = await loop.create_connection(
@@ -124,7 +126,8 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
         if command[0] == b"INFO":
             blind = "INFO"
     replication = info_fields(sections.get(b"replication", b""))
-    if replication.get(b"role") == b"slave":
+    if replication.get(b"role") == b"slave" and not (endpoint.cluster and endpoint.seeds):
+        # (A Cluster voter's own connection, its pub/sub, may be a replica: any node hears every PUBLISH.)
         master = f"{replication.get(b'master_host', b'?').decode()}:{replication.get(b'master_port', b'?').decode()}"
         if endpoint.service is not None:
             raise ConnectError(f"the Sentinels named a replica (of {master}): failing over? asked again at next use")
