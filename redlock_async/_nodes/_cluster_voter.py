@@ -107,6 +107,13 @@ class _Routed:
         self.receiver.deliver(self.index, reply)
 
 
+def _drop(shard: Node) -> None:
+    """Drop *shard*'s connection (heard as any other end: the next use reconnects, and is probed first)."""
+    transport = shard.outbox.transport
+    if transport is not None:
+        transport.abort()
+
+
 class _Gather:
     """The receiver of the GETs an MGET of keys in several slots is read as: one list, or the first failure."""
 
@@ -153,6 +160,7 @@ class ClusterVoter(Node):
         self.shards: dict[Address, Node] = {}
         """A node per primary address met (in the map or a redirection), kept while the voter lives."""
         self._first_slot: dict[Node, int] = {}
+        self._serving: set[Node] = set()  # the primaries that serve a slot in the map
         self.newcomers: set[Node] = set()
         """Primaries first met serving slots another primary served before (a failover, a new owner)."""
         self._stale_at = 0.0
@@ -298,6 +306,9 @@ class ClusterVoter(Node):
         shard = self._shard(address, slot)
         if kind == "MOVED":
             self.owners[slot] = shard
+            if shard not in self._serving:
+                self._serving.add(shard)
+                _drop(shard)  # a node that served nothing (demoted, or new) is judged again before its votes
             self.refresh_soon()
         else:
             shard.send_packed(IGNORED, 0, pack((b"ASKING",)))
@@ -394,6 +405,14 @@ class ClusterVoter(Node):
             shard = self._shard(address, first)
             for slot in range(first, last + 1):
                 owners[slot] = shard
+        serving = set(self.primaries())
+        # A primary that left the map (demoted to a replica, or emptied), and one that served nothing and
+        # serves again (a demoted primary promoted back): its connection is dropped, and the next one is
+        # judged by the shard quarantine (a replica's data replaced its own) before any vote of it counts.
+        for shard in serving.symmetric_difference(self._serving):
+            if shard in self._serving or self.refreshes:
+                _drop(shard)
+        self._serving = serving
 
     # -- lifecycle ----------------------------------------------------------
 
