@@ -120,3 +120,25 @@ async def _failover_case(shards: LocalCluster, plain: LocalNodes, *, quarantine:
         voter = cluster_of(holder_client).nodes[0]
         await voter.connect()
         assert await eventually(lambda: not lock.held, within=10.0)
+
+
+async def test_a_primary_demoted_then_promoted_back_is_judged_again(shards: LocalCluster, plain: LocalNodes) -> None:
+    urls = [shards.url, *plain.urls]
+    name = name_on(shards, 0)
+    async with Redlock(urls, queue=False, ttl=5.0) as client:
+        plain.nodes[1].pause()  # the cluster voter's word decides
+        lock = client.lock(name)
+        assert await lock.acquire(blocking=False), lock.outcomes
+        await lock.release()
+        first = shards.master_of(0)
+        second = shards.failover(0)  # the replica takes over; the old primary becomes its replica
+        assert not await lock.acquire(blocking=False)
+        assert lock.outcomes[0].vote.value == "quarantined", lock.outcomes
+        assert shards.failover(0, replica=first) is first  # and back: its data is now the other's
+        voter: Any = cluster_of(client).nodes[0]
+        await voter.refresh()
+        assert voter.owners[shards.slot_ranges(0)[0]].endpoint.port == first.port
+        assert not await lock.acquire(blocking=False)
+        assert lock.outcomes[0].vote.value == "quarantined", lock.outcomes
+        assert "promoted" in lock.outcomes[0].detail
+        assert second is not first

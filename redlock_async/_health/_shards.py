@@ -13,7 +13,12 @@ before any of its votes, and judged by the same rule, :func:`_algorithm.sit_out`
 * a primary without marker while the voter's other shards have theirs lost its data: the whole period
   (no recheck: the shards of a new cluster, where no shard has a marker, serve at once and are marked).
 
-Each shard's marker key hashes to a slot it served when first met (``key_prefix`` and a hash tag). Only
+A shard primary's identity is its run id *and* its replication id (``master_replid``): a primary that was
+demoted and promoted back has a new replication id, so the marker it kept (or got back from the replica
+that served meanwhile) no longer vouches for it, and its voter re-judges such a connection when a map
+reading finds the id changed (``_cluster_voter.py``).
+
+Each shard's marker key hashes to the lowest slot it serves (``key_prefix`` and a hash tag). Only
 that shard sits out (its ``quarantined_until``): a vote of the voter counts the quarantine of the shard
 that answered it. When a shard sits out because it changed, *on_replaced* is told at once (the Redlock
 drops it from the locks whose names it serves).
@@ -33,7 +38,7 @@ from dataclasses import dataclass, field
 from redlock_async._core import Marker, sit_out
 from redlock_async._core import clock as _clock
 from redlock_async._health._markers import lost, marker_state, marker_value, server_info, why_out
-from redlock_async._nodes import ClusterVoter, Node, Reaction, Reply, tag_for
+from redlock_async._nodes import ClusterVoter, Node, Reaction, Reply, info_fields, tag_for
 
 log = logging.getLogger("redlock_async._quarantine")
 
@@ -92,15 +97,22 @@ class ShardQuarantine:
         info: list[Reply] = []
         shard.send_first(
             (Reaction(info.append), (b"INFO", b"server")),
-            (Reaction(lambda marker: self._probed(i, shard, info[0], marker)), (b"GET", self.marker_key(i, shard))),
+            (Reaction(info.append), (b"INFO", b"replication")),
+            (Reaction(lambda marker: self._probed(i, shard, info, marker)), (b"GET", self.marker_key(i, shard))),
         )
 
-    def _probed(self, i: int, shard: Node, info: Reply, marker: Reply) -> None:
-        if self._closed or lost(info) or lost(marker):
+    def _probed(self, i: int, shard: Node, infos: list[Reply], marker: Reply) -> None:
+        info, replication = infos
+        if self._closed or lost(info) or lost(replication) or lost(marker):
             return  # the connection broke under the probe: the next one probes again
         state = self._voters[i]
         period = self._period()
         run_id, uptime, _ = server_info(info)
+        if run_id is not None:
+            # A shard primary is its process *and* its replication id: a primary that was a replica since (its
+            # data replaced by another's, then promoted back) has a new one, and its old marker vouches for nothing.
+            fields = info_fields(replication) if isinstance(replication, bytes) else {}
+            run_id += b"." + fields.get(b"master_replid", b"?")
         seen, _ = marker_state(marker, run_id, period)
         known = state.run_ids.get(shard)
         newcomer = known is None and shard in state.voter.newcomers and seen is not Marker.CURRENT

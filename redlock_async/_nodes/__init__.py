@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from redlock_async._nodes._cluster_voter import ClusterVoter
 from redlock_async._nodes._endpoint import Endpoint, endpoints_for
+from redlock_async._nodes._handshake import info_fields
 from redlock_async._nodes._node import Node
 from redlock_async._nodes._sentinel_voter import SwitchWatch
 from redlock_async._nodes._slots import key_slot, tag_for
@@ -39,6 +40,7 @@ __all__ = [
     "SwitchWatch",
     "bulk",
     "endpoints_for",
+    "info_fields",
     "key_slot",
     "pack",
     "pack_script",

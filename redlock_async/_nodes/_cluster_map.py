@@ -3,7 +3,9 @@
 
 A seed may be a replica, paused, or gone: each is asked within the connect timeout, and one that does
 not answer is passed over. Used when no shard primary of the voter is connected to ask (at the start,
-or after every known primary failed); otherwise :mod:`_cluster_voter` asks a connected primary.
+or after every known primary failed); otherwise a connected primary is asked (:func:`ask_primaries`).
+:func:`replication_ids` reads each primary's replication id (a change on one connection: it was a
+replica meanwhile).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import ssl
 import hiredis
 
 from redlock_async._nodes._endpoint import Endpoint
+from redlock_async._nodes._handshake import info_fields
+from redlock_async._nodes._node import Node
 from redlock_async._nodes._slots import Ranges, shards_ranges, slots_ranges
-from redlock_async._nodes._wire import pack
+from redlock_async._nodes._wire import Failure, pack
 
 
 class MapError(ConnectionError):
@@ -85,3 +89,43 @@ async def _replies(reader: asyncio.StreamReader, count: int, name: str) -> list[
         while (reply := parser.gets()) is not False:
             replies.append(reply)
     return replies
+
+
+async def ask_primaries(primaries: list[Node], timeout: float) -> Ranges | None:
+    """The map as the first of *primaries* (connected shard primaries) to answer says it, within *timeout*
+    (a paused primary is passed over); None when none did."""
+    asks = [asyncio.ensure_future(_ask_one(shard)) for shard in primaries]
+    try:
+        for next_answer in asyncio.as_completed(asks, timeout=timeout):
+            ranges = await next_answer
+            if ranges:
+                return ranges
+    except TimeoutError:
+        return None
+    finally:
+        for ask in asks:
+            ask.cancel()
+    return None
+
+
+async def _ask_one(shard: Node) -> Ranges | None:
+    host = shard.endpoint.host or "localhost"
+    shards, slots = shard.outbox.send(b"CLUSTER", b"SHARDS"), shard.outbox.send(b"CLUSTER", b"SLOTS")
+    reply = await shards
+    if not isinstance(reply, Failure):
+        return shards_ranges(reply, host)
+    reply = await slots
+    return None if isinstance(reply, Failure) else slots_ranges(reply, host)
+
+
+async def replication_ids(primaries: list[Node], timeout: float) -> dict[Node, bytes]:
+    """Each of *primaries*' ``master_replid`` (``INFO replication``) that came within *timeout*."""
+    asks = {shard: shard.outbox.send(b"INFO", b"replication") for shard in primaries}
+    if asks:
+        await asyncio.wait(asks.values(), timeout=timeout)
+    ids: dict[Node, bytes] = {}
+    for shard, fut in asks.items():
+        reply = fut.result() if fut.done() else None
+        if isinstance(reply, bytes) and (replid := info_fields(reply).get(b"master_replid")):
+            ids[shard] = replid
+    return ids

@@ -36,8 +36,9 @@ from typing import Any
 
 from redlock_async._core import Vote
 from redlock_async._core import clock as _clock
-from redlock_async._nodes._cluster_map import MapError, ask_seeds
+from redlock_async._nodes._cluster_map import MapError, ask_primaries, ask_seeds, replication_ids
 from redlock_async._nodes._endpoint import Endpoint
+from redlock_async._nodes._handshake import info_fields
 from redlock_async._nodes._node import Node
 from redlock_async._nodes._slots import (
     SLOTS,
@@ -45,11 +46,19 @@ from redlock_async._nodes._slots import (
     Ranges,
     key_slot,
     redirect,
-    shards_ranges,
     slot_of,
-    slots_ranges,
 )
-from redlock_async._nodes._wire import IGNORED, Failure, Fallback, Receiver, Reply, Resolve, pack, pack_script
+from redlock_async._nodes._wire import (
+    IGNORED,
+    Failure,
+    Fallback,
+    Reaction,
+    Receiver,
+    Reply,
+    Resolve,
+    pack,
+    pack_script,
+)
 from redlock_async._scripts import Script
 
 log = logging.getLogger("redlock_async._node")
@@ -165,6 +174,8 @@ class ClusterVoter(Node):
         """Primaries first met serving slots another primary served before (a failover, a new owner)."""
         self._stale_at = 0.0
         self._refreshing: asyncio.Task[bool] | None = None
+        self._keeping: asyncio.Task[None] | None = None
+        self._replids: dict[Node, bytes] = {}  # each serving primary's replication id, as first read
         self.map_error = ""
         """Why the slot map could not be read, the last time it could not."""
         self.refreshes = 0
@@ -330,7 +341,7 @@ class ClusterVoter(Node):
             shard = self.shards[address] = Node(
                 endpoint,
                 scripts=self._scripts_all,
-                on_ready=self._shard_ready,
+                on_ready=self._shard_connected,
                 on_unreachable=self._lost_shard,
                 on_fault=self._on_shard_fault,
                 **self._settings,
@@ -339,6 +350,19 @@ class ClusterVoter(Node):
             if self.owners[slot] is not None:
                 self.newcomers.add(shard)
         return shard
+
+    def _shard_connected(self, shard: Node) -> None:
+        """A new connection to *shard*: its replication id read first (what a later change is seen against),
+        then the shard quarantine's probe."""
+        self._replids.pop(shard, None)
+
+        def read(reply: Reply) -> None:
+            if isinstance(reply, bytes) and (replid := info_fields(reply).get(b"master_replid")):
+                self._replids[shard] = replid
+
+        shard.send_first((Reaction(read), (b"INFO", b"replication")))
+        if self._shard_ready is not None:
+            self._shard_ready(shard)
 
     def _lost_shard(self, shard: Node) -> None:
         self.refresh_soon()  # a primary that cannot be reached may have been replaced: who serves its slots now?
@@ -360,7 +384,8 @@ class ClusterVoter(Node):
         primaries, or else from the seeds and every primary met (``_cluster_map.py``), and route by it from
         now on; False when no node answered (:attr:`map_error` says why)."""
         self._stale_at = _clock.now() + REFRESH
-        ranges = await self._ask_primaries([shard for shard in self.shards.values() if shard.connected])
+        connected = [shard for shard in self.shards.values() if shard.connected]
+        ranges = await ask_primaries(connected, self._ask_within)
         if not ranges:
             seeds = tuple(dict.fromkeys((*self.endpoint.seeds, *self.shards)))
             try:
@@ -370,34 +395,21 @@ class ClusterVoter(Node):
                 return False
         self._apply(ranges)
         self.refreshes += 1
+        # A primary whose replication id changed on the same connection was a replica meanwhile (demoted,
+        # then promoted back): its data was replaced; its connection is dropped and the next one judged.
+        ids = await replication_ids([shard for shard in self._serving if shard.connected], self._ask_within)
+        for shard, replid in ids.items():
+            if self._replids.get(shard, replid) != replid:
+                del self._replids[shard]
+                _drop(shard)
         return True
 
-    async def _ask_primaries(self, primaries: list[Node]) -> Ranges | None:
-        """The map as the first of *primaries* to answer says it (each asked both ways at once)."""
-        asks = {
-            asyncio.ensure_future(self._ask_one(shard)): shard for shard in primaries
-        }  # (a paused primary is passed over at the timeout)
-        try:
-            for next_answer in asyncio.as_completed(list(asks), timeout=self._ask_within):
-                with contextlib.suppress(TimeoutError):
-                    ranges = await next_answer
-                    if ranges:
-                        return ranges
-        except TimeoutError:
-            return None
-        finally:
-            for ask in asks:
-                ask.cancel()
-        return None
-
-    async def _ask_one(self, shard: Node) -> Ranges | None:
-        host = shard.endpoint.host or "localhost"
-        shards, slots = shard.outbox.send(b"CLUSTER", b"SHARDS"), shard.outbox.send(b"CLUSTER", b"SLOTS")
-        reply = await shards
-        if not isinstance(reply, Failure):
-            return shards_ranges(reply, host)
-        reply = await slots
-        return None if isinstance(reply, Failure) else slots_ranges(reply, host)
+    async def _keep_fresh(self) -> None:
+        """Read the map every :data:`REFRESH` seconds, used or not, while the voter is open."""
+        while True:
+            await asyncio.sleep(REFRESH)
+            with contextlib.suppress(Exception):
+                await self.refresh()
 
     def _apply(self, ranges: Ranges) -> None:
         owners = self.owners
@@ -418,6 +430,8 @@ class ClusterVoter(Node):
 
     async def connect(self) -> Failure | None:
         """Read the slot map and connect to every primary in it; None when every one answered."""
+        if self._keeping is None and self.outbox.closed is None:
+            self._keeping = asyncio.get_running_loop().create_task(self._keep_fresh(), name=f"redlock-map {self.name}")
         if not await self.refresh():
             return Failure(Vote.ERROR, self.map_error)
         primaries = self.primaries()
@@ -430,13 +444,20 @@ class ClusterVoter(Node):
         return None
 
     async def aclose(self, grace: float) -> None:
+        self._stop_keeping()
         refreshing, self._refreshing = self._refreshing, None
         if refreshing is not None:
             refreshing.cancel()
         await asyncio.gather(*(shard.aclose(grace) for shard in self.shards.values()))
         await Node.aclose(self, grace)
 
+    def _stop_keeping(self) -> None:
+        keeping, self._keeping = self._keeping, None
+        if keeping is not None:
+            keeping.cancel()
+
     def close_now(self) -> None:
+        self._stop_keeping()
         refreshing, self._refreshing = self._refreshing, None
         if refreshing is not None:
             refreshing.cancel()
