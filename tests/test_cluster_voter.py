@@ -304,3 +304,31 @@ async def test_several_keys_in_several_slots_are_refused_in_words(voters: list[s
         detail = lock.outcomes[0].detail
         assert "CROSSSLOT" in detail
         assert "one slot" in detail
+
+
+async def test_three_cluster_voters_acquire_extend_release_and_watch() -> None:
+    # Three Clusters of two shards each, no replicas (six processes): every voter is a Cluster.
+    with LocalCluster(2, 0) as one, LocalCluster(2, 0) as two, LocalCluster(2, 0) as three:
+        clusters = [one, two, three]
+        async with Redlock([cluster.url for cluster in clusters], queue=False) as redlock:
+            for name in ("alpha", "beta", "gamma", "delta"):
+                key = f"redlock:{name}"
+                lock = redlock.lock(name, ttl=5.0)
+                assert await lock.acquire(blocking=False), lock.outcomes
+                assert all(owner_of_key(cluster, key).command("GET", key) is not None for cluster in clusters)
+                await lock.extend()
+                await lock.release()
+                assert all(owner_of_key(cluster, key).command("GET", key) is None for cluster in clusters)
+            watched = redlock.lock("watched", ttl=1.0)
+            async with watched:
+                await asyncio.sleep(2.5)
+                assert watched.held
+            paused = clusters[2].master_of(0)
+            paused.pause()  # a shard down: the other two voters still make the majority
+            try:
+                for name in ("alpha", "beta", "gamma", "delta"):
+                    lock = redlock.lock(name, ttl=5.0)
+                    assert await lock.acquire(blocking=False), lock.outcomes
+                    await lock.release()
+            finally:
+                paused.resume()
