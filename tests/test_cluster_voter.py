@@ -332,3 +332,21 @@ async def test_three_cluster_voters_acquire_extend_release_and_watch() -> None:
                     await lock.release()
             finally:
                 paused.resume()
+
+
+async def test_a_cluster_voter_with_a_password_and_one_without_it(plain: LocalNodes, voters: list[str]) -> None:
+    with LocalCluster(2, 0, password="s3cret") as guarded:
+        seeds = "&".join(f"seed=127.0.0.1:{node.port}" for node in guarded.nodes[1:])
+        first = guarded.nodes[0].port
+        url = f"redis+cluster://:s3cret@127.0.0.1:{first}?{seeds}"
+        plain.nodes[1].pause()
+        async with Redlock([url, *voters[1:]], queue=False) as redlock:
+            lock = redlock.lock("guarded", ttl=5.0)
+            assert await lock.acquire(blocking=False), lock.outcomes
+            await lock.release()
+        wrong = f"redis+cluster://:wrong@127.0.0.1:{first}?{seeds}"
+        async with Redlock([wrong, *voters[1:]], queue=False) as refused:
+            lock = refused.lock("guarded", ttl=5.0)
+            assert not await lock.acquire(blocking=False)
+            assert "AUTH" in lock.outcomes[0].detail, lock.outcomes
+            assert "wrong" not in lock.outcomes[0].detail

@@ -391,8 +391,11 @@ class ClusterVoter(Node):
             try:
                 ranges = await ask_seeds(replace(self.endpoint, seeds=seeds), self._ask_within)
             except MapError as exc:
+                if not self.map_error:  # once per outage
+                    log.warning("redlock node %s: cannot read the slot map: %s", self.name, exc)
                 self.map_error = str(exc)
                 return False
+        self.map_error = ""
         self._apply(ranges)
         self.refreshes += 1
         # A primary whose replication id changed on the same connection was a replica meanwhile (demoted,
