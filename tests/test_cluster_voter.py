@@ -350,3 +350,23 @@ async def test_a_cluster_voter_with_a_password_and_one_without_it(plain: LocalNo
             assert not await lock.acquire(blocking=False)
             assert "AUTH" in lock.outcomes[0].detail, lock.outcomes
             assert "wrong" not in lock.outcomes[0].detail
+
+
+async def test_clusterdown_counts_as_the_voters_timeout(plain: LocalNodes, voters: list[str]) -> None:
+    with LocalCluster(1, 0) as lone:
+        node = lone.nodes[0]
+        async with Redlock([lone.url, *voters[1:]], queue=False) as redlock:
+            voter = voter_of(redlock)
+            assert await voter.connect() is None
+            slot = int(node.command("CLUSTER", "KEYSLOT", "redlock:down"))  # type: ignore[call-overload]
+            node.command("CLUSTER", "DELSLOTS", slot)  # a slot served by no one: the cluster is down
+            try:
+                for _ in range(100):
+                    if b"cluster_state:fail" in node.command("CLUSTER", "INFO"):  # type: ignore[operator]
+                        break
+                    await asyncio.sleep(0.1)
+                reply = await voter.send(b"GET", b"redlock:down")
+                assert reply.vote.value == "timeout", reply
+                assert "CLUSTERDOWN" in reply.detail
+            finally:
+                node.command("CLUSTER", "ADDSLOTS", slot)
