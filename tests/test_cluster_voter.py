@@ -370,3 +370,12 @@ async def test_clusterdown_counts_as_the_voters_timeout(plain: LocalNodes, voter
                 assert "CLUSTERDOWN" in reply.detail
             finally:
                 node.command("CLUSTER", "ADDSLOTS", slot)
+
+
+async def test_one_cluster_voter_alone(shards: LocalCluster, voters: list[str]) -> None:
+    async with Redlock([shards.url], queue=False) as redlock, Redlock([shards.url], queue=False) as other:
+        lock = redlock.lock("alone", ttl=5.0)
+        assert await lock.acquire(blocking=False), lock.outcomes
+        assert not await other.lock("alone", ttl=5.0).acquire(blocking=False)
+        await lock.release()
+        assert await other.lock("alone", ttl=5.0).acquire(blocking=False)
