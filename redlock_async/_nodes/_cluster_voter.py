@@ -321,10 +321,14 @@ class ClusterVoter(Node):
                 self._serving.add(shard)
                 _drop(shard)  # a node that served nothing (demoted, or new) is judged again before its votes
             self.refresh_soon()
-        else:
-            shard.send_packed(IGNORED, 0, pack((b"ASKING",)))
         routed.shard = shard
-        shard.send_packed(routed, routed.index, routed.packed, limited=routed.limited, fallback=routed.fallback)
+        if kind == "MOVED":
+            shard.send_packed(routed, routed.index, routed.packed, limited=routed.limited, fallback=routed.fallback)
+            return
+        # ASKING and the command back to back, both or neither (neither limited: a stalled node refusing the
+        # command alone would leave ASKING to the next command on the connection, for another slot).
+        shard.send_packed(IGNORED, 0, pack((b"ASKING",)))
+        shard.send_packed(routed, routed.index, routed.packed, fallback=routed.fallback)
 
     def _shard(self, address: Address, slot: int) -> Node:
         shard = self.shards.get(address)
