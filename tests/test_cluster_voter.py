@@ -310,7 +310,8 @@ async def test_three_cluster_voters_acquire_extend_release_and_watch() -> None:
     # Three Clusters of two shards each, no replicas (six processes): every voter is a Cluster.
     with LocalCluster(2, 0) as one, LocalCluster(2, 0) as two, LocalCluster(2, 0) as three:
         clusters = [one, two, three]
-        async with Redlock([cluster.url for cluster in clusters], queue=False) as redlock:
+        # (A wider node_timeout: six processes just started share the 2-core box with the other tests.)
+        async with Redlock([cluster.url for cluster in clusters], queue=False, node_timeout=0.3) as redlock:
             for name in ("alpha", "beta", "gamma", "delta"):
                 key = f"redlock:{name}"
                 lock = redlock.lock(name, ttl=5.0)
@@ -319,9 +320,9 @@ async def test_three_cluster_voters_acquire_extend_release_and_watch() -> None:
                 await lock.extend()
                 await lock.release()
                 assert all(owner_of_key(cluster, key).command("GET", key) is None for cluster in clusters)
-            watched = redlock.lock("watched", ttl=2.0)
+            watched = redlock.lock("watched", ttl=3.0)
             async with watched:
-                await asyncio.sleep(5.0)
+                await asyncio.sleep(7.0)
                 assert watched.held
             paused = clusters[2].master_of(0)
             paused.pause()  # a shard down: the other two voters still make the majority
