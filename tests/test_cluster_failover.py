@@ -142,3 +142,31 @@ async def test_a_primary_demoted_then_promoted_back_is_judged_again(shards: Loca
         assert lock.outcomes[0].vote.value == "quarantined", lock.outcomes
         assert "promoted" in lock.outcomes[0].detail
         assert second is not first
+
+
+async def test_a_standalone_voter_restarted_empty_beside_cluster_voters_is_not_a_new_deployment() -> None:
+    # Two Cluster voters and one standalone voter: the standalone one alone is all its quarantine knows of
+    # plain nodes. Restarted empty, it must not be judged a new deployment while the Clusters have markers.
+    with LocalCluster(1, 0) as one, LocalCluster(1, 0) as two, LocalNodes(1) as plain:
+        urls = [one.url, two.url, *plain.urls]
+        async with Redlock(urls, queue=False) as holder:
+            await holder.connect()  # a new deployment: every voter marked
+            lock = holder.lock("kept", ttl=30.0)
+            await _eventually_marked(plain)
+            two.nodes[0].pause()  # the holder sits on a bare majority: the first Cluster and the standalone
+            try:
+                assert await lock.acquire(blocking=False), lock.outcomes
+            finally:
+                two.nodes[0].resume()
+            # The holder's request queued on the stopped node lands now: taken out, as if it never came.
+            assert await eventually(lambda: two.nodes[0].command("GET", "redlock:kept") is not None, within=20.0)
+            two.nodes[0].command("DEL", "redlock:kept")
+            plain.nodes[0].restart(keep_data=False)  # the standalone voter lost the holder's key
+            async with Redlock(urls, queue=False) as second:
+                theirs = second.lock("kept", ttl=30.0)
+                assert not await theirs.acquire(blocking=False), "a second holder: the emptied node was judged new"
+                assert theirs.outcomes[2].vote.value == "quarantined", theirs.outcomes
+
+
+async def _eventually_marked(plain: LocalNodes) -> None:
+    assert await eventually(lambda: plain.nodes[0].command("GET", "redlock:") is not None, within=10.0)

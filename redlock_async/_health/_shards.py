@@ -45,6 +45,9 @@ log = logging.getLogger("redlock_async._quarantine")
 OnReplaced = Callable[[int, Node, str], None]
 """Told when a shard of voter *i* sits out because its primary changed: (voter index, the shard, why)."""
 
+RECHECK = 0.2
+"""Seconds between looks at the other voters while a new deployment waits for their word."""
+
 NEW_OWNER = "serves slots another primary served before (a failover, or a new node): its keys may be missing"
 
 
@@ -53,7 +56,6 @@ class _Voter:
     """What the quarantine knows of one Cluster voter's shards."""
 
     voter: ClusterVoter
-    in_service: bool = False
     run_ids: dict[Node, bytes] = field(default_factory=dict)
     answered: dict[Node, Marker] = field(default_factory=dict)
     timers: dict[Node, asyncio.TimerHandle] = field(default_factory=dict)
@@ -70,8 +72,13 @@ class ShardQuarantine:
         *,
         read_only: bool = False,
         on_replaced: OnReplaced | None = None,
+        elsewhere: Callable[[], bool | None] | None = None,
     ) -> None:
         self._marker = marker
+        # The standalone voters' word on a new deployment (``Quarantine.state``): new only if they are new too.
+        self._elsewhere = elsewhere
+        self._in_service = False  # judged: a new deployment (marked now), or one in service already
+        self._asking: asyncio.TimerHandle | None = None  # the next look while the other voters are not all in
         self._period = period
         self._voters = {i: _Voter(voter) for i, voter in voters}
         self._read_only = read_only
@@ -81,6 +88,8 @@ class ShardQuarantine:
 
     def close(self) -> None:
         self._closed = True
+        if self._asking is not None:
+            self._asking.cancel()
         for state in self._voters.values():
             for timer in state.timers.values():
                 timer.cancel()
@@ -130,40 +139,59 @@ class ShardQuarantine:
         state.answered[shard] = seen
         changed = shard.promoted or restarted or newcomer
         why = NEW_OWNER if newcomer and not shard.promoted else why_out(seen, marker, run_id, shard.promoted)
-        if seen not in (Marker.ABSENT, Marker.UNKNOWN):
-            state.in_service = True
-        if suspect and not state.in_service:
-            # Met without marker: a new cluster if no primary of it has one (decided once all answered).
+        if suspect and not self._in_service:
+            # Met without marker: a new deployment if no voter has one (decided once every one answered).
             self._sit_out(i, shard, period, "", run_id)
-            self._judge_new(i)
+            self._decide()
             return
         self._sit_out(i, shard, seconds, why, run_id)
-        if seconds and changed and state.in_service and self._on_replaced is not None:
+        if seconds and changed and self._in_service and self._on_replaced is not None:
             self._on_replaced(i, shard, f"shard {shard.name} {why}")
         if not seconds and seen is not Marker.CURRENT:
             self._mark(i, shard, run_id)
-        if state.in_service:
-            self._judge_new(i)
+        self._decide()
 
-    def _judge_new(self, i: int) -> None:
-        """Every primary of voter *i* answered and none has a marker: a new cluster, in service now."""
-        state = self._voters[i]
-        primaries = state.voter.primaries()
-        if state.in_service:
+    def state(self) -> bool | None:
+        """The Cluster voters' own word on a new deployment: True in service (a shard primary with a marker,
+        or whose marker could not be read), False new (every primary of every voter answered without one),
+        None not all answered yet (``Quarantine.fresh_state`` says why nothing less will do)."""
+        answered = [marker for state in self._voters.values() for marker in state.answered.values()]
+        if any(marker is not Marker.ABSENT for marker in answered):
+            return True
+        for state in self._voters.values():
+            primaries = state.voter.primaries()
+            if not primaries or any(shard not in state.answered for shard in primaries):
+                return None
+        return False
+
+    def _decide(self) -> None:
+        """Judge a new deployment: in service once any voter says so; new once every one says new (each
+        shard met without marker then serves at once, marked); until then, looked at again shortly."""
+        if self._in_service or self._closed:
             return
-        if not primaries or any(shard not in state.answered for shard in primaries):
+        mine = self.state()
+        theirs = False if self._elsewhere is None else self._elsewhere()
+        if mine or theirs:
+            self._in_service = True
+            for i, state in self._voters.items():
+                for shard, marker in state.answered.items():
+                    if marker is Marker.ABSENT and shard.quarantined_until:
+                        why = "has no marker while other voters or shards have theirs: it lost its data"
+                        self._sit_out(i, shard, self._period(), why, state.run_ids.get(shard))
             return
-        if any(state.answered[shard] is not Marker.ABSENT for shard in primaries):
-            state.in_service = True
-            for shard in primaries:
-                if state.answered[shard] is Marker.ABSENT:
-                    why = "has no marker while other shards have theirs: it lost its data"
-                    self._sit_out(i, shard, self._period(), why, state.run_ids.get(shard))
+        if mine is None or theirs is None:
+            if self._asking is None or self._asking.cancelled():
+                self._asking = asyncio.get_running_loop().call_later(RECHECK, self._look_again)
             return
-        state.in_service = True
-        for shard in primaries:
-            self._sit_out(i, shard, 0.0, "", state.run_ids.get(shard))
-            self._mark(i, shard, state.run_ids.get(shard))
+        self._in_service = True
+        for i, state in self._voters.items():
+            for shard in state.voter.primaries():
+                self._sit_out(i, shard, 0.0, "", state.run_ids.get(shard))
+                self._mark(i, shard, state.run_ids.get(shard))
+
+    def _look_again(self) -> None:
+        self._asking = None
+        self._decide()
 
     def _sit_out(self, i: int, shard: Node, seconds: float, why: str, run_id: bytes | None) -> None:
         state = self._voters[i]

@@ -150,10 +150,21 @@ class Connections:
             repair = functools.partial(
                 raise_counters, plain, prefix=settings.fence_prefix.encode(), timeout=settings.connect_timeout * 2
             )
-            quarantine = Quarantine(settings.key_prefix.encode(), cluster.quarantine_period, plain, repair=repair)
+            # A deployment is new only if every voter is: each quarantine asks the other one's word.
+            quarantine = Quarantine(
+                settings.key_prefix.encode(),
+                cluster.quarantine_period,
+                plain,
+                repair=repair,
+                elsewhere=(lambda: shards.state() if shards is not None else None) if voters else None,
+            )
             if voters:
                 shards = ShardQuarantine(
-                    settings.key_prefix.encode(), cluster.quarantine_period, voters, on_replaced=cluster.shard_replaced
+                    settings.key_prefix.encode(),
+                    cluster.quarantine_period,
+                    voters,
+                    on_replaced=cluster.shard_replaced,
+                    elsewhere=quarantine.state if plain else None,
                 )
         self._quarantine = quarantine
         self._shards = shards

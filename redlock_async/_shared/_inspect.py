@@ -136,10 +136,22 @@ class Inspector:
         )
         if judged:
             plain = [node for node in self._nodes if not isinstance(node, ClusterVoter)]
-            quarantine = Quarantine(settings.key_prefix.encode(), self._period, plain, read_only=True)
             voters = [(i, node) for i, node in enumerate(self._nodes) if isinstance(node, ClusterVoter)]
+            quarantine = Quarantine(
+                settings.key_prefix.encode(),
+                self._period,
+                plain,
+                read_only=True,
+                elsewhere=(lambda: shards.state() if shards is not None else None) if voters else None,
+            )
             if voters:
-                shards = ShardQuarantine(settings.key_prefix.encode(), self._period, voters, read_only=True)
+                shards = ShardQuarantine(
+                    settings.key_prefix.encode(),
+                    self._period,
+                    voters,
+                    read_only=True,
+                    elsewhere=quarantine.state if plain else None,
+                )
         self._quarantine, self._shards = quarantine, shards
         return self._nodes
 
