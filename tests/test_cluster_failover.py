@@ -18,6 +18,7 @@ from redlock_async import Redlock
 from redlock_async.testing import LocalCluster, LocalNodes
 from redlock_async.testing._inside import cluster_of
 from tests.conftest import eventually, mark_in_service
+from tests.test_cluster_voter import IN_SERVICE, mark_shards
 
 pytestmark = pytest.mark.slow
 
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def shards() -> Iterator[LocalCluster]:
     with LocalCluster(2, 1) as cluster:
+        mark_shards(cluster)  # a deployment in service: every voter marked
         yield cluster
 
 
@@ -32,7 +34,7 @@ def shards() -> Iterator[LocalCluster]:
 def plain() -> Iterator[LocalNodes]:
     with LocalNodes(2) as nodes:
         for node in nodes.nodes:
-            mark_in_service(node)
+            mark_in_service(node, period=IN_SERVICE)
         yield nodes
 
 

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from redlock_async import Redlock
+from redlock_async._health._markers import marker_value
+from redlock_async._nodes import tag_for
 from redlock_async.cli._codes import EXIT_HELD
 from redlock_async.testing import LocalCluster, LocalNodes
 from redlock_async.testing._inside import cluster_of
@@ -36,6 +38,22 @@ def plain() -> Iterator[LocalNodes]:
         yield nodes
 
 
+IN_SERVICE = 3600.0
+"""The period the markers of these tests' voters are written under: longer than any test's, so all trust them."""
+
+
+def mark_shards(cluster: LocalCluster, period: float = IN_SERVICE) -> None:
+    """Write on each shard primary the marker a client leaves on a shard it judged in service (a Cluster
+    voter in service has them; without, beside standalone voters in service, its shards sit out a period)."""
+    for shard in range(len(cluster.shards)):
+        master = cluster.master_of(shard)
+        lowest = min(first for first, _ in _ranges(master, master))
+        server: Any = master.command("INFO", "server")
+        replication: Any = master.command("INFO", "replication")
+        identity = f"{server['run_id']}.{replication['master_replid']}".encode()
+        master.command("SET", b"redlock:" + tag_for(lowest), marker_value(identity, period))
+
+
 @pytest.fixture
 def voters(shards: LocalCluster, plain: LocalNodes) -> list[str]:
     """The cluster voter first, then the standalone ones; every node flushed and marked in service."""
@@ -43,8 +61,9 @@ def voters(shards: LocalCluster, plain: LocalNodes) -> list[str]:
         node.resume()
     plain.flush()
     for node in plain.nodes:
-        mark_in_service(node)
+        mark_in_service(node, period=IN_SERVICE)
     shards.flush()
+    mark_shards(shards)
     return [shards.url, *plain.urls]
 
 
@@ -337,6 +356,7 @@ async def test_three_cluster_voters_acquire_extend_release_and_watch() -> None:
 
 async def test_a_cluster_voter_with_a_password_and_one_without_it(plain: LocalNodes, voters: list[str]) -> None:
     with LocalCluster(2, 0, password="s3cret") as guarded:
+        mark_shards(guarded)
         seeds = "&".join(f"seed=127.0.0.1:{node.port}" for node in guarded.nodes[1:])
         first = guarded.nodes[0].port
         url = f"redis+cluster://:s3cret@127.0.0.1:{first}?{seeds}"
