@@ -11,7 +11,8 @@ before any of its votes, and judged by the same rule, :func:`_algorithm.sit_out`
   node given slots) is a restart of that shard: no marker of its own, the whole period;
 * a primary this client knew under another run id restarted;
 * a primary without marker while the voter's other shards have theirs lost its data: the whole period
-  (no recheck: the shards of a new cluster, where no shard has a marker, serve at once and are marked).
+  (no recheck). A deployment where no voter has a marker (no shard, no standalone node: :meth:`state`
+  and ``Quarantine.state`` ask each other) is new: its shards serve at once and are marked.
 
 A shard primary's identity is its run id *and* its replication id (``master_replid``): a primary that was
 demoted and promoted back has a new replication id, so the marker it kept (or got back from the replica
