@@ -400,3 +400,18 @@ async def test_one_cluster_voter_alone(shards: LocalCluster, voters: list[str]) 
         assert not await other.lock("alone", ttl=5.0).acquire(blocking=False)
         await lock.release()
         assert await other.lock("alone", ttl=5.0).acquire(blocking=False)
+
+
+async def test_redlock_break_clears_a_cluster_voter(redlock: Redlock, voters: list[str], shards: LocalCluster) -> None:
+    name, key = "{stuck}", "redlock:{stuck}"
+    lock = redlock.lock(name, ttl=60.0)
+    assert await lock.acquire(blocking=False), lock.outcomes
+    assert owner_of_key(shards, key).command("GET", key) is not None
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "redlock_async", "break", name, "--yes", "--nodes", ",".join(voters),
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, out.decode() + err.decode()
+    assert "broken: 3 of 3 nodes are clear" in out.decode()
+    assert owner_of_key(shards, key).command("GET", key) is None
