@@ -9,8 +9,10 @@ is asked of a connected primary, or else of the seeds (``_cluster_map.py``); bef
 a command is not sent (its vote: skipped), so that no vote comes from a server the shard quarantine
 has not judged.
 
-The slot map is read at connect, again (in the background) after a ``MOVED``, after a primary's
-connection failed, and at most every :data:`REFRESH` seconds while in use. ``MOVED`` puts the slot's new
+The slot map is read at connect, then every :data:`REFRESH` seconds, and (in the background) after a
+``MOVED`` and after a primary could not be reached. A primary that leaves the map, serves again after
+serving nothing, or shows another replication id than when its connection began (demoted and promoted
+back) has its connection dropped: the next one is judged before any vote of it counts. ``MOVED`` puts the slot's new
 owner in the map at once and sends the command there; ``ASK`` sends it once to the node named, behind
 ``ASKING``; ``TRYAGAIN`` and ``CLUSTERDOWN`` count as the voter's timeout for that request (a failed or
 migrating shard), as does a redirection beyond :data:`MAX_HOPS`. All of it happens inside the ballot's
