@@ -218,6 +218,10 @@ class ClusterVoter(Node):
     def quarantine_reason(self, reason: str) -> None:
         self._held_reason = reason
 
+    def judged_by(self, key: bytes) -> None:
+        """Read :attr:`quarantined_until` as the quarantine of the primary serving *key* (until the next reply)."""
+        self.answering = self.owners[key_slot(key)] or self.answering
+
     @property
     def connected(self) -> bool:
         return any(shard.connected for shard in self.shards.values())

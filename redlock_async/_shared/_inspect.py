@@ -197,7 +197,11 @@ class Inspector:
             [(replies[0], at) for replies, at in zip(answered, received, strict=True)],
             drift(settings.ttl, settings.drift_factor),
         )
-        # Quarantine is read after every reply is in: each node's probe went first on its connection.
+        # Quarantine is read after every reply is in: each node's probe went first on its connection. A Cluster
+        # voter's is its shard's that serves the lock's key (the other keys, of other slots, say nothing of it).
+        for node in nodes:
+            if isinstance(node, ClusterVoter):
+                node.judged_by(keys.lock)
         doubts = [self._doubt(i, node, ahead[i]) for i, node in enumerate(nodes)]
         views = tuple(
             _sat_out(_view(node, replies[0], replies[1]), doubt)
