@@ -109,6 +109,9 @@ async def _failover_case(shards: LocalCluster, plain: LocalNodes, *, quarantine:
             info = await second_client.inspect(name)
             assert info.state != "free", info
             assert info.nodes[0].state == "quarantined", info.nodes[0]
+            # Read at any other time than a vote's delivery (a grant queue's claim deciding later, statistics),
+            # the voter sits out while any of its shards does: nothing counted later counts that shard's yes.
+            assert second_client.statistics().nodes[0].quarantined
             # Only that shard sits out: a name on the other shard wins with the cluster voter's yes.
             plain.nodes[0].pause()
             elsewhere = second_client.lock(other, ttl=30.0)

@@ -114,8 +114,26 @@ class _Routed:
                 reply = Failure(Vote.TIMEOUT, f"the shard cannot serve now ({detail})")
             elif detail.startswith("CROSSSLOT"):
                 reply = Failure(Vote.ERROR, detail + CROSSSLOT_HINT, answered=True)
-        self.voter.answering = self.shard
-        self.receiver.deliver(self.index, reply)
+        voter = self.voter
+        voter.answering = self.shard
+        try:
+            self.receiver.deliver(self.index, reply)
+        finally:
+            voter.answering = None
+
+
+def _judging(answering: Node | None, serving: set[Node]) -> Node | None:
+    """The shard whose quarantine is a voter's now: the one whose reply is being delivered (a ballot counts a
+    vote as it is delivered), else, read at any other time (a grant queue's claim deciding later,
+    statistics), the one that sits out longest: nothing that counts later may count a yes of a shard that
+    sits out."""
+    if answering is None and serving:
+        return max(serving, key=_until)
+    return answering
+
+
+def _until(shard: Node) -> float:
+    return shard.quarantined_until
 
 
 def _drop(shard: Node) -> None:
@@ -158,7 +176,8 @@ class ClusterVoter(Node):
         self._held_until = 0.0
         self._held_reason = ""
         self.answering: Node | None = None
-        """The shard primary whose reply is being delivered (its quarantine is this voter's meanwhile)."""
+        """The shard primary whose reply is being delivered (its quarantine is this voter's meanwhile), or
+        the one :meth:`judged_by` named; None otherwise."""
         super().__init__(endpoint, on_fault=on_fault, warn=False, **shard_settings)
         self._settings = shard_settings
         self._ask_within = float(shard_settings.get("connect_timeout", 1.0)) * 2
@@ -196,7 +215,7 @@ class ClusterVoter(Node):
 
     @property
     def quarantined_until(self) -> float:
-        shard = self.answering
+        shard = _judging(self.answering, self._serving)
         own = self._held_until
         if shard is None:
             return own
@@ -209,7 +228,7 @@ class ClusterVoter(Node):
 
     @property
     def quarantine_reason(self) -> str:
-        shard = self.answering
+        shard = _judging(self.answering, self._serving)
         if shard is not None and shard.quarantined_until > self._held_until:
             return f"shard {shard.name}: {shard.quarantine_reason}"
         return self._held_reason
@@ -219,7 +238,8 @@ class ClusterVoter(Node):
         self._held_reason = reason
 
     def judged_by(self, key: bytes) -> None:
-        """Read :attr:`quarantined_until` as the quarantine of the primary serving *key* (until the next reply)."""
+        """Read :attr:`quarantined_until` as the quarantine of the primary serving *key* (until the next reply
+        is delivered: inspection, which reads one name's keys)."""
         self.answering = self.owners[key_slot(key)] or self.answering
 
     @property
