@@ -90,9 +90,21 @@ def test_errors_never_quote_a_password() -> None:
         assert "hunter2" not in str(info.value)
 
 
-def test_a_cluster_voter_is_refused_until_it_is_supported() -> None:
-    with pytest.raises(ValueError, match=r"nodes\[1\] is a Redis Cluster \(redis\+cluster://\): this version cannot"):
-        Redlock(["redis://127.0.0.1:1", "redis+cluster://127.0.0.1:2", "redis://127.0.0.1:3"])
+def test_a_cluster_voter_is_accepted_beside_standalone_ones_with_its_seeds_and_settings() -> None:
+    redlock = Redlock(["redis://127.0.0.1:1", "redis+cluster://u:pw@127.0.0.1:2?seed=h:3", "redis://127.0.0.1:3"])
+    assert redlock.nodes == ("127.0.0.1:1", "cluster:127.0.0.1:2", "127.0.0.1:3")
+    endpoint = endpoint_for("rediss+cluster://u:pw@a:2?seed=b:3&ssl_cert_reqs=none", 0)
+    assert endpoint.cluster
+    assert endpoint.seeds == (("a", 2), ("b", 3))
+    assert (endpoint.username, endpoint.password) == ("u", "pw")
+    assert endpoint.tls is not None
+    assert endpoint.server_hostname == "a"
+    assert "pw" not in repr(endpoint)
+
+
+def test_one_cluster_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"nodes\[1\] \(cluster:a:1\) is the same server as nodes\[0\]"):
+        endpoints_for(["redis+cluster://b:2?seed=a:1", "redis+cluster://a:1?seed=b:2"])
 
 
 def test_one_sentinel_group_twice_is_refused() -> None:

@@ -10,5 +10,15 @@ from redlock_async._health._clock_guard import ClockGuard
 from redlock_async._health._evictions import EVICTED, EvictionWatch, evicted_keys, floored
 from redlock_async._health._fence_repair import raise_counters
 from redlock_async._health._quarantine import Quarantine
+from redlock_async._health._shards import ShardQuarantine
 
-__all__ = ["EVICTED", "ClockGuard", "EvictionWatch", "Quarantine", "evicted_keys", "floored", "raise_counters"]
+__all__ = [
+    "EVICTED",
+    "ClockGuard",
+    "EvictionWatch",
+    "Quarantine",
+    "ShardQuarantine",
+    "evicted_keys",
+    "floored",
+    "raise_counters",
+]

@@ -88,8 +88,10 @@ class Quarantine:
         *,
         read_only: bool = False,
         repair: Repair | None = None,
+        elsewhere: Callable[[], bool | None] | None = None,
     ) -> None:
         self._marker = marker
+        self._elsewhere = elsewhere  # the Cluster voters' word on a new deployment (suspects' rechecks ask again)
         # A node whose quarantine is over first gets its fencing counters back (docs/fencing.md).
         self._repairs = None if read_only or repair is None else Repairs(nodes, repair, self._counts_again, read_only)
         self._read_only = read_only  # judge, but write no marker (inspection writes nothing)
@@ -217,27 +219,19 @@ class Quarantine:
         return data_replaced(named, seen, run_id, self._run_ids[i], others)
 
     def _check_fresh(self) -> None:
-        """Every node answered, none with a marker: a new cluster, whose nodes serve at once.
-
-        A node with a marker (of any kind) means the cluster was in service. So does a node that
-        could not be reached, or whose marker could not be read: it may hold keys granted by a
-        majority of which the nodes seen without marker lost theirs. A majority of nodes without
-        marker is not enough: nodes never marked (down when the cluster went into service, and met
-        by no client since) and one that lost its data can make a majority beside a holder's nodes.
-        Telling a new cluster from one where every node lost its data takes a memory no new client
-        has (one that knew the old servers sees their run_ids change); Redlock cannot survive a
-        majority losing its data anyway.
-        """
+        """Every node answered, none with a marker, and the Cluster voters' shards none either (*elsewhere*):
+        a new cluster, whose nodes serve at once (:func:`fresh_state` says why nothing less will do)."""
         if self._in_service:
             return
-        if any(self._marked) or any(self._unknown):
+        elsewhere = False if self._elsewhere is None else self._elsewhere()
+        if any(self._marked) or any(self._unknown) or elsewhere:
             self._in_service = True
             for i in sorted(self._unmarked):
                 self._watch(i)  # each sits out a period from the moment it is watched, for every client alike
             for i in sorted(self._suspects):
                 self._warn_suspect(i)
             return
-        if not all(seen and marked is False for seen, marked in zip(self._seen, self._marked, strict=True)):
+        if elsewhere is None or self.state() is not False:
             return
         self._in_service = True
         log.debug("redlock: every node answered and none has a marker: a new cluster, in service now")
@@ -248,6 +242,10 @@ class Quarantine:
         self._suspects.clear()
         for i in sorted(self._unmarked):
             self._watch(i)  # seen to restart meanwhile: it sits out all the same
+
+    def state(self) -> bool | None:
+        """Its own nodes' word on a new deployment: True in service, False new, None not all answered yet."""
+        return fresh_state(self._seen, self._marked, self._unknown)
 
     # -- the watch ---------------------------------------------------------
 
@@ -429,6 +427,27 @@ class Quarantine:
 
 REPLACED = "holds another server's data (it was a replica, or loaded another's data): the keys it held are gone"
 """Why a node whose marker names another server process it did not restart from sits out a whole period."""
+
+
+def fresh_state(seen: Sequence[bool], marked: Sequence[bool | None], unknown: Sequence[bool]) -> bool | None:
+    """True: in service (a marker, or a node not reached or not read); False: new (every node answered
+    without marker); None: not every node answered yet.
+
+    A node with a marker (of any kind) means the cluster was in service. So does a node that
+    could not be reached, or whose marker could not be read: it may hold keys granted by a
+    majority of which the nodes seen without marker lost theirs. A majority of nodes without
+    marker is not enough: nodes never marked (down when the cluster went into service, and met
+    by no client since) and one that lost its data can make a majority beside a holder's nodes.
+    Telling a new cluster from one where every node lost its data takes a memory no new client
+    has (one that knew the old servers sees their run_ids change); Redlock cannot survive a
+    majority losing its data anyway. The same holds across voters: a Cluster voter's shards count
+    as nodes here (``ShardQuarantine.state``), and a voter of either kind is new only if all are.
+    """
+    if any(marked) or any(unknown):
+        return True
+    if all(one and mark is False for one, mark in zip(seen, marked, strict=True)):
+        return False
+    return None
 
 
 def _release(node: Node) -> None:

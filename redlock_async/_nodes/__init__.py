@@ -5,9 +5,12 @@ This file is the wing's door: other modules of redlock_async import from here on
 
 from __future__ import annotations
 
+from redlock_async._nodes._cluster_voter import ClusterVoter
 from redlock_async._nodes._endpoint import Endpoint, endpoints_for
+from redlock_async._nodes._handshake import info_fields
 from redlock_async._nodes._node import Node
 from redlock_async._nodes._sentinel_voter import SwitchWatch
+from redlock_async._nodes._slots import key_slot, tag_for
 from redlock_async._nodes._wire import (
     IGNORED,
     Failure,
@@ -25,6 +28,7 @@ from redlock_async._nodes._wire import (
 
 __all__ = [
     "IGNORED",
+    "ClusterVoter",
     "Endpoint",
     "Failure",
     "Fallback",
@@ -36,8 +40,11 @@ __all__ = [
     "SwitchWatch",
     "bulk",
     "endpoints_for",
+    "info_fields",
+    "key_slot",
     "pack",
     "pack_script",
     "script_head",
     "server_error",
+    "tag_for",
 ]

@@ -101,12 +101,19 @@ class Endpoint:
     """A Sentinel voter's service (``redis+sentinel://``): its master is asked of :attr:`sentinels` at each
     connect (``_sentinel_voter.py``); host and port are then the first Sentinel's. None for a plain node."""
     sentinels: tuple[Endpoint, ...] = ()
+    cluster: bool = False
+    """A node of a Redis Cluster voter (``redis+cluster://``, ``_cluster_voter.py``): the handshake takes a
+    server in cluster mode. The voter's own endpoint lists :attr:`seeds`; a shard primary's lists none."""
+    seeds: tuple[tuple[str, int], ...] = ()
+    """A Cluster voter's seed addresses (host, port), tried in turn to reach the cluster; () otherwise."""
 
     @property
     def address(self) -> tuple[str, ...]:
         """The server this names, spelled one way (the db left out: two dbs of one server are one server)."""
         if self.service is not None:
             return ("sentinel", self.service, *sorted(":".join(s.address) for s in self.sentinels))
+        if self.seeds:
+            return ("cluster", *sorted(f"{host.lower().rstrip('.')}:{port}" for host, port in self.seeds))
         if self.path is not None:
             return ("unix", os.path.realpath(self.path))
         assert self.host is not None
@@ -209,13 +216,11 @@ def endpoint_for(spec: object, index: int) -> Endpoint:
 
 
 def _voter_endpoint(voter: VoterURL, index: int) -> Endpoint:
-    """The endpoint of a ``redis+sentinel://`` voter (its Sentinels' endpoints in it); a Cluster is refused."""
-    if voter.kind == CLUSTER:
-        raise ValueError(
-            f"nodes[{index}] is a Redis Cluster (redis+cluster://): this version cannot use a Cluster as a voter "
-            "yet; list standalone masters (redis://HOST:PORT), or Sentinel groups (redis+sentinel://HOST:PORT/SERVICE)"
-        )
+    """The endpoint of a ``redis+sentinel://`` voter (its Sentinels' endpoints in it) or of a
+    ``redis+cluster://`` voter (its seeds in it; its shards' endpoints are made as the slot map names them)."""
     base = endpoint_for(voter.base, index)
+    if voter.kind == CLUSTER:
+        return replace(base, name=f"cluster:{base.name}", cluster=True, seeds=voter.addresses)
     sentinels = tuple(
         replace(
             base,

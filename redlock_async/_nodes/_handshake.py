@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import ssl
 from dataclasses import dataclass
 
@@ -54,6 +55,8 @@ async def open_transport(loop: asyncio.AbstractEventLoop, endpoint: Endpoint, wi
     if endpoint.service is not None:  # a Sentinel voter: its master now, as the Sentinels say
         host, port = await master_address(endpoint)
         server_hostname = host if endpoint.tls is not None else None
+    if len(endpoint.seeds) > 1:  # a Cluster voter's own connection: the first seed that answers
+        return await _first_seed(loop, endpoint, wire)
     if endpoint.path is not None:
         transport, _ = await loop.create_unix_connection(lambda: wire, endpoint.path)
     else:
@@ -62,6 +65,24 @@ async def open_transport(loop: asyncio.AbstractEventLoop, endpoint: Endpoint, wi
         )
     # No isinstance check: uvloop's transports are not asyncio.Transport subclasses.
     return transport
+
+
+async def _first_seed(loop: asyncio.AbstractEventLoop, endpoint: Endpoint, wire: Wire) -> asyncio.Transport:
+    """Connect to the first of a Cluster voter's seeds that accepts (the last one's error if none does)."""
+    error: OSError | None = None
+    start = random.randrange(len(endpoint.seeds))  # a seed that hangs is not the first one every time
+    for host, port in endpoint.seeds[start:] + endpoint.seeds[:start]:
+        try:
+            server_hostname = host if endpoint.tls is not None else None
+            transport, _ = await loop.create_connection(
+                lambda: wire, host, port, ssl=endpoint.tls, server_hostname=server_hostname
+            )
+        except OSError as exc:
+            error = exc
+            continue
+        return transport
+    assert error is not None
+    raise error
 
 
 async def handshake_commands(endpoint: Endpoint) -> list[Command]:
@@ -105,21 +126,33 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
         if command[0] == b"INFO":
             blind = "INFO"
     replication = info_fields(sections.get(b"replication", b""))
-    if replication.get(b"role") == b"slave":
+    if replication.get(b"role") == b"slave" and not (endpoint.cluster and endpoint.seeds):
+        # (A Cluster voter's own connection, its pub/sub, may be a replica: any node hears every PUBLISH.)
         master = f"{replication.get(b'master_host', b'?').decode()}:{replication.get(b'master_port', b'?').decode()}"
         if endpoint.service is not None:
             raise ConnectError(f"the Sentinels named a replica (of {master}): failing over? asked again at next use")
+        if endpoint.cluster:
+            raise ConnectError(f"this node of the Cluster is a replica (of {master}) now: the slot map is read again")
         raise ConnectError(
             f"this server is a replica (of {master}): a voter must be a master that keeps its own keys;"
             " list the master itself, never a replica (a replica may be promoted without the latest lock keys)"
         )
-    if info_fields(sections.get(b"cluster", b"")).get(b"cluster_enabled") == b"1":
+    clustered = info_fields(sections.get(b"cluster", b"")).get(b"cluster_enabled") == b"1"
+    if endpoint.cluster and not clustered:
+        raise ConnectError(
+            "this server is not in cluster mode (cluster_enabled:0): a redis+cluster:// voter names a Redis"
+            " Cluster's nodes; write redis://HOST:PORT for a standalone master"
+        )
+    if clustered and not endpoint.cluster:
         raise ConnectError(
             "this server runs in cluster mode: a redis:// voter must be a standalone master"
-            " (cluster_enabled:0); run standalone nodes, or list one standalone server per voter"
+            " (cluster_enabled:0); write redis+cluster://HOST:PORT to use the whole Cluster as one voter"
         )
     # A Sentinel voter has replicas by design: a failover is judged as a restart (Identity.promoted).
-    replicas = int(replication.get(b"connected_slaves", b"0") or 0) if endpoint.service is None else 0
+    # A Cluster's shard too: its replicas' promotion is judged per shard (``_cluster_voter.py``).
+    replicas = (
+        int(replication.get(b"connected_slaves", b"0") or 0) if endpoint.service is None and not endpoint.cluster else 0
+    )
     memory = info_fields(sections.get(b"memory", b""))
     policy = memory.get(b"maxmemory_policy", b"")
     limited = memory.get(b"maxmemory", b"0") not in (b"0", b"")

@@ -16,9 +16,9 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from redlock_async._core import ClockFault, Settings, drift
+from redlock_async._core import ClockFault, Settings, drift, resource_key
 from redlock_async._health import ClockGuard
-from redlock_async._nodes import Node, Receiver
+from redlock_async._nodes import ClusterVoter, Node, Receiver, key_slot
 from redlock_async._shared._handoff import Listener
 from redlock_async._shared._watchdog import Watchdog
 from redlock_async.errors import RedlockError
@@ -193,6 +193,21 @@ class Cluster:
             hook(LockEvent(EventKind.EVICTED, "", reason=words, nodes=(self.names[i],)))
         except Exception:
             log.exception("redlock node %s: on_event callback failed", self.names[i])
+
+    def shard_replaced(self, i: int, shard: Node, why: str) -> None:
+        """A shard of Cluster voter *i* sits out because its primary changed (``_health/_shards.py``): lost at
+        once to every lock whose name it serves (or whose slot cannot be told)."""
+        voter = self.nodes[i]
+        owners = voter.owners if isinstance(voter, ClusterVoter) else None
+        prefix = self.settings.key_prefix
+        for lock in list(self.held):
+            names = lock.name if isinstance(lock.name, list | tuple) else (lock.name,)
+            try:
+                slots = {key_slot(resource_key(prefix, name)) for name in names}
+            except (TypeError, ValueError):
+                slots = set()
+            if owners is None or not slots or any(owners[slot] in (shard, None) for slot in slots):
+                lock.node_lost(i, why)
 
     def failed(self, exc: BaseException) -> None:
         """A background task failed unexpectedly (logged there): every call from now on says so, and

@@ -18,8 +18,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from redlock_async._core import MIN_TTL_TO_NODE_TIMEOUT, Settings, Vote, complete, quorum
-from redlock_async._health import ClockGuard, EvictionWatch, Quarantine, raise_counters
-from redlock_async._nodes import Failure, Node, Reply, SwitchWatch, endpoints_for, server_error
+from redlock_async._health import ClockGuard, EvictionWatch, Quarantine, ShardQuarantine, raise_counters
+from redlock_async._nodes import ClusterVoter, Failure, Node, Reply, SwitchWatch, endpoints_for, server_error
 from redlock_async._rounds import sitting_out
 from redlock_async._scripts import PERMISSIONS, SCRIPTS
 from redlock_async._shared._cluster import Cluster, describe
@@ -93,11 +93,25 @@ class Connections:
             "reconnect_delay": settings.reconnect_delay,
             "max_rto": settings.ttl / MIN_TTL_TO_NODE_TIMEOUT if settings.adaptive_timeout else 0.0,
         }
+        shards: ShardQuarantine | None = None  # a Cluster voter's shards' quarantine, made once the nodes are
+
+        def probe_shard(index: int, node: Node) -> None:
+            assert shards is not None
+            shards.on_ready(index, node)
+
         on_ready = None if settings.restart_quarantine == 0 else probe
         on_unreachable = None if settings.restart_quarantine == 0 else unreachable
         for index, endpoint in enumerate(endpoints):
             built.append(
-                Node(
+                ClusterVoter(
+                    endpoint,
+                    shard_settings=node_settings,
+                    scripts=SCRIPTS,
+                    shard_ready=None if on_ready is None else functools.partial(probe_shard, index),
+                    on_fault=failed,
+                )
+                if endpoint.seeds
+                else Node(
                     endpoint,
                     scripts=SCRIPTS,
                     on_ready=on_ready,
@@ -129,13 +143,32 @@ class Connections:
             if endpoint.service is not None
         ]
         cluster = self.cluster = Cluster(self.nodes, settings, listener, hook)
+        # The standalone (and Sentinel) voters' restart quarantine; a Cluster voter's shards have their own.
+        plain = tuple(node for node in self.nodes if not isinstance(node, ClusterVoter))
+        voters = [(i, node) for i, node in enumerate(self.nodes) if isinstance(node, ClusterVoter)]
         if on_ready is not None:
             # A node back from a restart raises its fencing counters from the others before it counts again.
             repair = functools.partial(
-                raise_counters, self.nodes, prefix=settings.fence_prefix.encode(), timeout=settings.connect_timeout * 2
+                raise_counters, plain, prefix=settings.fence_prefix.encode(), timeout=settings.connect_timeout * 2
             )
-            quarantine = Quarantine(settings.key_prefix.encode(), cluster.quarantine_period, self.nodes, repair=repair)
+            # A deployment is new only if every voter is: each quarantine asks the other one's word.
+            quarantine = Quarantine(
+                settings.key_prefix.encode(),
+                cluster.quarantine_period,
+                plain,
+                repair=repair,
+                elsewhere=(lambda: shards.state() if shards is not None else None) if voters else None,
+            )
+            if voters:
+                shards = ShardQuarantine(
+                    settings.key_prefix.encode(),
+                    cluster.quarantine_period,
+                    voters,
+                    on_replaced=cluster.shard_replaced,
+                    elsewhere=quarantine.state if plain else None,
+                )
         self._quarantine = quarantine
+        self._shards = shards
         # A node whose maxmemory-policy can evict: INFO stats before its votes; an eviction holds it out.
         self._evictions = EvictionWatch(self.nodes, cluster.quarantine_period, cluster.evicted)
         self._probing: asyncio.Future[None] | None = None
@@ -237,7 +270,8 @@ class Connections:
         """Run the permissions probe once on each node that is up (it leaves nothing behind): every command
         the lock scripts call, so a user who may not run one is told now, not by a lease lost a ttl later."""
         settings = self.settings
-        key, fence = settings.key_prefix.encode() + b"\x00probe", settings.fence_prefix.encode() + b"\x00probe"
+        # One hash tag: on a Cluster voter every key of the probe is in one slot, as a script's keys must be.
+        key, fence = settings.key_prefix.encode() + b"{\x00probe}", settings.fence_prefix.encode() + b"{\x00probe}"
         keys = (key, key + b":h", key + b":s", key + b":z", fence)
         futures = [node.send_script(PERMISSIONS, keys, ()) for node in nodes]
         if futures:
@@ -291,6 +325,8 @@ class Connections:
         cluster.wake_waiters()
         if self._quarantine is not None:
             self._quarantine.close()
+        if self._shards is not None:
+            self._shards.close()
         held = sorted(cluster.held, key=lambda lock: repr(lock.name))
         if held:
             # Released, not left to expire; a body still inside `async with` is cancelled (LockLost).

@@ -42,8 +42,8 @@ from redlock_async._core import (
     semaphore_keys,
 )
 from redlock_async._core import clock as _clock
-from redlock_async._health import Quarantine
-from redlock_async._nodes import Endpoint, Failure, Node, Reply
+from redlock_async._health import Quarantine, ShardQuarantine
+from redlock_async._nodes import ClusterVoter, Endpoint, Failure, Node, Reply
 from redlock_async._rounds import owner_of
 from redlock_async._scripts import FENCED_BY
 from redlock_async.inspection import LockInfo, LockState, NodeInfo
@@ -99,6 +99,7 @@ class Inspector:
         self._clock_held = clock_held or (lambda i: 0.0)
         self._nodes: tuple[Node, ...] = ()
         self._quarantine: Quarantine | None = None
+        self._shards: ShardQuarantine | None = None
 
     def _connect(self) -> tuple[Node, ...]:
         if self._nodes:
@@ -106,24 +107,50 @@ class Inspector:
         settings = self._settings
         quarantine: Quarantine | None = None  # made once the nodes are; its probe starts only on connect
 
+        shards: ShardQuarantine | None = None
+
         def probe(node: Node) -> None:
             assert quarantine is not None
             quarantine.on_ready(node)
 
+        def probe_shard(index: int, node: Node) -> None:
+            assert shards is not None
+            shards.on_ready(index, node)
+
+        judged = settings.restart_quarantine != 0
+        kwargs = {
+            "max_unanswered": settings.max_unanswered,
+            "stall_after": settings.connect_timeout,
+            "connect_timeout": settings.connect_timeout,
+            "reconnect_delay": settings.reconnect_delay,
+        }
         self._nodes = tuple(
-            Node(
-                endpoint,
-                max_unanswered=settings.max_unanswered,
-                stall_after=settings.connect_timeout,
-                connect_timeout=settings.connect_timeout,
-                reconnect_delay=settings.reconnect_delay,
-                on_ready=None if settings.restart_quarantine == 0 else probe,
+            ClusterVoter(
+                endpoint, shard_settings=kwargs, shard_ready=functools.partial(probe_shard, i) if judged else None
             )
-            for endpoint in self._endpoints
+            if endpoint.seeds
+            else Node(endpoint, on_ready=probe if judged else None, **kwargs)  # type: ignore[arg-type]
+            for i, endpoint in enumerate(self._endpoints)
         )
-        if settings.restart_quarantine != 0:
-            quarantine = Quarantine(settings.key_prefix.encode(), self._period, self._nodes, read_only=True)
-        self._quarantine = quarantine
+        if judged:
+            plain = [node for node in self._nodes if not isinstance(node, ClusterVoter)]
+            voters = [(i, node) for i, node in enumerate(self._nodes) if isinstance(node, ClusterVoter)]
+            quarantine = Quarantine(
+                settings.key_prefix.encode(),
+                self._period,
+                plain,
+                read_only=True,
+                elsewhere=(lambda: shards.state() if shards is not None else None) if voters else None,
+            )
+            if voters:
+                shards = ShardQuarantine(
+                    settings.key_prefix.encode(),
+                    self._period,
+                    voters,
+                    read_only=True,
+                    elsewhere=quarantine.state if plain else None,
+                )
+        self._quarantine, self._shards = quarantine, shards
         return self._nodes
 
     async def _ask(self, asks: list[list[asyncio.Future[Reply]]]) -> list[list[Reply]]:
@@ -139,7 +166,10 @@ class Inspector:
         and the semaphore's widest limit at once (and the read/write lock's writer key, fence and fencer,
         its PTTL and its readers' index); then, if a semaphore was used, for its slots, and if readers
         are listed, for their keys."""
+        fresh = not self._nodes
         nodes = self._connect()
+        if fresh:  # a Cluster voter reads its slot map first (its shards' markers are found by it)
+            await asyncio.gather(*(node.refresh() for node in nodes if isinstance(node, ClusterVoter)))
         reads = (keys.lock, keys.fence, keys.fence + FENCED_BY)
         asks = []
         sent = time.time()  # the wall clock: what the nodes' TIME is compared with
@@ -165,7 +195,11 @@ class Inspector:
             [(replies[0], at) for replies, at in zip(answered, received, strict=True)],
             drift(settings.ttl, settings.drift_factor),
         )
-        # Quarantine is read after every reply is in: each node's probe went first on its connection.
+        # Quarantine is read after every reply is in: each node's probe went first on its connection. A Cluster
+        # voter's is its shard's that serves the lock's key (the other keys, of other slots, say nothing of it).
+        for node in nodes:
+            if isinstance(node, ClusterVoter):
+                node.judged_by(keys.lock)
         doubts = [self._doubt(i, node, ahead[i]) for i, node in enumerate(nodes)]
         views = tuple(
             _sat_out(_view(node, replies[0], replies[1]), doubt)
@@ -270,6 +304,9 @@ class Inspector:
         if self._quarantine is not None:
             self._quarantine.close()
             self._quarantine = None
+        if self._shards is not None:
+            self._shards.close()
+            self._shards = None
         for node in self._nodes:
             node.close_now()
         self._nodes = ()

@@ -35,10 +35,10 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from redlock_async._core import Settings, quorum, rw_keys, semaphore_keys
-from redlock_async._nodes import Failure, Node, Reply, endpoints_for
+from redlock_async._nodes import ClusterVoter, Failure, Node, Reply, endpoints_for
 from redlock_async._queue import SUFFIXES, Permits, queue_keys
 from redlock_async._scripts import DROP_LINES, PERMIT_LEAVE, QUEUE_LEAVE, RELEASE, RW_READ_RELEASE
 from redlock_async._shared import Keys, digest, inspect, keys_of
@@ -192,14 +192,14 @@ async def _on_nodes(
     nodes: list[str], settings: Settings, work: Callable[[Node], Awaitable[T]]
 ) -> list[tuple[str, T | str]]:
     """*work* on a connection of its own to every node at once: each node's result, or why it has none."""
+    kwargs: dict[str, Any] = {
+        "max_unanswered": settings.max_unanswered,
+        "stall_after": settings.connect_timeout,
+        "connect_timeout": settings.connect_timeout,
+        "reconnect_delay": settings.reconnect_delay,
+    }
     connections = [
-        Node(
-            endpoint,
-            max_unanswered=settings.max_unanswered,
-            stall_after=settings.connect_timeout,
-            connect_timeout=settings.connect_timeout,
-            reconnect_delay=settings.reconnect_delay,
-        )
+        ClusterVoter(endpoint, shard_settings=kwargs) if endpoint.seeds else Node(endpoint, **kwargs)
         for endpoint in endpoints_for(nodes)
     ]
     try:
@@ -214,6 +214,8 @@ async def _on_node(node: Node, settings: Settings, work: Callable[[Node], Awaita
     limit = settings.connect_timeout * 2  # a connect, then a round trip (as the inspection waits)
     try:
         async with asyncio.timeout(limit):
+            if isinstance(node, ClusterVoter) and not await node.refresh():  # its slot map before any key
+                return node.name, f"no answer: {node.map_error}"
             return node.name, await work(node)
     except TimeoutError:
         return node.name, f"no answer within {limit:g} s: it may still hold the lease"

@@ -1,0 +1,131 @@
+"""Reading a Cluster voter's slot map from its seeds: every seed asked at once on a connection of its own
+(AUTH, then ``CLUSTER SHARDS``, or ``CLUSTER SLOTS`` where that is unknown), the first answer taken.
+
+A seed may be a replica, paused, or gone: each is asked within the connect timeout, and one that does
+not answer is passed over. Used when no shard primary of the voter is connected to ask (at the start,
+or after every known primary failed); otherwise a connected primary is asked (:func:`ask_primaries`).
+:func:`replication_ids` reads each primary's replication id (a change on one connection: it was a
+replica meanwhile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+
+import hiredis
+
+from redlock_async._nodes._endpoint import Endpoint
+from redlock_async._nodes._handshake import info_fields
+from redlock_async._nodes._node import Node
+from redlock_async._nodes._slots import Ranges, shards_ranges, slots_ranges
+from redlock_async._nodes._wire import Failure, pack
+
+
+class MapError(ConnectionError):
+    """No seed said the slot map; the text says what each one did (no password in it)."""
+
+
+async def ask_seeds(endpoint: Endpoint, timeout: float) -> Ranges:
+    """The slot map as the first seed of *endpoint* to answer says it."""
+    asks = [asyncio.ensure_future(_ask(endpoint, host, port, timeout)) for host, port in endpoint.seeds]
+    said: list[str] = []
+    try:
+        for next_answer in asyncio.as_completed(asks):
+            try:
+                ranges = await next_answer
+            except (OSError, MapError, ssl.SSLError, ValueError, TimeoutError, hiredis.ProtocolError) as exc:
+                said.append(str(exc) or type(exc).__name__)
+                continue
+            if ranges:
+                return ranges
+            said.append("a seed serves no slot")
+    finally:
+        for ask in asks:
+            ask.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(*asks, return_exceptions=True)
+    raise MapError(f"no seed of the Cluster said its slot map: {'; '.join(said)}")
+
+
+async def _ask(endpoint: Endpoint, host: str, port: int, timeout: float) -> Ranges:
+    name = f"{host}:{port}"
+    async with asyncio.timeout(timeout):
+        try:
+            reader, writer = await asyncio.open_connection(
+                host, port, ssl=endpoint.tls, server_hostname=host if endpoint.tls is not None else None
+            )
+        except OSError as exc:
+            raise MapError(f"seed {name}: cannot connect ({exc.strerror or exc})") from None
+        try:
+            username, password = await endpoint.credentials()
+            commands: list[tuple[bytes | str | int, ...]] = []
+            if password is not None:
+                commands.append((b"AUTH", username, password) if username else (b"AUTH", password))
+            commands += [(b"CLUSTER", b"SHARDS"), (b"CLUSTER", b"SLOTS")]
+            writer.write(b"".join(pack(command) for command in commands))
+            replies = await _replies(reader, len(commands), name)
+        finally:
+            writer.close()
+    if password is not None and isinstance(replies[0], hiredis.ReplyError):
+        raise MapError(f"seed {name}: AUTH refused ({replies[0]})")
+    shards, slots = replies[-2], replies[-1]
+    if not isinstance(shards, hiredis.ReplyError):
+        return shards_ranges(shards, host)
+    if not isinstance(slots, hiredis.ReplyError):
+        return slots_ranges(slots, host)
+    raise MapError(f"seed {name}: {slots}")
+
+
+async def _replies(reader: asyncio.StreamReader, count: int, name: str) -> list[object]:
+    parser = hiredis.Reader()
+    replies: list[object] = []
+    while len(replies) < count:
+        data = await reader.read(65536)
+        if not data:
+            raise MapError(f"seed {name} closed the connection")
+        parser.feed(data)
+        while (reply := parser.gets()) is not False:
+            replies.append(reply)
+    return replies
+
+
+async def ask_primaries(primaries: list[Node], timeout: float) -> Ranges | None:
+    """The map as the first of *primaries* (connected shard primaries) to answer says it, within *timeout*
+    (a paused primary is passed over); None when none did."""
+    asks = [asyncio.ensure_future(_ask_one(shard)) for shard in primaries]
+    try:
+        for next_answer in asyncio.as_completed(asks, timeout=timeout):
+            ranges = await next_answer
+            if ranges:
+                return ranges
+    except TimeoutError:
+        return None
+    finally:
+        for ask in asks:
+            ask.cancel()
+    return None
+
+
+async def _ask_one(shard: Node) -> Ranges | None:
+    host = shard.endpoint.host or "localhost"
+    shards, slots = shard.outbox.send(b"CLUSTER", b"SHARDS"), shard.outbox.send(b"CLUSTER", b"SLOTS")
+    reply = await shards
+    if not isinstance(reply, Failure):
+        return shards_ranges(reply, host)
+    reply = await slots
+    return None if isinstance(reply, Failure) else slots_ranges(reply, host)
+
+
+async def replication_ids(primaries: list[Node], timeout: float) -> dict[Node, bytes]:
+    """Each of *primaries*' ``master_replid`` (``INFO replication``) that came within *timeout*."""
+    asks = {shard: shard.outbox.send(b"INFO", b"replication") for shard in primaries}
+    if asks:
+        await asyncio.wait(asks.values(), timeout=timeout)
+    ids: dict[Node, bytes] = {}
+    for shard, fut in asks.items():
+        reply = fut.result() if fut.done() else None
+        if isinstance(reply, bytes) and (replid := info_fields(reply).get(b"master_replid")):
+            ids[shard] = replid
+    return ids

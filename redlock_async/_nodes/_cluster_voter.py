@@ -1,0 +1,499 @@
+"""A Redis/Valkey Cluster as one voter (``redis+cluster://HOST:PORT[?seed=HOST:PORT...]``).
+
+A :class:`ClusterVoter` is a node (:class:`_node.Node`) to every part above it: a ballot sends to it and
+counts its reply as one vote. Behind that face it keeps one :class:`_node.Node` per shard primary (each
+with its own connection, handshake and outbox, so a shard's commands stay in order on one connection)
+and routes each command to the primary that owns the slot of its first key (``_slots.py``). It opens
+no connection of its own: the slot map (``CLUSTER SHARDS``, or ``CLUSTER SLOTS`` on servers before 7.0)
+is asked of a connected primary, or else of the seeds (``_cluster_map.py``); before it was ever read,
+a command is not sent (its vote: skipped), so that no vote comes from a server the shard quarantine
+has not judged.
+
+The slot map is read at connect, then every :data:`REFRESH` seconds, and (in the background) after a
+``MOVED`` and after a primary could not be reached. A primary that leaves the map, serves again after
+serving nothing, or shows another replication id than when its connection began (demoted and promoted
+back) has its connection dropped: the next one is judged before any vote of it counts. ``MOVED`` puts the slot's new
+owner in the map at once and sends the command there; ``ASK`` sends it once to the node named, behind
+``ASKING``; ``TRYAGAIN`` and ``CLUSTERDOWN`` count as the voter's timeout for that request (a failed or
+migrating shard), as does a redirection beyond :data:`MAX_HOPS`. All of it happens inside the ballot's
+deadline: a redirection is sent at once, no wait of its own.
+
+A shard primary is judged as a standalone node is on each new connection: the voter's *shard_ready* hook
+(the Redlock's shard quarantine, ``_health/_shards.py``) probes it first thing, and sets its
+``quarantined_until``. A vote counts the quarantine of the shard that answered it: this voter's
+:attr:`quarantined_until` is read by the ballot right as the reply is delivered, and says the answering
+shard's (or the voter's own, when the clock guard or an eviction set one). So a failed-over shard sits
+out, and the names on the other shards keep voting. No command adds work to a standalone node's path:
+the routing is this class's own ``send*`` methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from redlock_async._core import Vote
+from redlock_async._core import clock as _clock
+from redlock_async._nodes._cluster_map import MapError, ask_primaries, ask_seeds, replication_ids
+from redlock_async._nodes._endpoint import Endpoint
+from redlock_async._nodes._handshake import info_fields
+from redlock_async._nodes._node import Node
+from redlock_async._nodes._slots import (
+    SLOTS,
+    Address,
+    Ranges,
+    key_slot,
+    redirect,
+    slot_of,
+)
+from redlock_async._nodes._wire import (
+    IGNORED,
+    Failure,
+    Fallback,
+    Reaction,
+    Receiver,
+    Reply,
+    Resolve,
+    pack,
+    pack_script,
+)
+from redlock_async._scripts import Script
+
+log = logging.getLogger("redlock_async._node")
+
+MAX_HOPS = 3
+"""Redirections (``MOVED``, ``ASK``) one command follows before it counts as the voter's timeout."""
+
+REFRESH = 5.0
+"""Seconds after which the slot map is read again at the next command (it is also read after a ``MOVED``)."""
+
+_BUSY = ("TRYAGAIN", "CLUSTERDOWN")
+
+CROSSSLOT_HINT = (
+    " (a Cluster voter runs a script only when all its keys are in one slot: the grant queue, fencing,"
+    " lock_many, semaphores and read/write locks need a name whose keys share one, such as a name with a"
+    " hash tag, '{orders}:42'; or use queue=False without fencing)"
+)
+
+
+class _Routed:
+    """The receiver of one routed command: follows ``MOVED``/``ASK``, turns ``TRYAGAIN``/``CLUSTERDOWN``
+    into a timeout, and hands every other reply on, with the voter's quarantine read as the answering
+    shard's."""
+
+    __slots__ = ("fallback", "hops", "index", "limited", "packed", "receiver", "shard", "voter")
+
+    def __init__(
+        self,
+        voter: ClusterVoter,
+        receiver: Receiver,
+        index: int,
+        packed: bytes,
+        limited: bool,
+        fallback: Fallback,
+        shard: Node,
+    ) -> None:
+        self.voter, self.receiver, self.index, self.packed = voter, receiver, index, packed
+        self.limited, self.fallback, self.shard, self.hops = limited, fallback, shard, 0
+
+    def deliver(self, index: int, reply: Reply, /) -> None:
+        if type(reply) is Failure and reply.answered:
+            detail = reply.detail
+            moved = redirect(detail)
+            if moved is not None:
+                if self.hops < MAX_HOPS:
+                    self.hops += 1
+                    self.voter.redirected(self, *moved)
+                    return
+                reply = Failure(Vote.TIMEOUT, f"redirected more than {MAX_HOPS} times ({detail}): slots moving")
+            elif detail.startswith(_BUSY):
+                reply = Failure(Vote.TIMEOUT, f"the shard cannot serve now ({detail})")
+            elif detail.startswith("CROSSSLOT"):
+                reply = Failure(Vote.ERROR, detail + CROSSSLOT_HINT, answered=True)
+        voter = self.voter
+        voter.answering = self.shard
+        try:
+            self.receiver.deliver(self.index, reply)
+        finally:
+            voter.answering = None
+
+
+def _judging(answering: Node | None, serving: set[Node]) -> Node | None:
+    """The shard whose quarantine is a voter's now: the one whose reply is being delivered (a ballot counts a
+    vote as it is delivered), else, read at any other time (a grant queue's claim deciding later,
+    statistics), the one that sits out longest: nothing that counts later may count a yes of a shard that
+    sits out."""
+    if answering is None and serving:
+        return max(serving, key=_until)
+    return answering
+
+
+def _until(shard: Node) -> float:
+    return shard.quarantined_until
+
+
+def _drop(shard: Node) -> None:
+    """Drop *shard*'s connection (heard as any other end: the next use reconnects, and is probed first)."""
+    transport = shard.outbox.transport
+    if transport is not None:
+        transport.abort()
+
+
+class _Gather:
+    """The receiver of the GETs an MGET of keys in several slots is read as: one list, or the first failure."""
+
+    __slots__ = ("_future", "_left", "_replies")
+
+    def __init__(self, future: asyncio.Future[Reply], count: int) -> None:
+        self._future, self._left, self._replies = future, count, [None] * count
+
+    def deliver(self, index: int, reply: Reply, /) -> None:
+        self._replies[index] = reply
+        self._left -= 1
+        if self._left or self._future.done():
+            return
+        failed = next((one for one in self._replies if isinstance(one, Failure)), None)
+        self._future.set_result(failed if failed is not None else list(self._replies))
+
+
+class ClusterVoter(Node):
+    """One voter: a Redis Cluster whose shard primaries each vote for the names of their slots."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        shard_settings: dict[str, Any],
+        scripts: tuple[Script, ...] = (),
+        shard_ready: Callable[[Node], None] | None = None,
+        shard_unreachable: Callable[[Node], None] | None = None,
+        on_fault: Callable[[Node, BaseException], None] | None = None,
+    ) -> None:
+        self._held_until = 0.0
+        self._held_reason = ""
+        self.answering: Node | None = None
+        """The shard primary whose reply is being delivered (its quarantine is this voter's meanwhile), or
+        the one :meth:`judged_by` named; None otherwise."""
+        super().__init__(endpoint, on_fault=on_fault, warn=False, **shard_settings)
+        self._settings = shard_settings
+        self._ask_within = float(shard_settings.get("connect_timeout", 1.0)) * 2
+        self._scripts_all = scripts
+        self._shard_ready = shard_ready
+        self._shard_unreachable = shard_unreachable
+        self._on_shard_fault = on_fault
+        self.owners: list[Node | None] = [None] * SLOTS
+        """Per slot, the primary that serves it as last read (None before the map is read)."""
+        self.shards: dict[Address, Node] = {}
+        """A node per primary address met (in the map or a redirection), kept while the voter lives."""
+        self._first_slot: dict[Node, int] = {}
+        self._serving: set[Node] = set()  # the primaries that serve a slot in the map
+        self.newcomers: set[Node] = set()
+        """Primaries first met serving slots another primary served before (a failover, a new owner)."""
+        self._stale_at = 0.0
+        self._refreshing: asyncio.Task[bool] | None = None
+        self._keeping: asyncio.Task[None] | None = None
+        self._replids: dict[Node, bytes] = {}  # each serving primary's replication id, as first read
+        self.map_error = ""
+        """Why the slot map could not be read, the last time it could not."""
+        self.refreshes = 0
+        """How many times the slot map was read."""
+        self.send = self._send
+        self.send_packed = self._send_packed
+        self.send_timed = self._send_timed
+        self.send_script = self._send_script
+        self.cork = self._cork
+        self.uncork = self._uncork
+
+    def __repr__(self) -> str:
+        return f"<ClusterVoter {self.name} shards={len(set(self.owners) - {None})}>"
+
+    # -- the quarantine as the ballot reads it ------------------------------
+
+    @property
+    def quarantined_until(self) -> float:
+        shard = _judging(self.answering, self._serving)
+        own = self._held_until
+        if shard is None:
+            return own
+        theirs = shard.quarantined_until
+        return theirs if theirs > own else own
+
+    @quarantined_until.setter
+    def quarantined_until(self, until: float) -> None:
+        self._held_until = until  # the voter's own (the clock guard's, an eviction's)
+
+    @property
+    def quarantine_reason(self) -> str:
+        shard = _judging(self.answering, self._serving)
+        if shard is not None and shard.quarantined_until > self._held_until:
+            return f"shard {shard.name}: {shard.quarantine_reason}"
+        return self._held_reason
+
+    @quarantine_reason.setter
+    def quarantine_reason(self, reason: str) -> None:
+        self._held_reason = reason
+
+    def judged_by(self, key: bytes) -> None:
+        """Read :attr:`quarantined_until` as the quarantine of the primary serving *key* (until the next reply
+        is delivered: inspection, which reads one name's keys)."""
+        self.answering = self.owners[key_slot(key)] or self.answering
+
+    @property
+    def connected(self) -> bool:
+        return any(shard.connected for shard in self.shards.values())
+
+    @property
+    def unanswered(self) -> int:
+        return sum(shard.unanswered for shard in self.shards.values()) + self.outbox.unanswered
+
+    # -- routing ------------------------------------------------------------
+
+    def shard_for(self, slot: int | None) -> Node | None:
+        """The primary that serves *slot* as far as the map knows (any known primary for a command without key
+        or a slot not mapped yet: a ``MOVED`` then says where); None before the map was ever read."""
+        if _clock.now() >= self._stale_at:
+            self._stale_at = _clock.now() + REFRESH
+            self.refresh_soon()
+        if slot is not None:
+            owner = self.owners[slot]
+            if owner is not None:
+                return owner
+        for shard in self.shards.values():
+            if shard.connected:
+                return shard
+        return next(iter(self.shards.values()), None)
+
+    def primaries(self) -> list[Node]:
+        """The primaries that serve a slot in the map now."""
+        return list(dict.fromkeys(owner for owner in self.owners if owner is not None))
+
+    def slot_of(self, shard: Node) -> int | None:
+        """The lowest slot *shard* serves in the map (its quarantine's marker key hashes there: every client
+        that read the same map picks the same one), else the slot it was first met for."""
+        try:
+            return self.owners.index(shard)
+        except ValueError:
+            return self._first_slot.get(shard)
+
+    def _route(self, receiver: Receiver, index: int, packed: bytes, limited: bool, fallback: Fallback) -> None:
+        shard = self.shard_for(slot_of(packed))
+        if shard is None:
+            # No vote without a primary judged by the shard quarantine: nothing is sent before the map is read.
+            self.refresh_soon()
+            why = self.map_error or "its slot map is not read yet"
+            receiver.deliver(index, Failure(Vote.SKIPPED, f"Cluster voter: {why}"))
+            return
+        routed = _Routed(self, receiver, index, packed, limited, fallback, shard)
+        shard.send_packed(routed, index, packed, limited=limited, fallback=fallback)
+
+    def _send_packed(
+        self, receiver: Receiver, index: int, packed: bytes, *, limited: bool = False, fallback: Fallback = None
+    ) -> None:
+        self._route(receiver, index, packed, limited, fallback)
+
+    def _send_timed(
+        self,
+        clock: Receiver,
+        receiver: Receiver,
+        index: int,
+        packed: bytes,
+        *,
+        limited: bool = False,
+        fallback: Fallback = None,
+    ) -> None:
+        # No TIME: the clock guard compares two readings of one server's clock, and a voter's commands go to
+        # several servers (each one's clock against another's would look like jumps).
+        self._route(receiver, index, packed, limited, fallback)
+
+    def _send(
+        self, *args: bytes | str | int, limited: bool = False, fallback: Fallback = None
+    ) -> asyncio.Future[Reply]:
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        if args[0] == b"MGET" and len({key_slot(key) for key in args[1:] if isinstance(key, bytes)}) > 1:
+            # Keys of several slots (inspection's reads): read one by one, not atomically, and put together.
+            gather = _Gather(fut, len(args) - 1)
+            for index, key in enumerate(args[1:]):
+                self._route(gather, index, pack((b"GET", key)), limited, None)
+            return fut
+        self._route(Resolve(fut), 0, pack(args), limited, fallback)
+        return fut
+
+    def _send_script(
+        self, script: Script, keys: tuple[bytes, ...], args: tuple[bytes | int, ...], *, limited: bool = False
+    ) -> asyncio.Future[Reply]:
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._route(Resolve(fut), 0, pack_script(script, keys, args), limited, (script, keys, args))
+        return fut
+
+    def _cork(self) -> None:
+        for shard in self.shards.values():
+            shard.cork()
+
+    def _uncork(self) -> None:
+        for shard in self.shards.values():
+            shard.uncork()
+
+    def redirected(self, routed: _Routed, kind: str, slot: int, address: Address) -> None:
+        """A shard answered ``MOVED`` or ``ASK``: send the command where it says (``ASK``: once, behind
+        ``ASKING``; ``MOVED``: the slot is that node's from now on, and the map is read again soon)."""
+        shard = self._shard(address, slot)
+        if kind == "MOVED":
+            self.owners[slot] = shard
+            if shard not in self._serving:
+                self._serving.add(shard)
+                _drop(shard)  # a node that served nothing (demoted, or new) is judged again before its votes
+            self.refresh_soon()
+        routed.shard = shard
+        if kind == "MOVED":
+            shard.send_packed(routed, routed.index, routed.packed, limited=routed.limited, fallback=routed.fallback)
+            return
+        # ASKING and the command back to back, both or neither (neither limited: a stalled node refusing the
+        # command alone would leave ASKING to the next command on the connection, for another slot).
+        shard.send_packed(IGNORED, 0, pack((b"ASKING",)))
+        shard.send_packed(routed, routed.index, routed.packed, fallback=routed.fallback)
+
+    def _shard(self, address: Address, slot: int) -> Node:
+        shard = self.shards.get(address)
+        if shard is None:
+            host, port = address
+            endpoint = replace(
+                self.endpoint,
+                name=f"{host}:{port}" if ":" not in host else f"[{host}]:{port}",
+                host=host,
+                port=port,
+                seeds=(),
+                server_hostname=host if self.endpoint.tls is not None else None,
+            )
+            shard = self.shards[address] = Node(
+                endpoint,
+                scripts=self._scripts_all,
+                on_ready=self._shard_connected,
+                on_unreachable=self._lost_shard,
+                on_fault=self._on_shard_fault,
+                **self._settings,
+            )
+            self._first_slot[shard] = slot
+            if self.owners[slot] is not None:
+                self.newcomers.add(shard)
+        return shard
+
+    def _shard_connected(self, shard: Node) -> None:
+        """A new connection to *shard*: its replication id read first (what a later change is seen against),
+        then the shard quarantine's probe."""
+        self._replids.pop(shard, None)
+
+        def read(reply: Reply) -> None:
+            if isinstance(reply, bytes) and (replid := info_fields(reply).get(b"master_replid")):
+                self._replids[shard] = replid
+
+        shard.send_first((Reaction(read), (b"INFO", b"replication")))
+        if self._shard_ready is not None:
+            self._shard_ready(shard)
+
+    def _lost_shard(self, shard: Node) -> None:
+        self.refresh_soon()  # a primary that cannot be reached may have been replaced: who serves its slots now?
+        if self._shard_unreachable is not None:
+            self._shard_unreachable(shard)
+
+    # -- the slot map -------------------------------------------------------
+
+    def refresh_soon(self) -> None:
+        """Read the slot map again in the background (one reading at a time)."""
+        if self.outbox.closed is not None:
+            return
+        if self._refreshing is None or self._refreshing.done():
+            loop = asyncio.get_running_loop()
+            self._refreshing = loop.create_task(self.refresh(), name=f"redlock-slots {self.name}")
+
+    async def refresh(self) -> bool:
+        """Read the slot map (``CLUSTER SHARDS``, ``CLUSTER SLOTS`` where that is unknown) from the connected
+        primaries, or else from the seeds and every primary met (``_cluster_map.py``), and route by it from
+        now on; False when no node answered (:attr:`map_error` says why)."""
+        self._stale_at = _clock.now() + REFRESH
+        connected = [shard for shard in self.shards.values() if shard.connected]
+        ranges = await ask_primaries(connected, self._ask_within)
+        if not ranges:
+            seeds = tuple(dict.fromkeys((*self.endpoint.seeds, *self.shards)))
+            try:
+                ranges = await ask_seeds(replace(self.endpoint, seeds=seeds), self._ask_within)
+            except MapError as exc:
+                if not self.map_error:  # once per outage
+                    log.warning("redlock node %s: cannot read the slot map: %s", self.name, exc)
+                self.map_error = str(exc)
+                return False
+        self.map_error = ""
+        self._apply(ranges)
+        self.refreshes += 1
+        # A primary whose replication id changed on the same connection was a replica meanwhile (demoted,
+        # then promoted back): its data was replaced; its connection is dropped and the next one judged.
+        ids = await replication_ids([shard for shard in self._serving if shard.connected], self._ask_within)
+        for shard, replid in ids.items():
+            if self._replids.get(shard, replid) != replid:
+                del self._replids[shard]
+                _drop(shard)
+        return True
+
+    async def _keep_fresh(self) -> None:
+        """Read the map every :data:`REFRESH` seconds, used or not, while the voter is open."""
+        while True:
+            await asyncio.sleep(REFRESH)
+            with contextlib.suppress(Exception):
+                await self.refresh()
+
+    def _apply(self, ranges: Ranges) -> None:
+        owners = self.owners
+        for first, last, address in ranges:
+            shard = self._shard(address, first)
+            for slot in range(first, last + 1):
+                owners[slot] = shard
+        serving = set(self.primaries())
+        # A primary that left the map (demoted to a replica, or emptied), and one that served nothing and
+        # serves again (a demoted primary promoted back): its connection is dropped, and the next one is
+        # judged by the shard quarantine (a replica's data replaced its own) before any vote of it counts.
+        for shard in serving.symmetric_difference(self._serving):
+            if shard in self._serving or self.refreshes:
+                _drop(shard)
+        self._serving = serving
+
+    # -- lifecycle ----------------------------------------------------------
+
+    async def connect(self) -> Failure | None:
+        """Read the slot map and connect to every primary in it; None when every one answered."""
+        if self._keeping is None and self.outbox.closed is None:
+            self._keeping = asyncio.get_running_loop().create_task(self._keep_fresh(), name=f"redlock-map {self.name}")
+        if not await self.refresh():
+            return Failure(Vote.ERROR, self.map_error)
+        primaries = self.primaries()
+        failures = await asyncio.gather(*(shard.connect() for shard in primaries))
+        missing = [
+            f"{shard.name}: {failure.detail}" for shard, failure in zip(primaries, failures, strict=True) if failure
+        ]
+        if missing:
+            return Failure(Vote.ERROR, "shard primaries not reached: " + "; ".join(missing))
+        return None
+
+    async def aclose(self, grace: float) -> None:
+        self._stop_keeping()
+        refreshing, self._refreshing = self._refreshing, None
+        if refreshing is not None:
+            refreshing.cancel()
+        await asyncio.gather(*(shard.aclose(grace) for shard in self.shards.values()))
+        await Node.aclose(self, grace)
+
+    def _stop_keeping(self) -> None:
+        keeping, self._keeping = self._keeping, None
+        if keeping is not None:
+            keeping.cancel()
+
+    def close_now(self) -> None:
+        self._stop_keeping()
+        refreshing, self._refreshing = self._refreshing, None
+        if refreshing is not None:
+            refreshing.cancel()
+        for shard in self.shards.values():
+            shard.close_now()
+        Node.close_now(self)
