@@ -21,6 +21,7 @@ import functools
 import hashlib
 import os
 import socket
+from collections.abc import Iterable
 from typing import NamedTuple
 
 MAX_RESOURCE_BYTES = 4096
@@ -292,12 +293,88 @@ def rw_writer_key(key_prefix: str, name: str | bytes) -> bytes:
     return key_prefix.encode() + RW_INFIX + resource_key("", name)
 
 
-def rw_keys(writer_key: bytes) -> tuple[bytes, bytes, bytes]:
-    """A writer key's companions: its reader keys' prefix (a reader's key is this followed by the SHA1,
-    hex, of its token), its readers' index and its waiting writers."""
-    return writer_key + b"\x00r\x00", writer_key + b"\x00readers", writer_key + b"\x00writers"
+class RwKeys(NamedTuple):
+    """A writer key's companions (:func:`rw_keys`)."""
+
+    prefix: bytes
+    """Its reader keys' prefix: a reader's key is this followed by the SHA1, hex, of its token (what the
+    scripts name ``prefix .. redis.sha1hex(token)``)."""
+    readers: bytes
+    """Its readers' index (a set of those digests)."""
+    writers: bytes
+    """Its waiting writers (a sorted set)."""
+    line: bytes
+    """Its grant queue's line."""
+    waits: bytes
+    """Its line's entries."""
+
+    def reader(self, token: bytes) -> bytes:
+        """The key of the reader holding *token*."""
+        return self.prefix + hashlib.sha1(token).hexdigest().encode()
 
 
-def reader_key(writer_key: bytes, token: bytes) -> bytes:
+_RW_KINDS = (b"\x00r\x00", b"\x00readers", b"\x00writers", b"\x00queue", b"\x00waits")
+
+
+@functools.lru_cache(maxsize=4096)
+def rw_keys(writer_key: bytes, one_slot: bool = False) -> RwKeys:
+    """A writer key's companions (:class:`RwKeys`). *one_slot* (a Redlock with a cluster voter,
+    :func:`one_slot_voters`): each is a :func:`companion` of the writer key, in its cluster slot, with a
+    hash tag of its own (the reader keys the scripts make from their prefix stay in it too); else each is
+    the writer key followed by its kind, as every version before named them."""
+    if not one_slot:
+        return RwKeys(*(writer_key + kind for kind in _RW_KINDS))
+    tagged(writer_key, "read/write lock")
+    return RwKeys(*(companion(writer_key, kind) for kind in _RW_KINDS))
+
+
+def reader_key(writer_key: bytes, token: bytes, one_slot: bool = False) -> bytes:
     """The key of the reader holding *token* (what the scripts name ``prefix .. redis.sha1hex(token)``)."""
-    return rw_keys(writer_key)[0] + hashlib.sha1(token).hexdigest().encode()
+    return rw_keys(writer_key, one_slot).reader(token)
+
+
+# -- the layout of a Redlock whose voters include a cluster --------------------------------------
+# A Redlock whose voters are all standalone names a fencing counter and a read/write lock's companions as
+# every version before did (nothing to migrate). One with a redis+cluster:// voter (which no version before
+# accepted, so no older client shares its nodes) puts them in one slot with the key they serve.
+
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+"""The URL schemes of a Redis/Valkey Cluster voter."""
+
+
+def one_slot_voters(nodes: Iterable[object]) -> bool:
+    """Whether a Redlock on *nodes* (URLs, or clients: not a cluster) keeps every key of a fencing counter
+    and a read/write lock in one cluster slot: when any voter is a ``redis+cluster://`` or
+    ``rediss+cluster://`` URL. Pure string work: nothing is parsed or checked here."""
+    return any(isinstance(node, str) and node.split("://", 1)[0].lower() in CLUSTER_SCHEMES for node in nodes)
+
+
+FENCE_KIND = b"\x00fence"
+"""After ``<fence_prefix><name>``, before the hash tag, in a fencing counter's one-slot name."""
+
+
+def tagged(key: bytes, what: str) -> None:
+    """Refuse *key* when nothing after it can be in its cluster slot: its first ``{`` is followed at once
+    by ``}`` (a cluster hashes the whole key, so each longer key is elsewhere), and keys the scripts
+    make from it (a reader's, a counter's fencer) would leave its slot."""
+    start = key.find(b"{")
+    if start >= 0 and key[start + 1 : start + 2] == b"}":
+        raise ValueError(
+            f"{what} key {key!r} has '{{}}' at its first brace, which makes a Redis Cluster hash the whole key: "
+            "on redis+cluster:// voters, keys made from it could not share its slot. Put text between those "
+            "braces (a hash tag, e.g. '{user7}'), or drop them (in the name, key_prefix or fence_prefix)"
+        )
+
+
+def fence_key(fence_prefix: str, name: Name, lock_key: bytes | None = None, *, fenced: bool = True) -> bytes:
+    """The fencing counter of *name*, after checking the name: ``<fence_prefix><name>`` as every version
+    named it; with *lock_key* (the one-slot layout: a Redlock with a cluster voter), a companion of that in
+    *lock_key*'s cluster slot (``<fence_prefix><name>\\0fence{T}``). *fenced*: its fencer (the counter's
+    key followed by ``\\0by``) must be in that slot too (:func:`tagged`); an unfenced lock's scripts only
+    read the counter (the grant queue's, for a fenced waiter)."""
+    key = resource_key(fence_prefix, name)
+    if lock_key is None:
+        return key
+    if fenced:
+        tagged(key, "fencing counter")
+    return companion(key, FENCE_KIND, slot_of(lock_key))

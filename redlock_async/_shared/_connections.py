@@ -17,7 +17,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from redlock_async._core import MIN_TTL_TO_NODE_TIMEOUT, Settings, Vote, complete, quorum
+from redlock_async._core import MIN_TTL_TO_NODE_TIMEOUT, Settings, Vote, complete, one_slot_voters, quorum
 from redlock_async._health import ClockGuard, EvictionWatch, Quarantine, raise_counters
 from redlock_async._nodes import Failure, Node, Reply, SwitchWatch, endpoints_for, server_error
 from redlock_async._rounds import sitting_out
@@ -65,6 +65,8 @@ class Connections:
 
     def __init__(self, nodes: Iterable[str | Redis], settings: Settings, hook: OnEvent | None) -> None:
         self.settings = settings
+        if isinstance(nodes, Iterable) and not isinstance(nodes, str | bytes):
+            nodes = list(nodes)  # read twice: the endpoints, and the key layout
         endpoints = endpoints_for(nodes)
         tell_fault_tolerance(len(endpoints))
         built: list[Node] = []
@@ -128,6 +130,7 @@ class Connections:
             if endpoint.service is not None
         ]
         cluster = self.cluster = Cluster(self.nodes, settings, listener, hook)
+        cluster.one_slot = one_slot_voters(nodes)
         if on_ready is not None:
             # A node back from a restart raises its fencing counters from the others before it counts again.
             repair = functools.partial(
