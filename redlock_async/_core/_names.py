@@ -318,14 +318,17 @@ _RW_KINDS = (b"\x00r\x00", b"\x00readers", b"\x00writers", b"\x00queue", b"\x00w
 
 @functools.lru_cache(maxsize=4096)
 def rw_keys(writer_key: bytes, one_slot: bool = False) -> RwKeys:
-    """A writer key's companions (:class:`RwKeys`). *one_slot* (a Redlock with a cluster voter,
-    :func:`one_slot_voters`): each is a :func:`companion` of the writer key, in its cluster slot, with a
-    hash tag of its own (the reader keys the scripts make from their prefix stay in it too); else each is
-    the writer key followed by its kind, as every version before named them."""
+    """A writer key's companions (:class:`RwKeys`): each the writer key followed by its kind, as every
+    version before named them; *one_slot* (a Redlock with a cluster voter, :func:`one_slot_voters`): each
+    ``<key_prefix>\\0rw{T}\\0<kind>\\0<name>`` (a reader's key: then ``\\0`` and its digest), whose hash
+    tag ``{T}`` (:func:`slot_base`) is the writer key's cluster slot, whatever the name holds."""
     if not one_slot:
         return RwKeys(*(writer_key + kind for kind in _RW_KINDS))
-    tagged(writer_key, "read/write lock")
-    return RwKeys(*(companion(writer_key, kind) for kind in _RW_KINDS))
+    at = writer_key.rindex(RW_INFIX)  # (no name holds NUL: the last infix is the name's)
+    name = writer_key[at + len(RW_INFIX) :]
+    base = slot_base(writer_key[:at] + RW_INFIX[:-1], slot_of(writer_key), "key_prefix")
+    prefix, *rest = (base + kind.rstrip(b"\x00") + b"\x00" + name for kind in _RW_KINDS)
+    return RwKeys(prefix + b"\x00", *rest)
 
 
 def reader_key(writer_key: bytes, token: bytes, one_slot: bool = False) -> bytes:
@@ -336,7 +339,8 @@ def reader_key(writer_key: bytes, token: bytes, one_slot: bool = False) -> bytes
 # -- the layout of a Redlock whose voters include a cluster --------------------------------------
 # A Redlock whose voters are all standalone names a fencing counter and a read/write lock's companions as
 # every version before did (nothing to migrate). One with a redis+cluster:// voter (which no version before
-# accepted, so no older client shares its nodes) puts them in one slot with the key they serve.
+# accepted, so no older client shares its nodes) puts them in one slot with the key they serve: after a
+# prefix that carries that slot's hash tag, then NUL and the name, so that a name's braces never matter.
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 """The URL schemes of a Redis/Valkey Cluster voter."""
@@ -349,32 +353,34 @@ def one_slot_voters(nodes: Iterable[object]) -> bool:
     return any(isinstance(node, str) and node.split("://", 1)[0].lower() in CLUSTER_SCHEMES for node in nodes)
 
 
-FENCE_KIND = b"\x00fence"
-"""After ``<fence_prefix><name>``, before the hash tag, in a fencing counter's one-slot name."""
-
-
-def tagged(key: bytes, what: str) -> None:
-    """Refuse *key* when nothing after it can be in its cluster slot: its first ``{`` is followed at once
-    by ``}`` (a cluster hashes the whole key, so each longer key is elsewhere), and keys the scripts
-    make from it (a reader's, a counter's fencer) would leave its slot."""
-    start = key.find(b"{")
-    if start >= 0 and key[start + 1 : start + 2] == b"}":
+def slot_base(prefix: bytes, slot: int, setting: str) -> bytes:
+    """*prefix* and what makes every key that starts with the result and goes on with NUL hash to *slot*:
+    ``{T}`` (:func:`slot_tag`) after a prefix without braces, four characters and ``}`` after one with an
+    open brace, nothing after one with a hash tag of its own (which must be *slot*'s: ValueError). A
+    *prefix* whose first ``{`` is followed at once by ``}`` (a cluster hashes each such key whole) is
+    refused: *setting* names the prefix to change."""
+    start = prefix.find(b"{")
+    if start >= 0 and prefix[start + 1 : start + 2] == b"}":
         raise ValueError(
-            f"{what} key {key!r} has '{{}}' at its first brace, which makes a Redis Cluster hash the whole key: "
-            "on redis+cluster:// voters, keys made from it could not share its slot. Put text between those "
-            "braces (a hash tag, e.g. '{user7}'), or drop them (in the name, key_prefix or fence_prefix)"
+            f"{setting} {prefix!r} has '{{}}' at its first brace, which makes a Redis Cluster hash each key whole: "
+            "on redis+cluster:// voters, a fencing counter or a read/write lock's keys could not share the slot "
+            f"of the key they serve. Put text between those braces (a hash tag, e.g. '{{app}}') or drop them"
         )
+    return companion(prefix, b"", slot)
 
 
-def fence_key(fence_prefix: str, name: Name, lock_key: bytes | None = None, *, fenced: bool = True) -> bytes:
+def fence_key(fence_prefix: str, name: Name, lock_key: bytes | None = None) -> bytes:
     """The fencing counter of *name*, after checking the name: ``<fence_prefix><name>`` as every version
-    named it; with *lock_key* (the one-slot layout: a Redlock with a cluster voter), a companion of that in
-    *lock_key*'s cluster slot (``<fence_prefix><name>\\0fence{T}``). *fenced*: its fencer (the counter's
-    key followed by ``\\0by``) must be in that slot too (:func:`tagged`); an unfenced lock's scripts only
-    read the counter (the grant queue's, for a fenced waiter)."""
+    named it; with *lock_key* (the one-slot layout: a Redlock with a cluster voter)
+    ``<fence_prefix>{T}\\0<name>``, in *lock_key*'s cluster slot (:func:`slot_base`), as is its fencer
+    (the counter's key followed by ``\\0by``)."""
     key = resource_key(fence_prefix, name)
     if lock_key is None:
         return key
-    if fenced:
-        tagged(key, "fencing counter")
-    return companion(key, FENCE_KIND, slot_of(lock_key))
+    raw = key[len(fence_prefix.encode()) :]
+    return _fence_base(fence_prefix, slot_of(lock_key)) + b"\x00" + raw
+
+
+@functools.lru_cache(maxsize=SLOTS)
+def _fence_base(fence_prefix: str, slot: int) -> bytes:
+    return slot_base(fence_prefix.encode(), slot, "fence_prefix")

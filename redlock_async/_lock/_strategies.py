@@ -106,7 +106,7 @@ class Words:
         """The lock's name (or names), for messages."""
         self.keys = tuple(resource_key(settings.key_prefix, one) for one in names)
         self.fence_keys = tuple(
-            fence_key(settings.fence_prefix, one, key if cluster.one_slot else None, fenced=settings.fencing)
+            fence_key(settings.fence_prefix, one, key if cluster.one_slot else None)
             for one, key in zip(names, self.keys, strict=True)
         )
         self.blocked = self.keys[0]

@@ -78,11 +78,11 @@ def keys_of(settings: Settings, name: str | bytes, *, semaphore: bool = True, on
     after checking the name; *one_slot*: as a Redlock with a cluster voter names them
     (``_names.one_slot_voters``)."""
     lock = resource_key(settings.key_prefix, name)
-    fence = fence_key(settings.fence_prefix, name, lock if one_slot else None, fenced=False)
+    fence = fence_key(settings.fence_prefix, name, lock if one_slot else None)
     if not semaphore:
         return Keys(lock, fence)
     writer = rw_writer_key(settings.key_prefix, name)
-    rw_fence = fence_key(settings.fence_prefix, name, writer, fenced=False) if one_slot else fence
+    rw_fence = fence_key(settings.fence_prefix, name, writer) if one_slot else fence
     return Keys(lock, fence, semaphore_keys(settings.key_prefix, name), writer, rw_keys(writer, one_slot), rw_fence)
 
 
