@@ -112,8 +112,9 @@ async def test_a_redlocks_locks_use_its_layout(
     async with redlock.lock(name):
         second = redlock.lock(name)
         waiter = asyncio.create_task(second.acquire())
-        assert await eventually(lambda: queue_keys(lock)[1] in look(), 5)  # in line
+        in_line = await eventually(lambda: queue_keys(lock)[1] in look(), 5)
     assert await waiter
+    assert in_line
     look()
     await second.release()
     rw_lock = redlock.rw_lock(name)
@@ -122,10 +123,11 @@ async def test_a_redlocks_locks_use_its_layout(
     assert await second_reader.acquire()
     write = rw_lock.write()
     writing = asyncio.create_task(write.acquire())
-    assert await eventually(lambda: rw.line in look(), 5)  # in line behind the readers
+    in_line = await eventually(lambda: rw.line in look(), 5)  # behind the readers
     await first.release()
     await second_reader.release()
     assert await writing
+    assert in_line
     look()
     await write.release()
     readers = {key for key in seen if key.startswith(rw.prefix)}
