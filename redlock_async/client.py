@@ -122,12 +122,16 @@ class Redlock(Makers):
         if not isinstance(name, (str, bytes)):
             raise TypeError(f"lock name must be str or bytes, got {type(name).__name__}")
         self._connections.cluster.check_open()
-        return await self._connections.inspector.inspect(keys_of(self.settings, name))
+        return await self._connections.inspector.inspect(
+            keys_of(self.settings, name, one_slot=self._connections.cluster.one_slot)
+        )
 
     async def _inspect_lock(self, name: str | bytes) -> LockInfo:
         """:meth:`inspect` of the lock alone (an election's leader: a semaphore of its name is another thing)."""
         self._connections.cluster.check_open()
-        return await self._connections.inspector.inspect(keys_of(self.settings, name, semaphore=False))
+        return await self._connections.inspector.inspect(
+            keys_of(self.settings, name, semaphore=False, one_slot=self._connections.cluster.one_slot)
+        )
 
     def statistics(self) -> RedlockStatistics:
         """A snapshot of the nodes' connections, the locks held and watched, the watchdog and the waiters.

@@ -316,13 +316,62 @@ async def test_queue_fencing_semaphore_and_rw_lock_on_a_cluster_voter_when_a_nam
 
 
 async def test_several_keys_in_several_slots_are_refused_in_words(voters: list[str], plain: LocalNodes) -> None:
-    async with Redlock(voters, fencing=True, queue=False) as fenced:
+    async with Redlock(voters, queue=False) as redlock:
         plain.nodes[1].pause()
-        lock = fenced.lock("no-tag", ttl=5.0)
+        lock = redlock.lock_many(["no-tag", "other"], ttl=5.0)  # two names: two slots, by nature
         assert not await lock.acquire(blocking=False)
         detail = lock.outcomes[0].detail
         assert "CROSSSLOT" in detail
         assert "one slot" in detail
+
+
+async def test_a_fenced_lock_and_a_rw_lock_of_any_name_on_a_cluster_voter(voters: list[str], plain: LocalNodes) -> None:
+    """With a cluster voter, a fencing counter and a read/write lock's companions are in the slot of the key
+    they serve (docs/algorithm.md, "One cluster slot per name"): names without a hash tag, or whose braces
+    make none, are fenced, queued and read/write locked there too (before: CROSSSLOT)."""
+    async with Redlock(voters, fencing=True) as first, Redlock(voters, fencing=True) as second:
+        plain.nodes[1].pause()  # the cluster voter's vote decides
+        for name in ("no-tag", "a{}b", "a{b"):
+            mine = first.lock(name, ttl=10.0)
+            assert await mine.acquire(blocking=False), mine.outcomes
+            token = mine.fencing_token
+            assert token is not None
+            waiter = second.lock(name, ttl=10.0, acquire_timeout=20.0)
+            waiting = asyncio.ensure_future(waiter.acquire())
+            await asyncio.sleep(0.3)
+            await mine.release()
+            assert await asyncio.wait_for(waiting, 20.0)  # handed over through the line, fenced
+            assert waiter.fencing_token is not None
+            assert waiter.fencing_token > token
+            await waiter.release()
+            reading = first.rw_lock(name).read()
+            assert await reading.acquire(blocking=False), reading.outcomes
+            assert not await second.rw_lock(name).write().acquire(blocking=False)
+            await reading.release()
+            writing = second.rw_lock(name).write()
+            assert await writing.acquire(blocking=False), writing.outcomes
+            assert writing.fencing_token is not None
+            await writing.release()
+
+
+async def test_the_default_lock_and_a_semaphore_of_a_plain_name_on_a_cluster_voter(
+    voters: list[str], plain: LocalNodes
+) -> None:
+    """What most users write, `async with redlock.lock(name)` at the defaults (grant queue, listening marks),
+    and a semaphore, with a plain name, where the cluster voter's vote decides."""
+    async with Redlock(voters) as first, Redlock(voters) as second:
+        plain.nodes[1].pause()
+        async with first.lock("jobs:nightly", ttl=10.0) as held:
+            assert held.held
+            assert not await second.lock("jobs:nightly").acquire(blocking=False)
+        async with second.lock("jobs:nightly", ttl=10.0) as again:  # released: free again at once
+            assert again.held
+        permits = [first.semaphore("pool", limit=2), second.semaphore("pool", limit=2)]
+        for permit in permits:
+            assert await permit.acquire(blocking=False), permit.outcomes
+        assert not await first.semaphore("pool", limit=2).acquire(blocking=False)
+        for permit in permits:
+            await permit.release()
 
 
 async def test_three_cluster_voters_acquire_extend_release_and_watch() -> None:

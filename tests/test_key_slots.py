@@ -18,16 +18,39 @@ from typing import Any
 import pytest
 import redis
 
-from redlock_async._core._names import companion, semaphore_keys, slot_of, slot_tag
+from redlock_async._core._names import (
+    companion,
+    fence_key,
+    rw_keys,
+    rw_writer_key,
+    semaphore_keys,
+    slot_of,
+    slot_tag,
+)
 from redlock_async._queue import mark_key, queue_keys
 from redlock_async._scripts import (
+    ACQUIRE_FENCED,
     ACQUIRE_PERMIT,
+    EXTEND,
+    FENCE,
+    FENCED_BY,
     KEEP_LIMIT,
+    KEEP_READERS,
     PERMIT_ENTER,
     PERMIT_LEAVE,
     PERMIT_STAY,
     QUEUE_ENTER,
+    QUEUE_FENCE,
     QUEUE_LEAVE,
+    RELEASE,
+    RW_DOWNGRADE,
+    RW_ENTER,
+    RW_LEAVE,
+    RW_QUEUE_DOWNGRADE,
+    RW_QUEUE_LEAVE,
+    RW_READ,
+    RW_READ_RELEASE,
+    RW_WRITE,
     Script,
 )
 from redlock_async.testing import LocalNode
@@ -156,3 +179,97 @@ def test_the_layout_before_was_refused_on_a_cluster_node(shard: redis.Redis) -> 
     """What this file guards against: the lock's line as it was (the lock key followed by ``\\x00queue``)."""
     with pytest.raises(redis.ResponseError, match=r"CROSSSLOT|same slot"):
         run(shard, QUEUE_ENTER, [b"redlock:orders:42", b"redlock:orders:42\x00queue", b"redlock:orders:42\x00waits"])
+
+
+# -- fencing counters and read/write locks: one slot with a cluster voter -------------------------
+# A Redlock whose voters are all standalone names them as every version before did; one with a
+# redis+cluster:// voter (Cluster.one_slot, from _names.one_slot_voters) puts a fencing counter in the
+# slot of the key it serves, and a read/write lock's companions in its writer key's.
+
+FENCE_PREFIXES = {"redlock:": "redlock-fence:", "{app}:": "{app}-fence:", "odd{prefix:": "odd-fence{"}
+
+
+def fenced_group(prefix: str, name: str) -> list[bytes]:
+    lock = (prefix + name).encode()
+    fence = fence_key(FENCE_PREFIXES[prefix], name, lock)
+    return [*queue_keys(lock, fence), fence + FENCED_BY]
+
+
+def rw_group(prefix: str, name: str) -> list[bytes]:
+    writer = rw_writer_key(prefix, name)
+    rw = rw_keys(writer, one_slot=True)
+    fence = fence_key(FENCE_PREFIXES[prefix], name, writer)
+    return [writer, *rw, rw.reader(b"t1"), rw.reader(b"t2"), fence, fence + FENCED_BY]
+
+
+@pytest.mark.parametrize("group", [fenced_group, rw_group])
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_a_fenced_locks_and_a_rw_locks_keys_hash_to_one_slot_on_a_cluster_node(
+    shard: redis.Redis, group: Any, prefix: str
+) -> None:
+    for name in NAMES:
+        keys = group(prefix, name)
+        assert {keyslot(shard, key) for key in keys} == {slot_of(keys[0])}, (name, keys)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_fenced_scripts_run_on_a_cluster_node(shard: redis.Redis, name: str) -> None:
+    """A fenced acquire, its fence, a waiter in line granted on the release and fenced: one slot each."""
+    lock = ("redlock:" + name).encode()
+    fence = fence_key("redlock-fence:", name, lock)
+    line = list(queue_keys(lock, fence))
+    assert run(shard, ACQUIRE_FENCED, [lock, fence], b"t1", 5000) == 0
+    assert run(shard, FENCE, [lock, fence, fence + FENCED_BY], b"t1", 1) == 1
+    assert run(shard, QUEUE_ENTER, line, b"t2", 5000, 1, 5000)[0] == 0  # held: t2 waits in line
+    assert run(shard, QUEUE_LEAVE, line, b"t1") == 1  # released: granted to t2
+    assert shard.get(lock) == b"t2"
+    assert run(shard, QUEUE_FENCE, [lock, fence, fence + FENCED_BY], b"t2", 2)[0] == 1
+    assert shard.get(fence) == b"2"
+    assert run(shard, EXTEND, [lock], b"t2", 5000, 0) == 1
+    shard.flushall()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_rw_scripts_run_on_a_cluster_node(shard: redis.Redis, name: str) -> None:
+    """Every read/write script, with the reader keys its scripts make from the prefix (a reader the line
+    grants, readers a writer looks for), on a node that refuses a key of another slot, declared or not."""
+    writer = rw_writer_key("redlock:", name)
+    rw = rw_keys(writer, one_slot=True)
+    fence = fence_key("redlock-fence:", name, writer)
+    line = [writer, rw.readers, rw.writers, rw.line, rw.waits, fence]
+    assert run(shard, RW_READ, [writer, rw.reader(b"r1"), rw.readers, rw.writers, fence], b"r1", 5000, rw.prefix) == 0
+    assert run(shard, KEEP_READERS, [rw.reader(b"r1"), rw.readers], b"r1", 5000) == 1
+    assert run(shard, RW_ENTER, line, b"r2", 5000, 1, 5000, rw.prefix, b"r")[0] == 1  # readers share
+    assert run(shard, RW_ENTER, line, b"w1", 5000, 2, 5000, rw.prefix, b"w")[0] == 0  # the writer waits
+    assert run(shard, RW_ENTER, line, b"r3", 5000, 3, 5000, rw.prefix, b"r")[0] == 0  # behind the writer
+    # A writer of the default path looks for live readers (the index, and each reader's key made there).
+    waiting = [writer, rw.readers, rw.writers, fence]
+    assert run(shard, RW_WRITE, waiting, b"w9", 5000, rw.prefix, b"x9", 5000) < 0
+    assert run(shard, RW_LEAVE, [rw.writers, writer], b"x9") == 1
+    assert run(shard, RW_READ_RELEASE, [rw.reader(b"r1"), rw.readers, writer], b"r1") == 1
+    assert run(shard, RW_QUEUE_LEAVE, line, b"r2", rw.prefix, b"r") == 1  # the last reader: w1 granted
+    assert shard.get(writer) == b"w1"
+    assert run(shard, FENCE, [writer, fence, fence + FENCED_BY], b"w1", 7) == 1
+    # The downgrade grants r3, whose key the node makes from its token and the prefix.
+    assert run(shard, RW_QUEUE_DOWNGRADE, line, b"w1", b"r4", 5000, rw.prefix) == 7
+    assert shard.get(rw.reader(b"r3")) == b"r3"
+    assert shard.get(rw.reader(b"r4")) == b"r4"
+    for token in (b"r3", b"r4"):
+        assert run(shard, RW_QUEUE_LEAVE, line, token, rw.prefix, b"r") == 1
+    assert run(shard, RW_WRITE, waiting, b"w2", 5000, rw.prefix, b"x2", 0) == 7
+    down = [writer, rw.reader(b"r5"), rw.readers, fence]
+    assert run(shard, RW_DOWNGRADE, down, b"w2", b"r5", 5000, rw.prefix) == 7
+    assert run(shard, RELEASE, [rw.reader(b"r5"), writer], b"r5") == 1
+    shard.flushall()
+
+
+def test_a_rw_lock_of_todays_names_is_refused_on_a_cluster_node(shard: redis.Redis) -> None:
+    """What the one-slot names guard against: the standalone voters' names (the writer key followed by
+    each kind), in other slots than the writer key."""
+    writer = rw_writer_key("redlock:", "orders:42")
+    rw = rw_keys(writer)
+    with pytest.raises(redis.ResponseError, match=r"CROSSSLOT|same slot"):
+        run(shard, RW_READ, [writer, rw.reader(b"r1"), rw.readers, rw.writers], b"r1", 5000, rw.prefix)
+    lock = b"redlock:orders:42"
+    with pytest.raises(redis.ResponseError, match=r"CROSSSLOT|same slot"):
+        run(shard, ACQUIRE_FENCED, [lock, fence_key("redlock-fence:", "orders:42")], b"t1", 5000)

@@ -16,7 +16,7 @@ from redlock_async._scripts import RW_ENTER, RW_QUEUE_DOWNGRADE, RW_QUEUE_LEAVE,
 from .conftest import Cluster
 
 W = b"redlock:\x00rw\x00doc"
-PREFIX, INDEX, WAITING = rw_keys(W)
+PREFIX, INDEX, WAITING = rw_keys(W)[:3]
 LINE, WAITS = W + b"\x00queue", W + b"\x00waits"
 KEYS = (W, INDEX, WAITING, LINE, WAITS)
 COUNTER = b"redlock-fence:doc"

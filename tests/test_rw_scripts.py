@@ -30,7 +30,7 @@ from redlock_async._scripts import (
 from .conftest import Cluster, Node
 
 W = b"redlock:\x00rw\x00doc"
-PREFIX, INDEX, WAITING = rw_keys(W)
+PREFIX, INDEX, WAITING = rw_keys(W)[:3]
 COUNTER = b"redlock-fence:doc"
 
 

@@ -21,6 +21,7 @@ import functools
 import hashlib
 import os
 import socket
+from collections.abc import Iterable
 from typing import NamedTuple
 
 MAX_RESOURCE_BYTES = 4096
@@ -292,12 +293,94 @@ def rw_writer_key(key_prefix: str, name: str | bytes) -> bytes:
     return key_prefix.encode() + RW_INFIX + resource_key("", name)
 
 
-def rw_keys(writer_key: bytes) -> tuple[bytes, bytes, bytes]:
-    """A writer key's companions: its reader keys' prefix (a reader's key is this followed by the SHA1,
-    hex, of its token), its readers' index and its waiting writers."""
-    return writer_key + b"\x00r\x00", writer_key + b"\x00readers", writer_key + b"\x00writers"
+class RwKeys(NamedTuple):
+    """A writer key's companions (:func:`rw_keys`)."""
+
+    prefix: bytes
+    """Its reader keys' prefix: a reader's key is this followed by the SHA1, hex, of its token (what the
+    scripts name ``prefix .. redis.sha1hex(token)``)."""
+    readers: bytes
+    """Its readers' index (a set of those digests)."""
+    writers: bytes
+    """Its waiting writers (a sorted set)."""
+    line: bytes
+    """Its grant queue's line."""
+    waits: bytes
+    """Its line's entries."""
+
+    def reader(self, token: bytes) -> bytes:
+        """The key of the reader holding *token*."""
+        return self.prefix + hashlib.sha1(token).hexdigest().encode()
 
 
-def reader_key(writer_key: bytes, token: bytes) -> bytes:
+_RW_KINDS = (b"\x00r\x00", b"\x00readers", b"\x00writers", b"\x00queue", b"\x00waits")
+
+
+@functools.lru_cache(maxsize=4096)
+def rw_keys(writer_key: bytes, one_slot: bool = False) -> RwKeys:
+    """A writer key's companions (:class:`RwKeys`): each the writer key followed by its kind, as every
+    version before named them; *one_slot* (a Redlock with a cluster voter, :func:`one_slot_voters`): each
+    ``<key_prefix>\\0rw{T}\\0<kind>\\0<name>`` (a reader's key: then ``\\0`` and its digest), whose hash
+    tag ``{T}`` (:func:`slot_base`) is the writer key's cluster slot, whatever the name holds."""
+    if not one_slot:
+        return RwKeys(*(writer_key + kind for kind in _RW_KINDS))
+    at = writer_key.rindex(RW_INFIX)  # (no name holds NUL: the last infix is the name's)
+    name = writer_key[at + len(RW_INFIX) :]
+    base = slot_base(writer_key[:at] + RW_INFIX[:-1], slot_of(writer_key), "key_prefix")
+    prefix, *rest = (base + kind.rstrip(b"\x00") + b"\x00" + name for kind in _RW_KINDS)
+    return RwKeys(prefix + b"\x00", *rest)
+
+
+def reader_key(writer_key: bytes, token: bytes, one_slot: bool = False) -> bytes:
     """The key of the reader holding *token* (what the scripts name ``prefix .. redis.sha1hex(token)``)."""
-    return rw_keys(writer_key)[0] + hashlib.sha1(token).hexdigest().encode()
+    return rw_keys(writer_key, one_slot).reader(token)
+
+
+# -- the layout of a Redlock whose voters include a cluster --------------------------------------
+# A Redlock whose voters are all standalone names a fencing counter and a read/write lock's companions as
+# every version before did (nothing to migrate). One with a redis+cluster:// voter (which no version before
+# accepted, so no older client shares its nodes) puts them in one slot with the key they serve: after a
+# prefix that carries that slot's hash tag, then NUL and the name, so that a name's braces never matter.
+
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+"""The URL schemes of a Redis/Valkey Cluster voter."""
+
+
+def one_slot_voters(nodes: Iterable[object]) -> bool:
+    """Whether a Redlock on *nodes* (URLs, or clients: not a cluster) keeps every key of a fencing counter
+    and a read/write lock in one cluster slot: when any voter is a ``redis+cluster://`` or
+    ``rediss+cluster://`` URL. Pure string work: nothing is parsed or checked here."""
+    return any(isinstance(node, str) and node.split("://", 1)[0].lower() in CLUSTER_SCHEMES for node in nodes)
+
+
+def slot_base(prefix: bytes, slot: int, setting: str) -> bytes:
+    """*prefix* and what makes every key that starts with the result and goes on with NUL hash to *slot*:
+    ``{T}`` (:func:`slot_tag`) after a prefix without braces, four characters and ``}`` after one with an
+    open brace, nothing after one with a hash tag of its own (which must be *slot*'s: ValueError). A
+    *prefix* whose first ``{`` is followed at once by ``}`` (a cluster hashes each such key whole) is
+    refused: *setting* names the prefix to change."""
+    start = prefix.find(b"{")
+    if start >= 0 and prefix[start + 1 : start + 2] == b"}":
+        raise ValueError(
+            f"{setting} {prefix!r} has '{{}}' at its first brace, which makes a Redis Cluster hash each key whole: "
+            "on redis+cluster:// voters, a fencing counter or a read/write lock's keys could not share the slot "
+            f"of the key they serve. Put text between those braces (a hash tag, e.g. '{{app}}') or drop them"
+        )
+    return companion(prefix, b"", slot)
+
+
+def fence_key(fence_prefix: str, name: Name, lock_key: bytes | None = None) -> bytes:
+    """The fencing counter of *name*, after checking the name: ``<fence_prefix><name>`` as every version
+    named it; with *lock_key* (the one-slot layout: a Redlock with a cluster voter)
+    ``<fence_prefix>{T}\\0<name>``, in *lock_key*'s cluster slot (:func:`slot_base`), as is its fencer
+    (the counter's key followed by ``\\0by``)."""
+    key = resource_key(fence_prefix, name)
+    if lock_key is None:
+        return key
+    raw = key[len(fence_prefix.encode()) :]
+    return _fence_base(fence_prefix, slot_of(lock_key)) + b"\x00" + raw
+
+
+@functools.lru_cache(maxsize=SLOTS)
+def _fence_base(fence_prefix: str, slot: int) -> bytes:
+    return slot_base(fence_prefix.encode(), slot, "fence_prefix")

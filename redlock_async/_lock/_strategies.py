@@ -25,7 +25,7 @@ import random
 from collections.abc import Sequence
 from typing import Protocol
 
-from redlock_async._core import Name, Settings, default_owner, released_word, resource_key
+from redlock_async._core import Name, Settings, default_owner, fence_key, released_word, resource_key
 from redlock_async._core import algorithm as _algorithm
 from redlock_async._core import clock as _clock
 from redlock_async._core import lot as _lot
@@ -109,7 +109,10 @@ class Words:
         self.name = name
         """The lock's name (or names), for messages."""
         self.keys = tuple(resource_key(settings.key_prefix, one) for one in names)
-        self.fence_keys = tuple(resource_key(settings.fence_prefix, one) for one in names)
+        self.fence_keys = tuple(
+            fence_key(settings.fence_prefix, one, key if cluster.one_slot else None)
+            for one, key in zip(names, self.keys, strict=True)
+        )
         self.blocked = self.keys[0]
         """The key a failed attempt found held: the one its waiter listens on."""
         self._leave: _queue_release.Leave | None = None  # Queued: its release, packed once up to the token

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
-from redlock_async._core import SemaphoreKeys
+from redlock_async._core import RwKeys, SemaphoreKeys
 from redlock_async._scripts import (
     OLD_LAYOUT,
     PERMIT_ENTER,
@@ -120,10 +120,6 @@ class KeyLine:
 # of one lock, exactly as for permits taken with ``ACQUIRE_PERMIT``. Nodes that granted it another slot
 # meanwhile (a split) keep that slot for it until its release, which frees every slot that holds its
 # token on every node (``PERMIT_LEAVE``): never more holders, at worst a permit idle for one lease.
-
-LINE, WAITS = b"\x00queue", b"\x00waits"
-"""What a read/write lock's writer key adds for its line and its waits (as a lock key's:
-``_queue.SUFFIXES``)."""
 
 
 class Permits:
@@ -262,8 +258,9 @@ class RwLine(KeyLine):
     holds the waiter's key: a reader's own, or the writer key."""
 
     writer_key: bytes
-    companions: tuple[bytes, bytes, bytes]
-    """The reader keys' prefix, the readers' index, the waiting writers (``_names.rw_keys``)."""
+    companions: RwKeys
+    """The reader keys' prefix, the readers' index, the waiting writers, the line and its entries
+    (``_names.rw_keys``)."""
     fence_key: bytes | None
     kind: bytes
     """READER or WRITER."""
@@ -272,13 +269,13 @@ class RwLine(KeyLine):
     def keys(self) -> tuple[bytes, ...]:
         """The KEYS of every line script (``_scripts/_rw_line.py``)."""
         w = self.writer_key
-        _, index, waiting = self.companions
-        keys = (w, index, waiting, w + LINE, w + WAITS)
+        rw = self.companions
+        keys = (w, rw.readers, rw.writers, rw.line, rw.waits)
         return keys if self.fence_key is None else (*keys, self.fence_key)
 
     @property
     def prefix(self) -> bytes:
-        return self.companions[0]
+        return self.companions.prefix
 
     @property
     def fenced(self) -> bool:

@@ -1,7 +1,9 @@
 """The read/write lock's requests to every node: a reader's and a writer's acquire round, a reader's
 release, a writer's leave, a downgrade (their Lua: ``_scripts/_rw.py``).
 
-One node's view of a read/write lock named N (``_names.rw_keys``):
+One node's view of a read/write lock named N (``_names.rw_keys``: below, the names of a Redlock whose
+voters are all standalone; with a cluster voter, each companion also carries a hash tag that keeps it in
+W's cluster slot):
 
 - the **writer key** W, a string holding the writer's token with ``PX ttl``, exactly a mutex's key
   (the writer's extension and release are the mutex's ``EXTEND`` and ``RELEASE``, and its fence the
@@ -41,7 +43,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 
-from redlock_async._core import SKIPPED, YES, Settings, reader_key, rw_keys
+from redlock_async._core import SKIPPED, YES, RwKeys, Settings
 from redlock_async._core import clock as _clock
 from redlock_async._health import floored
 from redlock_async._nodes import IGNORED, Failure, Node, Receiver, pack, pack_script
@@ -66,16 +68,17 @@ def wait_life_ms(settings: Settings) -> int:
     return max(settings.ttl_ms, math.ceil(2000 * settings.retry_delay))
 
 
-def keep_index(writer_key: bytes) -> Keep:
+def keep_index(rw: RwKeys) -> Keep:
     """What a reader's extensions keep alive beside its key: the readers' index (KEEP_READERS), which names
     it and outlives it by two leases, so that a writer sees it, and which ends two leases after the last
     reader."""
-    return Keep(KEEP_READERS, rw_keys(writer_key)[1])
+    return Keep(KEEP_READERS, rw.readers)
 
 
 async def attempt_read(
     nodes: Sequence[Node],
     writer_key: bytes,
+    rw: RwKeys,
     fence_key: bytes | None,
     settings: Settings,
     owner: bytes,
@@ -84,8 +87,8 @@ async def attempt_read(
     """One reader's round (RW_READ) on every node; granted, its fencing token (*fence_key*: fenced) is the
     largest counter its majority read, the last fenced writer's. A failed round is given back."""
     token = _requests.new_token(owner)
-    prefix, index, waiting = rw_keys(writer_key)
-    key = reader_key(writer_key, token)
+    prefix, index, waiting = rw.prefix, rw.readers, rw.writers
+    key = rw.reader(token)
     keys = (writer_key, key, index, waiting) if fence_key is None else (writer_key, key, index, waiting, fence_key)
     ballot = Ballot(nodes, vote_of_fenced, settings.node_timeout)
     started = _clock.now()
@@ -95,13 +98,14 @@ async def attempt_read(
         counters = [reply for reply, vote in zip(ballot.replies, ballot.votes, strict=True) if vote is YES]
         result.fencing_tokens = (max(counters),)
     result.takes = False  # a read/write lease regains no node (docs/algorithm.md, "Read/write locks")
-    result.keeps = keep_index(writer_key)
+    result.keeps = keep_index(rw)
     return result
 
 
 async def attempt_write(
     nodes: Sequence[Node],
     writer_key: bytes,
+    rw: RwKeys,
     fence_key: bytes | None,
     settings: Settings,
     owner: bytes,
@@ -112,7 +116,7 @@ async def attempt_write(
     """One writer's round (RW_WRITE) on every node, fenced on *fence_key* as a mutex is; refused, with
     *life_ms* > 0 it enters the waiting writers as *waiter*. A failed round is given back."""
     token = _requests.new_token(owner)
-    prefix, index, waiting = rw_keys(writer_key)
+    prefix, index, waiting = rw.prefix, rw.readers, rw.writers
     keys = (writer_key, index, waiting) if fence_key is None else (writer_key, index, waiting, fence_key)
     args: tuple[bytes | int, ...] = (token, settings.ttl_ms, prefix, waiter, life_ms)
     if fence_key is not None and (settings.fence_ttl_ms is not None or floored(nodes)):  # (see send_attempt)
@@ -154,10 +158,10 @@ def _forget_reader(nodes: Sequence[Node], index: bytes, token: bytes) -> None:
         node.send_packed(IGNORED, i, packed)
 
 
-def send_leave(nodes: Sequence[Node], writer_key: bytes, waiter: bytes) -> None:
+def send_leave(nodes: Sequence[Node], writer_key: bytes, rw: RwKeys, waiter: bytes) -> None:
     """Queue RW_LEAVE on every node (synchronous: survives cancellation; no one awaits the replies): the
     writer *waiter*'s acquire ended, its entry in the waiting writers goes."""
-    keys, args = (rw_keys(writer_key)[2], writer_key), (waiter,)
+    keys, args = (rw.writers, writer_key), (waiter,)
     packed = pack_script(RW_LEAVE, keys, args)
     for i, node in enumerate(nodes):
         node.send_packed(IGNORED, i, packed, fallback=(RW_LEAVE, keys, args))
@@ -183,13 +187,14 @@ def send_queue_leave(
 def send_read_release(
     nodes: Sequence[Node],
     writer_key: bytes,
+    rw: RwKeys,
     token: bytes,
     skip: Sequence[int],
     into: Ballot | None = None,
 ) -> None:
     """Queue a reader's release (RW_READ_RELEASE) on every node but *skip* (synchronous: survives
     cancellation); the replies go to *into* (a ballot not started yet), or nowhere."""
-    keys = (reader_key(writer_key, token), rw_keys(writer_key)[1], writer_key)
+    keys = (rw.reader(token), rw.readers, writer_key)
     args = (token,)
     packed = pack_script(RW_READ_RELEASE, keys, args)
     receiver: Receiver = IGNORED if into is None else into
@@ -203,6 +208,7 @@ def send_read_release(
 async def downgrade(
     nodes: Sequence[Node],
     writer_key: bytes,
+    rw: RwKeys,
     writer_token: bytes,
     fence_key: bytes | None,
     settings: Settings,
@@ -215,11 +221,11 @@ async def downgrade(
     *queued*: RW_QUEUE_DOWNGRADE, which then grants the readers at the head of the name's line);
     counted as a reader's round, and given back (the reader's keys) when no majority did it."""
     token = _requests.new_token(owner)
-    prefix, index, _ = rw_keys(writer_key)
-    key = reader_key(writer_key, token)
+    prefix, index = rw.prefix, rw.readers
+    key = rw.reader(token)
     script = RW_QUEUE_DOWNGRADE if queued else RW_DOWNGRADE
     if queued:
-        keys = RwLine(writer_key, rw_keys(writer_key), fence_key, READER).keys
+        keys = RwLine(writer_key, rw, fence_key, READER).keys
     else:
         keys = (writer_key, key, index) if fence_key is None else (writer_key, key, index, fence_key)
     ballot = Ballot(nodes, vote_of_fenced, settings.node_timeout)
@@ -230,5 +236,5 @@ async def downgrade(
         counters = [reply for reply, vote in zip(ballot.replies, ballot.votes, strict=True) if vote is YES]
         result.fencing_tokens = (max(counters),)
     result.takes = False
-    result.keeps = keep_index(writer_key)
+    result.keeps = keep_index(rw)
     return result

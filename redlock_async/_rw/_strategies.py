@@ -23,7 +23,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 
-from redlock_async._core import Name, Settings, default_owner, reader_key, resource_key, rw_keys
+from redlock_async._core import Name, Settings, default_owner, fence_key, rw_keys
 from redlock_async._core import algorithm as _algorithm
 from redlock_async._lock import (
     Keeper,
@@ -55,7 +55,7 @@ def bound_key(writer_key: bytes) -> bytes:
 class _Side(Words):
     """What a reader and a writer share: the keys, no hand-over, nested acquires refused."""
 
-    __slots__ = ("fence_key", "rw_key")
+    __slots__ = ("fence_key", "rw", "rw_key")
 
     takes_hand_over = False
     marks = False
@@ -63,7 +63,10 @@ class _Side(Words):
     def __init__(self, cluster: Cluster, settings: Settings, name: Name, owner: bytes | None, key: bytes) -> None:
         super().__init__(cluster, settings, (name,), owner, name)
         self.rw_key = key
-        self.fence_key = resource_key(settings.fence_prefix, name) if settings.fencing else None
+        one_slot = cluster.one_slot
+        self.rw = rw_keys(key, one_slot)
+        """The writer key's companions (in its cluster slot when *one_slot*)."""
+        self.fence_key = fence_key(settings.fence_prefix, name, key if one_slot else None) if settings.fencing else None
         self.keys = (bound_key(key),)
         self.blocked = key  # where every release of the lock is told
 
@@ -109,7 +112,7 @@ class Reader(_Side):
         owner = self.owner or default_owner()
         if self.downgrading is None:
             return await _rw_requests.attempt_read(
-                cluster.nodes, self.rw_key, self.fence_key, settings, owner, cluster.reading()
+                cluster.nodes, self.rw_key, self.rw, self.fence_key, settings, owner, cluster.reading()
             )
         writer, self.downgrading, self.permits = self.downgrading, None, 1  # the first acquire only
         successor, self.successor = self.successor, None
@@ -127,6 +130,7 @@ class Reader(_Side):
             result = await _rw_requests.downgrade(
                 cluster.nodes,
                 self.rw_key,
+                self.rw,
                 token,
                 self.fence_key,
                 settings,
@@ -159,7 +163,7 @@ class Reader(_Side):
     def send_release(
         self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
     ) -> None:
-        _rw_requests.send_read_release(self.cluster.nodes, self.rw_key, token, skip, into)
+        _rw_requests.send_read_release(self.cluster.nodes, self.rw_key, self.rw, token, skip, into)
 
 
 class Writer(_Side):
@@ -180,7 +184,7 @@ class Writer(_Side):
             return await super().acquire(tenure, blocking, give_up)
         finally:
             if self.waiter is not None:
-                _rw_requests.send_leave(self.cluster.nodes, self.rw_key, self.waiter)
+                _rw_requests.send_leave(self.cluster.nodes, self.rw_key, self.rw, self.waiter)
                 self.waiter = None
 
     async def take(self, sent: _requests.Sent | None = None) -> _requests.Attempt:
@@ -188,6 +192,7 @@ class Writer(_Side):
         return await _rw_requests.attempt_write(
             cluster.nodes,
             self.rw_key,
+            self.rw,
             self.fence_key,
             settings,
             self.owner or default_owner(),
@@ -225,7 +230,7 @@ class QueuedReader(Reader):
 
     @property
     def keeps(self) -> Keep | None:
-        return _rw_requests.keep_index(self.rw_key)  # the readers' index names us while we hold
+        return _rw_requests.keep_index(self.rw)  # the readers' index names us while we hold
 
     @property
     def channels(self) -> tuple[bytes, ...]:
@@ -233,7 +238,7 @@ class QueuedReader(Reader):
 
     @property
     def line(self) -> RwLine:
-        return RwLine(self.rw_key, rw_keys(self.rw_key), self.fence_key, READER)
+        return RwLine(self.rw_key, self.rw, self.fence_key, READER)
 
     def new_claims(self, token: bytes) -> list[_queue.Claim]:
         self.claim_token = token
@@ -244,7 +249,7 @@ class QueuedReader(Reader):
         return [claim]
 
     def lease_keys(self, won: _queue_wait.Won) -> tuple[bytes, ...]:
-        return (reader_key(self.rw_key, self.claim_token),)
+        return (self.rw.reader(self.claim_token),)
 
     def send_release(
         self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
@@ -269,7 +274,7 @@ class QueuedWriter(Writer):
 
     @property
     def line(self) -> RwLine:
-        return RwLine(self.rw_key, rw_keys(self.rw_key), self.fence_key, WRITER)
+        return RwLine(self.rw_key, self.rw, self.fence_key, WRITER)
 
     def new_claims(self, token: bytes) -> list[_queue.Claim]:
         cluster = self.cluster

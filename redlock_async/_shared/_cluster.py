@@ -79,6 +79,7 @@ class Cluster:
         "names",
         "nodes",
         "on_event",
+        "one_slot",
         "settings",
         "watchdog",
     )
@@ -96,6 +97,10 @@ class Cluster:
         self.settings = settings
         self.listener = listener
         self.on_event = on_event
+        self.one_slot = False
+        """The one-slot key layout (``_names.one_slot_voters``: a voter is a cluster): a fencing counter
+        and a read/write lock's companions in the slot of the key they serve; False: their names of every
+        version before. Read when a lock is made."""
         self.watchdog = Watchdog(nodes, settings.node_timeout, on_fault=self.watchdog_failed)
         self.watchdog.reading = self.reading
         self.held: weakref.WeakSet[Kept] = weakref.WeakSet()

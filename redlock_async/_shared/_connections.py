@@ -17,7 +17,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from redlock_async._core import MIN_TTL_TO_NODE_TIMEOUT, Settings, Vote, complete, quorum
+from redlock_async._core import MIN_TTL_TO_NODE_TIMEOUT, Settings, Vote, complete, one_slot_voters, quorum
 from redlock_async._health import ClockGuard, EvictionWatch, Quarantine, ShardQuarantine, raise_counters
 from redlock_async._nodes import ClusterVoter, Failure, Node, Reply, SwitchWatch, endpoints_for, server_error
 from redlock_async._rounds import sitting_out
@@ -65,6 +65,8 @@ class Connections:
 
     def __init__(self, nodes: Iterable[str | Redis], settings: Settings, hook: OnEvent | None) -> None:
         self.settings = settings
+        if isinstance(nodes, Iterable) and not isinstance(nodes, str | bytes):
+            nodes = list(nodes)  # read twice: the endpoints, and the key layout
         endpoints = endpoints_for(nodes)
         tell_fault_tolerance(len(endpoints))
         built: list[Node] = []
@@ -143,6 +145,7 @@ class Connections:
             if endpoint.service is not None
         ]
         cluster = self.cluster = Cluster(self.nodes, settings, listener, hook)
+        cluster.one_slot = one_slot_voters(nodes)
         # The standalone (and Sentinel) voters' restart quarantine; a Cluster voter's shards have their own.
         plain = tuple(node for node in self.nodes if not isinstance(node, ClusterVoter))
         voters = [(i, node) for i, node in enumerate(self.nodes) if isinstance(node, ClusterVoter)]

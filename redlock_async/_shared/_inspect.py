@@ -30,10 +30,12 @@ from dataclasses import dataclass
 
 from redlock_async._core import (
     Held,
+    RwKeys,
     SemaphoreKeys,
     Settings,
     Vote,
     drift,
+    fence_key,
     held_by_majority,
     quorum,
     resource_key,
@@ -64,15 +66,24 @@ class Keys:
     """A semaphore of the same name: its keys (None: not looked at)."""
     writer: bytes | None = None
     """A read/write lock of the same name: its writer key (None: not looked at)."""
+    rw: RwKeys | None = None
+    """Its writer key's companions (with ``writer``)."""
+    rw_fence: bytes | None = None
+    """The fencing counter its writers raise (with ``writer``): ``fence``, or with *one_slot*, one in the
+    writer key's cluster slot."""
 
 
-def keys_of(settings: Settings, name: str | bytes, *, semaphore: bool = True) -> Keys:
+def keys_of(settings: Settings, name: str | bytes, *, semaphore: bool = True, one_slot: bool = False) -> Keys:
     """The keys of lock *name* (and, with *semaphore*, of semaphore *name* and read/write lock *name*),
-    after checking the name."""
-    lock, fence = resource_key(settings.key_prefix, name), resource_key(settings.fence_prefix, name)
+    after checking the name; *one_slot*: as a Redlock with a cluster voter names them
+    (``_names.one_slot_voters``)."""
+    lock = resource_key(settings.key_prefix, name)
+    fence = fence_key(settings.fence_prefix, name, lock if one_slot else None)
     if not semaphore:
         return Keys(lock, fence)
-    return Keys(lock, fence, semaphore_keys(settings.key_prefix, name), rw_writer_key(settings.key_prefix, name))
+    writer = rw_writer_key(settings.key_prefix, name)
+    rw_fence = fence_key(settings.fence_prefix, name, writer) if one_slot else fence
+    return Keys(lock, fence, semaphore_keys(settings.key_prefix, name), writer, rw_keys(writer, one_slot), rw_fence)
 
 
 def default_period(settings: Settings) -> float:
@@ -180,11 +191,11 @@ class Inspector:
             ask = [clock, node.send(b"MGET", *reads), node.send(b"PTTL", keys.lock)]
             if keys.semaphore is not None:
                 ask.append(node.send(b"GET", keys.semaphore.widest))
-            if keys.writer is not None:
+            if keys.writer is not None and keys.rw is not None and keys.rw_fence is not None:
                 ask += (
-                    node.send(b"MGET", keys.writer, keys.fence, keys.fence + FENCED_BY),
+                    node.send(b"MGET", keys.writer, keys.rw_fence, keys.rw_fence + FENCED_BY),
                     node.send(b"PTTL", keys.writer),
-                    node.send(b"SMEMBERS", rw_keys(keys.writer)[1]),
+                    node.send(b"SMEMBERS", keys.rw.readers),
                 )
             asks.append(ask)
         answered = await self._ask(asks)
@@ -211,9 +222,9 @@ class Inspector:
         widest = max((_limit(replies[2]) for replies in answers if len(replies) > 2), default=0)
         if widest != 0:  # a semaphore of this name on some node that answered
             info = await self._permits(info, keys.semaphore, widest, doubts)
-        if keys.writer is None:
+        if keys.rw is None:
             return info
-        return await self._rw(info, keys.writer, [replies[3:] for replies in answers], doubts)
+        return await self._rw(info, keys.rw, [replies[3:] for replies in answers], doubts)
 
     def _doubt(self, i: int, node: Node, ahead: float | None) -> str | None:
         """Why node *i* may have lost keys (it rules no holder out then), or None: its restart quarantine
@@ -237,9 +248,7 @@ class Inspector:
             return f"its clock is {ahead:.3f} s ahead of ours and of another node's: its keys may have expired early"
         return None
 
-    async def _rw(
-        self, info: LockInfo, writer_key: bytes, answers: list[list[Reply]], doubts: list[str | None]
-    ) -> LockInfo:
+    async def _rw(self, info: LockInfo, rw: RwKeys, answers: list[list[Reply]], doubts: list[str | None]) -> LockInfo:
         """*info* with the read/write lock's verdicts: its writer judged as a lock, and each reader listed
         in an index (*answers*: per node, the writer's MGET, its PTTL, the index) judged as a lock. Nothing
         of a read/write lock is added when no node that answered has its writer's key or a readers' index."""
@@ -252,7 +261,7 @@ class Inspector:
         ids = sorted({one for replies in answers if isinstance(replies[2], list) for one in replies[2]})
         readers: tuple[LockInfo, ...] = ()
         if ids:
-            prefix = rw_keys(writer_key)[0]
+            prefix = rw.prefix
             keys = [prefix + one for one in ids if isinstance(one, bytes)]
             asks = [[node.send(b"MGET", *keys), *(node.send(b"PTTL", key) for key in keys)] for node in nodes]
             replies_of = await self._ask(asks)

@@ -37,9 +37,9 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from redlock_async._core import Settings, quorum, rw_keys, semaphore_keys
+from redlock_async._core import Settings, one_slot_voters, quorum, semaphore_keys
 from redlock_async._nodes import ClusterVoter, Failure, Node, Reply, endpoints_for
-from redlock_async._queue import SUFFIXES, Permits, queue_keys
+from redlock_async._queue import Permits, queue_keys
 from redlock_async._scripts import DROP_LINES, PERMIT_LEAVE, QUEUE_LEAVE, RELEASE, RW_READ_RELEASE
 from redlock_async._shared import Keys, digest, inspect, keys_of
 from redlock_async.cli._codes import EXIT_NOT_CONFIRMED, EXIT_UNAVAILABLE
@@ -89,7 +89,7 @@ async def break_command(name: str, nodes: list[str], *, yes: bool, ask: Ask | No
     redlock = Redlock(nodes, restart_quarantine=0)
     resource, shown_name = resource_name(name)
     settings = redlock.settings
-    keys = keys_of(settings, resource)
+    keys = keys_of(settings, resource, one_slot=one_slot_voters(nodes))
     with _quiet():
         found = await inspect(endpoints_for(nodes), keys, settings)
     print_found(shown_name, found)
@@ -175,7 +175,7 @@ async def _delete(
 ) -> list[tuple[str, Result]]:
     """On every node at once: drop the name's lines, read the lock key and the permits' slots, and release
     each value shown."""
-    keys = keys_of(settings, resource)
+    keys = keys_of(settings, resource, one_slot=one_slot_voters(nodes))
     slots: list[bytes] = []
     if found.limit is not None and keys.semaphore is not None:
         slots = [keys.semaphore.slot_key(i) for i in range(found.limit)]
@@ -243,8 +243,8 @@ def line_groups(keys: Keys, permits: Permits) -> list[Lines]:
     primitive: its keys share a cluster slot, those of two primitives need not."""
     lock = queue_keys(keys.lock)
     groups: list[Lines] = [((lock[1],), (lock[2],)), ((permits.names.line,), (permits.names.waits,))]
-    if keys.writer is not None:
-        groups.append(((keys.writer + SUFFIXES[0], rw_keys(keys.writer)[2]), (keys.writer + SUFFIXES[1],)))
+    if keys.rw is not None:
+        groups.append(((keys.rw.line, keys.rw.writers), (keys.rw.waits,)))
     return groups
 
 
@@ -270,7 +270,7 @@ async def _release_shown(
     writer = () if keys.writer is None else (keys.writer,)
     # One read per primitive (its keys share a cluster slot): the lock key, the permits' slots, the writer key.
     reads = [node.send(b"MGET", *group) for group in ((keys.lock,), tuple(slots), writer) if group]
-    index = node.send(b"SMEMBERS", rw_keys(keys.writer)[1]) if keys.writer is not None else None
+    index = node.send(b"SMEMBERS", keys.rw.readers) if keys.rw is not None else None
     dropped = 0
     for drop in drops:
         count = _checked(await drop, "unreachable: nothing deleted here")
@@ -286,8 +286,8 @@ async def _release_shown(
     # Each key read, with the release its holder would send: (keys, script) by kind.
     places: list[tuple[bytes, str]] = [(keys.lock, "lock"), *((slot, "permit") for slot in slots)]
     places += [(key, "writer") for key in writer]
-    if keys.writer is not None and ids:
-        readers = [rw_keys(keys.writer)[0] + one for one in ids if isinstance(one, bytes)]
+    if keys.rw is not None and ids:
+        readers = [keys.rw.prefix + one for one in ids if isinstance(one, bytes)]
         found = _checked(await node.send(b"MGET", *readers), "unreachable: nothing deleted here")
         assert isinstance(found, list)
         values = [*values, *found]
@@ -309,7 +309,8 @@ async def _release_shown(
             reply = node.send_script(RELEASE, (key,), (value,))
         else:  # a reader: out of the readers' index too, told on the writer key's channel
             assert keys.writer is not None
-            reply = node.send_script(RW_READ_RELEASE, (key, rw_keys(keys.writer)[1], keys.writer), (value,))
+            assert keys.rw is not None
+            reply = node.send_script(RW_READ_RELEASE, (key, keys.rw.readers, keys.writer), (value,))
         if _checked(await reply, f"failed: it may still hold {holder}") == 1:
             deleted.append(holder)
         # 0: released or expired between the read and the delete; gone all the same

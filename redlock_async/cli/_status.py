@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from redlock_async._core import clock as _clock
+from redlock_async._core import one_slot_voters
 from redlock_async._nodes import endpoints_for
 from redlock_async._shared import inspect, keys_of
 from redlock_async.cli._codes import EXIT_HELD, EXIT_UNAVAILABLE, EXIT_UNKNOWN
@@ -29,7 +30,9 @@ async def status_command(name: str, nodes: list[str], *, ttl: float = 10.0) -> i
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # the table says which nodes could not be reached, and why
     try:
-        found = await inspect(endpoints_for(nodes), keys_of(settings, resource), settings)
+        found = await inspect(
+            endpoints_for(nodes), keys_of(settings, resource, one_slot=one_slot_voters(nodes)), settings
+        )
     finally:
         quiet.setLevel(level)
     print_found(name, found)
