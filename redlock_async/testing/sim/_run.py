@@ -55,6 +55,7 @@ def run(seed: int, config: Config, *, verbose: bool = False) -> Result:
     urls = [f"redis://n{i}.sim:{7000 + i}" for i in range(config.nodes)]
     board = Board(loop, config, urls)
     nemesis = Nemesis(loop, network, board, config, random.Random(rng.getrandbits(64)))
+    board.timeline = nemesis.timeline
     with deterministic(random.Random(rng.getrandbits(64)), loop), _quiet():
         try:
             loop.run_until_complete(_main(loop, board, nemesis, config))
