@@ -9,8 +9,9 @@ stretches the fault schedule (``_timeline``) shows healthy. docs/safety.md state
 * ``overtaken``: while a try waited, with no fault since a ttl before, another client was granted the
   lock more than ``RUN`` times in a row by tries that began after it.
 * ``lost_healthy``: a holder lost its lock though, from a ttl before its grant to the loss, at most one
-  node was unhealthy for it, and it had been extended twice while the whole cluster was healthy (since
-  a ttl and its after-effects before the grant): with the free nodes regained at each extension, four
+  node was unhealthy for it (no fault reached its link to any other), and it had been extended twice
+  with no fault reaching any other client from two ttls before its grant to its second extension (such
+  a client's keys may stay on a node for a ttl): with the free nodes regained at each extension, four
   healthy nodes of five keep a lease. Judged without the grant queue only (a node that granted the key
   to a waiter in line keeps it for that waiter: docs/algorithm.md, "Regaining the free nodes").
 """
@@ -132,7 +133,7 @@ def _lost_healthy(board: Board) -> tuple[str, str] | None:
         elif kind == "lost" and key in granted:
             since = granted.pop(key)
             extended = extensions.pop(key)
-            if len(extended) < 2 or not board.timeline.quiet(since, extended[1], 2 * ttl):
+            if len(extended) < 2 or board.timeline.others_reached(client, since, extended[1], 2 * ttl):
                 continue
             unhealthy = board.timeline.unhealthy(client, since, when, ttl)
             if len(unhealthy) > 1:

@@ -95,3 +95,11 @@ class Timeline:
             if fault.clients is ALL or client in fault.clients:
                 first = min(first, fault.start)
         return first
+
+    def others_reached(self, client: str, start: float, end: float, margin: float) -> bool:
+        """Whether a fault reaching another client than *client* (its pause, death, partition, slow link or
+        reset connection: its keys may stay on some nodes for a ttl) was active from *margin* before
+        *start* to *end*."""
+        return any(
+            f.clients is not ALL and f.clients - {client} for f in self._overlapping(start, end, margin)
+        )

@@ -83,8 +83,9 @@ class Board:
         self.settings.setdefault("ttl", config.ttl)
         if "queue" not in self.settings and self.rng.random() < 0.3:
             self.settings["queue"] = False  # (a third of the runs: the hand-off by release words)
-        self.short = self.rng.random() < 0.3
-        """Short sections and short pauses between tries (hand-over chains, fairness between clients)."""
+        self.pace = self.rng.choice(("normal", "normal", "short", "long"))
+        """How long sections last: short ones with short pauses between tries (hand-over chains, fairness
+        between clients), or long ones (extended several times: a holder that must keep its lock)."""
         self.attempts: list[Attempt] = []
         self.grants: dict[str, list[tuple[float, str, float]]] = {}
         """Per resource: (when granted, to which client, when its try began), in order."""
@@ -172,7 +173,7 @@ class Board:
             self.count(f"error.{type(exc).__name__}")
             attempt.outcome = "error"
         attempt.finished = self.loop.now
-        gap = self.config.ttl / 50 if self.short else self.config.ttl / 4
+        gap = self.config.ttl / 50 if self.pace == "short" else self.config.ttl / 4
         await asyncio.sleep(rng.uniform(0.0, gap))
 
     async def hold(
@@ -198,7 +199,7 @@ class Board:
         if self.loop.verbose:
             self.loop.log(f"enter {client.name} {resource} {token[:6]} f={section.fencing}", detail=True)
         self.count("sections")
-        rate = (50.0 if self.short else 4.0) / self.config.ttl
+        rate = {"short": 50.0, "normal": 4.0, "long": 1.0}[self.pace] / self.config.ttl
         try:
             for _ in range(1 if brief else self.rng.randint(1, 4)):
                 await asyncio.sleep(self.rng.uniform(0.0, self.config.ttl / 4) if brief else self.rng.expovariate(rate))
