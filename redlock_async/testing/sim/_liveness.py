@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from redlock_async.testing.sim._workloads import Attempt, Board
 
-RUN = 24
-"""Grants in a row to one other client that a waiting try may see (3 x the hand-over's chain of 8)."""
+RUN = 40
+"""Grants in a row to one other client that a waiting try may see (5 x the hand-over's chain of 8: a chain
+ends by a release the other processes' waiters race for, and may lose, to a split vote or a late wake-up)."""
 
 _SINGLE = ("lock", "fenced")  # one name, a mutex: who holds, who waits, who overtakes are plain
 _MUTEX_LIKE = ("lock", "fenced", "semaphore", "rw")  # nobody inside while wanted: idle

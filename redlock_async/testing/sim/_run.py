@@ -75,7 +75,7 @@ def run(seed: int, config: Config, *, verbose: bool = False) -> Result:
 
 
 async def _main(loop: SimLoop, board: Board, nemesis: Nemesis, config: Config) -> None:
-    clients = [loop.client(f"c{i}") for i in range(config.clients)]
+    clients = [loop.client(f"c{i}") for i in range(board.client_count)]
     board.clients = clients
     mains = [loop.start(client, board.client_main(client), name=f"client {client.name}") for client in clients]
     faults = asyncio.ensure_future(nemesis.run(config.duration - config.ttl))

@@ -86,6 +86,10 @@ class Board:
         self.pace = self.rng.choice(("normal", "normal", "short", "long"))
         """How long sections last: short ones with short pauses between tries (hand-over chains, fairness
         between clients), or long ones (extended several times: a holder that must keep its lock)."""
+        short = self.pace == "short"
+        self.client_count = min(2, config.clients) if short else config.clients
+        self.tasks = 2 * config.tasks if short else config.tasks
+        """(Short sections: two clients of twice the tasks, whose hand-over chains meet only each other.)"""
         self.attempts: list[Attempt] = []
         self.grants: dict[str, list[tuple[float, str, float]]] = {}
         """Per resource: (when granted, to which client, when its try began), in order."""
@@ -131,8 +135,12 @@ class Board:
     async def client_main(self, client: SimClient) -> None:
         work = WORKLOADS[self.config.workload]
         on_event = functools.partial(self.on_event, client.name)
-        async with Redlock(self.urls, on_event=on_event, **self.settings) as redlock:
-            workers = [work(self, client, redlock, k) for k in range(self.config.tasks)]
+        # Each client names the nodes by its own host names (n0.c1.sim for n0.sim), as another process:
+        # Redlocks of one process on the same nodes share their waiters' lines, and clients must not.
+        urls = [url.replace(".sim:", f".{client.name}.sim:") for url in self.urls]
+        await asyncio.sleep(self.rng.uniform(0.0, 0.003))  # processes started together start a little apart
+        async with Redlock(urls, on_event=on_event, **self.settings) as redlock:
+            workers = [work(self, client, redlock, k) for k in range(self.tasks)]
             await asyncio.gather(*workers)
 
     async def guarded(
