@@ -18,6 +18,7 @@ from redlock_async import LockLost, LockNotAcquired, Redlock, RedlockError
 from redlock_async.events import LockEvent
 from redlock_async.testing._history import History, Section
 from redlock_async.testing.sim._liveness import check_liveness
+from redlock_async.testing.sim._loop import NOBODY
 from redlock_async.testing.sim._timeline import Timeline
 
 if TYPE_CHECKING:
@@ -96,6 +97,7 @@ class Board:
         self.lock_events: list[tuple[str, str, str, float]] = []
         """(kind: acquired, extended or lost; client; name; when) of each lock event."""
         self.timeline: Timeline = Timeline(config.nodes)
+        self._barrier: asyncio.Event | None = None
         self.stopping = False
         self.clients: list[SimClient] = []
         self.histories: dict[str, History] = {}
@@ -110,6 +112,14 @@ class Board:
         """Each term an election granted, to whom (its candidate's owner label)."""
         self.observed: list[tuple[str | None, int | None, float]] = []
         """(owner, term, when) of each leader an observer was shown."""
+
+    async def barrier(self, when: float) -> None:
+        """Wait until *when* (virtual seconds): every client waiting here wakes in the same loop turn (a
+        timer each would fire each late by its own random lateness)."""
+        if self._barrier is None:
+            self._barrier = asyncio.Event()
+            self.loop.call_at_exactly(when, self._barrier.set, context=NOBODY)
+        await self._barrier.wait()
 
     def count(self, what: str, n: int = 1) -> None:
         self.coverage[what] = self.coverage.get(what, 0) + n
@@ -138,7 +148,7 @@ class Board:
         # Each client names the nodes by its own host names (n0.c1.sim for n0.sim), as another process:
         # Redlocks of one process on the same nodes share their waiters' lines, and clients must not.
         urls = [url.replace(".sim:", f".{client.name}.sim:") for url in self.urls]
-        await asyncio.sleep(self.rng.uniform(0.0, 0.003))  # processes started together start a little apart
+        await asyncio.sleep(self.rng.uniform(0.0, 0.005))  # processes started together start a little apart
         async with Redlock(urls, on_event=on_event, **self.settings) as redlock:
             workers = [work(self, client, redlock, k) for k in range(self.tasks)]
             await asyncio.gather(*workers)
@@ -324,6 +334,8 @@ async def lock_worker(board: Board, client: SimClient, redlock: Redlock, k: int,
     racer = k == 0 and client.name in ("c0", "c1")
     if not racer:  # the run opens with two clients' tries on a fresh cluster, alone (the free-try oracle)
         await asyncio.sleep(board.rng.uniform(ttl / 2, ttl))
+    if racer:  # both meet at a barrier once connected (as processes at a file barrier), then try at once
+        await board.barrier(0.03)
     first = True
     while not board.stopping:
         if (racer and first) or board.rng.random() < 0.2:
