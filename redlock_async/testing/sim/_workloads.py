@@ -219,7 +219,7 @@ class Board:
         self.count("sections")
         rate = {"short": 50.0, "normal": 4.0, "long": 1.0}[self.pace] / self.config.ttl
         try:
-            for _ in range(1 if brief else self.rng.randint(1, 4)):
+            for _ in range(1 if brief else self.rng.randint(1, 4) + (2 if self.pace == "long" else 0)):
                 await asyncio.sleep(self.rng.uniform(0.0, self.config.ttl / 4) if brief else self.rng.expovariate(rate))
                 if holder.validity > 0:
                     section.valid_until = self.loop.now + holder.validity
