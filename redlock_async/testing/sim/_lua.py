@@ -49,6 +49,8 @@ end
 
 Command = Callable[[list[bytes]], Reply]
 
+_BYTES = {bytes}
+
 
 class Lua:
     """The Lua runtime and its compiled scripts (by SHA1), shared by the nodes of a process."""
@@ -90,7 +92,7 @@ class Lua:
         return Error(f"ERR user_script: {_text(result)}")
 
     def _dispatch(self, *args: Any) -> Any:
-        if all(type(arg) is bytes for arg in args):  # (nearly always: a script passes strings)
+        if set(map(type, args)) == _BYTES:  # (nearly always: a script passes strings; no frame per word)
             words = list(args)
         else:
             words = []
