@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from redlock_async.testing.sim._config import FAULTS
@@ -38,14 +39,17 @@ class Nemesis:
         ttl = float(settings.get("ttl", config.ttl))
         self.quarantine = float(quarantine) if quarantine is not None else ttl * 1.01 + 0.002
 
-    def _record(self, kind: str, span: float, *, nodes: object = None, clients: object = None) -> None:
+    def _record(
+        self, kind: str, span: float, *, nodes: Iterable[int] | None = None, clients: Iterable[str] | None = None
+    ) -> None:
+        """Note a fault in the timeline the liveness oracles read (None: every node, every client)."""
         now = self.loop.now
         self.timeline.add(
             kind,
             now,
             now + span,
-            nodes=None if nodes is None else frozenset(nodes),  # type: ignore[call-overload]
-            clients=None if clients is None else frozenset(clients),  # type: ignore[call-overload]
+            nodes=None if nodes is None else frozenset(nodes),
+            clients=None if clients is None else frozenset(clients),
         )
 
     def _later(self, delay: float, action: object, *args: object) -> None:

@@ -76,9 +76,7 @@ def _idle(board: Board) -> tuple[str, str] | None:
     window = ttl / 2
     resources = {name for attempt in board.attempts for name in attempt.resources}
     for resource in sorted(resources):
-        wanted = _union(
-            (a.start, a.waited_until) for a in board.attempts if resource in a.resources and a.blocking
-        )
+        wanted = _union((a.start, a.waited_until) for a in board.attempts if resource in a.resources and a.blocking)
         history = board.histories.get(resource)
         held = _union((s.start, s.end) for s in history.sections) if history is not None else []
         for start, end in _minus(wanted, held):

@@ -86,6 +86,7 @@ class SimLoop(base_events.BaseEventLoop):
         """Mean lateness of a timer, seconds (exponential; a rare one ten times more)."""
         self.yield_chance = yield_chance
         """The chance that a client's callback finds its process descheduled for a moment."""
+        self._selector = _Jump()
         self._clock_resolution = 1e-9
         self._timers: list[tuple[float, int, events.TimerHandle]] = []
         """The timers, as (when, order made, handle): compared in C, not by TimerHandle.__lt__ (a third of
@@ -150,7 +151,6 @@ class SimLoop(base_events.BaseEventLoop):
     ) -> events.TimerHandle:
         timer = events.TimerHandle(when, callback, args, self, context)
         heapq.heappush(self._timers, (when, next(self._order), timer))
-        timer._scheduled = True
         return timer
 
     def _gate(
@@ -177,12 +177,11 @@ class SimLoop(base_events.BaseEventLoop):
     # -- the loop's turn ------------------------------------------------------------
 
     def _run_once(self) -> None:
-        """BaseEventLoop._run_once on virtual time, its timers in :attr:`_timers`: the cancelled ones at
-        the head dropped, the clock jumped to the next one when nothing is ready, every timer due run
-        after the callbacks ready before it (as asyncio does)."""
+        """Move the timers due into the ready callbacks, first jumping the clock to the next timer when
+        nothing is ready, then let BaseEventLoop run them (its own timer heap stays empty)."""
         timers = self._timers
-        while timers and timers[0][2]._cancelled:
-            heapq.heappop(timers)[2]._scheduled = False
+        while timers and timers[0][2].cancelled():
+            heapq.heappop(timers)
         ready = self._ready  # type: ignore[attr-defined]
         if not ready and not self._stopping:  # type: ignore[attr-defined]
             if not timers:
@@ -192,13 +191,8 @@ class SimLoop(base_events.BaseEventLoop):
                 self.now = when
         end = self.now + 1e-9
         while timers and timers[0][0] < end:
-            handle = heapq.heappop(timers)[2]
-            handle._scheduled = False
-            ready.append(handle)
-        for _ in range(len(ready)):
-            handle = ready.popleft()
-            if not handle._cancelled:
-                handle._run()
+            ready.append(heapq.heappop(timers)[2])
+        super()._run_once()  # type: ignore[misc]
 
     # -- what BaseEventLoop leaves to a subclass --------------------------------
 
@@ -221,3 +215,13 @@ class SimLoop(base_events.BaseEventLoop):
 
     def run_in_executor(self, executor: Any, func: Any, *args: Any) -> Any:  # type: ignore[override]
         raise RuntimeError("the simulator runs no threads: nothing in a simulated run may block")
+
+
+class _Jump:
+    """The loop's selector: :meth:`SimLoop._run_once` moved the clock already, and there is no I/O."""
+
+    def select(self, timeout: float | None) -> list[Any]:
+        return []
+
+    def close(self) -> None:
+        pass

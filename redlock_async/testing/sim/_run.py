@@ -23,6 +23,7 @@ from typing import Any
 from redlock_async._core import clock as _clock
 from redlock_async.testing.sim._config import Config
 from redlock_async.testing.sim._faults import Nemesis
+from redlock_async.testing.sim._liveness import check_liveness
 from redlock_async.testing.sim._loop import Deadlock, SimClient, SimLoop
 from redlock_async.testing.sim._net import Network
 from redlock_async.testing.sim._node import WALL_START, SimNode
@@ -63,6 +64,7 @@ def run(seed: int, config: Config, *, verbose: bool = False) -> Result:
             board.violation("hang", str(exc))
         finally:
             _finish(loop, board)
+    check_liveness(board)
     board.check()
     coverage = dict(board.coverage)
     coverage.update(nemesis.coverage)

@@ -8,8 +8,8 @@ pause, partition or slow link until it heals; a restart until the node is up aga
 restart quarantine; a clock step or rate for the rest of the run (a stepped clock stays stepped, and the
 clock guard may hold the node out); a reset connection only its instant (the client reconnects); a
 killed client for the rest of the run (and the oracles that judge the whole cluster judge nothing after a
-kill: the dead one's keys and line entries outlive it). ``SCRIPT FLUSH`` is recorded but spoils nothing: a lost script costs
-a round trip, never a vote.
+kill: the dead one's keys and line entries outlive it). ``SCRIPT FLUSH`` is recorded but spoils
+nothing: a lost script costs a round trip, never a vote.
 """
 
 from __future__ import annotations
@@ -60,11 +60,7 @@ class Timeline:
         ]
 
     def _overlapping(self, start: float, end: float, margin: float) -> list[Fault]:
-        return [
-            f
-            for f in self.faults
-            if f.kind != "flush" and f.start <= end and f.end + margin >= start
-        ]
+        return [f for f in self.faults if f.kind != "flush" and f.start <= end and f.end + margin >= start]
 
     def quiet(self, start: float, end: float, margin: float) -> bool:
         """No fault (``SCRIPT FLUSH`` aside) was active from *margin* before *start* to *end*, and none of
@@ -100,6 +96,4 @@ class Timeline:
         """Whether a fault reaching another client than *client* (its pause, death, partition, slow link or
         reset connection: its keys may stay on some nodes for a ttl) was active from *margin* before
         *start* to *end*."""
-        return any(
-            f.clients is not ALL and f.clients - {client} for f in self._overlapping(start, end, margin)
-        )
+        return any(f.clients is not ALL and f.clients - {client} for f in self._overlapping(start, end, margin))

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from redlock_async import LockLost, LockNotAcquired, Redlock, RedlockError
 from redlock_async.events import LockEvent
 from redlock_async.testing._history import History, Section
-from redlock_async.testing.sim._liveness import check_liveness
 from redlock_async.testing.sim._loop import NOBODY
 from redlock_async.testing.sim._timeline import Timeline
 
@@ -261,7 +260,7 @@ class Board:
                 self.violation("keys_left", f"node {host.node.name} keeps {sorted(left)[:5]} after every client closed")
 
     def check(self) -> None:
-        check_liveness(self)
+        """The safety oracles, and the starvation oracle (the liveness oracles: ``_liveness``)."""
         self._check_starvation()
         self._check_terms()
         for resource, history in sorted(self.histories.items()):
