@@ -6,10 +6,13 @@ data (a new run_id either way), a node's clock stepped or sped, SCRIPT FLUSH, a 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from redlock_async.testing.sim._config import FAULTS
+from redlock_async.testing.sim._timeline import Timeline
 
 if TYPE_CHECKING:
     from redlock_async.testing.sim._config import Config
@@ -30,6 +33,24 @@ class Nemesis:
         self.kinds = [kind for kind in FAULTS if kind in config.faults]
         self.coverage: dict[str, int] = {}
         self._timers: list[asyncio.TimerHandle] = []
+        self.timeline = Timeline(len(network.hosts))
+        settings = dict(config.settings)
+        quarantine = settings.get("restart_quarantine")
+        ttl = float(settings.get("ttl", config.ttl))
+        self.quarantine = float(quarantine) if quarantine is not None else ttl * 1.01 + 0.002
+
+    def _record(
+        self, kind: str, span: float, *, nodes: Iterable[int] | None = None, clients: Iterable[str] | None = None
+    ) -> None:
+        """Note a fault in the timeline the liveness oracles read (None: every node, every client)."""
+        now = self.loop.now
+        self.timeline.add(
+            kind,
+            now,
+            now + span,
+            nodes=None if nodes is None else frozenset(nodes),
+            clients=None if clients is None else frozenset(clients),
+        )
 
     def _later(self, delay: float, action: object, *args: object) -> None:
         self._timers.append(self.loop.call_at_exactly(self.loop.now + delay, action, *args))
@@ -64,11 +85,13 @@ class Nemesis:
                 return
             self._did("pause", f"pause client {client.name} {span:.3f}s")
             client.pause()
+            self._record("pause", span, clients=[client.name])
             self._later(span, client.resume)
             return
         host = self.network.by_index(self._host())
         self._did("pause", f"pause node {host.node.name} {span:.3f}s")
         host.paused = True
+        self._record("pause", span, nodes=[host.index])
         self._later(span, self._resume_node, host.index)
 
     def _resume_node(self, index: int) -> None:
@@ -84,6 +107,7 @@ class Nemesis:
         pairs = {(client, node) for client in clients for node in nodes}
         self._did("partition", f"partition {sorted(clients)} from nodes {sorted(nodes)} {span:.3f}s")
         self.network.blocked |= pairs
+        self._record("partition", span, nodes=nodes, clients=clients)
         self._later(span, self._heal, pairs)
 
     def _heal(self, pairs: set[tuple[str, int]]) -> None:
@@ -98,11 +122,13 @@ class Nemesis:
             connection = self.rng.choice(host.connections)
             self._did("loss", f"reset {connection.client_name}->{host.node.name} (replies on the way lost)")
             connection.reset()
+            self._record("reset", 0.0, nodes=[host.index], clients=[connection.client_name])
             return
         client = self.rng.choice(self.board.clients).name
         span, extra = self._span(), self.rng.uniform(0.005, self.config.ttl / 2)
         self._did("loss", f"slow {client}->{host.node.name} +{extra:.3f}s for {span:.3f}s")
         self.network.slow[(client, host.index)] = extra
+        self._record("slow", span + extra, nodes=[host.index], clients=[client])
         self._later(span, self.network.slow.pop, (client, host.index), None)
 
     def _restart(self) -> None:
@@ -117,26 +143,32 @@ class Nemesis:
         for connection in list(host.connections):
             connection.reset()
         host.node.restart(keep_data=keep)
+        self._record("restart", down + self.quarantine, nodes=[host.index])
         host.up = False
         host.paused = False
         self._later(down, setattr, host, "up", True)
 
     def _clock(self) -> None:
-        node = self.network.by_index(self._host()).node
+        index = self._host()
+        node = self.network.by_index(index).node
         if self.rng.random() < 0.6:
             jump = self.rng.choice([-1, 1]) * self.rng.uniform(0.05, 3 * self.config.ttl)
             self._did("clock", f"step clock of {node.name} {jump:+.3f}s")
             node.step_clock(jump)
+            self._record("clock", math.inf, nodes=[index])
         else:
             rate, span = self.rng.choice([0.5, 0.9, 1.1, 1.5, 2.0]), self._span()
             self._did("clock", f"clock of {node.name} at x{rate} for {span:.3f}s")
             node.set_clock_rate(rate)
+            self._record("clock", math.inf, nodes=[index])
             self._later(span, node.set_clock_rate, 1.0)
 
     def _flush(self) -> None:
-        node = self.network.by_index(self._host()).node
+        index = self._host()
+        node = self.network.by_index(index).node
         self._did("flush", f"SCRIPT FLUSH on {node.name}")
         node.command([b"SCRIPT", b"FLUSH"])
+        self._record("flush", 0.0, nodes=[index])
 
     def _kill(self) -> None:
         alive = [client for client in self.board.clients if not client.dead]
@@ -145,6 +177,7 @@ class Nemesis:
         client = self.rng.choice(alive)
         self._did("kill", f"kill client {client.name} ({len(self.board.open.get(client.name, []))} sections open)")
         client.kill()
+        self._record("kill", math.inf, clients=[client.name])
         self.board.killed(client)
 
     def heal_all(self) -> None:
@@ -152,6 +185,7 @@ class Nemesis:
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
+        self.timeline.heal(self.loop.now)
         self.network.slow.clear()
         self.network.heal()
         for host in self.network.hosts.values():

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import heapq
+import itertools
 import random
 from asyncio import base_events, events
 from collections.abc import Callable
@@ -84,8 +86,12 @@ class SimLoop(base_events.BaseEventLoop):
         """Mean lateness of a timer, seconds (exponential; a rare one ten times more)."""
         self.yield_chance = yield_chance
         """The chance that a client's callback finds its process descheduled for a moment."""
-        self._selector = _Jump(self)
+        self._selector = _Jump()
         self._clock_resolution = 1e-9
+        self._timers: list[tuple[float, int, events.TimerHandle]] = []
+        """The timers, as (when, order made, handle): compared in C, not by TimerHandle.__lt__ (a third of
+        the loop's own time went to that); equal times fire in the order they were set."""
+        self._order = itertools.count()
         self.network: Any = None  # the _net.Network whose nodes create_connection reaches
         self.steps = 0
         self.verbose = False
@@ -137,8 +143,15 @@ class SimLoop(base_events.BaseEventLoop):
         """A timer at *when* itself (a message's arrival: its delay was drawn already)."""
         client = CLIENT.get() if context is None else context.get(CLIENT)
         if client is not None:
-            return super().call_at(when, self._gate, client, callback, args, context, context=context)
-        return super().call_at(when, callback, *args, context=context)
+            return self._timer(when, self._gate, (client, callback, args, context), context)
+        return self._timer(when, callback, args, context)
+
+    def _timer(
+        self, when: float, callback: Any, args: tuple[Any, ...], context: contextvars.Context | None
+    ) -> events.TimerHandle:
+        timer = events.TimerHandle(when, callback, args, self, context)
+        heapq.heappush(self._timers, (when, next(self._order), timer))
+        return timer
 
     def _gate(
         self,
@@ -154,12 +167,32 @@ class SimLoop(base_events.BaseEventLoop):
             return
         if not client.paused and self.yield_chance and self.rng.random() < self.yield_chance:
             client.pause()  # descheduled for a moment: another process runs first
-            super().call_at(self.now + self.rng.expovariate(1000.0), client.resume)
+            self._timer(self.now + self.rng.expovariate(1000.0), client.resume, (), None)
         if client.paused:
             client.held.append((callback, args, context or contextvars.copy_context()))
             return
         self.steps += 1
         callback(*args)
+
+    # -- the loop's turn ------------------------------------------------------------
+
+    def _run_once(self) -> None:
+        """Move the timers due into the ready callbacks, first jumping the clock to the next timer when
+        nothing is ready, then let BaseEventLoop run them (its own timer heap stays empty)."""
+        timers = self._timers
+        while timers and timers[0][2].cancelled():
+            heapq.heappop(timers)
+        ready = self._ready  # type: ignore[attr-defined]
+        if not ready and not self._stopping:  # type: ignore[attr-defined]
+            if not timers:
+                raise Deadlock("the simulated run hangs: nothing is ready and no timer is set")
+            when = timers[0][0]
+            if when > self.now:
+                self.now = when
+        end = self.now + 1e-9
+        while timers and timers[0][0] < end:
+            ready.append(heapq.heappop(timers)[2])
+        super()._run_once()  # type: ignore[misc]
 
     # -- what BaseEventLoop leaves to a subclass --------------------------------
 
@@ -185,16 +218,9 @@ class SimLoop(base_events.BaseEventLoop):
 
 
 class _Jump:
-    """The loop's selector: waiting *timeout* seconds is jumping the clock by it."""
-
-    def __init__(self, loop: SimLoop) -> None:
-        self._loop = loop
+    """The loop's selector: :meth:`SimLoop._run_once` moved the clock already, and there is no I/O."""
 
     def select(self, timeout: float | None) -> list[Any]:
-        if timeout is None:
-            raise Deadlock("the simulated run hangs: nothing is ready and no timer is set")
-        if timeout > 0:
-            self._loop.now += timeout
         return []
 
     def close(self) -> None:

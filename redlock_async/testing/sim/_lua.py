@@ -37,7 +37,12 @@ redis.error_reply = function(text) return {err = text} end
 redis.status_reply = function(text) return {ok = text} end
 redis.log = function() end
 redis.LOG_DEBUG, redis.LOG_VERBOSE, redis.LOG_NOTICE, redis.LOG_WARNING = 0, 1, 2, 3
-function __run(fn, keys, argv)
+function __run(fn, nkeys, ...)
+    local keys, argv = {...}, {}
+    for i = nkeys + 1, #keys do
+        argv[i - nkeys] = keys[i]
+        keys[i] = nil
+    end
     KEYS, ARGV = keys, argv
     return pcall(fn)
 end
@@ -48,6 +53,8 @@ end
 """
 
 Command = Callable[[list[bytes]], Reply]
+
+_BYTES = {bytes}
 
 
 class Lua:
@@ -78,7 +85,7 @@ class Lua:
         """Run the compiled script *sha*, its ``redis.call`` answered by *command*."""
         previous, self._command = self._command, command
         try:
-            ok, result = self._run(self._compiled[sha], self._table(keys), self._table(argv))
+            ok, result = self._run(self._compiled[sha], len(keys), *keys, *argv)  # (tables made in Lua)
         finally:
             self._command = previous
         if ok:
@@ -90,7 +97,7 @@ class Lua:
         return Error(f"ERR user_script: {_text(result)}")
 
     def _dispatch(self, *args: Any) -> Any:
-        if all(type(arg) is bytes for arg in args):  # (nearly always: a script passes strings)
+        if set(map(type, args)) == _BYTES:  # (nearly always: a script passes strings; no frame per word)
             words = list(args)
         else:
             words = []

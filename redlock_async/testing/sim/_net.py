@@ -82,6 +82,9 @@ class Network:
                 connection.flush()
 
     async def connect(self, protocol_factory: Callable[[], asyncio.Protocol], host: str, port: int) -> Any:
+        name, _, rest = host.partition(".")
+        if rest.count(".") == 1 and rest.endswith(".sim"):
+            host = f"{name}.sim"  # a client's own name for the node (n0.c1.sim: n0.sim)
         entry = self.hosts.get((host, port))
         client = CLIENT.get()
         name = client.name if client is not None else "-"

@@ -23,6 +23,7 @@ from typing import Any
 from redlock_async._core import clock as _clock
 from redlock_async.testing.sim._config import Config
 from redlock_async.testing.sim._faults import Nemesis
+from redlock_async.testing.sim._liveness import check_liveness
 from redlock_async.testing.sim._loop import Deadlock, SimClient, SimLoop
 from redlock_async.testing.sim._net import Network
 from redlock_async.testing.sim._node import WALL_START, SimNode
@@ -55,6 +56,7 @@ def run(seed: int, config: Config, *, verbose: bool = False) -> Result:
     urls = [f"redis://n{i}.sim:{7000 + i}" for i in range(config.nodes)]
     board = Board(loop, config, urls)
     nemesis = Nemesis(loop, network, board, config, random.Random(rng.getrandbits(64)))
+    board.timeline = nemesis.timeline
     with deterministic(random.Random(rng.getrandbits(64)), loop), _quiet():
         try:
             loop.run_until_complete(_main(loop, board, nemesis, config))
@@ -62,6 +64,7 @@ def run(seed: int, config: Config, *, verbose: bool = False) -> Result:
             board.violation("hang", str(exc))
         finally:
             _finish(loop, board)
+    check_liveness(board)
     board.check()
     coverage = dict(board.coverage)
     coverage.update(nemesis.coverage)
@@ -74,7 +77,7 @@ def run(seed: int, config: Config, *, verbose: bool = False) -> Result:
 
 
 async def _main(loop: SimLoop, board: Board, nemesis: Nemesis, config: Config) -> None:
-    clients = [loop.client(f"c{i}") for i in range(config.clients)]
+    clients = [loop.client(f"c{i}") for i in range(board.client_count)]
     board.clients = clients
     mains = [loop.start(client, board.client_main(client), name=f"client {client.name}") for client in clients]
     faults = asyncio.ensure_future(nemesis.run(config.duration - config.ttl))

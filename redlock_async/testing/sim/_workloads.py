@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from redlock_async import LockLost, LockNotAcquired, Redlock, RedlockError
 from redlock_async.events import LockEvent
 from redlock_async.testing._history import History, Section
+from redlock_async.testing.sim._loop import NOBODY
+from redlock_async.testing.sim._timeline import Timeline
 
 if TYPE_CHECKING:
     from redlock_async.testing.sim._config import Config
@@ -47,6 +49,28 @@ class Open:
         self.shared = shared
 
 
+class Attempt:
+    """One try of a worker: when it began, when it was granted (None: never), when the step ended (after
+    the release), whether it could wait (``blocking``), and how it ended."""
+
+    __slots__ = ("blocking", "client", "finished", "granted", "outcome", "resources", "start", "task")
+
+    def __init__(self, client: str, task: int, resources: tuple[str, ...], start: float, blocking: bool) -> None:
+        self.client = client
+        self.task = task
+        self.resources = resources
+        self.start = start
+        self.blocking = blocking
+        self.granted: float | None = None
+        self.finished = start
+        self.outcome = "running"
+
+    @property
+    def waited_until(self) -> float:
+        """The end of its wait: its grant, or the step's end."""
+        return self.granted if self.granted is not None else self.finished
+
+
 class Board:
     """The run's clients' work, its record, and its verdicts."""
 
@@ -55,6 +79,24 @@ class Board:
         self.config = config
         self.urls = urls
         self.rng = loop.rng
+        self.settings = dict(config.settings)
+        self.settings.setdefault("ttl", config.ttl)
+        if "queue" not in self.settings and self.rng.random() < 0.3:
+            self.settings["queue"] = False  # (a third of the runs: the hand-off by release words)
+        self.pace = self.rng.choice(("normal", "normal", "short", "long"))
+        """How long sections last: short ones with short pauses between tries (hand-over chains, fairness
+        between clients), or long ones (extended several times: a holder that must keep its lock)."""
+        short = self.pace == "short"
+        self.client_count = min(2, config.clients) if short else config.clients
+        self.tasks = 2 * config.tasks if short else config.tasks
+        """(Short sections: two clients of twice the tasks, whose hand-over chains meet only each other.)"""
+        self.attempts: list[Attempt] = []
+        self.grants: dict[str, list[tuple[float, str, float]]] = {}
+        """Per resource: (when granted, to which client, when its try began), in order."""
+        self.lock_events: list[tuple[str, str, str, float]] = []
+        """(kind: acquired, extended or lost; client; name; when) of each lock event."""
+        self.timeline: Timeline = Timeline(config.nodes)
+        self._barrier: asyncio.Event | None = None
         self.stopping = False
         self.clients: list[SimClient] = []
         self.histories: dict[str, History] = {}
@@ -70,6 +112,14 @@ class Board:
         self.observed: list[tuple[str | None, int | None, float]] = []
         """(owner, term, when) of each leader an observer was shown."""
 
+    async def barrier(self, when: float) -> None:
+        """Wait until *when* (virtual seconds): every client waiting here wakes in the same loop turn (a
+        timer each would fire each late by its own random lateness)."""
+        if self._barrier is None:
+            self._barrier = asyncio.Event()
+            self.loop.call_at_exactly(when, self._barrier.set, context=NOBODY)
+        await self._barrier.wait()
+
     def count(self, what: str, n: int = 1) -> None:
         self.coverage[what] = self.coverage.get(what, 0) + n
 
@@ -80,7 +130,10 @@ class Board:
     # -- the clients --------------------------------------------------------------
 
     def on_event(self, client: str, event: LockEvent) -> None:
-        self.count(f"event.{event.kind.value}")
+        kind = event.kind.value
+        self.count(f"event.{kind}")
+        if kind in ("acquired", "extended", "lost"):
+            self.lock_events.append((kind, client, event.name or "", self.loop.now))
         if self.loop.verbose:
             self.loop.log(f"{client} {event!r}", detail=True)
         if event.handoff:
@@ -89,49 +142,88 @@ class Board:
             self.count("quarantined_votes")
 
     async def client_main(self, client: SimClient) -> None:
-        settings = dict(self.config.settings)
-        settings.setdefault("ttl", self.config.ttl)
         work = WORKLOADS[self.config.workload]
         on_event = functools.partial(self.on_event, client.name)
-        async with Redlock(self.urls, on_event=on_event, **settings) as redlock:
-            workers = [work(self, client, redlock, k) for k in range(self.config.tasks)]
+        # Each client names the nodes by its own host names (n0.c1.sim for n0.sim), as another process:
+        # Redlocks of one process on the same nodes share their waiters' lines, and clients must not.
+        urls = [url.replace(".sim:", f".{client.name}.sim:") for url in self.urls]
+        await asyncio.sleep(self.rng.uniform(0.0, 0.005))  # processes started together start a little apart
+        if self.config.workload in ("lock", "fenced") and client.name not in ("c0", "c1"):
+            # The fresh cluster is met by the two racers alone (free_try: with a third client meeting it at
+            # once, both racers' tries can be refused: docs/safety.md, "Found in today's code").
+            await asyncio.sleep(self.config.ttl / 2)
+        async with Redlock(urls, on_event=on_event, **self.settings) as redlock:
+            workers = [work(self, client, redlock, k) for k in range(self.tasks)]
             await asyncio.gather(*workers)
 
-    async def guarded(self, step: Callable[[], Awaitable[None]], resources: tuple[str, ...] = ()) -> None:
+    async def guarded(
+        self,
+        client: SimClient,
+        task: int,
+        step: Callable[[Attempt], Awaitable[None]],
+        resources: tuple[str, ...] = (),
+        *,
+        blocking: bool = True,
+    ) -> None:
         """One try of a worker: maybe cancelled at a random moment; the library's errors counted; a wait
-        that ran out (LockNotAcquired) noted, for the starvation oracle."""
+        that ran out (LockNotAcquired) noted, for the starvation oracle; the try noted for the liveness
+        oracles."""
         rng = self.rng
         started = self.loop.now
+        attempt = Attempt(client.name, task, resources, started, blocking)
+        self.attempts.append(attempt)
         try:
             if rng.random() < 0.15:
                 async with asyncio.timeout(rng.uniform(0.0, self.config.ttl)):
-                    await step()
+                    await step(attempt)
             else:
-                await step()
+                await step(attempt)
+            attempt.outcome = "done" if attempt.granted is not None else "refused"
         except TimeoutError:
             self.count("cancelled")
+            attempt.outcome = "cancelled"
         except LockLost:
             self.count("lost")
+            attempt.outcome = "lost"
         except LockNotAcquired:
             self.count("error.LockNotAcquired")
+            attempt.outcome = "refused"
             if resources:
                 self.gave_up.append((resources, started, self.loop.now))
         except RedlockError as exc:
             self.count(f"error.{type(exc).__name__}")
-        await asyncio.sleep(rng.uniform(0.0, self.config.ttl / 4))
+            attempt.outcome = "error"
+        attempt.finished = self.loop.now
+        gap = self.config.ttl / 50 if self.pace == "short" else self.config.ttl / 4
+        await asyncio.sleep(rng.uniform(0.0, gap))
 
-    async def hold(self, client: SimClient, resource: str, holder: Any, *, shared: bool = False) -> None:
-        """The critical section: work in a few slices, the lease's end noted after each."""
+    async def hold(
+        self,
+        client: SimClient,
+        resource: str,
+        holder: Any,
+        attempt: Attempt | None = None,
+        *,
+        shared: bool = False,
+        brief: bool = False,
+    ) -> None:
+        """The critical section: work in a few slices (*brief*: one, within a quarter ttl: a lease with no
+        watchdog), the lease's end noted after each."""
         now = self.loop.now
+        if attempt is not None:
+            if attempt.granted is None:
+                attempt.granted = now
+            self.grants.setdefault(resource, []).append((now, client.name, attempt.start))
         token = str(holder.token or "?")
         section = Open(client.name, resource, token, holder.fencing_token, now, now + holder.validity, shared)
         self.open.setdefault(client.name, []).append(section)
         if self.loop.verbose:
             self.loop.log(f"enter {client.name} {resource} {token[:6]} f={section.fencing}", detail=True)
         self.count("sections")
+        rate = {"short": 50.0, "normal": 4.0, "long": 1.0}[self.pace] / self.config.ttl
         try:
-            for _ in range(self.rng.randint(1, 4)):
-                await asyncio.sleep(self.rng.expovariate(4.0 / self.config.ttl))
+            for _ in range(1 if brief else self.rng.randint(1, 4) + (2 if self.pace == "long" else 0)):
+                await asyncio.sleep(self.rng.uniform(0.0, self.config.ttl / 4) if brief else self.rng.expovariate(rate))
                 if holder.validity > 0:
                     section.valid_until = self.loop.now + holder.validity
         finally:
@@ -172,6 +264,7 @@ class Board:
                 self.violation("keys_left", f"node {host.node.name} keeps {sorted(left)[:5]} after every client closed")
 
     def check(self) -> None:
+        """The safety oracles, and the starvation oracle (the liveness oracles: ``_liveness``)."""
         self._check_starvation()
         self._check_terms()
         for resource, history in sorted(self.histories.items()):
@@ -240,14 +333,34 @@ Worker = Callable[[Board, "SimClient", Redlock, int], Awaitable[None]]
 
 
 async def lock_worker(board: Board, client: SimClient, redlock: Redlock, k: int, *, fencing: bool = False) -> None:
+    ttl = board.config.ttl
+    racer = k == 0 and client.name in ("c0", "c1")
+    if not racer:  # the run opens with two clients' tries on a fresh cluster, alone (the free-try oracle)
+        await asyncio.sleep(board.rng.uniform(ttl / 2, ttl))
+    if racer:  # both meet at a barrier once connected (as processes at a file barrier), then try at once
+        await board.barrier(0.03)
+    first = True
     while not board.stopping:
+        if (racer and first) or board.rng.random() < 0.2:
 
-        async def step() -> None:
-            lock = redlock.lock("res", fencing=fencing, acquire_timeout=board.rng.uniform(0.0, 3 * board.config.ttl))
-            async with lock:
-                await board.hold(client, "res", lock)
+            async def once(attempt: Attempt) -> None:
+                lock = redlock.lock("res", fencing=fencing)
+                if await lock.acquire(blocking=False):
+                    try:
+                        await board.hold(client, "res", lock, attempt, brief=True)
+                    finally:
+                        await lock.release()
 
-        await board.guarded(step, ("res",))
+            await board.guarded(client, k, once, ("res",), blocking=False)
+        else:
+
+            async def step(attempt: Attempt) -> None:
+                lock = redlock.lock("res", fencing=fencing, acquire_timeout=board.rng.uniform(0.0, 3 * ttl))
+                async with lock:
+                    await board.hold(client, "res", lock, attempt)
+
+            await board.guarded(client, k, step, ("res",))
+        first = False
 
 
 async def fenced_worker(board: Board, client: SimClient, redlock: Redlock, k: int) -> None:
@@ -258,41 +371,41 @@ async def many_worker(board: Board, client: SimClient, redlock: Redlock, k: int)
     while not board.stopping:
         names = board.rng.choice([["a"], ["b"], ["a", "b"], ["b", "a"]])
 
-        async def step(names: list[str] = names) -> None:
+        async def step(attempt: Attempt, names: list[str] = names) -> None:
             timeout = board.rng.uniform(0.0, 3 * board.config.ttl)
             lock = redlock.lock(names[0], acquire_timeout=timeout) if len(names) == 1 else None
             if lock is None:
                 lock = redlock.lock_many(names, acquire_timeout=timeout)
             async with lock:
-                await asyncio.gather(*(board.hold(client, name, lock) for name in names))
+                await asyncio.gather(*(board.hold(client, name, lock, attempt) for name in names))
 
-        await board.guarded(step, tuple(names))
+        await board.guarded(client, k, step, tuple(names))
 
 
 async def semaphore_worker(board: Board, client: SimClient, redlock: Redlock, k: int) -> None:
     while not board.stopping:
 
-        async def step() -> None:
+        async def step(attempt: Attempt) -> None:
             semaphore = redlock.semaphore(
                 "sem", limit=board.limit, acquire_timeout=board.rng.uniform(0.0, 3 * board.config.ttl)
             )
             async with semaphore:
-                await board.hold(client, "sem", semaphore)
+                await board.hold(client, "sem", semaphore, attempt)
 
-        await board.guarded(step, ("sem",))
+        await board.guarded(client, k, step, ("sem",))
 
 
 async def rw_worker(board: Board, client: SimClient, redlock: Redlock, k: int) -> None:
     while not board.stopping:
 
-        async def step() -> None:
+        async def step(attempt: Attempt) -> None:
             rw = redlock.rw_lock("rw", acquire_timeout=board.rng.uniform(0.0, 3 * board.config.ttl))
             reader = board.rng.random() < 0.6
             lock: Any = rw.read() if reader else rw.write()
             async with lock:
-                await board.hold(client, "rw", lock, shared=reader)
+                await board.hold(client, "rw", lock, attempt, shared=reader)
 
-        await board.guarded(step, ("rw",))
+        await board.guarded(client, k, step, ("rw",))
 
 
 class _Term:
@@ -318,15 +431,15 @@ async def election_worker(board: Board, client: SimClient, redlock: Redlock, k: 
     try:
         while not board.stopping:
 
-            async def step() -> None:
+            async def step(attempt: Attempt) -> None:
                 async with election.campaign(timeout=board.rng.uniform(0.0, 3 * board.config.ttl)) as term:
                     board.count("terms")
                     board.terms[term] = owner
                     holder = _Term(client.name, term, board.loop.now + board.config.ttl, board.loop)
-                    await board.hold(client, "leader", holder)
+                    await board.hold(client, "leader", holder, attempt)
 
             with contextlib.suppress(RedlockError):
-                await board.guarded(step, ("leader",))
+                await board.guarded(client, k, step, ("leader",))
     finally:
         if watcher is not None:
             watcher.cancel()
