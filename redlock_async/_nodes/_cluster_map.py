@@ -20,7 +20,7 @@ from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._handshake import info_fields
 from redlock_async._nodes._node import Node
 from redlock_async._nodes._slots import Ranges, shards_ranges, slots_ranges
-from redlock_async._nodes._wire import Failure, pack
+from redlock_async._nodes._wire import Failure, pack, read_replies
 
 
 class MapError(ConnectionError):
@@ -79,15 +79,9 @@ async def _ask(endpoint: Endpoint, host: str, port: int, timeout: float) -> Rang
 
 
 async def _replies(reader: asyncio.StreamReader, count: int, name: str) -> list[object]:
-    parser = hiredis.Reader()
-    replies: list[object] = []
-    while len(replies) < count:
-        data = await reader.read(65536)
-        if not data:
-            raise MapError(f"seed {name} closed the connection")
-        parser.feed(data)
-        while (reply := parser.gets()) is not False:
-            replies.append(reply)
+    replies = await read_replies(reader, count)
+    if replies is None:
+        raise MapError(f"seed {name} closed the connection")
     return replies
 
 

@@ -24,7 +24,7 @@ import hiredis
 
 from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._outbox import Outbox
-from redlock_async._nodes._wire import pack
+from redlock_async._nodes._wire import pack, read_replies
 
 log = logging.getLogger("redlock_async._node")  # said of a node, as its connection's other words
 
@@ -92,15 +92,9 @@ async def _ask(sentinel: Endpoint, service: str) -> tuple[str, int]:
 
 
 async def _replies(reader: asyncio.StreamReader, count: int, name: str) -> list[object]:
-    parser = hiredis.Reader()
-    replies: list[object] = []
-    while len(replies) < count:
-        data = await reader.read(65536)
-        if not data:
-            raise SentinelError(f"Sentinel {name} closed the connection")
-        parser.feed(data)
-        while (reply := parser.gets()) is not False:
-            replies.append(reply)
+    replies = await read_replies(reader, count)
+    if replies is None:
+        raise SentinelError(f"Sentinel {name} closed the connection")
     return replies
 
 

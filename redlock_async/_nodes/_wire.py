@@ -242,3 +242,18 @@ def server_error(message: str) -> str:
 def describe(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+async def read_replies(reader: asyncio.StreamReader, count: int) -> list[object] | None:
+    """The next *count* replies read from *reader* (a one-shot connection of our own: a seed's, a
+    Sentinel's), or None when the other side closed the connection first."""
+    parser = hiredis.Reader()
+    replies: list[object] = []
+    while len(replies) < count:
+        data = await reader.read(65536)
+        if not data:
+            return None
+        parser.feed(data)
+        while (reply := parser.gets()) is not False:
+            replies.append(reply)
+    return replies
