@@ -29,6 +29,13 @@ W = b"redlock:\x00rw\x00doc"
 LINE = W + b"\x00queue"
 
 
+HOLD = 60.0
+"""The holder's lease where the children queue behind it: it is released by hand, and no watchdog extends
+a lock taken by ``acquire()``. With the default 10 s, three children started one after another on a loaded
+CI box outlasted it (each waits up to 10 s to start): the lease ran out, the children took the lock
+instead of queueing, and the lines stayed empty ([0, 0, 0, 0, 0], twice in one CI run)."""
+
+
 def in_line(nodes: Any) -> list[int]:
     return [int(nodes[i].command("ZCARD", LINE)) for i in range(len(nodes))]
 
@@ -57,7 +64,7 @@ async def child(kind: str, seconds: float, urls: list[str]) -> asyncio.subproces
 
 
 async def test_a_writer_queued_before_a_reader_gets_in_first(redlock: Redlock, cluster: Cluster) -> None:
-    holder = redlock.rw_lock("doc").write()
+    holder = redlock.rw_lock("doc", ttl=HOLD).write()
     assert await holder.acquire(blocking=False)
     writer = await child("write", 0.3, cluster.urls)
     try:
@@ -87,7 +94,7 @@ async def test_a_writer_queued_before_a_reader_gets_in_first(redlock: Redlock, c
 async def test_readers_and_writers_are_served_in_arrival_order(redlock: Redlock, cluster: Cluster) -> None:
     """Writer 1, then a reader, then writer 2 queue (three processes): the reader goes between the two
     writers. (Release words served writers first: a waiting writer 2 kept the reader out.)"""
-    holder = redlock.rw_lock("doc").write()
+    holder = redlock.rw_lock("doc", ttl=HOLD).write()
     assert await holder.acquire(blocking=False)
     processes = []
     try:
@@ -109,7 +116,7 @@ async def test_readers_and_writers_are_served_in_arrival_order(redlock: Redlock,
 
 
 async def test_readers_queued_together_get_in_together(redlock: Redlock, cluster: Cluster) -> None:
-    holder = redlock.rw_lock("doc").write()
+    holder = redlock.rw_lock("doc", ttl=HOLD).write()
     assert await holder.acquire(blocking=False)
     readers = [await child("read", 0.6, cluster.urls) for _ in range(3)]
     try:
