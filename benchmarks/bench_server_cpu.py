@@ -28,8 +28,10 @@ import time
 from typing import Any
 
 from redlock_async import Redlock
+from redlock_async._health._markers import marker_value
+from redlock_async._nodes import tag_for
 from redlock_async._scripts import HANDED_RELEASE, QUEUE_LEAVE, RELEASE
-from redlock_async.testing import LocalNodes
+from redlock_async.testing import LocalCluster, LocalNodes
 
 TASKS = 64
 PER_TASK = 20
@@ -135,15 +137,185 @@ def scripts(pairs: int = 40_000, rounds: int = 5) -> None:
         print(f"{name:22s} {statistics.median(values) * 1e6:5.2f} us of node CPU per SET NX PX + release")
 
 
+# -- --cluster-shards: a Cluster voter's capacity as its shards grow (issue 39, item 5) ----------------
+
+CLUSTER_TASKS = 64  # concurrent tasks of the throughput phase, each on names of its own
+LATENCY_OPS = 300  # sequential uncontended pairs per p50 (after LATENCY_WARMUP untimed ones)
+LATENCY_WARMUP = 50
+IN_SERVICE = 3600.0  # the period the voters are marked in service under (longer than the run)
+
+
+def _cpu(node: Any, fields: tuple[str, ...] = ("used_cpu_sys", "used_cpu_user")) -> float:
+    """used_cpu_sys + used_cpu_user of one server (INFO cpu), seconds."""
+    info: Any = node.command("INFO", "cpu")
+    return sum(float(info[field]) for field in fields)
+
+
+def _commands(node: Any) -> tuple[int, int]:
+    """total_commands_processed and eventloop_cycles (its wake-ups) of one server (INFO stats)."""
+    info: Any = node.command("INFO", "stats")
+    return int(info["total_commands_processed"]), int(info.get("eventloop_cycles", 0))
+
+
+def _identity(node: Any) -> tuple[bytes, bytes]:
+    server: Any = node.command("INFO", "server")
+    replication: Any = node.command("INFO", "replication")
+    return str(server["run_id"]).encode(), str(replication["master_replid"]).encode()
+
+
+def mark_voters(cluster: LocalCluster, plain: LocalNodes) -> None:
+    """Leave the markers a client leaves on voters it judged in service, so that no voter (nor shard) of a
+    fresh cluster sits out the new-cluster quarantine first (the idea of tests' mark_in_service/mark_shards)."""
+    for node in plain.nodes:
+        node.command("SET", "redlock:", marker_value(_identity(node)[0], IN_SERVICE))
+    for shard in range(len(cluster.shards)):
+        master = cluster.master_of(shard)
+        run_id, replid = _identity(master)
+        lowest = cluster.slot_ranges(shard)[0]
+        master.command("SET", b"redlock:" + tag_for(lowest), marker_value(run_id + b"." + replid, IN_SERVICE))
+
+
+async def _throughput(redlock: Redlock, seconds: float, tag: str) -> int:
+    """Pairs done by CLUSTER_TASKS tasks in *seconds*, each pair on a name never used before."""
+    stop = time.perf_counter() + seconds
+
+    async def worker(i: int) -> int:
+        n = 0
+        while time.perf_counter() < stop and n < 1_000_000:
+            async with redlock.lock(f"scale:{tag}:{i}:{n}"):
+                pass
+            n += 1
+        return n
+
+    async with asyncio.timeout(seconds + 30):
+        return sum(await asyncio.gather(*(worker(i) for i in range(CLUSTER_TASKS))))
+
+
+async def _p50(redlock: Redlock, tag: str) -> float:
+    """Median µs of one task's uncontended acquire+release (async with), each on a fresh name."""
+    took = []
+    async with asyncio.timeout(60):
+        for n in range(LATENCY_WARMUP + LATENCY_OPS):
+            began = time.perf_counter_ns()
+            async with redlock.lock(f"scale:{tag}:p50:{n}"):
+                pass
+            took.append((time.perf_counter_ns() - began) / 1e3)
+    return statistics.median(took[LATENCY_WARMUP:])
+
+
+async def _one_size(cluster: LocalCluster, plain: LocalNodes, seconds: float) -> dict[str, Any]:
+    masters = [cluster.master_of(i) for i in range(len(cluster.shards))]
+    mixed = [cluster.url, *plain.urls[:2]]
+    found: dict[str, Any] = {}
+    servers = [*masters, *plain.nodes[:2]]
+    async with Redlock(mixed) as redlock:
+        await _throughput(redlock, min(0.5, seconds), "warm")
+        # An idle window as long as the timed one, the client connected: what the servers spend with no
+        # pairs (cron, the cluster bus, the client's health checks), subtracted from the timed window.
+        idle_from = [_cpu(node) for node in servers]
+        began = time.perf_counter()
+        await asyncio.sleep(seconds)
+        idle = [(_cpu(node) - c) / (time.perf_counter() - began) for node, c in zip(servers, idle_from, strict=True)]
+        before, commands = [_cpu(node) for node in servers], [_commands(node) for node in servers]
+        user = [_cpu(node, ("used_cpu_user",)) for node in servers]
+        began = time.perf_counter()
+        pairs = await _throughput(redlock, seconds, "run")
+        elapsed = time.perf_counter() - began
+        used = [_cpu(node) - c - rate * elapsed for node, c, rate in zip(servers, before, idle, strict=True)]
+        sent = [
+            tuple(b - a for a, b in zip(c, _commands(node), strict=True))
+            for node, c in zip(servers, commands, strict=True)
+        ]
+        user = [_cpu(node, ("used_cpu_user",)) - c for node, c in zip(servers, user, strict=True)]
+        found |= {
+            "pairs": pairs,
+            "pairs_per_s": pairs / elapsed,
+            "idle_ms_per_s": [rate * 1e3 for rate in idle],
+            "us_per_pair": [u / pairs * 1e6 for u in used],  # net of idle: the shard primaries, then the 2 standalone
+            "commands_per_pair": [c / pairs for c, _ in sent],
+            "commands_per_cycle": [c / cycles if cycles else 0.0 for c, cycles in sent],
+            "user_us_per_pair": [u / pairs * 1e6 for u in user],  # gross: idle not subtracted
+        }
+        found["p50_us_mixed"] = await _p50(redlock, "mixed")
+    async with Redlock(plain.urls) as standalone:
+        found["p50_us_standalone"] = await _p50(standalone, "plain")
+    async with Redlock([cluster.url]) as alone:
+        found["p50_us_cluster_alone"] = await _p50(alone, "calone")
+    async with Redlock(plain.urls[:1]) as alone:
+        found["p50_us_standalone_alone"] = await _p50(alone, "palone")
+    return found
+
+
+def cluster_shards(sizes: list[int], seconds: float, loop: str) -> None:
+    """For each S in *sizes*: one Cluster voter of S shards (no replicas) beside 2 standalone voters."""
+    rows: dict[int, dict[str, Any]] = {}
+    with LocalNodes(3) as plain:
+        for size in sizes:
+            with LocalCluster(size, 0) as cluster:
+                plain.flush()
+                mark_voters(cluster, plain)
+                work = _one_size(cluster, plain, seconds)
+                rows[size] = uvloop_run(work) if loop == "uvloop" else asyncio.run(work)
+    print(
+        f"\n1 Cluster voter (S shards, no replicas) + 2 standalone voters, {CLUSTER_TASKS} tasks, "
+        f"each pair on a fresh name, {seconds:g} s per size, --loop {loop}\n"
+    )
+    print(
+        "| S | pairs/s | cluster voter CPU µs/pair (sum of primaries; user) | each primary's share of it "
+        "| commands/pair per primary | commands per event-loop cycle: primary / standalone | standalone voter CPU µs/pair; user | idle CPU ms/s per primary / standalone "
+        "| p50 µs: cluster+2 / 3 standalone | p50 µs: cluster alone / 1 standalone |"
+    )
+    print("|---:|---:|---:|---|---|---|---:|---|---:|---:|")
+    for size, row in rows.items():
+        shards, plains = row["us_per_pair"][:size], row["us_per_pair"][size:]
+        total = sum(shards)
+        share = " / ".join(f"{s / total:.2f}" for s in shards) if total > 0 else "-"
+        commands = " / ".join(f"{c:.2f}" for c in row["commands_per_pair"][:size])
+        idle = row["idle_ms_per_s"]
+        per_cycle = row["commands_per_cycle"]
+        batch = f"{statistics.mean(per_cycle[:size]):.1f} / {statistics.mean(per_cycle[size:]):.1f}"
+        print(
+            f"| {size} | {row['pairs_per_s']:.0f} | {total:.1f}; {sum(row['user_us_per_pair'][:size]):.1f} "
+            f"| {share} | {commands} | {batch} | {statistics.mean(plains):.1f}; {statistics.mean(row['user_us_per_pair'][size:]):.1f} | {statistics.mean(idle[:size]):.1f} / {statistics.mean(idle[size:]):.1f} "
+            f"| {row['p50_us_mixed']:.0f} / {row['p50_us_standalone']:.0f} "
+            f"| {row['p50_us_cluster_alone']:.0f} / {row['p50_us_standalone_alone']:.0f} |"
+        )
+    print(
+        "\nCPU: INFO cpu (used_cpu_sys + used_cpu_user) deltas over the timed window, less each server's idle "
+        "rate (measured just before, the client connected) times the window; / pairs."
+    )
+
+
+def uvloop_run(work: Any) -> Any:
+    import uvloop
+
+    return uvloop.run(work)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("settings", nargs="*", default=["", "queue=False"])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
     parser.add_argument("--scripts", action="store_true", help="the node CPU of one release script, per kind")
+    parser.add_argument(
+        "--cluster-shards",
+        metavar="S,S,...",
+        help="a Cluster voter of S shards (for each S) beside 2 standalone voters: pairs/s, each primary's CPU, p50",
+    )
+    parser.add_argument("--seconds", type=float, default=3.0, help="--cluster-shards: the timed window per size")
     args = parser.parse_args()
     if args.scripts:
         scripts()
+        return 0
+    if args.cluster_shards:
+        try:
+            sizes = [int(text) for text in args.cluster_shards.split(",")]
+        except ValueError:
+            parser.error(f"--cluster-shards takes shard counts like 1,2,3, got {args.cluster_shards!r}")
+        if not all(1 <= size <= 16 for size in sizes) or not 0 < args.seconds <= 60:
+            parser.error("--cluster-shards takes counts of 1 to 16 shards; --seconds more than 0, at most 60")
+        cluster_shards(sizes, args.seconds, args.loop)
         return 0
     with LocalNodes(5) as nodes:
         work = concurrent(nodes.urls, args.settings, args.rounds)
