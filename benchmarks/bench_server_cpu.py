@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import time
@@ -214,7 +215,7 @@ async def _one_size(cluster: LocalCluster, plain: LocalNodes, seconds: float) ->
         # pairs (cron, the cluster bus, the client's health checks), subtracted from the timed window.
         idle_from = [_cpu(node) for node in servers]
         began = time.perf_counter()
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(min(1.0, seconds))
         idle = [(_cpu(node) - c) / (time.perf_counter() - began) for node, c in zip(servers, idle_from, strict=True)]
         before, commands = [_cpu(node) for node in servers], [_commands(node) for node in servers]
         user = [_cpu(node, ("used_cpu_user",)) for node in servers]
@@ -246,37 +247,59 @@ async def _one_size(cluster: LocalCluster, plain: LocalNodes, seconds: float) ->
     return found
 
 
-def cluster_shards(sizes: list[int], seconds: float, loop: str) -> None:
-    """For each S in *sizes*: one Cluster voter of S shards (no replicas) beside 2 standalone voters."""
-    rows: dict[int, dict[str, Any]] = {}
-    with LocalNodes(3) as plain:
-        for size in sizes:
-            with LocalCluster(size, 0) as cluster:
-                plain.flush()
-                mark_voters(cluster, plain)
-                work = _one_size(cluster, plain, seconds)
-                rows[size] = uvloop_run(work) if loop == "uvloop" else asyncio.run(work)
+def _median_row(found: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over the rounds (element by element for the per-server lists)."""
+    row: dict[str, Any] = {}
+    for key, first in found[0].items():
+        if isinstance(first, list):
+            row[key] = [statistics.median(f[key][i] for f in found) for i in range(len(first))]
+        else:
+            row[key] = statistics.median(f[key] for f in found)
+    return row
+
+
+def cluster_shards(sizes: list[int], seconds: float, loop: str, rounds: int) -> None:
+    """For each S in *sizes*: one Cluster voter of S shards (no replicas) beside 2 standalone voters.
+
+    Every cluster runs from the start; each round measures every size, the order rotating from round to
+    round (drift in the box's load spreads over the sizes), and the table shows medians over the rounds.
+    """
+    found: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
+    with contextlib.ExitStack() as stack:
+        plain = stack.enter_context(LocalNodes(3))
+        clusters = {size: stack.enter_context(LocalCluster(size, 0)) for size in sizes}
+        for cluster in clusters.values():
+            mark_voters(cluster, plain)
+
+        async def every_round() -> None:
+            for r in range(rounds):
+                for size in sizes[r % len(sizes) :] + sizes[: r % len(sizes)]:
+                    found[size].append(await _one_size(clusters[size], plain, seconds))
+
+        uvloop_run(every_round()) if loop == "uvloop" else asyncio.run(every_round())
+    rows = {size: _median_row(found[size]) for size in sizes}
     print(
-        f"\n1 Cluster voter (S shards, no replicas) + 2 standalone voters, {CLUSTER_TASKS} tasks, "
-        f"each pair on a fresh name, {seconds:g} s per size, --loop {loop}\n"
+        f"\n1 Cluster voter (S shards, no replicas) + 2 standalone voters, {CLUSTER_TASKS} tasks, each pair on "
+        f"a fresh name, {seconds:g} s timed per size and round, medians of {rounds} rounds, --loop {loop}\n"
     )
     print(
         "| S | pairs/s | cluster voter CPU µs/pair (sum of primaries; user) | each primary's share of it "
-        "| commands/pair per primary | commands per event-loop cycle: primary / standalone | standalone voter CPU µs/pair; user | idle CPU ms/s per primary / standalone "
+        "| commands/pair per primary | commands per event-loop cycle: primary / standalone "
+        "| standalone voter CPU µs/pair; user | idle CPU ms/s per primary / standalone "
         "| p50 µs: cluster+2 / 3 standalone | p50 µs: cluster alone / 1 standalone |"
     )
     print("|---:|---:|---:|---|---|---|---:|---|---:|---:|")
+    mean = statistics.mean
     for size, row in rows.items():
         shards, plains = row["us_per_pair"][:size], row["us_per_pair"][size:]
+        user, idle, per_cycle = row["user_us_per_pair"], row["idle_ms_per_s"], row["commands_per_cycle"]
         total = sum(shards)
         share = " / ".join(f"{s / total:.2f}" for s in shards) if total > 0 else "-"
         commands = " / ".join(f"{c:.2f}" for c in row["commands_per_pair"][:size])
-        idle = row["idle_ms_per_s"]
-        per_cycle = row["commands_per_cycle"]
-        batch = f"{statistics.mean(per_cycle[:size]):.1f} / {statistics.mean(per_cycle[size:]):.1f}"
         print(
-            f"| {size} | {row['pairs_per_s']:.0f} | {total:.1f}; {sum(row['user_us_per_pair'][:size]):.1f} "
-            f"| {share} | {commands} | {batch} | {statistics.mean(plains):.1f}; {statistics.mean(row['user_us_per_pair'][size:]):.1f} | {statistics.mean(idle[:size]):.1f} / {statistics.mean(idle[size:]):.1f} "
+            f"| {size} | {row['pairs_per_s']:.0f} | {total:.1f}; {sum(user[:size]):.1f} | {share} | {commands} "
+            f"| {mean(per_cycle[:size]):.1f} / {mean(per_cycle[size:]):.1f} "
+            f"| {mean(plains):.1f}; {mean(user[size:]):.1f} | {mean(idle[:size]):.1f} / {mean(idle[size:]):.1f} "
             f"| {row['p50_us_mixed']:.0f} / {row['p50_us_standalone']:.0f} "
             f"| {row['p50_us_cluster_alone']:.0f} / {row['p50_us_standalone_alone']:.0f} |"
         )
@@ -295,7 +318,7 @@ def uvloop_run(work: Any) -> Any:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("settings", nargs="*", default=["", "queue=False"])
-    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, help="rounds (default 10; --cluster-shards: 3)")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
     parser.add_argument("--scripts", action="store_true", help="the node CPU of one release script, per kind")
     parser.add_argument(
@@ -303,7 +326,7 @@ def main() -> int:
         metavar="S,S,...",
         help="a Cluster voter of S shards (for each S) beside 2 standalone voters: pairs/s, each primary's CPU, p50",
     )
-    parser.add_argument("--seconds", type=float, default=3.0, help="--cluster-shards: the timed window per size")
+    parser.add_argument("--seconds", type=float, default=2.0, help="--cluster-shards: the timed window per size")
     args = parser.parse_args()
     if args.scripts:
         scripts()
@@ -315,10 +338,13 @@ def main() -> int:
             parser.error(f"--cluster-shards takes shard counts like 1,2,3, got {args.cluster_shards!r}")
         if not all(1 <= size <= 16 for size in sizes) or not 0 < args.seconds <= 60:
             parser.error("--cluster-shards takes counts of 1 to 16 shards; --seconds more than 0, at most 60")
-        cluster_shards(sizes, args.seconds, args.loop)
+        rounds = 3 if args.rounds is None else args.rounds
+        if not 1 <= rounds <= 20:
+            parser.error(f"--rounds takes 1 to 20 with --cluster-shards, got {rounds}")
+        cluster_shards(sorted(set(sizes)), args.seconds, args.loop, rounds)
         return 0
     with LocalNodes(5) as nodes:
-        work = concurrent(nodes.urls, args.settings, args.rounds)
+        work = concurrent(nodes.urls, args.settings, 10 if args.rounds is None else args.rounds)
         if args.loop == "uvloop":
             import uvloop
 
