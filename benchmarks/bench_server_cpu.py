@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/bench_server_cpu.py [--rounds 10] [--loop asyncio|uvloop] [SETTINGS ...]
     python benchmarks/bench_server_cpu.py --scripts
+    python benchmarks/bench_server_cpu.py --cluster-shards 1,2,3 [--seconds 2] [--rounds 3] [--json PATH]
 
 Each SETTINGS is a ``Redlock`` keyword list as Python would write it (``""`` for the defaults,
 ``"queue=False"``, ``"clock_guard=False, queue=False"``): one Redlock each, on the same 5 local
@@ -16,6 +17,14 @@ and the servers' CPU per pair move far less than the throughput does.
 for RELEASE (one key; twice, A/A, for the noise), RELEASE given QUEUE_LEAVE's four keys, QUEUE_LEAVE
 (the default's release, with nobody in line), HANDED_RELEASE, and, where the server has it (Valkey 9),
 the native DELIFEQ alone and followed by the release word's PUBLISH: what a release costs the node.
+
+``--cluster-shards``: a Cluster voter's capacity as its shards grow (issue 39). For each S, one
+``redis+cluster://`` voter of S shards (no replicas) beside 2 standalone voters, all marked in service
+first; 64 tasks doing ``async with redlock.lock(name)`` on fresh names for ``--seconds``: pairs/s, each
+shard primary's and each standalone voter's CPU per pair (``INFO cpu`` deltas less an idle window's),
+commands per pair and per event-loop cycle (``INFO stats``); then the uncontended p50 of the cluster
+voter with the 2 standalone ones against 3 standalone voters, and of the cluster voter alone against one
+standalone voter. Every size runs in each round (the order rotating); medians over ``--rounds``.
 """
 
 from __future__ import annotations
@@ -23,10 +32,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime
+import json
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
+
+from _common import library_commit
 
 from redlock_async import Redlock
 from redlock_async._health._markers import marker_value
@@ -258,13 +273,14 @@ def _median_row(found: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
-def cluster_shards(sizes: list[int], seconds: float, loop: str, rounds: int) -> None:
+def cluster_shards(sizes: list[int], seconds: float, loop: str, rounds: int, json_path: Path | None = None) -> None:
     """For each S in *sizes*: one Cluster voter of S shards (no replicas) beside 2 standalone voters.
 
     Every cluster runs from the start; each round measures every size, the order rotating from round to
     round (drift in the box's load spreads over the sizes), and the table shows medians over the rounds.
     """
     found: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
+    load_before = list(os.getloadavg())
     with contextlib.ExitStack() as stack:
         plain = stack.enter_context(LocalNodes(3))
         clusters = {size: stack.enter_context(LocalCluster(size, 0)) for size in sizes}
@@ -278,17 +294,41 @@ def cluster_shards(sizes: list[int], seconds: float, loop: str, rounds: int) -> 
 
         uvloop_run(every_round()) if loop == "uvloop" else asyncio.run(every_round())
     rows = {size: _median_row(found[size]) for size in sizes}
-    print(
-        f"\n1 Cluster voter (S shards, no replicas) + 2 standalone voters, {CLUSTER_TASKS} tasks, each pair on "
-        f"a fresh name, {seconds:g} s timed per size and round, medians of {rounds} rounds, --loop {loop}\n"
+    heading = (
+        f"1 Cluster voter (S shards, no replicas) + 2 standalone voters, {CLUSTER_TASKS} tasks, each pair on "
+        f"a fresh name, {seconds:g} s timed per size and round, medians of {rounds} rounds, --loop {loop}"
     )
+    table = cluster_table(rows)
+    print(f"\n{heading}\n\n{table}\n")
     print(
+        "CPU: INFO cpu (used_cpu_sys + used_cpu_user) deltas over the timed window, less each server's idle "
+        "rate (measured just before, the client connected) times the window; / pairs."
+    )
+    if json_path is not None:
+        command = "python benchmarks/bench_server_cpu.py " + " ".join(sys.argv[1:])
+        data = {
+            "command": command.replace(f" --json {json_path}", ""),
+            "commit": library_commit(),
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "cpu_count": os.cpu_count(),
+            "load_average": {"before": load_before, "after": list(os.getloadavg())},
+            "heading": heading,
+            "table": table,
+            "rows": {str(size): row for size, row in rows.items()},
+            "rounds": {str(size): found[size] for size in sizes},
+        }
+        json_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def cluster_table(rows: dict[int, dict[str, Any]]) -> str:
+    """The markdown table of a --cluster-shards run (medians per size)."""
+    lines = [
         "| S | pairs/s | cluster voter CPU µs/pair (sum of primaries; user) | each primary's share of it "
         "| commands/pair per primary | commands per event-loop cycle: primary / standalone "
         "| standalone voter CPU µs/pair; user | idle CPU ms/s per primary / standalone "
-        "| p50 µs: cluster+2 / 3 standalone | p50 µs: cluster alone / 1 standalone |"
-    )
-    print("|---:|---:|---:|---|---|---|---:|---|---:|---:|")
+        "| p50 µs: cluster+2 / 3 standalone | p50 µs: cluster alone / 1 standalone |",
+        "|---:|---:|---:|---|---|---|---:|---|---:|---:|",
+    ]
     mean = statistics.mean
     for size, row in rows.items():
         shards, plains = row["us_per_pair"][:size], row["us_per_pair"][size:]
@@ -296,17 +336,14 @@ def cluster_shards(sizes: list[int], seconds: float, loop: str, rounds: int) -> 
         total = sum(shards)
         share = " / ".join(f"{s / total:.2f}" for s in shards) if total > 0 else "-"
         commands = " / ".join(f"{c:.2f}" for c in row["commands_per_pair"][:size])
-        print(
+        lines.append(
             f"| {size} | {row['pairs_per_s']:.0f} | {total:.1f}; {sum(user[:size]):.1f} | {share} | {commands} "
             f"| {mean(per_cycle[:size]):.1f} / {mean(per_cycle[size:]):.1f} "
             f"| {mean(plains):.1f}; {mean(user[size:]):.1f} | {mean(idle[:size]):.1f} / {mean(idle[size:]):.1f} "
             f"| {row['p50_us_mixed']:.0f} / {row['p50_us_standalone']:.0f} "
             f"| {row['p50_us_cluster_alone']:.0f} / {row['p50_us_standalone_alone']:.0f} |"
         )
-    print(
-        "\nCPU: INFO cpu (used_cpu_sys + used_cpu_user) deltas over the timed window, less each server's idle "
-        "rate (measured just before, the client connected) times the window; / pairs."
-    )
+    return "\n".join(lines)
 
 
 def uvloop_run(work: Any) -> Any:
@@ -326,6 +363,7 @@ def main() -> int:
         metavar="S,S,...",
         help="a Cluster voter of S shards (for each S) beside 2 standalone voters: pairs/s, each primary's CPU, p50",
     )
+    parser.add_argument("--json", type=Path, metavar="PATH", help="--cluster-shards: write the figures to PATH")
     parser.add_argument("--seconds", type=float, default=2.0, help="--cluster-shards: the timed window per size")
     args = parser.parse_args()
     if args.scripts:
@@ -341,7 +379,7 @@ def main() -> int:
         rounds = 3 if args.rounds is None else args.rounds
         if not 1 <= rounds <= 20:
             parser.error(f"--rounds takes 1 to 20 with --cluster-shards, got {rounds}")
-        cluster_shards(sorted(set(sizes)), args.seconds, args.loop, rounds)
+        cluster_shards(sorted(set(sizes)), args.seconds, args.loop, rounds, args.json)
         return 0
     with LocalNodes(5) as nodes:
         work = concurrent(nodes.urls, args.settings, 10 if args.rounds is None else args.rounds)
