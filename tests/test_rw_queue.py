@@ -55,8 +55,15 @@ async def nothing_left(nodes: Any, within: float = 3.0) -> None:
 
 
 async def child(kind: str, seconds: float, urls: list[str]) -> asyncio.subprocess.Process:
+    """A reader or writer process, once it says it is about to ask. One that does not say so in time is
+    killed here: left running, it took the lock after the test gave up, and failed the next tests of its
+    worker (their holder refused, its pipes reported unclosed in another test: one CI run)."""
     process = await start("tests._rw_child", kind, "doc", str(seconds), *urls)
-    assert "waiting" in await next_event(process, 10)
+    try:
+        assert "waiting" in await next_event(process, 30)  # (a process start under CI's load took over 10 s)
+    except BaseException:
+        await kill_child(process)
+        raise
     return process
 
 
