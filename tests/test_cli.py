@@ -466,7 +466,9 @@ async def test_run_on_nodes_in_restart_quarantine_says_so_and_for_how_long(fault
     assert "held elsewhere" not in err
     said = re.search(r"in restart quarantine: a majority can vote again in ([0-9.]+) s: not running", err)
     assert said is not None, err
-    assert 50 < float(said[1]) <= 61
+    # The 60 s lease's quarantine, counted from when the client met the nodes (not the 1 s one's); what is
+    # left when it says so shrinks with a slow start: 49.1 s once on a 2-core box with other work beside it.
+    assert 30 < float(said[1]) <= 61
     assert "vouched for only under a shorter quarantine than ours" in err
 
 
