@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from examples import metrics_app
+from redlock_async import Lock
 from redlock_async.metrics import Prometheus
 
 from .conftest import Cluster, assert_no_library_tasks
@@ -34,7 +35,13 @@ async def test_the_metrics_app_serves_lock_metrics_on_its_metrics_route(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("REDLOCK_NODES", ",".join(cluster.urls))
-    app = metrics_app.create_app(registry=CollectorRegistry())
+
+    async def work(lock: Lock) -> None:
+        # The example's 0.2 s was once over before the second request of job 1 asked, on a loaded CI box
+        # (no hand-off counted): a second is long enough for it to be waiting.
+        await asyncio.sleep(1.0)
+
+    app = metrics_app.create_app(work=work, registry=CollectorRegistry())
     async with (
         LifespanManager(app) as manager,
         httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app), base_url="http://app") as client,
