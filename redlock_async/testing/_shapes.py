@@ -26,8 +26,9 @@ from redlock_async.testing._servers import LocalNode
 
 __all__ = ["LocalCluster", "LocalSentinels"]
 
-SETTLE_TIMEOUT = 30.0
-"""Seconds a cluster or Sentinel group gets to agree on its shape (after a start or a failover)."""
+SETTLE_TIMEOUT = 60.0
+"""Seconds a cluster or Sentinel group gets to agree on its shape (after a start or a failover): 30 s was
+once too short for a 2-shard cluster to leave ``cluster_state:fail`` on a CI box running other legs beside."""
 
 _REPLICATE_AT_ONCE = ("--repl-diskless-sync-delay", "0")
 """A replica's full sync starts at once (the default waits 5 s for more replicas to share it)."""
