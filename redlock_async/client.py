@@ -65,6 +65,7 @@ class Redlock(Makers):
         max_extensions: int | None = _DEFAULTS.max_extensions,
         restart_quarantine: float | None = _DEFAULTS.restart_quarantine,
         clock_guard: bool = _DEFAULTS.clock_guard,
+        wait_replicas: int | None = _DEFAULTS.wait_replicas,
         on_event: OnEvent | Sequence[OnEvent] | None = None,
     ) -> None:
         self.settings = Settings(
@@ -89,6 +90,7 @@ class Redlock(Makers):
             max_extensions=max_extensions,
             restart_quarantine=restart_quarantine,
             clock_guard=clock_guard,
+            wait_replicas=wait_replicas,
         )
         connections = self._connections = Connections(nodes, self.settings, as_hook(on_event))
         self._nodes = connections.nodes

@@ -46,6 +46,23 @@ def check_duration(name: str, value: object, *, zero_ok: bool = False, inf_ok: b
     return number
 
 
+def check_wait_replicas(value: object) -> int | None:
+    """*value* as the ``wait_replicas`` setting (None, or an int of at least 1), or an error that says what to
+    change."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"wait_replicas must be None or a number of replicas (an int of at least 1), got {type(value).__name__}"
+        )
+    if value < 1:
+        raise ValueError(
+            f"wait_replicas must be at least 1 (the replicas that must acknowledge a write before its yes counts), "
+            f"got {value}: leave it None to count a yes at once"
+        )
+    return value
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
     """The settings of a Redlock; a Lock may override ttl and acquire_timeout.
@@ -133,6 +150,13 @@ class Settings:
     trip); a node whose clock jumped ahead or runs fast beyond the drift factor counts toward no quorum
     for the longest ttl plus drift, and held locks count it as lost at once (docs/algorithm.md, "Clock
     faults"). A clock that stepped back or froze is reported. False turns it off."""
+    wait_replicas: int | None = None
+    """None: a node's yes counts at once. N: each yes (acquire, extension) is followed by ``WAIT N timeout``
+    on the same connection, and counts only if N replicas acknowledged the write within the node timeout;
+    a shortfall is a failed vote. An availability knob (a lock's key usually survives a failover), paid for
+    with a replica's round trip per vote: the failover quarantine, not this, is what keeps a lock safe
+    (docs/deployment.md). Waiters then hand off by release words and their own writes (the grant queue's
+    grants are written by the releasing client, which a waiter's WAIT cannot confirm): queue is off."""
     ttl_ms: int = field(init=False, repr=False, compare=False)
     """The ttl as the servers get it (:func:`ttl_to_ms`), worked out once."""
     fence_ttl_ms: int | None = field(init=False, repr=False, compare=False)
@@ -175,8 +199,15 @@ class Settings:
             raise TypeError(f"max_unanswered must be an int, got {type(self.max_unanswered).__name__}")
         if self.max_unanswered < 1:
             raise ValueError(f"max_unanswered must be at least 1, got {self.max_unanswered}")
+        object.__setattr__(self, "wait_replicas", check_wait_replicas(self.wait_replicas))
         if self.queue is None:
-            object.__setattr__(self, "queue", self.wait_for_release)
+            object.__setattr__(self, "queue", self.wait_for_release and self.wait_replicas is None)
+        elif self.queue is True and self.wait_replicas is not None:
+            raise ValueError(
+                f"queue=True cannot go with wait_replicas={self.wait_replicas}: a grant from the queue is written "
+                "by the releasing client, and a waiter's WAIT cannot confirm another connection's write (drop "
+                "queue=True: waiters then take the lock with writes of their own, each confirmed)"
+            )
         for name in ("wait_for_release", "queue", "fencing", "auto_extend", "adaptive_timeout", "clock_guard"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {type(getattr(self, name)).__name__}")

@@ -9,6 +9,7 @@ from redlock_async._nodes._cluster_voter import ClusterVoter
 from redlock_async._nodes._endpoint import Endpoint, endpoints_for
 from redlock_async._nodes._handshake import info_fields
 from redlock_async._nodes._node import Node
+from redlock_async._nodes._replicas import replicated_outbox, wait_ms
 from redlock_async._nodes._sentinel_voter import SwitchWatch
 from redlock_async._nodes._slots import key_slot, tag_for
 from redlock_async._nodes._wire import (
@@ -44,7 +45,9 @@ __all__ = [
     "key_slot",
     "pack",
     "pack_script",
+    "replicated_outbox",
     "script_head",
     "server_error",
     "tag_for",
+    "wait_ms",
 ]

@@ -77,6 +77,7 @@ class Node:
         scripts: tuple[Script, ...] = (),
         max_rto: float = 0.0,
         warn: bool = True,
+        outbox_type: Callable[..., Outbox] = Outbox,
     ) -> None:
         self.endpoint = endpoint
         # Connection trouble (cannot connect, connection lost) at WARNING; a node's second connection
@@ -106,15 +107,14 @@ class Node:
         self.fault: BaseException | None = None
         """An unexpected exception of this node's task: the node is out of service for good."""
         # A subscriber: pub/sub messages go to on_message (they answer no command); on_connect re-subscribes.
-        self._on_message = on_message
-        self._on_connect = on_connect
+        self._on_message, self._on_connect = on_message, on_connect
         self._scripts = scripts
         self.load = NodeLoad(max_unanswered=max_unanswered, stall_after=stall_after, max_rto=max_rto)
         """Commands sent, round trips, stalls (``_load.py``)."""
         self._connect_timeout = connect_timeout
         self._reconnect_delay = reconnect_delay
-        self.outbox = outbox = Outbox(self.load, self._ensure_running, self._broken)
-        """What waits to be written and answered (``_outbox.py``)."""
+        self.outbox = outbox = outbox_type(self.load, self._ensure_running, self._broken)
+        """What waits to be written and answered (``_outbox.py``; ``_replicas.py``'s with wait_replicas)."""
         # Sending is the outbox's; bound here once, so a send costs no extra call on the hot path.
         self.send = outbox.send
         self.send_packed = outbox.send_packed

@@ -19,7 +19,17 @@ from redis.asyncio import Redis
 
 from redlock_async._core import MIN_TTL_TO_NODE_TIMEOUT, Settings, Vote, complete, one_slot_voters, quorum
 from redlock_async._health import ClockGuard, EvictionWatch, Quarantine, ShardQuarantine, raise_counters
-from redlock_async._nodes import ClusterVoter, Failure, Node, Reply, SwitchWatch, endpoints_for, server_error
+from redlock_async._nodes import (
+    ClusterVoter,
+    Failure,
+    Node,
+    Reply,
+    SwitchWatch,
+    endpoints_for,
+    replicated_outbox,
+    server_error,
+    wait_ms,
+)
 from redlock_async._rounds import sitting_out
 from redlock_async._scripts import PERMISSIONS, SCRIPTS
 from redlock_async._shared._cluster import Cluster, describe
@@ -95,6 +105,10 @@ class Connections:
             "reconnect_delay": settings.reconnect_delay,
             "max_rto": settings.ttl / MIN_TTL_TO_NODE_TIMEOUT if settings.adaptive_timeout else 0.0,
         }
+        # wait_replicas: each vote's connection WAITs for replicas behind it (_nodes/_replicas.py); else as ever.
+        voting = dict(node_settings)
+        if settings.wait_replicas is not None:
+            voting["outbox_type"] = replicated_outbox(settings.wait_replicas, wait_ms(settings.node_timeout))
         shards: ShardQuarantine | None = None  # a Cluster voter's shards' quarantine, made once the nodes are
 
         def probe_shard(index: int, node: Node) -> None:
@@ -107,7 +121,7 @@ class Connections:
             built.append(
                 ClusterVoter(
                     endpoint,
-                    shard_settings=node_settings,
+                    shard_settings=voting,
                     scripts=SCRIPTS,
                     shard_ready=None if on_ready is None else functools.partial(probe_shard, index),
                     on_fault=failed,
@@ -120,7 +134,7 @@ class Connections:
                     on_unreachable=on_unreachable,
                     on_identified=self._same_server,
                     on_fault=failed,
-                    **node_settings,
+                    **voting,
                 )
             )
             subscribers.append(

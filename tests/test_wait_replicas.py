@@ -1,0 +1,238 @@
+"""``wait_replicas=N`` (issue 39 item 3): a yes counts only once N replicas acknowledged its write, on real
+servers with replicas: a standalone master with a replica, a Cluster voter (the ``WAIT`` goes to the shard
+primary that took the write) and a Sentinel voter. A replica stopped (SIGSTOP) makes every vote of its
+master a failed one, and the failed acquire's cleanup leaves no key."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from redlock_async import LockLost, Redlock, Vote
+from redlock_async._core import Settings
+from redlock_async._nodes import Failure, Node, Resolve, endpoints_for, pack, replicated_outbox, wait_ms
+from redlock_async.testing import LocalCluster, LocalNodes, LocalSentinels
+from tests.conftest import eventually
+from tests.test_cluster_voter import mark_shards
+
+KEY = "redlock:wr"
+
+
+def waits(node: Any) -> int:
+    """How many WAITs *node* (a LocalNode) ran since its stats were last reset."""
+    stats: Any = node.command("INFO", "commandstats")
+    return int(stats.get("cmdstat_wait", {}).get("calls", 0))
+
+
+def has(replica: Any, key: str) -> bool:
+    """Whether a cluster replica holds *key* (SCAN: a read of a key would be redirected to its primary)."""
+    reply: Any = replica.command("SCAN", 0, "MATCH", key, "COUNT", 10_000)
+    return key.encode() in reply[1]
+
+
+def slot_of(cluster: LocalCluster, key: str) -> int:
+    reply: Any = cluster.nodes[0].command("CLUSTER", "KEYSLOT", key)
+    return int(reply)
+
+
+# -- the setting ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "words"),
+    [
+        (0, ValueError, "at least 1"),
+        (-2, ValueError, "at least 1"),
+        (True, TypeError, "an int of at least 1"),
+        (1.0, TypeError, "an int of at least 1"),
+        ("1", TypeError, "an int of at least 1"),
+    ],
+)
+def test_wait_replicas_is_checked(value: object, error: type[Exception], words: str) -> None:
+    with pytest.raises(error, match=words):
+        Settings(wait_replicas=value)  # type: ignore[arg-type]
+
+
+def test_wait_replicas_turns_the_grant_queue_off_and_refuses_it_asked_for() -> None:
+    assert Settings().queue is True
+    assert Settings(wait_replicas=1).queue is False
+    assert Settings(wait_replicas=2).wait_replicas == 2
+    with pytest.raises(ValueError, match="queue=True cannot go with wait_replicas=1"):
+        Settings(wait_replicas=1, queue=True)
+
+
+def test_the_wait_s_timeout_is_the_node_timeout_and_never_zero() -> None:
+    assert wait_ms(0.05) == 50
+    assert wait_ms(0.0001) == 1  # WAIT's 0 would wait for ever
+
+
+# -- a standalone master with a replica ------------------------------------------------------------------
+
+
+@pytest.fixture
+def pair() -> Iterator[LocalNodes]:
+    """A master (nodes[0]) and its replica (nodes[1]), in sync."""
+    with LocalNodes(2) as nodes:
+        master, replica = nodes.nodes
+        replica.command("REPLICAOF", "127.0.0.1", master.port)
+
+        def synced() -> bool:
+            info: Any = replica.command("INFO", "replication")
+            return bool(info.get("master_link_status") == "up")
+
+        loop = asyncio.new_event_loop()
+        try:
+            assert loop.run_until_complete(eventually(synced, within=30.0)), "the replica never synced"
+        finally:
+            loop.close()
+        yield nodes
+
+
+async def test_a_vote_waits_for_its_replica_and_one_wait_covers_a_write_s_votes(pair: LocalNodes) -> None:
+    master, replica = pair.nodes
+    (endpoint,) = endpoints_for([pair.urls[0]])
+    node = Node(
+        endpoint,
+        max_unanswered=100,
+        stall_after=1.0,
+        connect_timeout=1.0,
+        reconnect_delay=0.1,
+        outbox_type=replicated_outbox(1, 200),
+    )
+    try:
+        assert await node.connect() is None
+        master.command("CONFIG", "RESETSTAT")
+        futures = []
+        for i in range(5):  # five votes in one loop turn: one write, one WAIT behind them all
+            fut = asyncio.get_running_loop().create_future()
+            node.send_packed(Resolve(fut), 0, pack((b"SET", f"{KEY}{i}", b"v", b"PX", 60_000)), limited=True)
+            futures.append(fut)
+        plain = node.send(b"GET", f"{KEY}0")  # not a vote: no WAIT, no holding
+        assert await asyncio.gather(*futures) == [b"OK"] * 5
+        assert await plain == b"v"
+        assert waits(master) == 1
+        assert replica.command("GET", f"{KEY}4") == b"v"
+
+        replica.pause()
+        try:
+            vote = node.send(b"SET", KEY, b"v", b"PX", 60_000, limited=True)
+            reply = await asyncio.wait_for(vote, 5.0)
+            # The write ran on the master, but no replica has it: the yes is a failed vote, saying why.
+            assert isinstance(reply, Failure), reply
+            assert reply.vote is Vote.TIMEOUT
+            assert "0 of 1 replicas acknowledged the write within 200 ms (wait_replicas=1)" in reply.detail
+            # A command's own failure (an error: nothing written) is handed on at once, with no WAIT.
+            error = await asyncio.wait_for(node.send(b"INCR", KEY, limited=True), 5.0)
+            assert isinstance(error, Failure)
+            assert error.answered
+            assert "not an integer" in error.detail
+        finally:
+            replica.resume()
+    finally:
+        await node.aclose(0.5)
+
+
+async def test_a_script_the_server_lost_is_sent_again_and_waited_for_again(pair: LocalNodes) -> None:
+    master, replica = pair.nodes
+    async with Redlock([pair.urls[0]], wait_replicas=1, fencing=True, ttl=5.0) as redlock:
+        await redlock.connect()
+        lock = redlock.lock("wr")
+        master.command("CONFIG", "RESETSTAT")
+        assert await lock.acquire(blocking=False), lock.outcomes
+        usual = waits(master)  # (a fenced acquire: the acquire's, the counter's)
+        await lock.release()
+        master.command("SCRIPT", "FLUSH")  # the EVALSHA meets NOSCRIPT: its EVAL goes behind the WAIT
+        master.command("CONFIG", "RESETSTAT")
+        assert await lock.acquire(blocking=False), lock.outcomes
+        # Both scripts met NOSCRIPT: each EVAL sent again has a WAIT of its own behind it.
+        assert waits(master) == 2 * usual, "an EVAL sent again went without a WAIT of its own"
+        assert replica.command("GET", KEY) is not None
+        await lock.release()
+
+
+async def test_a_standalone_voter_s_yes_needs_its_replica(pair: LocalNodes) -> None:
+    master, replica = pair.nodes
+    async with Redlock([pair.urls[0]], wait_replicas=1, ttl=5.0) as redlock:
+        await redlock.connect()
+        lock = redlock.lock("wr")
+        assert await lock.acquire(blocking=False), lock.outcomes
+        assert replica.command("GET", KEY) == master.command("GET", KEY) is not None
+        await lock.extend()  # an extension is a vote too: the replica acknowledged it
+        replica.pause()
+        try:
+            with pytest.raises(LockLost):
+                await lock.extend()
+            await _fails_cleanly(redlock, master)
+        finally:
+            replica.resume()
+        # Without the setting, the same node with its replica stopped counts the yes at once.
+    replica.pause()
+    try:
+        async with Redlock([pair.urls[0]], ttl=5.0) as redlock:
+            lock = redlock.lock("wr")
+            assert await lock.acquire(blocking=False), lock.outcomes
+            await lock.release()
+    finally:
+        replica.resume()
+
+
+async def _fails_cleanly(redlock: Redlock, master: Any, key: str = KEY, name: str = "wr") -> None:
+    """With the master's replica stopped: a non-blocking acquire fails (its vote a timeout) and leaves no key."""
+    lock = redlock.lock(name)
+    assert not await lock.acquire(blocking=False), "a yes counted without its replica"
+    assert lock.outcomes[0].vote is Vote.TIMEOUT, lock.outcomes
+    # The write ran on the master; the failed acquire's cleanup (queued behind the WAIT) removes it.
+    assert await eventually(lambda: master.command("EXISTS", key) == 0, within=10.0), "a key was left behind"
+
+
+# -- a Cluster voter and a Sentinel voter -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_a_cluster_voter_waits_on_the_shard_primary_that_took_the_write() -> None:
+    with LocalCluster(2, 1) as cluster:
+        mark_shards(cluster)
+        async with Redlock([cluster.url], wait_replicas=1, ttl=5.0) as redlock:
+            await redlock.connect()
+            names = {cluster.shard_of_slot(slot_of(cluster, f"redlock:c{i}")): f"c{i}" for i in range(40)}
+            assert set(names) == {0, 1}
+            for shard, name in sorted(names.items()):
+                master, replica = cluster.master_of(shard), cluster.replicas_of(shard)[0]
+                master.command("CONFIG", "RESETSTAT")
+                lock = redlock.lock(name)
+                assert await lock.acquire(blocking=False), lock.outcomes
+                assert waits(master) >= 1, "no WAIT on the primary that took the write"
+                assert has(replica, f"redlock:{name}")
+                await lock.release()
+            # Shard 0's replica stopped: names on shard 0 fail cleanly, names on shard 1 still win.
+            master = cluster.master_of(0)
+            replica = cluster.replicas_of(0)[0]
+            replica.pause()
+            try:
+                await _fails_cleanly(redlock, master, f"redlock:{names[0]}", names[0])
+                other = redlock.lock(names[1])
+                assert await other.acquire(blocking=False), other.outcomes
+                await other.release()
+            finally:
+                replica.resume()
+
+
+@pytest.mark.slow
+async def test_a_sentinel_voter_waits_for_the_master_s_replica() -> None:
+    with LocalSentinels(1, 3) as group:
+        async with Redlock([group.url], wait_replicas=1, ttl=5.0) as redlock:
+            await redlock.connect()
+            master = group.master()
+            replica = next(node for node in group.servers if node is not master)
+            lock = redlock.lock("wr")
+            assert await lock.acquire(blocking=False), lock.outcomes
+            assert replica.command("GET", KEY) is not None
+            await lock.release()
+            replica.pause()
+            try:
+                await _fails_cleanly(redlock, master)
+            finally:
+                replica.resume()
