@@ -22,7 +22,7 @@ import redis
 
 from redlock_async._core import quorum as majority
 from redlock_async.testing._process import issued_ports, registry_lock, server_binary
-from redlock_async.testing._servers import LocalNode
+from redlock_async.testing._servers import LocalNode, ServerTLS
 
 __all__ = ["LocalCluster", "LocalSentinels"]
 
@@ -165,7 +165,10 @@ class LocalCluster(_Group):
     ``url`` is its ``redis+cluster://`` voter URL (every node as a seed). ``shards[i]`` lists the nodes
     that served shard *i* at the start, its master first; :meth:`master_of` asks who serves it now.
     *node_timeout* is ``cluster-node-timeout`` in seconds: how long a master may be unreachable before
-    its replica takes over by itself.
+    its replica takes over by itself. With *tls* (a server built with TLS), every node serves TLS only
+    on its port, and the cluster bus and replication speak TLS too (``tls-cluster``,
+    ``tls-replication``; the nodes trust each other through *tls*'s ``ca_file``): ``url`` is then
+    ``rediss+cluster://``, to which the client adds its CA (``&ssl_ca_certs=...``).
     """
 
     def __init__(
@@ -176,6 +179,7 @@ class LocalCluster(_Group):
         binary: str | None = None,
         node_timeout: float = 2.0,
         password: str | None = None,
+        tls: ServerTLS | None = None,
     ) -> None:
         super().__init__()
         if not 1 <= shards <= 64:
@@ -191,9 +195,17 @@ class LocalCluster(_Group):
         ]  # fmt: skip
         if password is not None:
             args += ["--masterauth", password]
+        if tls is not None:
+            if tls.ca_file is None:
+                raise ValueError("a TLS cluster needs tls.ca_file: its nodes check each other's certificates with it")
+            args += ["--tls-cluster", "yes", "--tls-replication", "yes"]
         self.password = password
+        self.tls = tls
         self.shards: list[list[LocalNode]] = [
-            [LocalNode(resolved, port=cluster_port(), password=password, server_args=args) for _ in range(1 + replicas)]
+            [
+                LocalNode(resolved, port=cluster_port(), password=password, tls=tls, server_args=args)
+                for _ in range(1 + replicas)
+            ]
             for _ in range(shards)
         ]
         self.nodes = [node for shard in self.shards for node in shard]
@@ -204,10 +216,12 @@ class LocalCluster(_Group):
 
     @property
     def url(self) -> str:
-        """The voter URL: ``redis+cluster://`` the first node, every other node a ``seed``."""
+        """The voter URL: ``redis+cluster://`` (``rediss+cluster://`` with TLS) the first node, every other
+        node a ``seed``."""
         first, *rest = self.nodes
         seeds = "&".join(f"seed=127.0.0.1:{node.port}" for node in rest)
-        return f"redis+cluster://127.0.0.1:{first.port}" + (f"?{seeds}" if seeds else "")
+        scheme = "redis+cluster" if self.tls is None else "rediss+cluster"
+        return f"{scheme}://127.0.0.1:{first.port}" + (f"?{seeds}" if seeds else "")
 
     def node_id(self, node: LocalNode) -> str:
         """The cluster node id of *node* (``CLUSTER MYID``)."""
