@@ -179,6 +179,32 @@ async def test_a_standalone_voter_s_yes_needs_its_replica(pair: LocalNodes) -> N
         replica.resume()
 
 
+async def test_permits_readers_and_writers_wait_for_the_replica_too(pair: LocalNodes) -> None:
+    master, replica = pair.nodes
+    async with Redlock([pair.urls[0]], wait_replicas=1, ttl=5.0) as redlock:
+        await redlock.connect()
+        permits = redlock.semaphore("wr:permits", limit=2)
+        rw = redlock.rw_lock("wr:rw")
+        for primitive in (permits, rw.read(), rw.write()):
+            assert await primitive.acquire(blocking=False), primitive
+            await primitive.release()
+        replica.pause()
+        try:
+            for primitive in (permits, rw.read(), rw.write()):
+                assert not await primitive.acquire(blocking=False), f"{primitive} counted a yes without its replica"
+                assert primitive.outcomes[0].vote is Vote.TIMEOUT, primitive.outcomes
+        finally:
+            replica.resume()
+        # Nothing held is left behind by the failed acquires (their cleanup ran behind the WAITs).
+        assert await eventually(lambda: not _held_keys(master), within=10.0), _held_keys(master)
+
+
+def _held_keys(master: Any) -> list[bytes]:
+    """The keys on *master* that hold a permit, a reader or a writer (the lines and limits aside)."""
+    found: Any = master.command("KEYS", "*wr:*")
+    return [key for key in found if b"limit" not in key and b"queue" not in key and b"waits" not in key]
+
+
 async def _fails_cleanly(redlock: Redlock, master: Any, key: str = KEY, name: str = "wr") -> None:
     """With the master's replica stopped: a non-blocking acquire fails (its vote a timeout) and leaves no key."""
     lock = redlock.lock(name)
