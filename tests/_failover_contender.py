@@ -25,7 +25,7 @@ from redlock_async import LockLost, LockNotAcquired, Redlock
 from redlock_async.testing import History
 
 TASKS = 2
-TTL = 8.0
+TTL = 10.0
 LONGEST = 120.0
 
 
