@@ -7,7 +7,8 @@ section a few milliseconds, until the file DIR/stop appears (or :data:`LONGEST` 
 DIR/quiet exists (the lock goes free: no key left on any node once the attempts under way ended). A section
 that begins after the time written in DIR/hold (monotonic seconds, system-wide on Linux) lasts as long
 as that file exists: its holder sits in it through the failovers the test makes meanwhile. QUARANTINE
-is the ``restart_quarantine`` setting ("none" for the default). Each section is printed at the end as
+is the ``restart_quarantine`` setting ("none" for the default). DIR/ready.PID says the process is
+connected and contending. Each section is printed at the end as
 a JSON line (client, token, fencing token, start, end), for one :class:`History` of every process.
 """
 
@@ -47,6 +48,7 @@ async def contend(folder: Path, quarantine: float | None, urls: list[str]) -> Hi
 
     async with Redlock(urls, fencing=True, retry_delay=0.05, restart_quarantine=quarantine) as redlock:
         await redlock.connect()
+        (folder / f"ready.{os.getpid()}").touch()
 
         async def task(n: int) -> None:
             lock = redlock.lock("failover", ttl=TTL, acquire_timeout=1.0)

@@ -115,7 +115,9 @@ async def _run(tmp: Path, quarantine: str, after: float) -> tuple[History, float
         ]
         outputs = asyncio.gather(*(child.communicate() for child in children))
         try:
-            await asyncio.sleep(1.5)  # every process connected and contending
+            ready = lambda: len(list(tmp.glob("ready.*"))) == PROCESSES  # noqa: E731
+            await asyncio.to_thread(_wait, "every contender connected", ready, 60.0)
+            await asyncio.sleep(1.0)  # contending before any fault
             masters = [cluster.master_of(0), group.master()]
             replicas = [cluster.replicas_of(0)[0], next(node for node in group.servers if node is not masters[1])]
             # The lock free for a moment (every attempt under way ended, its release replicated): the replicas
@@ -161,6 +163,7 @@ async def test_processes_contending_through_cluster_and_sentinel_failovers_never
     history, failed_over = await _run(tmp_path, "none", after=TTL + 5.0)
     assert history.overlaps() == []
     assert len({section.client.split(".")[0] for section in history.sections}) == PROCESSES
+    assert any(section.end < failed_over for section in history.sections), "no lock before the failovers"
     # Locks were granted again after the failovers (once the promoted voters' quarantine was over).
     assert any(section.start > failed_over for section in history.sections), "no lock after the failovers"
     history.check()
