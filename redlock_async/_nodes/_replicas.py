@@ -13,7 +13,10 @@ promoted without the write (an asynchronous replica acknowledged and then was no
 is that a lock's key usually survives a failover, so a holder keeps a majority where it would otherwise
 lose one, at the cost of a replica's round trip on every vote, and of every vote of a node while its
 replicas are down or lagging (the node's connection waits up to *timeout* on each WAIT, one per write:
-every vote queued in one loop turn shares it, as ``WAIT`` covers all the connection's earlier writes).
+every vote queued in one loop turn shares it, as ``WAIT`` covers all the connection's earlier writes; the
+server checks a WAIT's timeout every ``1/hz`` s, 100 ms by default, so it may hold the connection that
+long: the ballot's own deadline still decides the vote in time). A reply that is not a failure is held
+whatever it says: a no (a key held by another) with too few acknowledgements is a failed vote too.
 
 Nothing of this runs unless the setting is given: the node then has a :class:`ReplicatedOutbox` in place
 of the plain :class:`_outbox.Outbox` (``replicated_outbox``), and every node without it sends exactly as
