@@ -4,8 +4,8 @@
 Every key a script touches is one of its KEYS: the readers of a name live in ONE hash, ``R``, the SHA1 of a
 reader's token -> ``"<token> <expiry, node ms>"``. An entry past its expiry, by the node's own clock read in
 the script, is a reader that left or died: it counts as absent, and goes when a script meets it. R's own
-expiry is raised (never lowered) to a ttl and a millisecond whenever an entry is set to a ttl, so R outlives
-its longest live entry. R is named as the readers' index of the layout before (a set of digests, beside a key
+expiry is raised (never lowered) to a ttl and a second whenever an entry is set to a ttl, so R outlives its
+longest live entry. R is named as the readers' index of the layout before (a set of digests, beside a key
 per reader): a script of that layout fails on a hash before it writes, and these refuse a set (OLD_LAYOUT).
 
 Every acquire answers like ``ACQUIRE_FENCED``: the fencing counter (>= 0; 0 unfenced) when granted,
@@ -80,12 +80,13 @@ local function live_readers(readers)
     return live
 end
 
--- The reader holding *token* lives *ttl* ms from now; the hash outlives it.
+-- The reader holding *token* lives *ttl* ms from now; the hash outlives it. (The hash's expiry counts from
+-- the script's start, a little before the TIME its entries count from: a second more covers that.)
 local function set_reader(readers, token, ttl)
     local life = tonumber(ttl)
     redis.call('HSET', readers, redis.sha1hex(token), token .. ' ' .. string.format('%.0f', now_ms() + life))
-    if redis.call('PTTL', readers) <= life then
-        redis.call('PEXPIRE', readers, life + 1)
+    if redis.call('PTTL', readers) < life + 1000 then
+        redis.call('PEXPIRE', readers, life + 1000)
     end
 end
 
@@ -134,6 +135,14 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms())  -- entries of writers that died
     if redis.call('ZCARD', KEYS[3]) > 0 then
         return -2
+    end
+end
+-- Two random entries, dropped when their reader left or died: the hash stays near the number of live
+-- readers without a writer, at a bounded cost per acquire.
+for _, id in ipairs(redis.call('HRANDFIELD', KEYS[2], 2)) do
+    local _, expiry = entry(redis.call('HGET', KEYS[2], id))
+    if expiry <= now_ms() then
+        redis.call('HDEL', KEYS[2], id)
     end
 end
 set_reader(KEYS[2], ARGV[1], ARGV[2])
