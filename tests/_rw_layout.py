@@ -34,7 +34,7 @@ def live_readers(node: Any, readers: bytes) -> list[bytes]:
     """The tokens of the live readers on *node*."""
     now = node_ms(node)
     found = []
-    for value in dict(node.command("HGETALL", readers)).values():  # type: ignore[call-overload]
+    for value in dict(node.command("HGETALL", readers)).values():
         held, _, expiry = bytes(value).rpartition(b" ")
         if int(expiry) > now:
             found.append(held)

@@ -22,7 +22,7 @@ import pytest
 import redis
 
 import redlock_async._scripts as scripts
-from redlock_async import Redlock
+from redlock_async import ReadWriteLock, Redlock
 from redlock_async._scripts import Script
 from redlock_async.testing import LocalNode
 
@@ -120,13 +120,13 @@ async def exercise(url: str) -> None:
             writer = rw.write()
             assert await writer.acquire()
 
-            async def read() -> None:
+            async def read(rw: ReadWriteLock) -> None:
                 reader = rw.read()
                 assert await reader.acquire(timeout=3.0)
                 await asyncio.sleep(0.3)
                 await reader.release()
 
-            readers = [asyncio.create_task(read()) for _ in range(2)]
+            readers = [asyncio.create_task(read(rw)) for _ in range(2)]
             await asyncio.sleep(0.2)
             await writer.release()
             await asyncio.sleep(0.1)
