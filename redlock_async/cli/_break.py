@@ -306,9 +306,11 @@ async def _release_shown(
         elif kind == "reader":  # a reader: its entry out of the readers' hash, told on the writer key's channel
             assert keys.writer is not None
             reply = node.send_script(RW_READ_RELEASE, (key, keys.writer), (value,))
-        else:  # a reader of the layout before: its own key, compare-and-deleted and told (its set entry goes later)
+        else:  # a reader of the layout before: its own key, compare-and-deleted and told, and out of its set
             assert keys.writer is not None
+            assert keys.rw is not None
             reply = node.send_script(RELEASE, (key, keys.writer), (value,))
+            node.send(b"SREM", keys.rw.readers, key[len(keys.rw.prefix) :])
         if _checked(await reply, f"failed: it may still hold {holder}") == 1:
             deleted.append(holder)
         # 0: released or expired between the read and the delete; gone all the same
