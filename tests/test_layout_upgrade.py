@@ -23,6 +23,7 @@ from redlock_async import RedlockError
 from . import _scripts_rw_v1 as rw1
 from . import _scripts_v1 as v1
 from .conftest import Cluster, MakeRedlock, keys_everywhere
+from .test_cli_break import redlock_break
 
 V1_BASE = b"redlock:\x00semaphore\x00pool"
 V1_LIMIT = V1_BASE + b"\x00limit"
@@ -152,3 +153,18 @@ async def test_a_client_of_the_layout_before_cannot_take_a_rw_lock_beside_ours(
         for i in range(len(cluster)):
             assert v1_read(cluster[i], b"old-reader") == -1
             assert v1_write(cluster[i], b"old-writer") == -1
+
+
+async def test_break_clears_readers_of_the_layout_before(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+    for i in range(len(cluster)):
+        assert v1_read(cluster[i], b"old-reader~stuck") == 0
+    code, out, err = await redlock_break(cluster.urls, "doc", "--yes")
+    assert code == 0, out + err
+    assert "(stuck)" in out
+    for i in range(len(cluster)):
+        assert (
+            cluster[i].command("EXISTS", RW_READERS, RW_PREFIX + hashlib.sha1(b"old-reader~stuck").hexdigest().encode())
+            == 0
+        )
+    redlock = await make_redlock()
+    assert await redlock.rw_lock("doc").write().acquire(blocking=False)  # the name is this version's now
