@@ -247,6 +247,19 @@ class Store:
         value = self._typed(a[0], dict)
         return None if value is None else value.get(a[1])
 
+    def cmd_hgetall(self, a: list[bytes]) -> Reply:
+        value = self._typed(a[0], dict)
+        return [] if value is None else [item for pair in value.items() for item in pair]
+
+    def cmd_hrandfield(self, a: list[bytes]) -> Reply:
+        """``HRANDFIELD key count`` with a count >= 0 (distinct fields; the read/write lock's is 2)."""
+        value = self._typed(a[0], dict)
+        count = integer(a[1])
+        if count is None or count < 0:
+            return NOT_INTEGER if count is None else Error("ERR only a count >= 0 is simulated")
+        fields = sorted(value) if value else []
+        return self.rng.sample(fields, min(count, len(fields)))
+
     def cmd_hdel(self, a: list[bytes]) -> Reply:
         value = self._typed(a[0], dict)
         if value is None:
@@ -466,6 +479,8 @@ _SPEC: dict[bytes, tuple[int, int | None]] = {
     b"HSET": (3, None),
     b"HGET": (2, 2),
     b"HDEL": (2, None),
+    b"HGETALL": (1, 1),
+    b"HRANDFIELD": (2, 2),
     b"SADD": (2, None),
     b"SREM": (2, None),
     b"SCARD": (1, 1),
