@@ -248,17 +248,11 @@ class Store:
         return None if value is None else value.get(a[1])
 
     def cmd_hgetall(self, a: list[bytes]) -> Reply:
-        value = self._typed(a[0], dict)
-        return [] if value is None else [item for pair in value.items() for item in pair]
+        return [item for pair in (self._typed(a[0], dict) or {}).items() for item in pair]
 
-    def cmd_hrandfield(self, a: list[bytes]) -> Reply:
-        """``HRANDFIELD key count`` with a count >= 0 (distinct fields; the read/write lock's is 2)."""
-        value = self._typed(a[0], dict)
-        count = integer(a[1])
-        if count is None or count < 0:
-            return NOT_INTEGER if count is None else Error("ERR only a count >= 0 is simulated")
-        fields = sorted(value) if value else []
-        return self.rng.sample(fields, min(count, len(fields)))
+    def cmd_hrandfield(self, a: list[bytes]) -> Reply:  # a count >= 0 only: distinct fields (the rw scripts')
+        fields, count = sorted(self._typed(a[0], dict) or ()), integer(a[1])
+        return NOT_INTEGER if count is None or count < 0 else self.rng.sample(fields, min(count, len(fields)))
 
     def cmd_hdel(self, a: list[bytes]) -> Reply:
         value = self._typed(a[0], dict)
