@@ -241,10 +241,10 @@ class PermitLine:
 #
 # Its waiters wait in one line per read/write lock name, on every node (the scripts in
 # ``_scripts/_rw_line.py``): a writer's release, or the last reader's, grants the head of the line what
-# the rule on one node allows (a writer when no reader's key lives; every reader at the head up to the
+# the rule on one node allows (a writer when no reader's entry lives; every reader at the head up to the
 # next writer), and publishes one grant word per waiter granted, as a lock's line does, on the lock's
-# channel (its writer key W). A reader holds once a majority of the nodes hold its reader key for its
-# token; a writer once a majority hold W for its token (fenced: and raised the counter, ``QUEUE_FENCE``,
+# channel (its writer key W). A reader holds once a majority of the nodes hold its entry of the readers'
+# hash for its token; a writer once a majority hold W for its token (fenced: and raised the counter, ``QUEUE_FENCE``,
 # as for a lock). The safety argument is the read/write lock's (docs/algorithm.md, "Read/write locks in
 # the grant queue"): every grant keeps the rule on one node, whoever sends it.
 

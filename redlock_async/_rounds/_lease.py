@@ -217,7 +217,7 @@ class Lease:
         self.keeps = keeps
         """A key every extension keeps alive a lease longer than this lease's (a permit's: its
         semaphore's widest-limit key, which must exist while any permit may be held; a reader's: its
-        readers' index, which must name it while it holds); None for most."""
+        readers' hash, whose entry is its lease: ``Keep.instead``, its extension itself); None for most."""
         self.fence_keys = fence_keys
         """Per key, its fencing counter (fenced locks; else empty): an extension that takes a node
         raises them there to ``fencing_tokens`` (with ``fence_ttl_ms``, the counters' ttl)."""

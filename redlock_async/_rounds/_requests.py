@@ -67,8 +67,8 @@ class Attempt:
     free: dict[int, int] | None = None
     """A permit's round that was not granted: slot -> how many nodes said it is free there."""
     keeps: Keep | None = None
-    """A permit's (its semaphore's widest-limit key) or a reader's (its readers' index): what every extension
-    keeps alive beside its key (:func:`send_keep`)."""
+    """A permit's (its semaphore's widest-limit key): what every extension keeps alive beside its key
+    (:func:`send_keep`); a reader's: its extension itself (``Keep.instead``)."""
     late: Late | None = None
     """The votes and replies of the request that decided it (the fence round, for a fenced grant):
     its lease's first extension reads them (``Lease.late``)."""
@@ -447,7 +447,7 @@ def send_extend(
 
 def send_keep(nodes: Sequence[Node], key: bytes, keep: Keep, token: bytes, margin_ms: int) -> None:
     """Queue *keep*'s script on every node, right behind an extension of the lease of *key* (synchronous; no
-    one awaits the replies): its kept key (a semaphore's widest-limit key, a readers' index) lives
+    one awaits the replies): its kept key (a semaphore's widest-limit key) lives
     *margin_ms* longer than *key* where *key* holds *token*. Nothing for a lease extended by *keep* itself."""
     if keep.instead:
         return

@@ -176,8 +176,8 @@ class Inspector:
     async def inspect(self, keys: Keys) -> LockInfo:
         """Ask every node for the lock's key, fence and fencer (one MGET: an atomic read), the key's PTTL
         and the semaphore's widest limit at once (and the read/write lock's writer key, fence and fencer,
-        its PTTL and its readers' index); then, if a semaphore was used, for its slots, and if readers
-        are listed, for their keys."""
+        its PTTL and its readers' hash); then, if a semaphore was used, for its slots (and for readers
+        of the layout before, where a node keeps them: ``_rw_readers``)."""
         fresh = not self._nodes
         nodes = self._connect()
         if fresh:  # a Cluster voter reads its slot map first (its shards' markers are found by it)
