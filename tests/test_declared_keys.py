@@ -22,21 +22,20 @@ import pytest
 import redis
 
 import redlock_async._scripts as scripts
-from redlock_async import Redlock
-from redlock_async._scripts import UNDECLARED, Script
+from redlock_async import ReadWriteLock, Redlock
+from redlock_async._scripts import Script
 from redlock_async.testing import LocalNode
 
 BY_SHA = {value.sha.decode(): name for name, value in vars(scripts).items() if isinstance(value, Script)}
 BUILT_KEY = re.compile(rb"(ARGV\[\d+\]|prefix) \.\. ")
 
 
-def test_a_script_that_builds_a_key_from_its_arguments_is_marked_undeclared() -> None:
-    """The static half: a key built from ARGV (or a prefix) needs the flag, and only such a script has it (a
-    flagged script runs under Dragonfly as a global transaction: slower)."""
+def test_no_script_builds_a_key_from_its_arguments_or_is_marked_undeclared() -> None:
+    """The static half: no key is built from ARGV (or a prefix) inside Lua, and no script carries the flag."""
     for name, value in vars(scripts).items():
         if isinstance(value, Script):
-            assert value.undeclared == bool(BUILT_KEY.search(value.source)), name
-            assert value.source.startswith(UNDECLARED) == value.undeclared, name
+            assert not BUILT_KEY.search(value.source), name
+            assert b"allow-undeclared-keys" not in value.source, name
 
 
 @pytest.fixture
@@ -116,6 +115,25 @@ async def exercise(url: str) -> None:
             assert await writer.acquire()
             async with writer.downgrade():
                 pass
+            # Readers granted from the line (queue=True) or woken (queue=False) behind a writer, and a writer
+            # behind readers: every script of the line grants others than its sender.
+            writer = rw.write()
+            assert await writer.acquire()
+
+            async def read(rw: ReadWriteLock) -> None:
+                reader = rw.read()
+                assert await reader.acquire(timeout=3.0)
+                await asyncio.sleep(0.3)
+                await reader.release()
+
+            readers = [asyncio.create_task(read(rw)) for _ in range(2)]
+            await asyncio.sleep(0.2)
+            await writer.release()
+            await asyncio.sleep(0.1)
+            late = rw.write()
+            assert await late.acquire(timeout=3.0)
+            await late.release()
+            await asyncio.gather(*readers)
             async with redlock.election("dk:leader").campaign():
                 pass
             # A waiter behind a holder: the line, its stay and its leave.
@@ -191,11 +209,18 @@ async def test_no_script_touches_a_key_outside_its_keys_unless_marked(node: Loca
     assert scripted > 100, monitor.lines[:20]  # the scripts' commands were seen
     found = undeclared(monitor.lines, keys_of)
     ran = {BY_SHA.get(words[1], "EVAL") for kind, words in monitor.lines if kind == "client" and _is_script(words)}
-    marked = {name for name, value in vars(scripts).items() if isinstance(value, Script) and value.undeclared}
-    assert set(found) <= marked, {name: keys for name, keys in found.items() if name not in marked}
-    # The marks are needed where they are: the readers' keys were seen outside KEYS. The semaphore's scripts
-    # name every slot they touch (its widest-limit key and slots 0..n-1), and carry no mark.
-    assert {"RW_ENTER", "RW_READ", "RW_WRITE", "RW_QUEUE_LEAVE", "RW_QUEUE_DOWNGRADE", "RW_QUEUE_STAY"} & set(found)
-    permits = {"ACQUIRE_PERMIT", "KEEP_LIMIT", "PERMIT_ENTER", "PERMIT_LEAVE", "PERMIT_STAY"}
-    assert not permits & marked, permits & marked
-    assert {"ACQUIRE_PERMIT", "PERMIT_LEAVE"} <= ran, ran  # (they ran: the semaphore was taken and given back)
+    assert not found, found
+    # (They ran: the semaphore was taken and given back; the read/write lock's readers and writers took,
+    # extended, released, downgraded and waited in line, granted by others' scripts.)
+    assert {"ACQUIRE_PERMIT", "PERMIT_LEAVE"} <= ran, ran
+    rw = {
+        "RW_READ",
+        "RW_WRITE",
+        "RW_READ_RELEASE",
+        "RW_READ_EXTEND",
+        "RW_DOWNGRADE",
+        "RW_ENTER",
+        "RW_QUEUE_LEAVE",
+        "RW_QUEUE_DOWNGRADE",
+    }
+    assert rw <= ran, rw - ran

@@ -35,6 +35,7 @@ READS = frozenset(
         "pttl",
         "time",
         "smembers",
+        "hgetall",
         "info",
         "dbsize",
         "keys",

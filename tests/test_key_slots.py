@@ -35,20 +35,19 @@ from redlock_async._scripts import (
     FENCE,
     FENCED_BY,
     KEEP_LIMIT,
-    KEEP_READERS,
     PERMIT_ENTER,
     PERMIT_LEAVE,
     PERMIT_STAY,
     QUEUE_ENTER,
     QUEUE_FENCE,
     QUEUE_LEAVE,
-    RELEASE,
     RW_DOWNGRADE,
     RW_ENTER,
     RW_LEAVE,
     RW_QUEUE_DOWNGRADE,
     RW_QUEUE_LEAVE,
     RW_READ,
+    RW_READ_EXTEND,
     RW_READ_RELEASE,
     RW_WRITE,
     Script,
@@ -231,35 +230,33 @@ def test_the_fenced_scripts_run_on_a_cluster_node(shard: redis.Redis, name: str)
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_rw_scripts_run_on_a_cluster_node(shard: redis.Redis, name: str) -> None:
-    """Every read/write script, with the reader keys its scripts make from the prefix (a reader the line
-    grants, readers a writer looks for), on a node that refuses a key of another slot, declared or not."""
+    """Every read/write script (readers granted by others' scripts, readers a writer looks for: all in the
+    readers' hash, declared), on a node that refuses a key of another slot, declared or not."""
     writer = rw_writer_key("redlock:", name)
     rw = rw_keys(writer, one_slot=True)
     fence = fence_key("redlock-fence:", name, writer)
     line = [writer, rw.readers, rw.writers, rw.line, rw.waits, fence]
-    assert run(shard, RW_READ, [writer, rw.reader(b"r1"), rw.readers, rw.writers, fence], b"r1", 5000, rw.prefix) == 0
-    assert run(shard, KEEP_READERS, [rw.reader(b"r1"), rw.readers], b"r1", 5000) == 1
-    assert run(shard, RW_ENTER, line, b"r2", 5000, 1, 5000, rw.prefix, b"r")[0] == 1  # readers share
-    assert run(shard, RW_ENTER, line, b"w1", 5000, 2, 5000, rw.prefix, b"w")[0] == 0  # the writer waits
-    assert run(shard, RW_ENTER, line, b"r3", 5000, 3, 5000, rw.prefix, b"r")[0] == 0  # behind the writer
-    # A writer of the default path looks for live readers (the index, and each reader's key made there).
+    assert run(shard, RW_READ, [writer, rw.readers, rw.writers, fence], b"r1", 5000) == 0
+    assert run(shard, RW_READ_EXTEND, [rw.readers], b"r1", 5000) == [1]
+    assert run(shard, RW_ENTER, line, b"r2", 5000, 1, 5000, b"r")[0] == 1  # readers share
+    assert run(shard, RW_ENTER, line, b"w1", 5000, 2, 5000, b"w")[0] == 0  # the writer waits
+    assert run(shard, RW_ENTER, line, b"r3", 5000, 3, 5000, b"r")[0] == 0  # behind the writer
+    # A writer of the default path looks for live readers (the readers' hash).
     waiting = [writer, rw.readers, rw.writers, fence]
-    assert run(shard, RW_WRITE, waiting, b"w9", 5000, rw.prefix, b"x9", 5000) < 0
+    assert run(shard, RW_WRITE, waiting, b"w9", 5000, b"x9", 5000) < 0
     assert run(shard, RW_LEAVE, [rw.writers, writer], b"x9") == 1
-    assert run(shard, RW_READ_RELEASE, [rw.reader(b"r1"), rw.readers, writer], b"r1") == 1
-    assert run(shard, RW_QUEUE_LEAVE, line, b"r2", rw.prefix, b"r") == 1  # the last reader: w1 granted
+    assert run(shard, RW_READ_RELEASE, [rw.readers, writer], b"r1") == 1
+    assert run(shard, RW_QUEUE_LEAVE, line, b"r2", b"r") == 1  # the last reader: w1 granted
     assert shard.get(writer) == b"w1"
     assert run(shard, FENCE, [writer, fence, fence + FENCED_BY], b"w1", 7) == 1
-    # The downgrade grants r3, whose key the node makes from its token and the prefix.
-    assert run(shard, RW_QUEUE_DOWNGRADE, line, b"w1", b"r4", 5000, rw.prefix) == 7
-    assert shard.get(rw.reader(b"r3")) == b"r3"
-    assert shard.get(rw.reader(b"r4")) == b"r4"
+    # The downgrade grants r3 too: both in the readers' hash.
+    assert run(shard, RW_QUEUE_DOWNGRADE, line, b"w1", b"r4", 5000) == 7
+    assert shard.hlen(rw.readers) == 2
     for token in (b"r3", b"r4"):
-        assert run(shard, RW_QUEUE_LEAVE, line, token, rw.prefix, b"r") == 1
-    assert run(shard, RW_WRITE, waiting, b"w2", 5000, rw.prefix, b"x2", 0) == 7
-    down = [writer, rw.reader(b"r5"), rw.readers, fence]
-    assert run(shard, RW_DOWNGRADE, down, b"w2", b"r5", 5000, rw.prefix) == 7
-    assert run(shard, RELEASE, [rw.reader(b"r5"), writer], b"r5") == 1
+        assert run(shard, RW_QUEUE_LEAVE, line, token, b"r") == 1
+    assert run(shard, RW_WRITE, waiting, b"w2", 5000, b"x2", 0) == 7
+    assert run(shard, RW_DOWNGRADE, [writer, rw.readers, fence], b"w2", b"r5", 5000) == 7
+    assert run(shard, RW_READ_RELEASE, [rw.readers, writer], b"r5") == 1
     shard.flushall()
 
 
@@ -269,7 +266,7 @@ def test_a_rw_lock_of_todays_names_is_refused_on_a_cluster_node(shard: redis.Red
     writer = rw_writer_key("redlock:", "orders:42")
     rw = rw_keys(writer)
     with pytest.raises(redis.ResponseError, match=r"CROSSSLOT|same slot"):
-        run(shard, RW_READ, [writer, rw.reader(b"r1"), rw.readers, rw.writers], b"r1", 5000, rw.prefix)
+        run(shard, RW_READ, [writer, rw.readers, rw.writers], b"r1", 5000)
     lock = b"redlock:orders:42"
     with pytest.raises(redis.ResponseError, match=r"CROSSSLOT|same slot"):
         run(shard, ACQUIRE_FENCED, [lock, fence_key("redlock-fence:", "orders:42")], b"t1", 5000)

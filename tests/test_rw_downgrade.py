@@ -23,10 +23,11 @@ from redlock_async.events import EventKind
 from redlock_async.sync import Redlock as SyncRedlock
 from redlock_async.testing import History, LocalNodes
 
+from ._rw_layout import live_readers
 from .conftest import Cluster, MakeRedlock, assert_empty, keys_everywhere
 
 W = b"redlock:\x00rw\x00doc"
-READER = W + b"\x00r\x00"
+READERS = W + b"\x00readers"
 FENCE = (b"redlock-fence:doc", b"redlock-fence:doc\x00by")
 
 
@@ -41,7 +42,8 @@ def drop_writer_key(nodes: Cluster | LocalNodes, *indexes: int) -> None:
 
 
 def readers_per_node(nodes: Cluster | LocalNodes) -> list[int]:
-    return [sum(1 for key in keys if key.startswith(READER)) for keys in keys_everywhere(nodes)]
+    """The live readers' entries on each node."""
+    return [len(live_readers(nodes[i], READERS)) for i in range(len(nodes))]
 
 
 @pytest.mark.parametrize("queue", [True, False])

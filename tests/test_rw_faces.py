@@ -17,6 +17,7 @@ from redlock_async.testing import History
 from .conftest import Cluster, MakeRedlock, eventually
 
 PY = sys.executable
+W_READERS = b"redlock:\x00rw\x00doc\x00readers"
 
 
 def digest(token: str | None) -> str:
@@ -60,6 +61,43 @@ async def test_inspect_shows_the_readers_then_the_writer(make_redlock: MakeRedlo
     assert info.writer.holder == digest(writer.token)
     assert info.writer.fencing_counter == writer.fencing_token
     await writer.release()
+
+
+async def test_inspect_and_status_judge_each_readers_entry_by_the_nodes_clock(
+    cluster: Cluster, make_redlock: MakeRedlock
+) -> None:
+    """A reader's entry past its expiry (its reader died) is no holder, though the readers' hash still holds
+    it (another reader keeps the hash alive): a verdict that counted it would keep writers waiting in vain,
+    one that missed the live reader beside it would call a held lock free."""
+    redlock = await make_redlock(ttl=30.0)
+    rw = redlock.rw_lock("doc")
+    dead, alive = rw.read(), redlock.rw_lock("doc", ttl=0.5).read()
+    assert await dead.acquire(blocking=False)
+    assert await alive.acquire(blocking=False)  # (no watchdog: held with acquire(), it is never extended)
+    dead, alive = alive, dead  # the 0.5 s reader dies: never extended, never released
+    await asyncio.sleep(0.8)
+    readers = W_READERS
+    for i in range(len(cluster)):
+        assert cluster[i].command("HLEN", readers) == 2  # both entries are there, one past its expiry
+    info = await redlock.inspect("doc")
+    assert info.state == "held"
+    assert [reader.holder for reader in info.readers] == [digest(alive.token)]
+    code, out, _ = await cli(cluster, "status", "doc")
+    assert code == EXIT_HELD, out
+    assert digest(alive.token) in out
+    assert digest(dead.token) not in out
+    # Only the dead entry left (the hash kept alive by hand): free, and said so.
+    token = alive.token
+    assert token is not None
+    member = hashlib.sha1(token.encode()).hexdigest()
+    for i in range(len(cluster)):
+        cluster[i].command("HDEL", readers, member)
+        cluster[i].command("PEXPIRE", readers, 60_000)
+    info = await redlock.inspect("doc")
+    assert (info.state, info.readers) == ("free", ()), info
+    code, out, _ = await cli(cluster, "status", "doc")
+    assert code == 0, out
+    assert await rw.write().acquire(blocking=False)  # and a writer agrees
 
 
 async def test_status_shows_readers_and_a_writer(cluster: Cluster, make_redlock: MakeRedlock) -> None:

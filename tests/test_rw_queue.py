@@ -19,9 +19,9 @@ import anyio
 import pytest
 
 from redlock_async import Redlock
-from redlock_async._core._names import reader_key
 from redlock_async.testing import LocalNodes
 
+from ._rw_layout import node_ms
 from .conftest import Cluster, MakeRedlock, eventually, finish_child, keys_everywhere, kill_child, next_event
 from .conftest import start_module as start
 
@@ -313,15 +313,15 @@ async def test_queue_false_waits_for_release_words(make_redlock: MakeRedlock, cl
 async def test_a_lease_granted_by_the_line_never_takes_a_node_that_did_not_grant_it(
     make_redlock: MakeRedlock, cluster: Cluster
 ) -> None:
-    """A writer granted W by the line on 4 nodes (node 0 keeps a live reader key: it cannot grant) is
-    extended; an extension must never SET W on node 0, where the reader's key lives (the
+    """A writer granted W by the line on 4 nodes (node 0 keeps a live reader's entry: it cannot grant) is
+    extended; an extension must never SET W on node 0, where the reader's entry lives (the
     rule on one node), as a mutex's extension would regain a free node."""
     redlock = await make_redlock(retry_delay=0.05)
     reader = redlock.rw_lock("doc", ttl=5.0).read()
     assert await reader.acquire(blocking=False)
     stray = b"stray-reader"
-    cluster[0].command("SET", reader_key(W, stray), stray, "PX", 20_000)
-    cluster[0].command("SADD", W + b"\x00readers", hashlib.sha1(stray).hexdigest())
+    expiry = node_ms(cluster[0]) + 20_000
+    cluster[0].command("HSET", W + b"\x00readers", hashlib.sha1(stray).hexdigest(), stray + b" %d" % expiry)
     writer = redlock.rw_lock("doc", ttl=0.6, acquire_timeout=5.0).write()
     task = asyncio.create_task(writer.acquire())
     await lines_hold(cluster, 1)
@@ -334,8 +334,7 @@ async def test_a_lease_granted_by_the_line_never_takes_a_node_that_did_not_grant
     assert writer.held
     assert cluster[0].command("EXISTS", W) == 0, "an extension took node 0: W beside a live reader key"
     await writer.release()
-    cluster[0].command("DEL", reader_key(W, stray))
-    cluster[0].command("SREM", W + b"\x00readers", hashlib.sha1(stray).hexdigest())
+    cluster[0].command("HDEL", W + b"\x00readers", hashlib.sha1(stray).hexdigest())
     await nothing_left(cluster)
 
 

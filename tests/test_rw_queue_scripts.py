@@ -1,6 +1,6 @@
 """The read/write lock's line in the grant queue (redlock_async/_scripts/_rw_line.py), run directly on a
 real node: arrival order, readers at the head granted together, a writer granted when the last reader
-leaves, grant words published, and the rule on one node (W and a live reader key never together)."""
+leaves, grant words published, and the rule on one node (W and a live reader's entry never together)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from typing import Any
 
 import redis
 
-from redlock_async._core._names import reader_key, rw_keys
+from redlock_async._core._names import rw_keys
 from redlock_async._scripts import RW_ENTER, RW_QUEUE_DOWNGRADE, RW_QUEUE_LEAVE, RW_QUEUE_STAY, RW_READ, Script
 
+from ._rw_layout import entry, live_readers, reader_left
 from .conftest import Cluster
 
 W = b"redlock:\x00rw\x00doc"
-PREFIX, INDEX, WAITING = rw_keys(W)[:3]
+INDEX, WAITING = rw_keys(W)[1:3]
 LINE, WAITS = W + b"\x00queue", W + b"\x00waits"
 KEYS = (W, INDEX, WAITING, LINE, WAITS)
 COUNTER = b"redlock-fence:doc"
@@ -27,22 +28,23 @@ def run(node: Any, script: Script, keys: tuple[bytes, ...], *args: bytes | int) 
 
 
 def enter(node: Any, token: bytes, kind: bytes, score: int, *, ttl: int = 10_000, life: int = 5_000) -> int:
-    reply = run(node, RW_ENTER, KEYS, token, ttl, score, life, PREFIX, kind)
+    reply = run(node, RW_ENTER, KEYS, token, ttl, score, life, kind)
     return int(reply[0])
 
 
 def leave(node: Any, token: bytes, kind: bytes) -> int:
-    return int(run(node, RW_QUEUE_LEAVE, KEYS, token, PREFIX, kind))
+    return int(run(node, RW_QUEUE_LEAVE, KEYS, token, kind))
 
 
 def holds(node: Any, token: bytes, kind: bytes) -> bool:
-    key = W if kind == b"w" else reader_key(W, token)
-    return bool(node.command("GET", key) == token)
+    if kind == b"w":
+        return bool(node.command("GET", W) == token)
+    return reader_left(node, INDEX, token) is not None
 
 
 def one_node_rule(node: Any) -> None:
-    """W and a live reader key never together on one node."""
-    readers = list(node.command("KEYS", PREFIX + b"*"))
+    """W and a live reader's entry never together on one node."""
+    readers = live_readers(node, INDEX)
     assert not (node.command("EXISTS", W) == 1 and readers), readers
 
 
@@ -60,7 +62,8 @@ def test_a_waiting_writer_keeps_later_readers_out_and_is_granted_when_the_last_r
     assert enter(node, b"r1", b"r", 1) == 1
     assert enter(node, b"w1", b"w", 2) == 0
     assert enter(node, b"r2", b"r", 3) == 0  # behind the writer
-    assert int(run(node, RW_READ, (W, reader_key(W, b"r3"), INDEX, WAITING), b"r3", 10_000, PREFIX)) == -2
+    assert int(run(node, RW_READ, (W, INDEX, WAITING), b"r3", 10_000)) == -2
+    assert entry(node, INDEX, b"r3") is None
     pubsub = redis.Redis.from_url(node.url).pubsub()  # type: ignore[no-untyped-call,attr-defined]
     pubsub.subscribe(W)
     pubsub.get_message(timeout=0.5)  # the subscription's confirmation
@@ -119,7 +122,7 @@ def test_a_reader_that_dies_holding_frees_the_writer_at_the_next_entry(cluster: 
     node = cluster[0]
     assert enter(node, b"r1", b"r", 1, ttl=100) == 1
     assert enter(node, b"w1", b"w", 2) == 0
-    time.sleep(0.15)  # r1's key expired: no release ran
+    time.sleep(0.15)  # r1's entry expired: no release ran
     assert enter(node, b"w1", b"w", 2) == 1  # the writer's next entry finds the rule allows it
 
 
@@ -138,11 +141,11 @@ def test_a_give_back_keeps_the_place_and_may_be_granted_again(cluster: Cluster) 
     node = cluster[0]
     assert enter(node, b"w1", b"w", 5) == 1
     assert enter(node, b"w2", b"w", 9) == 0
-    reply = run(node, RW_QUEUE_STAY, KEYS, b"w1", 5, 5_000, 10_000, PREFIX, b"w")
+    reply = run(node, RW_QUEUE_STAY, KEYS, b"w1", 5, 5_000, 10_000, b"w")
     assert reply[0] == 1
     assert int(reply[2]) > 0  # first in line again: granted again at once
     assert holds(node, b"w1", b"w")
-    reply = run(node, RW_QUEUE_STAY, KEYS, b"w1", 20, 5_000, 10_000, PREFIX, b"w")  # now behind w2
+    reply = run(node, RW_QUEUE_STAY, KEYS, b"w1", 20, 5_000, 10_000, b"w")  # now behind w2
     assert holds(node, b"w2", b"w")
     assert not holds(node, b"w1", b"w")
 
@@ -153,12 +156,12 @@ def test_a_downgrade_lets_the_readers_at_the_head_in(cluster: Cluster) -> None:
     assert enter(node, b"r1", b"r", 2) == 0
     assert enter(node, b"w2", b"w", 3) == 0
     keys = (*KEYS, COUNTER)
-    assert int(run(node, RW_QUEUE_DOWNGRADE, keys, b"w1", b"d1", 10_000, PREFIX)) == 0
+    assert int(run(node, RW_QUEUE_DOWNGRADE, keys, b"w1", b"d1", 10_000)) == 0
     assert holds(node, b"d1", b"r")
     assert holds(node, b"r1", b"r")
     assert not holds(node, b"w2", b"w")
     one_node_rule(node)
-    assert int(run(node, RW_QUEUE_DOWNGRADE, keys, b"w1", b"d2", 10_000, PREFIX)) == -1  # W is not its token's
+    assert int(run(node, RW_QUEUE_DOWNGRADE, keys, b"w1", b"d2", 10_000)) == -1  # W is not its token's
 
 
 def test_a_writer_outside_the_line_keeps_readers_in_line_out(cluster: Cluster) -> None:
@@ -175,7 +178,8 @@ def test_a_writer_outside_the_line_keeps_readers_in_line_out(cluster: Cluster) -
 
 def test_a_granted_key_expires_no_earlier_than_the_grant_time_plus_its_ttl(cluster: Cluster) -> None:
     """The premise of a grant word's validity (docs/algorithm.md, "The grant queue"), for the line's
-    grants of a writer and of readers: each key set expires no earlier than G + ttl on the node's clock."""
+    grants of a writer and of readers: each key or reader's entry set expires no earlier than G + ttl on the
+    node's clock (and the readers' hash no earlier than its entry)."""
     node = cluster[0]
     pubsub = redis.Redis.from_url(node.url).pubsub()  # type: ignore[no-untyped-call,attr-defined]
     pubsub.subscribe(W)
@@ -189,8 +193,10 @@ def test_a_granted_key_expires_no_earlier_than_the_grant_time_plus_its_ttl(clust
     grants = {word[1:41]: int(word.split(b":")[1]) for word in words if word.startswith(b"g")}
     w1, r1 = (hashlib.sha1(t).hexdigest().encode() for t in (b"w1", b"r1"))
     assert {w1, r1} <= set(grants), words
-    expires = int(node.command("PEXPIRETIME", reader_key(W, b"r1")))  # type: ignore[call-overload]
-    assert expires >= grants[r1] // 1000 + 4_000
+    found = entry(node, INDEX, b"r1")
+    assert found is not None
+    assert found[1] >= grants[r1] // 1000 + 4_000
+    assert int(node.command("PEXPIRETIME", INDEX)) >= found[1]  # type: ignore[call-overload]
     assert enter(node, b"w2", b"w", 4, ttl=3_000) == 0
     leave(node, b"r1", b"r")  # grants w2
     words = [m["data"] for m in iter(lambda: pubsub.get_message(timeout=0.5), None) if m["type"] == "message"]

@@ -297,10 +297,11 @@ class RwKeys(NamedTuple):
     """A writer key's companions (:func:`rw_keys`)."""
 
     prefix: bytes
-    """Its reader keys' prefix: a reader's key is this followed by the SHA1, hex, of its token (what the
-    scripts name ``prefix .. redis.sha1hex(token)``)."""
+    """The reader keys' prefix of the layout before the readers' hash (a reader's key was this followed by the
+    SHA1, hex, of its token): no script of this version names such a key; ``redlock break`` clears them."""
     readers: bytes
-    """Its readers' index (a set of those digests)."""
+    """Its readers' hash: the SHA1 of a reader's token -> ``"<token> <expiry, node ms>"`` (the layout before:
+    a set of those digests, its readers' index, under the same name)."""
     writers: bytes
     """Its waiting writers (a sorted set)."""
     line: bytes
@@ -309,7 +310,7 @@ class RwKeys(NamedTuple):
     """Its line's entries."""
 
     def reader(self, token: bytes) -> bytes:
-        """The key of the reader holding *token*."""
+        """The key of the reader holding *token*, in the layout before the readers' hash."""
         return self.prefix + hashlib.sha1(token).hexdigest().encode()
 
 
@@ -332,7 +333,7 @@ def rw_keys(writer_key: bytes, one_slot: bool = False) -> RwKeys:
 
 
 def reader_key(writer_key: bytes, token: bytes, one_slot: bool = False) -> bytes:
-    """The key of the reader holding *token* (what the scripts name ``prefix .. redis.sha1hex(token)``)."""
+    """The key of the reader holding *token* in the layout before the readers' hash."""
     return rw_keys(writer_key, one_slot).reader(token)
 
 

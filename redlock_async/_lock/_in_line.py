@@ -47,8 +47,8 @@ class InLine(Protocol):
 
     @property
     def keeps(self) -> Keep | None:
-        """A key the lease's extensions keep alive beside its own (a semaphore's widest-limit key, a
-        reader's readers' index)."""
+        """A key the lease's extensions keep alive beside its own (a semaphore's widest-limit key), or a
+        reader's own extension of its entry in the readers' hash (``Keep.instead``)."""
 
     @property
     def regains(self) -> bool:

@@ -184,7 +184,7 @@ class Claim:
     (``settings.fencing``) keeps each node's counter beside the grant it came with, and counts only
     once a fence round raised the counters of a majority (:meth:`fence`; docs/fencing.md). *line*: the
     primitive's line (``_lines.Line``; by default a lock's, :class:`LockLine`): a semaphore
-    waiter's holds a slot, a read/write lock waiter's its reader key or the writer key.
+    waiter's holds a slot, a read/write lock waiter's its readers' hash entry or the writer key.
     """
 
     def __init__(

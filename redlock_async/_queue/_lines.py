@@ -241,10 +241,10 @@ class PermitLine:
 #
 # Its waiters wait in one line per read/write lock name, on every node (the scripts in
 # ``_scripts/_rw_line.py``): a writer's release, or the last reader's, grants the head of the line what
-# the rule on one node allows (a writer when no reader's key lives; every reader at the head up to the
+# the rule on one node allows (a writer when no reader's entry lives; every reader at the head up to the
 # next writer), and publishes one grant word per waiter granted, as a lock's line does, on the lock's
-# channel (its writer key W). A reader holds once a majority of the nodes hold its reader key for its
-# token; a writer once a majority hold W for its token (fenced: and raised the counter, ``QUEUE_FENCE``,
+# channel (its writer key W). A reader holds once a majority of the nodes hold its entry of the readers'
+# hash for its token; a writer once a majority hold W for its token (fenced: and raised the counter, ``QUEUE_FENCE``,
 # as for a lock). The safety argument is the read/write lock's (docs/algorithm.md, "Read/write locks in
 # the grant queue"): every grant keeps the rule on one node, whoever sends it.
 
@@ -255,12 +255,11 @@ READER, WRITER = b"r", b"w"
 class RwLine(KeyLine):
     """What a read/write lock's claim needs: its writer key (the channel) and companions
     (``_names.rw_keys``), the fencing counter, its side. As a claim's line (``_lines.Line``), a node
-    holds the waiter's key: a reader's own, or the writer key."""
+    holds the waiter's lease: a reader's entry in the readers' hash, or the writer key."""
 
     writer_key: bytes
     companions: RwKeys
-    """The reader keys' prefix, the readers' index, the waiting writers, the line and its entries
-    (``_names.rw_keys``)."""
+    """The readers' hash, the waiting writers, the line and its entries (``_names.rw_keys``)."""
     fence_key: bytes | None
     kind: bytes
     """READER or WRITER."""
@@ -274,10 +273,6 @@ class RwLine(KeyLine):
         return keys if self.fence_key is None else (*keys, self.fence_key)
 
     @property
-    def prefix(self) -> bytes:
-        return self.companions.prefix
-
-    @property
     def fenced(self) -> bool:
         """A writer, fenced as a lock is (with a fencing counter: ``settings.fencing``)."""
         return self.kind == WRITER and self.fence_key is not None
@@ -288,10 +283,10 @@ class RwLine(KeyLine):
         return not self.fenced
 
     def join(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
-        return RW_ENTER, (token, ttl_ms, score, life_ms, self.prefix, self.kind)
+        return RW_ENTER, (token, ttl_ms, score, life_ms, self.kind)
 
     def stay(self, token: bytes, ttl_ms: int, score: bytes, life_ms: int) -> Packed:
-        return RW_QUEUE_STAY, (token, score, life_ms, ttl_ms, self.prefix, self.kind)
+        return RW_QUEUE_STAY, (token, score, life_ms, ttl_ms, self.kind)
 
     def quit(self, token: bytes) -> Packed:
-        return RW_QUEUE_LEAVE, (token, self.prefix, self.kind)
+        return RW_QUEUE_LEAVE, (token, self.kind)

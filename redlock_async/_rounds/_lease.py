@@ -133,10 +133,13 @@ which late ones still fill) and how a reply votes."""
 class Keep(NamedTuple):
     """A key a lease's extensions keep alive beside its own, and the script that does it, sent right
     behind each extension (``_requests.send_keep``): a permit's semaphore's widest-limit key
-    (KEEP_LIMIT), a reader's readers' index (KEEP_READERS)."""
+    (KEEP_LIMIT). *instead*: the script is the lease's extension itself, sent in place of EXTEND (KEYS
+    *key*, ARGV its token and the new ttl; answering ``{1}`` or ``{0}`` as EXTEND_MANY for one lease): a
+    reader's, whose lease is its entry in its read/write lock's readers' hash (RW_READ_EXTEND)."""
 
     script: Script
     key: bytes
+    instead: bool = False
 
 
 class Lease:
@@ -214,7 +217,7 @@ class Lease:
         self.keeps = keeps
         """A key every extension keeps alive a lease longer than this lease's (a permit's: its
         semaphore's widest-limit key, which must exist while any permit may be held; a reader's: its
-        readers' index, which must name it while it holds); None for most."""
+        readers' hash, whose entry is its lease: ``Keep.instead``, its extension itself); None for most."""
         self.fence_keys = fence_keys
         """Per key, its fencing counter (fenced locks; else empty): an extension that takes a node
         raises them there to ``fencing_tokens`` (with ``fence_ttl_ms``, the counters' ttl)."""

@@ -9,8 +9,9 @@ cancelled, so a release or a give-back queued here always reaches the nodes.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from redlock_async._core import PENDING, SKIPPED, WON, YES, Settings, Vote
 from redlock_async._core import algorithm as _algorithm
@@ -66,13 +67,18 @@ class Attempt:
     free: dict[int, int] | None = None
     """A permit's round that was not granted: slot -> how many nodes said it is free there."""
     keeps: Keep | None = None
-    """A permit's (its semaphore's widest-limit key) or a reader's (its readers' index): what every extension
-    keeps alive beside its key (:func:`send_keep`)."""
+    """A permit's (its semaphore's widest-limit key): what every extension keeps alive beside its key
+    (:func:`send_keep`); a reader's: its extension itself (``Keep.instead``)."""
     late: Late | None = None
     """The votes and replies of the request that decided it (the fence round, for a fenced grant):
     its lease's first extension reads them (``Lease.late``)."""
     takes: bool = True
     """False: its lease's extensions never take a free node (``Lease.takes``)."""
+
+
+GiveBack: TypeAlias = "Callable[[Sequence[int], Ballot | None], None]"
+"""How a failed or cancelled round is given back (queued, synchronous): called with the nodes to skip and the
+ballot its replies go to (None: nowhere). The default: compare-and-delete of the round's keys."""
 
 
 OWNER_SEPARATOR = b"~"
@@ -218,11 +224,13 @@ async def count(
     sent: Ballot,
     settings: Settings,
     channel: bytes | None = None,
+    give_back: GiveBack | None = None,
 ) -> Attempt:
     """Count an acquire round that another module's script sent (*sent*, not started: its replies answer
     as ``ACQUIRE_FENCED``'s do), fence a won one on *fence_keys* (None: no fence round), and give a
-    failed or cancelled one back (compare-and-delete of *keys*, told on *channel*), as every acquire's."""
-    return await _decide(nodes, keys, fence_keys, token, started, sent, settings, channel)
+    failed or cancelled one back (compare-and-delete of *keys*, told on *channel*; or *give_back*, called
+    with the nodes to skip and the ballot its replies go to), as every acquire's."""
+    return await _decide(nodes, keys, fence_keys, token, started, sent, settings, channel, give_back)
 
 
 async def _decide(
@@ -234,8 +242,14 @@ async def _decide(
     sent: Ballot,
     settings: Settings,
     channel: bytes | None,
+    give_back: GiveBack | None = None,
 ) -> Attempt:
     """Count the round's votes (and fence a won one); give a failed or cancelled round back."""
+    if give_back is None:
+
+        def give_back(skip: Sequence[int], into: Ballot | None) -> None:
+            send_release(nodes, keys, token, skip=skip, channel=channel, into=into)
+
     ballot = sent.start()
     fencing_tokens: tuple[int, ...] | None = None
     try:
@@ -245,7 +259,7 @@ async def _decide(
     except BaseException:
         # Cancelled mid-vote: the SETs are out and may succeed; hand back
         # every one of them before the cancellation goes on (queued, no await).
-        send_release(nodes, keys, token, skip=sent.never_sent(), channel=channel)
+        give_back(sent.never_sent(), None)
         raise
     validity = _algorithm.granted(
         len(nodes), ballot.votes, settings.ttl_ms / 1000, started, ballot.decided_at,
@@ -259,7 +273,7 @@ async def _decide(
         releases = (
             Ballot(nodes, vote_of_script, settings.node_timeout, majority=False, wait_for=holders) if holders else None
         )
-        send_release(nodes, keys, token, skip=skip, channel=channel, into=releases)
+        give_back(skip, releases)
         if releases is not None:
             await releases.start().wait()
         codes = [
@@ -375,6 +389,18 @@ def pack_extend(
     return packed, fallback
 
 
+def pack_own(
+    lease: Lease, n: int, ttl_ms: int | None = None
+) -> tuple[list[bytes], tuple[Script, tuple[bytes, ...], tuple[bytes | int, ...]]]:
+    """The extension of a lease extended by a script of its own (``Keep.instead``: a reader's), packed for
+    each of the *n* nodes, and its fallback; it answers as EXTEND_MANY for one lease, and takes no node."""
+    keep, token = lease.keeps, lease.token
+    assert keep is not None
+    assert token is not None
+    names, args = (keep.key,), (token, lease.ttl_ms if ttl_ms is None else ttl_ms)
+    return [pack_script(keep.script, names, args)] * n, (keep.script, names, args)
+
+
 def answers(ballot: Ballot) -> Late:
     """A decided *ballot*'s votes and replies, for the lease's next extension (``Lease.late``)."""
     return ballot.votes, ballot.replies, ballot.classify
@@ -395,7 +421,10 @@ def send_extend(
     cheapest script); otherwise EXTEND_MANY of this one lease. *clock*: the clock guard's reading,
     whose ``TIME`` goes right before each node's vote."""
     keys = lease.keys
-    if len(keys) > 1 or lease.fence_keys:
+    if lease.keeps is not None and lease.keeps.instead:  # a lease extended by a script of its own
+        packed, fallback = pack_own(lease, len(nodes), ttl_ms)
+        ballot = Ballot(nodes, vote_of_extend, timeout)
+    elif len(keys) > 1 or lease.fence_keys:
         packed, fallback = pack_extend((lease,), len(nodes), ttl_ms)
         ballot = Ballot(nodes, vote_of_extend, timeout)
     else:
@@ -418,8 +447,10 @@ def send_extend(
 
 def send_keep(nodes: Sequence[Node], key: bytes, keep: Keep, token: bytes, margin_ms: int) -> None:
     """Queue *keep*'s script on every node, right behind an extension of the lease of *key* (synchronous; no
-    one awaits the replies): its kept key (a semaphore's widest-limit key, a readers' index) lives
-    *margin_ms* longer than *key* where *key* holds *token*."""
+    one awaits the replies): its kept key (a semaphore's widest-limit key) lives
+    *margin_ms* longer than *key* where *key* holds *token*. Nothing for a lease extended by *keep* itself."""
+    if keep.instead:
+        return
     args: tuple[bytes | int, ...] = (token, margin_ms)
     keys = (key, keep.key)
     packed = pack_script(keep.script, keys, args)

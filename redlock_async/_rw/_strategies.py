@@ -3,10 +3,11 @@
 Each is given to a ``Lock`` front, as the other primitives' strategies are (``_strategies``), and
 differs from ``Words`` (one name) only in what a round sends and what a release sends:
 
-- :class:`Reader`: ``RW_READ`` (its own key, while no writer holds or waits), released by
-  ``RW_READ_RELEASE``; once granted, it wakes the next waiter of the process at once, so the readers
-  waiting here go together. Its fencing token is the last writer's (read, never raised).
-- :class:`Writer`: ``RW_WRITE`` (the writer key, while no reader's key lives), entering the waiting
+- :class:`Reader`: ``RW_READ`` (its own entry in the readers' hash, while no writer holds or waits),
+  extended by ``RW_READ_EXTEND`` and released by ``RW_READ_RELEASE``; once granted, it wakes the next
+  waiter of the process at once, so the readers waiting here go together. Its fencing token is the last
+  writer's (read, never raised).
+- :class:`Writer`: ``RW_WRITE`` (the writer key, while no reader's entry lives), entering the waiting
   writers while it waits and leaving them when its acquire ends; released, extended and fenced as a
   mutex's key.
 
@@ -55,13 +56,14 @@ def bound_key(writer_key: bytes) -> bytes:
 class _Side(Words):
     """What a reader and a writer share: the keys, no hand-over, nested acquires refused."""
 
-    __slots__ = ("fence_key", "rw", "rw_key")
+    __slots__ = ("fence_key", "rw", "rw_key", "rw_name")
 
     takes_hand_over = False
     marks = False
 
     def __init__(self, cluster: Cluster, settings: Settings, name: Name, owner: bytes | None, key: bytes) -> None:
         super().__init__(cluster, settings, (name,), owner, name)
+        self.rw_name = name
         self.rw_key = key
         one_slot = cluster.one_slot
         self.rw = rw_keys(key, one_slot)
@@ -79,7 +81,7 @@ class _Side(Words):
 
 
 class Reader(_Side):
-    """A reader: its own key on each node (``RW_READ``)."""
+    """A reader: its own entry in the readers' hash on each node (``RW_READ``)."""
 
     __slots__ = ("downgrading", "permits", "successor")
 
@@ -93,7 +95,7 @@ class Reader(_Side):
         downgrading: Keeper | None = None,
     ) -> None:
         super().__init__(cluster, settings, name, owner, key)
-        self.fence_keys = ()  # a reader raises no counter: its extension is a plain key's
+        self.fence_keys = ()  # a reader raises no counter: its extension is its entry's (RW_READ_EXTEND)
         self.downgrading = downgrading
         """For a downgrade: the held writer's keeper; this reader's first acquire is then the downgrade."""
         self.successor: Successor | None = None
@@ -111,9 +113,11 @@ class Reader(_Side):
         cluster, settings = self.cluster, self.settings
         owner = self.owner or default_owner()
         if self.downgrading is None:
-            return await _rw_requests.attempt_read(
+            read = await _rw_requests.attempt_read(
                 cluster.nodes, self.rw_key, self.rw, self.fence_key, settings, owner, cluster.reading()
             )
+            _rw_requests.refuse_old_layout(self.rw_name, read.codes, len(cluster.nodes))
+            return read
         writer, self.downgrading, self.permits = self.downgrading, None, 1  # the first acquire only
         successor, self.successor = self.successor, None
         token = writer.tenure.lease.token
@@ -189,7 +193,7 @@ class Writer(_Side):
 
     async def take(self, sent: _requests.Sent | None = None) -> _requests.Attempt:
         cluster, settings, waiter = self.cluster, self.settings, self.waiter
-        return await _rw_requests.attempt_write(
+        result = await _rw_requests.attempt_write(
             cluster.nodes,
             self.rw_key,
             self.rw,
@@ -200,6 +204,8 @@ class Writer(_Side):
             0 if waiter is None else _rw_requests.wait_life_ms(settings),
             cluster.reading(),
         )
+        _rw_requests.refuse_old_layout(self.rw_name, result.codes, len(cluster.nodes))
+        return result
 
     def send_release(
         self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False
@@ -221,7 +227,7 @@ class Writer(_Side):
 class QueuedReader(Reader):
     """:class:`Reader`'s first try, keys and downgrade, waiting in the name's line (``wait_in_line``)."""
 
-    __slots__ = ("claim_token",)
+    __slots__ = ()
 
     acquire = wait_in_line
     new_token = line_token
@@ -230,7 +236,7 @@ class QueuedReader(Reader):
 
     @property
     def keeps(self) -> Keep | None:
-        return _rw_requests.keep_index(self.rw)  # the readers' index names us while we hold
+        return _rw_requests.reader_keep(self.rw)  # our entry in the readers' hash: extended by a script of its own
 
     @property
     def channels(self) -> tuple[bytes, ...]:
@@ -241,7 +247,6 @@ class QueuedReader(Reader):
         return RwLine(self.rw_key, self.rw, self.fence_key, READER)
 
     def new_claims(self, token: bytes) -> list[_queue.Claim]:
-        self.claim_token = token
         cluster = self.cluster
         claim = _queue.Claim(
             cluster.nodes, self.rw_key, self.settings, token, self.fence_key, guard=cluster.clock, line=self.line
@@ -249,7 +254,7 @@ class QueuedReader(Reader):
         return [claim]
 
     def lease_keys(self, won: _queue_wait.Won) -> tuple[bytes, ...]:
-        return (self.rw.reader(self.claim_token),)
+        return (self.rw.readers,)  # (its lease: its entry there, for its token)
 
     def send_release(
         self, lease: Lease, token: bytes, skip: Sequence[int], into: Ballot | None = None, *, handed: bool = False

@@ -32,7 +32,7 @@ from redlock_async._scripts import (
     _semaphore,
 )
 from redlock_async._scripts._fencing import FENCED_BY
-from redlock_async._scripts._rw import READERS_HOLD, WRITER_HOLDS, WRITER_WAITS
+from redlock_async._scripts._rw import OLD_READERS, READERS_HOLD, WRITER_HOLDS, WRITER_WAITS
 from redlock_async._scripts._semaphore import OLD_LAYOUT, WIDER
 
 __all__ = [
@@ -49,8 +49,8 @@ __all__ = [
     "FENCE_ALL",
     "HANDED_RELEASE",
     "KEEP_LIMIT",
-    "KEEP_READERS",
     "OLD_LAYOUT",
+    "OLD_READERS",
     "PERMISSIONS",
     "PERMIT_ENTER",
     "PERMIT_LEAVE",
@@ -71,10 +71,10 @@ __all__ = [
     "RW_QUEUE_LEAVE",
     "RW_QUEUE_STAY",
     "RW_READ",
+    "RW_READ_EXTEND",
     "RW_READ_RELEASE",
     "RW_WRITE",
     "SCRIPTS",
-    "UNDECLARED",
     "WATCH",
     "WIDER",
     "WRITER_HOLDS",
@@ -97,22 +97,12 @@ class Script:
     its token's (a release, a leave, an extension, which is sent again asking to take no free
     node): run late, it does no harm, and it is always sent again, since not running can (a leave
     that never ran leaves its waiter in line)."""
-    undeclared: bool = False
-    """It touches keys it builds from its arguments, which no client can name in ``KEYS`` (a semaphore's
-    slots up to the widest limit a node keeps, the readers a read/write lock's index names): its source
-    starts with :data:`UNDECLARED`, which Dragonfly reads (it refuses undeclared keys by default) and every
-    other server takes for a comment. ``tests/test_declared_keys.py`` checks, on a real server, that no
-    other script touches a key outside its ``KEYS``."""
     sha: bytes = field(init=False)
+    """Every script touches only keys named in its ``KEYS`` (so Dragonfly runs it under its default rules,
+    and a cluster shard can: ``tests/test_declared_keys.py`` checks it on a real server)."""
 
     def __post_init__(self) -> None:
-        if self.undeclared and not self.source.startswith(UNDECLARED):
-            object.__setattr__(self, "source", UNDECLARED + self.source)
         object.__setattr__(self, "sha", hashlib.sha1(self.source).hexdigest().encode())
-
-
-UNDECLARED = b"--!df flags=allow-undeclared-keys\n"
-"""Dragonfly's script flag (a Lua comment elsewhere) for a script that touches keys not in its ``KEYS``."""
 
 
 # One key: release and extension.
@@ -153,17 +143,18 @@ PERMISSIONS = Script(_probe.PERMISSIONS)
 # The restart quarantine's watch on a node found without marker: rare, so not loaded on every connection.
 WATCH = Script(_marker.WATCH)
 
-# The read/write lock (its readers and writer extend and release with RELEASE, EXTEND, EXTEND_MANY, FENCE).
-RW_READ = Script(_rw.RW_READ, creates=True, undeclared=True)
-RW_WRITE = Script(_rw.RW_WRITE, creates=True, undeclared=True)
+# The read/write lock (its writer extends, releases and is fenced with EXTEND, EXTEND_MANY, RELEASE, FENCE; its
+# readers, entries of one hash, with RW_READ_EXTEND and RW_READ_RELEASE).
+RW_READ = Script(_rw.RW_READ, creates=True)
+RW_WRITE = Script(_rw.RW_WRITE, creates=True)
 RW_LEAVE = Script(_rw.RW_LEAVE)
 RW_READ_RELEASE = Script(_rw.RW_READ_RELEASE)
+RW_READ_EXTEND = Script(_rw.RW_READ_EXTEND)
 RW_DOWNGRADE = Script(_rw.RW_DOWNGRADE, creates=True)
-KEEP_READERS = Script(_rw.KEEP_READERS)
-RW_ENTER = Script(_rw_line.RW_ENTER, creates=True, undeclared=True)
-RW_QUEUE_LEAVE = Script(_rw_line.RW_QUEUE_LEAVE, undeclared=True)
-RW_QUEUE_STAY = Script(_rw_line.RW_QUEUE_STAY, creates=True, undeclared=True)
-RW_QUEUE_DOWNGRADE = Script(_rw_line.RW_QUEUE_DOWNGRADE, creates=True, undeclared=True)
+RW_ENTER = Script(_rw_line.RW_ENTER, creates=True)
+RW_QUEUE_LEAVE = Script(_rw_line.RW_QUEUE_LEAVE)
+RW_QUEUE_STAY = Script(_rw_line.RW_QUEUE_STAY, creates=True)
+RW_QUEUE_DOWNGRADE = Script(_rw_line.RW_QUEUE_DOWNGRADE, creates=True)
 
 SCRIPTS = (
     QUEUE_ENTER,
@@ -190,8 +181,8 @@ SCRIPTS = (
     RW_WRITE,
     RW_LEAVE,
     RW_READ_RELEASE,
+    RW_READ_EXTEND,
     RW_DOWNGRADE,
-    KEEP_READERS,
     RW_ENTER,
     RW_QUEUE_LEAVE,
     RW_QUEUE_STAY,

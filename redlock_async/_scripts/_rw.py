@@ -1,6 +1,12 @@
-"""Lua of the read/write lock (``Redlock.rw_lock``): readers' own keys, the writer key, the readers'
-index and the waiting writers (the data model and the rule on one node: ``redlock_async/rwlock.py``
-and docs/algorithm.md, "Read/write locks").
+"""Lua of the read/write lock (``Redlock.rw_lock``): the writer key, the readers' hash and the waiting writers
+(the data model and the rule on one node: ``_rw/_requests.py`` and docs/algorithm.md, "Read/write locks").
+
+Every key a script touches is one of its KEYS: the readers of a name live in ONE hash, ``R``, the SHA1 of a
+reader's token -> ``"<token> <expiry, node ms>"``. An entry past its expiry, by the node's own clock read in
+the script, is a reader that left or died: it counts as absent, and goes when a script meets it. R's own
+expiry is raised (never lowered) to a ttl and a second whenever an entry is set to a ttl, so R outlives its
+longest live entry. R is named as the readers' index of the layout before (a set of digests, beside a key
+per reader): a script of that layout fails on a hash before it writes, and these refuse a set (OLD_LAYOUT).
 
 Every acquire answers like ``ACQUIRE_FENCED``: the fencing counter (>= 0; 0 unfenced) when granted,
 a negative code when not (below).
@@ -14,12 +20,25 @@ WRITER_WAITS = -2
 """A node's answer to a reader: a writer waits there (no new readers until it has had its turn)."""
 READERS_HOLD = -3
 """A node's answer to a writer: a reader holds there."""
+OLD_READERS = -4
+"""A node's answer to either acquire (and a downgrade): its readers' key is a set, the layout before the readers'
+hash, whose readers hold keys of their own that these scripts do not read (nothing written)."""
+
+OLD_WORDS = (
+    b"OLDLAYOUT readers of a redlock-async client before the readers' hash hold this read/write lock here: "
+    b"upgrade every client of it, or let their readers end, and try again"
+)
+"""The error a line script answers instead of writing when it meets the layout before."""
 
 NOW_MS = b"""
--- The node's clock in milliseconds (a float, exact below 2^53), read only when needed.
+-- The node's clock in milliseconds (a float, exact below 2^53), read once and only when needed.
+local clock_ms
 local function now_ms()
-    local clock = redis.call('TIME')
-    return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+    if not clock_ms then
+        local clock = redis.call('TIME')
+        clock_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+    end
+    return clock_ms
 end
 """
 
@@ -33,100 +52,140 @@ local function counter(key)
 end
 """
 
-KEEP_INDEX = b"""
--- The readers' index lives two leases longer than every reader key it names (a writer finds the readers
--- through it: it must never end under a live one, even when a few KEEP_READERS after its extensions are
--- lost): raised (never lowered) to three times a reader's ttl when the reader is added here, and after each
--- of its extensions (KEEP_READERS). So the index of a name no one uses again ends two leases after its
--- last reader, one that crashed included.
-local function keep_index(index, ttl)
-    local keep = 3 * tonumber(ttl)
-    if redis.call('PTTL', index) < keep then
-        redis.call('PEXPIRE', index, keep)
+READERS = b"""
+-- The readers' hash *readers*: the SHA1 of a reader's token -> "<token> <expiry, node ms>".
+-- True when *readers* is of the layout before (a set: readers with keys of their own may hold).
+local function old_layout(readers)
+    return redis.call('TYPE', readers)['ok'] == 'set'
+end
+
+-- The token and expiry of an entry.
+local function entry(value)
+    local token, expiry = string.match(value, '^(.*) (%d+)$')
+    return token, tonumber(expiry)
+end
+
+-- How many readers live (entries past their expiry are dropped on the way).
+local function live_readers(readers)
+    local live = 0
+    local all = redis.call('HGETALL', readers)
+    for i = 1, #all, 2 do
+        local _, expiry = entry(all[i + 1])
+        if expiry > now_ms() then
+            live = live + 1
+        else
+            redis.call('HDEL', readers, all[i])
+        end
     end
+    return live
+end
+
+-- The reader holding *token* lives *ttl* ms from now; the hash outlives it. (The hash's expiry counts from
+-- the script's start, a little before the TIME its entries count from: a second more covers that.)
+local function set_reader(readers, token, ttl)
+    local life = tonumber(ttl)
+    redis.call('HSET', readers, redis.sha1hex(token), token .. ' ' .. string.format('%.0f', now_ms() + life))
+    if redis.call('PTTL', readers) < life + 1000 then
+        redis.call('PEXPIRE', readers, life + 1000)
+    end
+end
+
+-- The ms the reader holding *token* has left here, nil when it holds nothing live (a dead entry is dropped).
+local function reader_left(readers, token)
+    local id = redis.sha1hex(token)
+    local value = redis.call('HGET', readers, id)
+    if not value then
+        return nil
+    end
+    local held, expiry = entry(value)
+    if expiry <= now_ms() then
+        redis.call('HDEL', readers, id)
+        return nil
+    end
+    if held ~= token then
+        return nil
+    end
+    return expiry - now_ms()
 end
 """
 
 RW_READ = (
     b"""
--- A reader's acquire: its own key, only while no writer holds W and no writer waits.
+-- A reader's acquire: its entry in the readers' hash, only while no writer holds W and no writer waits.
 -- KEYS[1]  the writer key W
--- KEYS[2]  this reader's key: ARGV[3] followed by the SHA1 of ARGV[1]
--- KEYS[3]  the readers' index
--- KEYS[4]  the waiting writers
--- KEYS[5]  optional: the fencing counter (read in the same step: the last writer's token)
+-- KEYS[2]  the readers' hash
+-- KEYS[3]  the waiting writers
+-- KEYS[4]  optional: the fencing counter (read in the same step: the last writer's token)
 -- ARGV[1]  the reader's token
 -- ARGV[2]  the ttl in integer milliseconds
--- ARGV[3]  the reader keys' prefix
--- returns  the counter (>= 0; 0 when none is named) granted; -1 a writer holds; -2 a writer waits
+-- returns  the counter (>= 0; 0 when none is named) granted; -1 a writer holds; -2 a writer waits;
+--          -4 the readers' key is of the layout before (nothing written)
 """
     + NOW_MS
     + COUNTER
-    + KEEP_INDEX
+    + READERS
     + b"""
+if old_layout(KEYS[2]) then
+    return -4
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then
     return -1
 end
-if redis.call('EXISTS', KEYS[4]) == 1 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms())  -- entries of writers that died
-    if redis.call('ZCARD', KEYS[4]) > 0 then
+if redis.call('EXISTS', KEYS[3]) == 1 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms())  -- entries of writers that died
+    if redis.call('ZCARD', KEYS[3]) > 0 then
         return -2
     end
 end
--- Two random entries of the index, dropped when their reader left or died: the index stays near the
--- number of live readers without a writer, at a bounded cost per acquire.
-for _, id in ipairs(redis.call('SRANDMEMBER', KEYS[3], 2)) do
-    if redis.call('EXISTS', ARGV[3] .. id) == 0 then
-        redis.call('SREM', KEYS[3], id)
+-- Two random entries, dropped when their reader left or died: the hash stays near the number of live
+-- readers without a writer, at a bounded cost per acquire.
+for _, id in ipairs(redis.call('HRANDFIELD', KEYS[2], 2)) do
+    local _, expiry = entry(redis.call('HGET', KEYS[2], id))
+    if expiry <= now_ms() then
+        redis.call('HDEL', KEYS[2], id)
     end
 end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-redis.call('SADD', KEYS[3], redis.sha1hex(ARGV[1]))
-keep_index(KEYS[3], ARGV[2])
-return counter(KEYS[5])
+set_reader(KEYS[2], ARGV[1], ARGV[2])
+return counter(KEYS[4])
 """
 )
 
 RW_WRITE = (
     b"""
--- A writer's acquire: W, only while W is free and no reader's key lives; refused, a blocking writer
--- enters (or stays in) the waiting writers, which keeps new readers out.
+-- A writer's acquire: W, only while W is free and no reader lives; refused, a blocking writer enters (or
+-- stays in) the waiting writers, which keeps new readers out.
 -- KEYS[1]  the writer key W
--- KEYS[2]  the readers' index
+-- KEYS[2]  the readers' hash
 -- KEYS[3]  the waiting writers
 -- KEYS[4]  optional: the fencing counter (read in the same step, as ACQUIRE_FENCED does)
 -- ARGV[1]  the writer's token
 -- ARGV[2]  the ttl in integer milliseconds
--- ARGV[3]  the reader keys' prefix
--- ARGV[4]  the writer's waiter id (the same for every attempt of one acquire)
--- ARGV[5]  how long its entry lives unless entered again, integer milliseconds; 0: do not enter
--- ARGV[6]  optional, "floor": read at least the node's time in microseconds (fence_ttl)
--- returns  the counter (>= 0; 0 when none is named) granted; -1 a writer holds; -3 a reader holds
+-- ARGV[3]  the writer's waiter id (the same for every attempt of one acquire)
+-- ARGV[4]  how long its entry lives unless entered again, integer milliseconds; 0: do not enter
+-- ARGV[5]  optional, "floor": read at least the node's time in microseconds (fence_ttl)
+-- returns  the counter (>= 0; 0 when none is named) granted; -1 a writer holds; -3 a reader holds;
+--          -4 the readers' key is of the layout before (nothing written)
 """
     + NOW_MS
+    + READERS
     + b"""
 local function wait()
-    local life = tonumber(ARGV[5])
+    local life = tonumber(ARGV[4])
     if life > 0 then
-        redis.call('ZADD', KEYS[3], string.format('%.0f', now_ms() + life), ARGV[4])
+        redis.call('ZADD', KEYS[3], string.format('%.0f', now_ms() + life), ARGV[3])
         if redis.call('PTTL', KEYS[3]) < life then
             redis.call('PEXPIRE', KEYS[3], life)
         end
     end
 end
+if old_layout(KEYS[2]) then
+    return -4
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then
     wait()
     return -1
 end
-local live = false
-for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-    if redis.call('EXISTS', ARGV[3] .. id) == 1 then
-        live = true
-    else
-        redis.call('SREM', KEYS[2], id)  -- a reader that left or died
-    end
-end
-if live then
+if live_readers(KEYS[2]) > 0 then
     wait()
     return -3
 end
@@ -135,7 +194,7 @@ if not KEYS[4] then
     return 0
 end
 local value = tonumber(redis.call('GET', KEYS[4]) or '0')
-if ARGV[6] then
+if ARGV[5] then
     local clock = redis.call('TIME')
     local floor = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
     if floor > value then
@@ -165,71 +224,78 @@ end
 return 1
 """
 
-RW_READ_RELEASE = b"""
--- A reader's release: compare-and-delete of its key, out of the index; the last reader on this node
--- tells the lock's channel (a waiting writer counts the word to a majority, as for a mutex).
--- KEYS[1]  the reader's key
--- KEYS[2]  the readers' index
--- KEYS[3]  the lock's channel (the writer key)
+RW_READ_RELEASE = (
+    b"""
+-- A reader's release: its entry goes from the readers' hash when it holds the reader's token (a dead one
+-- goes too, answered 0); when no reader lives here after it, the lock's channel is told (a waiting writer
+-- counts the word to a majority, as for a mutex).
+-- KEYS[1]  the readers' hash
+-- KEYS[2]  the lock's channel (the writer key)
 -- ARGV[1]  the reader's token
--- returns  1 deleted; 0 the key is gone or holds another token (left alone)
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+-- returns  1 deleted; 0 it held nothing live here (another token, or none, left alone)
+"""
+    + NOW_MS
+    + READERS
+    + b"""
+if not reader_left(KEYS[1], ARGV[1]) then
     return 0
 end
-redis.call('DEL', KEYS[1])
 local id = redis.sha1hex(ARGV[1])
-redis.call('SREM', KEYS[2], id)
-if redis.call('SCARD', KEYS[2]) == 0 then
-    redis.call('PUBLISH', KEYS[3], id)
+redis.call('HDEL', KEYS[1], id)
+if live_readers(KEYS[1]) == 0 then
+    redis.call('PUBLISH', KEYS[2], id)
 end
 return 1
 """
+)
+
+RW_READ_EXTEND = (
+    b"""
+-- A reader's extension: its entry lives the new ttl from now, only while it holds the reader's token and
+-- lives (a dead entry is dropped: it is no longer a lease to extend); the hash outlives it.
+-- KEYS[1]  the readers' hash
+-- ARGV[1]  the reader's token
+-- ARGV[2]  the new ttl in integer milliseconds, counted from now
+-- returns  {1} it holds the token now (extended); {0} it does not (as EXTEND_MANY for one lease)
+"""
+    + NOW_MS
+    + READERS
+    + b"""
+if not reader_left(KEYS[1], ARGV[1]) then
+    return {0}
+end
+set_reader(KEYS[1], ARGV[1], ARGV[2])
+return {1}
+"""
+)
 
 RW_DOWNGRADE = (
     b"""
--- A writer becomes a reader in one step: where W holds the writer's token, W goes and the reader's
--- key comes (so the node never holds neither: no other writer can come between), and the waiting
--- readers are told. Waiting writers do not stop it: it adds no reader, it turns one holder into another.
+-- A writer becomes a reader in one step: where W holds the writer's token, W goes and the reader's entry
+-- comes (so the node never holds neither: no other writer can come between), and the waiting readers are
+-- told. Waiting writers do not stop it: it adds no reader, it turns one holder into another.
 -- KEYS[1]  the writer key W (and the channel)
--- KEYS[2]  the new reader's key: ARGV[4] followed by the SHA1 of ARGV[2]
--- KEYS[3]  the readers' index
--- KEYS[4]  optional: the fencing counter (read in the same step: the writer's own token, once fenced)
+-- KEYS[2]  the readers' hash
+-- KEYS[3]  optional: the fencing counter (read in the same step: the writer's own token, once fenced)
 -- ARGV[1]  the writer's token
 -- ARGV[2]  the reader's token
 -- ARGV[3]  the ttl in integer milliseconds
--- ARGV[4]  the reader keys' prefix
--- returns  the counter (>= 0; 0 when none is named) done; -1 W is gone or holds another token
+-- returns  the counter (>= 0; 0 when none is named) done; -1 W is gone or holds another token; -4 the
+--          readers' key is of the layout before (nothing written)
 """
+    + NOW_MS
     + COUNTER
-    + KEEP_INDEX
+    + READERS
     + b"""
+if old_layout(KEYS[2]) then
+    return -4
+end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return -1
 end
 redis.call('DEL', KEYS[1])
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-redis.call('SADD', KEYS[3], redis.sha1hex(ARGV[2]))
-keep_index(KEYS[3], ARGV[3])
+set_reader(KEYS[2], ARGV[2], ARGV[3])
 redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
-return counter(KEYS[4])
+return counter(KEYS[3])
 """
 )
-
-KEEP_READERS = b"""
--- After a reader's extension: the readers' index names the reader (again, if this node lost it) and lives
--- at least two leases longer than its key (keep_index's rule), only while the key holds the reader's token.
--- KEYS[1]  the reader's key
--- KEYS[2]  the readers' index
--- ARGV[1]  the reader's token
--- ARGV[2]  its ttl in integer milliseconds (the lease)
--- returns  1 kept; 0 the key is gone or holds another token (nothing written)
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-    return 0
-end
-redis.call('SADD', KEYS[2], redis.sha1hex(ARGV[1]))
-local keep = redis.call('PTTL', KEYS[1]) + 2 * tonumber(ARGV[2])
-if redis.call('PTTL', KEYS[2]) < keep then
-    redis.call('PEXPIRE', KEYS[2], keep)
-end
-return 1
-"""

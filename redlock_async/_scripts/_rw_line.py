@@ -4,29 +4,42 @@ per node, in arrival order, and a leave (a release) grants the head.
 A name's line is its writer key W followed by ``\\x00queue`` (a sorted set of waiting tokens by the score
 each waiter chose once, the same on every node) and ``\\x00waits`` (token -> ``"<entry expiry, node ms>
 <ttl ms> <r|w>"``). The head is granted as the rule on one node allows (``_scripts/_rw.py``): a writer
-when W is free and no reader's key lives (W set to its token); every reader at the head up to the next
-writer when W is free (each one's key set and indexed). Each grant publishes, on the lock's channel W, a
-grant word ``g<sha1 of the token>:<node time of the grant, us>:<the fencing counter then>``, as a lock's
-line does. A writer in line is also in the waiting writers (scored by its entry's expiry, as RW_WRITE
-enters them), so a reader's first try (RW_READ) is refused while a writer waits anywhere: a waiting
-writer keeps new readers out. Readers in line ahead of a writer are not kept out by it: they are granted
-when no writer outside the line waits.
+when W is free and no reader lives in the readers' hash (W set to its token); every reader at the head up
+to the next writer when W is free (each one's entry set in the readers' hash). Each grant publishes, on
+the lock's channel W, a grant word ``g<sha1 of the token>:<node time of the grant, us>:<the fencing
+counter then>``, as a lock's line does. A writer in line is also in the waiting writers (scored by its
+entry's expiry, as RW_WRITE enters them), so a reader's first try (RW_READ) is refused while a writer
+waits anywhere: a waiting writer keeps new readers out. Readers in line ahead of a writer are not kept out
+by it: they are granted when no writer outside the line waits.
 
 Every script below is built from ``LINE``'s functions; KEYS are always:
 
-KEYS[1] W (and the channel), KEYS[2] the readers' index, KEYS[3] the waiting writers, KEYS[4] the line,
+KEYS[1] W (and the channel), KEYS[2] the readers' hash, KEYS[3] the waiting writers, KEYS[4] the line,
 KEYS[5] the waits, KEYS[6] optional: the fencing counter (read for every grant: a reader's token is the
-last writer's, a fenced writer's is raised by QUEUE_FENCE).
+last writer's, a fenced writer's is raised by QUEUE_FENCE). Every key a script touches is one of them.
+
+Where the readers' key is of the layout before (a set), nothing is granted, and a script that would put its
+sender in line or on a key answers the error ``OLD_WORDS`` instead (nothing written); a leave still takes
+away what is its own.
 """
 
 from __future__ import annotations
 
 from redlock_async._scripts._queue import NOW
-from redlock_async._scripts._rw import KEEP_INDEX
+from redlock_async._scripts._rw import OLD_WORDS, READERS
+
+NOW_LINE = b"""
+-- The node's clock in milliseconds, from the same reading as now_us (the readers' entries count in it).
+local function now_ms()
+    return math.floor(now_us() / 1000)
+end
+"""
 
 LINE = (
-    KEEP_INDEX
+    READERS
     + b"""
+local old = old_layout(KEYS[2])
+
 local function counter_now()
     return KEYS[6] and redis.call('GET', KEYS[6]) or '0'
 end
@@ -45,25 +58,12 @@ local function drop(token)
     redis.call('ZREM', KEYS[3], token)
 end
 
--- True when a reader's key lives (entries of readers that left or died are dropped from the index).
-local function readers_live(prefix)
-    local live = false
-    for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-        if redis.call('EXISTS', prefix .. id) == 1 then
-            live = true
-        else
-            redis.call('SREM', KEYS[2], id)
-        end
-    end
-    return live
-end
-
 -- True when a live writer waits outside the line (a client without the queue: RW_WRITE's entries).
 local function writer_outside()
     if redis.call('EXISTS', KEYS[3]) == 0 then
         return false
     end
-    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', math.floor(now_us() / 1000))
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms())
     for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
         if not redis.call('ZSCORE', KEYS[4], id) then
             return true
@@ -77,18 +77,11 @@ local function publish(token)
     redis.call('PUBLISH', KEYS[1], word .. ':' .. counter_now())
 end
 
-local function set_reader(prefix, token, ttl)
-    local id = redis.sha1hex(token)
-    redis.call('SET', prefix .. id, token, 'PX', ttl)
-    redis.call('SADD', KEYS[2], id)
-    keep_index(KEYS[2], ttl)
-end
-
--- Grant the head of the line, as the rule on one node allows: a writer when W is free and no reader's
--- key lives; every reader at the head up to the next writer when W is free (and no writer outside the
--- line waits). Expired entries are dropped on the way.
-local function grant_head(prefix)
-    if redis.call('EXISTS', KEYS[1]) == 1 then
+-- Grant the head of the line, as the rule on one node allows: a writer when W is free and no reader
+-- lives; every reader at the head up to the next writer when W is free (and no writer outside the line
+-- waits). Expired entries are dropped on the way. Nothing where the layout before holds readers.
+local function grant_head()
+    if old or redis.call('EXISTS', KEYS[1]) == 1 then
         return
     end
     local outside = nil
@@ -98,10 +91,10 @@ local function grant_head(prefix)
         if entry then
             expiry, ttl, kind = parse(entry)
         end
-        if not entry or expiry <= now_us() / 1000 then
+        if not entry or expiry <= now_ms() then
             drop(head)
         elseif kind == 'w' then
-            if not readers_live(prefix) then
+            if live_readers(KEYS[2]) == 0 then
                 drop(head)
                 redis.call('SET', KEYS[1], head, 'PX', ttl)
                 publish(head)
@@ -115,21 +108,29 @@ local function grant_head(prefix)
                 return
             end
             drop(head)
-            set_reader(prefix, head, ttl)
+            set_reader(KEYS[2], head, ttl)
             publish(head)
         end
     end
 end
 
--- The key that holds *token* here for *kind* ('w': W; 'r': its reader key), and whether it does.
-local function holds(prefix, token, kind)
-    local key = kind == 'w' and KEYS[1] or prefix .. redis.sha1hex(token)
-    return key, redis.call('GET', key) == token
+-- The ms *token* has left here as *kind* ('w': on W; 'r': in the readers' hash), nil when it holds nothing.
+local function held(token, kind)
+    if kind == 'w' then
+        if redis.call('GET', KEYS[1]) == token then
+            return redis.call('PTTL', KEYS[1])
+        end
+        return nil
+    end
+    if old then
+        return nil
+    end
+    return reader_left(KEYS[2], token)
 end
 
 -- Put (or keep) *token* in line at *score*: its entry lives *life* ms, wants *ttl* ms, of *kind*.
 local function enter_line(token, score, life, ttl, kind)
-    local expiry = math.floor(now_us() / 1000) + tonumber(life)
+    local expiry = now_ms() + tonumber(life)
     redis.call('ZADD', KEYS[4], score, token)
     redis.call('HSET', KEYS[5], token, string.format('%.0f', expiry) .. ' ' .. ttl .. ' ' .. kind)
     if kind == 'w' then
@@ -144,20 +145,20 @@ local function enter_line(token, score, life, ttl, kind)
     end
 end
 
--- Give back what *token* holds here: W, or its reader key (out of the index); the release word is
--- published for clients without the queue, as RELEASE and RW_READ_RELEASE do (a reader's only when the
--- index is empty after it: the last reader). True when it held something.
-local function give_up(prefix, token, kind)
-    local key, held = holds(prefix, token, kind)
-    if not held then
+-- Give back what *token* holds here: W, or its reader's entry; the release word is published for clients
+-- without the queue, as RELEASE and RW_READ_RELEASE do (a reader's only when no reader lives after it:
+-- the last reader). True when it held something.
+local function give_up(token, kind)
+    if not held(token, kind) then
         return false
     end
-    redis.call('DEL', key)
     if kind == 'r' then
-        redis.call('SREM', KEYS[2], redis.sha1hex(token))
-        if redis.call('SCARD', KEYS[2]) > 0 then
+        redis.call('HDEL', KEYS[2], redis.sha1hex(token))
+        if live_readers(KEYS[2]) > 0 then
             return true
         end
+    else
+        redis.call('DEL', KEYS[1])
     end
     redis.call('PUBLISH', KEYS[1], redis.sha1hex(token))
     return true
@@ -173,24 +174,30 @@ RW_ENTER = (
 -- ARGV[2]  the ttl it wants, integer milliseconds
 -- ARGV[3]  its score (the same on every node: its place in line)
 -- ARGV[4]  how long the entry lives unless entered again, integer milliseconds
--- ARGV[5]  the reader keys' prefix
--- ARGV[6]  'r' a reader, 'w' a writer
--- returns  {1 it holds here now / 0 in line, the node's time in us, its key's pttl in ms (else 0),
---          the fencing counter (a string) when it holds, else 0}
+-- ARGV[5]  'r' a reader, 'w' a writer
+-- returns  {1 it holds here now / 0 in line, the node's time in us, its lease's pttl in ms (else 0),
+--          the fencing counter (a string) when it holds, else 0}; the error OLD_WORDS where the readers'
+--          key is of the layout before (nothing written)
 """
     + NOW
+    + NOW_LINE
     + LINE
     + b"""
-local time = string.format('%.0f', now_us())
-local key, held = holds(ARGV[5], ARGV[1], ARGV[6])
-if held then
-    return {1, time, redis.call('PTTL', key), counter_now()}
+if old then
+    return redis.error_reply([["""
+    + OLD_WORDS
+    + b"""]])
 end
-enter_line(ARGV[1], ARGV[3], ARGV[4], ARGV[2], ARGV[6])
-grant_head(ARGV[5])
-key, held = holds(ARGV[5], ARGV[1], ARGV[6])
-if held then
-    return {1, time, redis.call('PTTL', key), counter_now()}
+local time = string.format('%.0f', now_us())
+local left = held(ARGV[1], ARGV[5])
+if left then
+    return {1, time, left, counter_now()}
+end
+enter_line(ARGV[1], ARGV[3], ARGV[4], ARGV[2], ARGV[5])
+grant_head()
+left = held(ARGV[1], ARGV[5])
+if left then
+    return {1, time, left, counter_now()}
 end
 return {0, time, 0, 0}
 """
@@ -203,16 +210,16 @@ RW_QUEUE_LEAVE = (
 -- token's: run late, it does what a release of a departed holder does, so it is always sent again.
 -- KEYS     as the module says
 -- ARGV[1]  the token
--- ARGV[2]  the reader keys' prefix
--- ARGV[3]  'r' a reader, 'w' a writer
+-- ARGV[2]  'r' a reader, 'w' a writer
 -- returns  1 it held here; 0 it did not (as RELEASE)
 """
     + NOW
+    + NOW_LINE
     + LINE
     + b"""
 drop(ARGV[1])
-local had = give_up(ARGV[2], ARGV[1], ARGV[3])
-grant_head(ARGV[2])
+local had = give_up(ARGV[1], ARGV[2])
+grant_head()
 return had and 1 or 0
 """
 )
@@ -225,21 +232,27 @@ RW_QUEUE_STAY = (
 -- KEYS     as the module says
 -- ARGV[1]  the token
 -- ARGV[2]  its score, ARGV[3] the entry's life, ARGV[4] its ttl (as for RW_ENTER)
--- ARGV[5]  the reader keys' prefix
--- ARGV[6]  'r' a reader, 'w' a writer
--- returns  {1 it held here / 0 it did not, the node's time in us, its key's pttl when it holds again
---          (granted as the head), else 0, and then the fencing counter, else 0}
+-- ARGV[5]  'r' a reader, 'w' a writer
+-- returns  {1 it held here / 0 it did not, the node's time in us, its lease's pttl when it holds again
+--          (granted as the head), else 0, and then the fencing counter, else 0}; the error OLD_WORDS
+--          where the readers' key is of the layout before (nothing written)
 """
     + NOW
+    + NOW_LINE
     + LINE
     + b"""
-local had = give_up(ARGV[5], ARGV[1], ARGV[6])
-enter_line(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[6])
-grant_head(ARGV[5])
+if old then
+    return redis.error_reply([["""
+    + OLD_WORDS
+    + b"""]])
+end
+local had = give_up(ARGV[1], ARGV[5])
+enter_line(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+grant_head()
 local time = string.format('%.0f', now_us())
-local key, held = holds(ARGV[5], ARGV[1], ARGV[6])
-if held then
-    return {1, time, redis.call('PTTL', key), counter_now()}
+local left = held(ARGV[1], ARGV[5])
+if left then
+    return {1, time, left, counter_now()}
 end
 return {had and 1 or 0, time, 0, 0}
 """
@@ -247,25 +260,29 @@ return {had and 1 or 0, time, 0, 0}
 
 RW_QUEUE_DOWNGRADE = (
     b"""
--- RW_DOWNGRADE for the line: where W holds the writer's token, W goes and the reader's key comes in one
+-- RW_DOWNGRADE for the line: where W holds the writer's token, W goes and the reader's entry comes in one
 -- step (no other writer can come between), then the readers at the head of the line are granted.
 -- KEYS     as the module says
 -- ARGV[1]  the writer's token
 -- ARGV[2]  the reader's token
 -- ARGV[3]  the ttl in integer milliseconds
--- ARGV[4]  the reader keys' prefix
--- returns  the counter (>= 0; 0 when none is named) done; -1 W is gone or holds another token
+-- returns  the counter (>= 0; 0 when none is named) done; -1 W is gone or holds another token; -4 the
+--          readers' key is of the layout before (nothing written)
 """
     + NOW
+    + NOW_LINE
     + LINE
     + b"""
+if old then
+    return -4
+end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return -1
 end
 redis.call('DEL', KEYS[1])
-set_reader(ARGV[4], ARGV[2], ARGV[3])
+set_reader(KEYS[2], ARGV[2], ARGV[3])
 redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
-grant_head(ARGV[4])
+grant_head()
 return tonumber(counter_now())
 """
 )

@@ -48,6 +48,7 @@ from redlock_async._health import Quarantine, ShardQuarantine
 from redlock_async._nodes import ClusterVoter, Endpoint, Failure, Node, Reply
 from redlock_async._rounds import owner_of
 from redlock_async._scripts import FENCED_BY
+from redlock_async._shared import _rw_readers
 from redlock_async.inspection import LockInfo, LockState, NodeInfo
 
 
@@ -175,8 +176,8 @@ class Inspector:
     async def inspect(self, keys: Keys) -> LockInfo:
         """Ask every node for the lock's key, fence and fencer (one MGET: an atomic read), the key's PTTL
         and the semaphore's widest limit at once (and the read/write lock's writer key, fence and fencer,
-        its PTTL and its readers' index); then, if a semaphore was used, for its slots, and if readers
-        are listed, for their keys."""
+        its PTTL and its readers' hash); then, if a semaphore was used, for its slots (and for readers
+        of the layout before, where a node keeps them: ``_rw_readers``)."""
         fresh = not self._nodes
         nodes = self._connect()
         if fresh:  # a Cluster voter reads its slot map first (its shards' markers are found by it)
@@ -195,7 +196,7 @@ class Inspector:
                 ask += (
                     node.send(b"MGET", keys.writer, keys.rw_fence, keys.rw_fence + FENCED_BY),
                     node.send(b"PTTL", keys.writer),
-                    node.send(b"SMEMBERS", keys.rw.readers),
+                    node.send(b"HGETALL", keys.rw.readers),  # (right behind TIME: its entries are judged by it)
                 )
             asks.append(ask)
         answered = await self._ask(asks)
@@ -224,7 +225,8 @@ class Inspector:
             info = await self._permits(info, keys.semaphore, widest, doubts)
         if keys.rw is None:
             return info
-        return await self._rw(info, keys.rw, [replies[3:] for replies in answers], doubts)
+        clocks = [replies[0] for replies in answered]
+        return await self._rw(info, keys.rw, [replies[3:] for replies in answers], clocks, doubts)
 
     def _doubt(self, i: int, node: Node, ahead: float | None) -> str | None:
         """Why node *i* may have lost keys (it rules no holder out then), or None: its restart quarantine
@@ -248,34 +250,43 @@ class Inspector:
             return f"its clock is {ahead:.3f} s ahead of ours and of another node's: its keys may have expired early"
         return None
 
-    async def _rw(self, info: LockInfo, rw: RwKeys, answers: list[list[Reply]], doubts: list[str | None]) -> LockInfo:
-        """*info* with the read/write lock's verdicts: its writer judged as a lock, and each reader listed
-        in an index (*answers*: per node, the writer's MGET, its PTTL, the index) judged as a lock. Nothing
-        of a read/write lock is added when no node that answered has its writer's key or a readers' index."""
+    async def _rw(
+        self,
+        info: LockInfo,
+        rw: RwKeys,
+        answers: list[list[Reply]],
+        clocks: list[Reply],
+        doubts: list[str | None],
+    ) -> LockInfo:
+        """*info* with the read/write lock's verdicts: its writer judged as a lock, and each reader that lives
+        on some node (*answers*: per node, the writer's MGET, its PTTL, the readers' hash; *clocks*: its TIME
+        before them) judged as a lock (``_rw_readers``). Nothing of a read/write lock is added when no node
+        that answered has its writer's key or a live reader."""
         nodes = self._nodes
         views = tuple(
             _sat_out(_view(node, replies[0], replies[1]), doubt)
             for node, replies, doubt in zip(nodes, answers, doubts, strict=True)
         )
         writer = judge(views)
-        ids = sorted({one for replies in answers if isinstance(replies[2], list) for one in replies[2]})
-        readers: tuple[LockInfo, ...] = ()
-        if ids:
-            prefix = rw.prefix
-            keys = [prefix + one for one in ids if isinstance(one, bytes)]
-            asks = [[node.send(b"MGET", *keys), *(node.send(b"PTTL", key) for key in keys)] for node in nodes]
-            replies_of = await self._ask(asks)
-            per_reader: list[list[NodeInfo]] = [[] for _ in keys]
-            for node_index, replies in enumerate(replies_of):
-                node = nodes[node_index]
-                values = replies[0]
-                for i, reader_views in enumerate(per_reader):
-                    value = values[i] if isinstance(values, list) and len(values) == len(keys) else values
-                    view = _view(node, [value, None, None] if not isinstance(value, Failure) else value, replies[1 + i])
-                    reader_views.append(_sat_out(view, doubts[node_index]))
-            readers = tuple(
-                reader for reader in (judge(tuple(views)) for views in per_reader) if reader.state != "free"
+        found = await _rw_readers.of_nodes(self._ask, nodes, rw, [replies[2] for replies in answers], clocks)
+        readers = tuple(
+            reader
+            for reader in (
+                judge(
+                    tuple(
+                        _sat_out(
+                            _view(node, said, said)
+                            if isinstance(said, Failure)
+                            else _view(node, [said[0], None, None], said[1]),
+                            doubt,
+                        )
+                        for node, said, doubt in zip(nodes, said_of, doubts, strict=True)
+                    )
+                )
+                for said_of in _rw_readers.per_reader(found).values()
             )
+            if reader.state != "free"
+        )
         # A writer is spoken of only where some node shows its key: with none, an "unknown" is the
         # unanswered nodes', which the lock's own verdict already says (the same nodes, the same read).
         seen = any(view.holder is not None for view in views)

@@ -27,7 +27,7 @@ from functools import partial
 from redlock_async._core import Vote
 from redlock_async._core import algorithm as _algorithm
 from redlock_async._core import clock as _clock
-from redlock_async._nodes import Failure, Node, Receiver, Reply, Resolve
+from redlock_async._nodes import Failure, Fallback, Node, Receiver, Reply, Resolve
 from redlock_async._rounds import Deadline, Lease, pack_extend, sitting_out
 from redlock_async._rounds import requests as _requests
 
@@ -209,6 +209,11 @@ class _Round:
         loop = asyncio.get_running_loop()
         nodes = self._nodes = watchdog._nodes
         n = len(nodes)
+        # A lease extended by a script of its own (a reader's) goes alone, after the EXTEND_MANY chunks.
+        own = [lock for lock in locks if lock.keeps is not None and lock.keeps.instead]
+        if own:
+            locks = [lock for lock in locks if lock.keeps is None or not lock.keeps.instead] + own
+        batched = len(locks) - len(own)
         self._locks = locks
         self._started = started
         self._need = _algorithm.quorum(n)
@@ -219,25 +224,32 @@ class _Round:
         self._decided = [False] * len(locks)
         self._open = len(locks)
         self._timer: Deadline | None = None
-        for start in range(0, len(locks), CHUNK):
-            chunk = locks[start : start + CHUNK]
+        for start in range(0, batched, CHUNK):
+            chunk = locks[start : min(start + CHUNK, batched)]
             # One EXTEND_MANY per node: each lease also takes the nodes where its keys are free (not its holders).
             packed, fallback = pack_extend(chunk, n)
-            clock = watchdog.reading()
-            for i, node in enumerate(nodes):
-                fut = loop.create_future()
-                if clock is None:
-                    node.send_packed(Resolve(fut), i, packed[i], limited=True, fallback=fallback)
-                else:  # the node's TIME first: a clock that jumped ahead is judged before its votes count
-                    node.send_timed(clock, Resolve(fut), i, packed[i], limited=True, fallback=fallback)
-                fut.add_done_callback(partial(self._on_reply, i, start, len(chunk)))
+            self._send(watchdog, packed, fallback, start, len(chunk))
             for lock in chunk:
-                if lock.keeps is not None:  # a permit's limit key, a reader's index: lives on with it
+                if lock.keeps is not None:  # a permit's limit key: lives on with it
                     assert lock.token is not None
                     _requests.send_keep(nodes, lock.keys[0], lock.keeps, lock.token, lock.ttl_ms)
+        for start in range(batched, len(locks)):
+            packed, fallback = _requests.pack_own(locks[start], n)
+            self._send(watchdog, packed, fallback, start, 1)
         self._loop = loop
         self._node_timeout = watchdog._node_timeout
         self._arm(first=True)
+
+    def _send(self, watchdog: Watchdog, packed: list[bytes], fallback: Fallback, start: int, count: int) -> None:
+        """The extension of ``_locks[start : start + count]`` to every node (its replies: one array each)."""
+        loop, clock = asyncio.get_running_loop(), watchdog.reading()
+        for i, node in enumerate(self._nodes):
+            fut = loop.create_future()
+            if clock is None:
+                node.send_packed(Resolve(fut), i, packed[i], limited=True, fallback=fallback)
+            else:  # the node's TIME first: a clock that jumped ahead is judged before its votes count
+                node.send_timed(clock, Resolve(fut), i, packed[i], limited=True, fallback=fallback)
+            fut.add_done_callback(partial(self._on_reply, i, start, count))
 
     def _arm(self, *, first: bool = False) -> None:
         """Time out the undecided lock whose lease ends first, at that moment.

@@ -270,7 +270,7 @@ async def _release_shown(
     writer = () if keys.writer is None else (keys.writer,)
     # One read per primitive (its keys share a cluster slot): the lock key, the permits' slots, the writer key.
     reads = [node.send(b"MGET", *group) for group in ((keys.lock,), tuple(slots), writer) if group]
-    index = node.send(b"SMEMBERS", keys.rw.readers) if keys.rw is not None else None
+    hashed = node.send(b"HGETALL", keys.rw.readers) if keys.rw is not None else None
     dropped = 0
     for drop in drops:
         count = _checked(await drop, "unreachable: nothing deleted here")
@@ -281,17 +281,13 @@ async def _release_shown(
         found = _checked(await read, "unreachable: nothing deleted here")
         assert isinstance(found, list)
         values += found
-    ids = _checked(await index, "unreachable: nothing deleted here") if index is not None else []
-    assert isinstance(ids, list)
     # Each key read, with the release its holder would send: (keys, script) by kind.
     places: list[tuple[bytes, str]] = [(keys.lock, "lock"), *((slot, "permit") for slot in slots)]
     places += [(key, "writer") for key in writer]
-    if keys.rw is not None and ids:
-        readers = [keys.rw.prefix + one for one in ids if isinstance(one, bytes)]
-        found = _checked(await node.send(b"MGET", *readers), "unreachable: nothing deleted here")
-        assert isinstance(found, list)
-        values = [*values, *found]
-        places += [(key, "reader") for key in readers]
+    if keys.rw is not None and hashed is not None:
+        readers, tokens = await _readers(node, keys.rw.readers, keys.rw.prefix, await hashed)
+        values = [*values, *tokens]
+        places += readers
     deleted: list[str] = []
     others: list[str] = []
     for (key, kind), value in zip(places, values, strict=True):
@@ -307,14 +303,40 @@ async def _release_shown(
             reply = node.send_script(PERMIT_LEAVE, permits.keys(), (value,))
         elif kind == "writer":  # a writer releases as a mutex does, told on its own key
             reply = node.send_script(RELEASE, (key,), (value,))
-        else:  # a reader: out of the readers' index too, told on the writer key's channel
+        elif kind == "reader":  # a reader: its entry out of the readers' hash, told on the writer key's channel
+            assert keys.writer is not None
+            reply = node.send_script(RW_READ_RELEASE, (key, keys.writer), (value,))
+        else:  # a reader of the layout before: its own key, compare-and-deleted and told, and out of its set
             assert keys.writer is not None
             assert keys.rw is not None
-            reply = node.send_script(RW_READ_RELEASE, (key, keys.rw.readers, keys.writer), (value,))
+            reply = node.send_script(RELEASE, (key, keys.writer), (value,))
+            node.send(b"SREM", keys.rw.readers, key[len(keys.rw.prefix) :])
         if _checked(await reply, f"failed: it may still hold {holder}") == 1:
             deleted.append(holder)
         # 0: released or expired between the read and the delete; gone all the same
     return deleted, others, dropped if isinstance(dropped, int) else 0
+
+
+async def _readers(
+    node: Node, hashed: bytes, prefix: bytes, reply: Reply
+) -> tuple[list[tuple[bytes, str]], list[Reply]]:
+    """The readers on *node*, as (key, kind) and the token each holds: entries of the readers' hash *hashed*
+    (*reply*, its HGETALL; the key named is the hash), or, where the node keeps the layout before there (a set:
+    WRONGTYPE), each reader's own key (*prefix* and the digest the set names). Dead entries too: their release
+    answers 0 and drops them."""
+    if isinstance(reply, Failure) and "WRONGTYPE" in reply.detail:
+        ids = _checked(await node.send(b"SMEMBERS", hashed), "unreachable: nothing deleted here")
+        assert isinstance(ids, list)
+        keys = [prefix + one for one in ids if isinstance(one, bytes)]
+        if not keys:
+            return [], []
+        found = _checked(await node.send(b"MGET", *keys), "unreachable: nothing deleted here")
+        assert isinstance(found, list)
+        return [(key, "old reader") for key in keys], found
+    entries = _checked(reply, "unreachable: nothing deleted here")
+    values = list(entries.values()) if isinstance(entries, dict) else entries[1::2] if isinstance(entries, list) else []
+    tokens: list[Reply] = [value.rpartition(b" ")[0] for value in values if isinstance(value, bytes)]
+    return [(hashed, "reader")] * len(tokens), tokens
 
 
 def confirm_on_terminal() -> Ask | None:

@@ -247,6 +247,13 @@ class Store:
         value = self._typed(a[0], dict)
         return None if value is None else value.get(a[1])
 
+    def cmd_hgetall(self, a: list[bytes]) -> Reply:
+        return [item for pair in (self._typed(a[0], dict) or {}).items() for item in pair]
+
+    def cmd_hrandfield(self, a: list[bytes]) -> Reply:  # a count >= 0 only: distinct fields (the rw scripts')
+        fields, count = sorted(self._typed(a[0], dict) or ()), integer(a[1])
+        return NOT_INTEGER if count is None or count < 0 else self.rng.sample(fields, min(count, len(fields)))
+
     def cmd_hdel(self, a: list[bytes]) -> Reply:
         value = self._typed(a[0], dict)
         if value is None:
@@ -466,6 +473,8 @@ _SPEC: dict[bytes, tuple[int, int | None]] = {
     b"HSET": (3, None),
     b"HGET": (2, 2),
     b"HDEL": (2, None),
+    b"HGETALL": (1, 1),
+    b"HRANDFIELD": (2, 2),
     b"SADD": (2, None),
     b"SREM": (2, None),
     b"SCARD": (1, 1),
