@@ -191,8 +191,8 @@ def mark_voters(cluster: LocalCluster, plain: LocalNodes) -> None:
         master.command("SET", b"redlock:" + tag_for(lowest), marker_value(run_id + b"." + replid, IN_SERVICE))
 
 
-async def _throughput(redlock: Redlock, seconds: float, tag: str) -> int:
-    """Pairs done by CLUSTER_TASKS tasks in *seconds*, each pair on a name never used before."""
+async def _throughput(redlock: Redlock, seconds: float, tag: str, tasks: int = CLUSTER_TASKS) -> int:
+    """Pairs done by *tasks* tasks in *seconds*, each pair on a name never used before."""
     stop = time.perf_counter() + seconds
 
     async def worker(i: int) -> int:
@@ -204,7 +204,7 @@ async def _throughput(redlock: Redlock, seconds: float, tag: str) -> int:
         return n
 
     async with asyncio.timeout(seconds + 30):
-        return sum(await asyncio.gather(*(worker(i) for i in range(CLUSTER_TASKS))))
+        return sum(await asyncio.gather(*(worker(i) for i in range(tasks))))
 
 
 async def _p50(redlock: Redlock, tag: str) -> float:
@@ -219,7 +219,7 @@ async def _p50(redlock: Redlock, tag: str) -> float:
     return statistics.median(took[LATENCY_WARMUP:])
 
 
-async def _one_size(cluster: LocalCluster, plain: LocalNodes, seconds: float) -> dict[str, Any]:
+async def _one_size(cluster: LocalCluster, plain: LocalNodes, seconds: float, per_shard: bool) -> dict[str, Any]:
     masters = [cluster.master_of(i) for i in range(len(cluster.shards))]
     mixed = [cluster.url, *plain.urls[:2]]
     found: dict[str, Any] = {}
@@ -235,7 +235,7 @@ async def _one_size(cluster: LocalCluster, plain: LocalNodes, seconds: float) ->
         before, commands = [_cpu(node) for node in servers], [_commands(node) for node in servers]
         user = [_cpu(node, ("used_cpu_user",)) for node in servers]
         began = time.perf_counter()
-        pairs = await _throughput(redlock, seconds, "run")
+        pairs = await _throughput(redlock, seconds, "run", CLUSTER_TASKS * (len(masters) if per_shard else 1))
         elapsed = time.perf_counter() - began
         used = [_cpu(node) - c - rate * elapsed for node, c, rate in zip(servers, before, idle, strict=True)]
         sent = [
@@ -273,7 +273,9 @@ def _median_row(found: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
-def cluster_shards(sizes: list[int], seconds: float, loop: str, rounds: int, json_path: Path | None = None) -> None:
+def cluster_shards(
+    sizes: list[int], seconds: float, loop: str, rounds: int, json_path: Path | None = None, per_shard: bool = False
+) -> None:
     """For each S in *sizes*: one Cluster voter of S shards (no replicas) beside 2 standalone voters.
 
     Every cluster runs from the start; each round measures every size, the order rotating from round to
@@ -290,12 +292,13 @@ def cluster_shards(sizes: list[int], seconds: float, loop: str, rounds: int, jso
         async def every_round() -> None:
             for r in range(rounds):
                 for size in sizes[r % len(sizes) :] + sizes[: r % len(sizes)]:
-                    found[size].append(await _one_size(clusters[size], plain, seconds))
+                    found[size].append(await _one_size(clusters[size], plain, seconds, per_shard))
 
         uvloop_run(every_round()) if loop == "uvloop" else asyncio.run(every_round())
     rows = {size: _median_row(found[size]) for size in sizes}
     heading = (
-        f"1 Cluster voter (S shards, no replicas) + 2 standalone voters, {CLUSTER_TASKS} tasks, each pair on "
+        f"1 Cluster voter (S shards, no replicas) + 2 standalone voters, "
+        f"{CLUSTER_TASKS} tasks{' per shard' if per_shard else ''}, each pair on "
         f"a fresh name, {seconds:g} s timed per size and round, medians of {rounds} rounds, --loop {loop}"
     )
     table = cluster_table(rows)
@@ -365,6 +368,12 @@ def main() -> int:
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="--cluster-shards: write the figures to PATH")
     parser.add_argument("--seconds", type=float, default=2.0, help="--cluster-shards: the timed window per size")
+    parser.add_argument(
+        "--tasks-per-shard",
+        action="store_true",
+        help=f"--cluster-shards: {CLUSTER_TASKS} tasks per shard (each primary meets the same batches), "
+        f"not {CLUSTER_TASKS} in all",
+    )
     args = parser.parse_args()
     if args.scripts:
         scripts()
@@ -379,7 +388,7 @@ def main() -> int:
         rounds = 3 if args.rounds is None else args.rounds
         if not 1 <= rounds <= 20:
             parser.error(f"--rounds takes 1 to 20 with --cluster-shards, got {rounds}")
-        cluster_shards(sorted(set(sizes)), args.seconds, args.loop, rounds, args.json)
+        cluster_shards(sorted(set(sizes)), args.seconds, args.loop, rounds, args.json, args.tasks_per_shard)
         return 0
     with LocalNodes(5) as nodes:
         work = concurrent(nodes.urls, args.settings, 10 if args.rounds is None else args.rounds)
