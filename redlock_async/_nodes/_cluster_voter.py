@@ -39,6 +39,7 @@ from typing import Any
 from redlock_async._core import Vote
 from redlock_async._core import clock as _clock
 from redlock_async._nodes._cluster_map import MapError, ask_primaries, ask_seeds, replication_ids
+from redlock_async._nodes._cluster_routing import Gather, Routed, drop, judging
 from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._handshake import info_fields
 from redlock_async._nodes._node import Node
@@ -47,7 +48,6 @@ from redlock_async._nodes._slots import (
     Address,
     Ranges,
     key_slot,
-    redirect,
     slot_of,
 )
 from redlock_async._nodes._wire import (
@@ -65,99 +65,8 @@ from redlock_async._scripts import Script
 
 log = logging.getLogger("redlock_async._node")
 
-MAX_HOPS = 3
-"""Redirections (``MOVED``, ``ASK``) one command follows before it counts as the voter's timeout."""
-
 REFRESH = 5.0
 """Seconds after which the slot map is read again at the next command (it is also read after a ``MOVED``)."""
-
-_BUSY = ("TRYAGAIN", "CLUSTERDOWN")
-
-CROSSSLOT_HINT = (
-    " (a Cluster voter runs a script only when all its keys are in one slot: the grant queue, fencing,"
-    " lock_many, semaphores and read/write locks need a name whose keys share one, such as a name with a"
-    " hash tag, '{orders}:42'; or use queue=False without fencing)"
-)
-
-
-class _Routed:
-    """The receiver of one routed command: follows ``MOVED``/``ASK``, turns ``TRYAGAIN``/``CLUSTERDOWN``
-    into a timeout, and hands every other reply on, with the voter's quarantine read as the answering
-    shard's."""
-
-    __slots__ = ("fallback", "hops", "index", "limited", "packed", "receiver", "shard", "voter")
-
-    def __init__(
-        self,
-        voter: ClusterVoter,
-        receiver: Receiver,
-        index: int,
-        packed: bytes,
-        limited: bool,
-        fallback: Fallback,
-        shard: Node,
-    ) -> None:
-        self.voter, self.receiver, self.index, self.packed = voter, receiver, index, packed
-        self.limited, self.fallback, self.shard, self.hops = limited, fallback, shard, 0
-
-    def deliver(self, index: int, reply: Reply, /) -> None:
-        if type(reply) is Failure and reply.answered:
-            detail = reply.detail
-            moved = redirect(detail)
-            if moved is not None:
-                if self.hops < MAX_HOPS:
-                    self.hops += 1
-                    self.voter.redirected(self, *moved)
-                    return
-                reply = Failure(Vote.TIMEOUT, f"redirected more than {MAX_HOPS} times ({detail}): slots moving")
-            elif detail.startswith(_BUSY):
-                reply = Failure(Vote.TIMEOUT, f"the shard cannot serve now ({detail})")
-            elif detail.startswith("CROSSSLOT"):
-                reply = Failure(Vote.ERROR, detail + CROSSSLOT_HINT, answered=True)
-        voter = self.voter
-        voter.answering = self.shard
-        try:
-            self.receiver.deliver(self.index, reply)
-        finally:
-            voter.answering = None
-
-
-def _judging(answering: Node | None, serving: set[Node]) -> Node | None:
-    """The shard whose quarantine is a voter's now: the one whose reply is being delivered (a ballot counts a
-    vote as it is delivered), else, read at any other time (a grant queue's claim deciding later,
-    statistics), the one that sits out longest: nothing that counts later may count a yes of a shard that
-    sits out."""
-    if answering is None and serving:
-        return max(serving, key=_until)
-    return answering
-
-
-def _until(shard: Node) -> float:
-    return shard.quarantined_until
-
-
-def _drop(shard: Node) -> None:
-    """Drop *shard*'s connection (heard as any other end: the next use reconnects, and is probed first)."""
-    transport = shard.outbox.transport
-    if transport is not None:
-        transport.abort()
-
-
-class _Gather:
-    """The receiver of the GETs an MGET of keys in several slots is read as: one list, or the first failure."""
-
-    __slots__ = ("_future", "_left", "_replies")
-
-    def __init__(self, future: asyncio.Future[Reply], count: int) -> None:
-        self._future, self._left, self._replies = future, count, [None] * count
-
-    def deliver(self, index: int, reply: Reply, /) -> None:
-        self._replies[index] = reply
-        self._left -= 1
-        if self._left or self._future.done():
-            return
-        failed = next((one for one in self._replies if isinstance(one, Failure)), None)
-        self._future.set_result(failed if failed is not None else list(self._replies))
 
 
 class ClusterVoter(Node):
@@ -215,7 +124,7 @@ class ClusterVoter(Node):
 
     @property
     def quarantined_until(self) -> float:
-        shard = _judging(self.answering, self._serving)
+        shard = judging(self.answering, self._serving)
         own = self._held_until
         if shard is None:
             return own
@@ -228,7 +137,7 @@ class ClusterVoter(Node):
 
     @property
     def quarantine_reason(self) -> str:
-        shard = _judging(self.answering, self._serving)
+        shard = judging(self.answering, self._serving)
         if shard is not None and shard.quarantined_until > self._held_until:
             return f"shard {shard.name}: {shard.quarantine_reason}"
         return self._held_reason
@@ -287,7 +196,7 @@ class ClusterVoter(Node):
             why = self.map_error or "its slot map is not read yet"
             receiver.deliver(index, Failure(Vote.SKIPPED, f"Cluster voter: {why}"))
             return
-        routed = _Routed(self, receiver, index, packed, limited, fallback, shard)
+        routed = Routed(self, receiver, index, packed, limited, fallback, shard)
         shard.send_packed(routed, index, packed, limited=limited, fallback=fallback)
 
     def _send_packed(
@@ -315,7 +224,7 @@ class ClusterVoter(Node):
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         if args[0] == b"MGET" and len({key_slot(key) for key in args[1:] if isinstance(key, bytes)}) > 1:
             # Keys of several slots (inspection's reads): read one by one, not atomically, and put together.
-            gather = _Gather(fut, len(args) - 1)
+            gather = Gather(fut, len(args) - 1)
             for index, key in enumerate(args[1:]):
                 self._route(gather, index, pack((b"GET", key)), limited, None)
             return fut
@@ -337,7 +246,7 @@ class ClusterVoter(Node):
         for shard in self.shards.values():
             shard.uncork()
 
-    def redirected(self, routed: _Routed, kind: str, slot: int, address: Address) -> None:
+    def redirected(self, routed: Routed, kind: str, slot: int, address: Address) -> None:
         """A shard answered ``MOVED`` or ``ASK``: send the command where it says (``ASK``: once, behind
         ``ASKING``; ``MOVED``: the slot is that node's from now on, and the map is read again soon)."""
         shard = self._shard(address, slot)
@@ -345,7 +254,7 @@ class ClusterVoter(Node):
             self.owners[slot] = shard
             if shard not in self._serving:
                 self._serving.add(shard)
-                _drop(shard)  # a node that served nothing (demoted, or new) is judged again before its votes
+                drop(shard)  # a node that served nothing (demoted, or new) is judged again before its votes
             self.refresh_soon()
         routed.shard = shard
         if kind == "MOVED":
@@ -434,7 +343,7 @@ class ClusterVoter(Node):
         for shard, replid in ids.items():
             if self._replids.get(shard, replid) != replid:
                 del self._replids[shard]
-                _drop(shard)
+                drop(shard)
         return True
 
     async def _keep_fresh(self) -> None:
@@ -456,7 +365,7 @@ class ClusterVoter(Node):
         # judged by the shard quarantine (a replica's data replaced its own) before any vote of it counts.
         for shard in serving.symmetric_difference(self._serving):
             if shard in self._serving or self.refreshes:
-                _drop(shard)
+                drop(shard)
         self._serving = serving
 
     # -- lifecycle ----------------------------------------------------------
