@@ -5,9 +5,11 @@ the GETs an ``MGET`` of several slots is read as."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Protocol
 
 from redlock_async._core import Vote
+from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._node import Node
 from redlock_async._nodes._slots import Address, redirect
 from redlock_async._nodes._wire import Failure, Fallback, Receiver, Reply
@@ -111,3 +113,16 @@ class Gather:
             return
         failed = next((one for one in self._replies if isinstance(one, Failure)), None)
         self._future.set_result(failed if failed is not None else list(self._replies))
+
+
+def shard_endpoint(endpoint: Endpoint, address: Address) -> Endpoint:
+    """Where a Cluster voter (*endpoint*) reaches its node at *address*: its settings, that address."""
+    host, port = address
+    return replace(
+        endpoint,
+        name=f"{host}:{port}" if ":" not in host else f"[{host}]:{port}",
+        host=host,
+        port=port,
+        seeds=(),
+        server_hostname=host if endpoint.tls is not None else None,
+    )

@@ -39,7 +39,8 @@ from typing import Any
 from redlock_async._core import Vote
 from redlock_async._core import clock as _clock
 from redlock_async._nodes._cluster_map import MapError, ask_primaries, ask_seeds, replication_ids
-from redlock_async._nodes._cluster_routing import Gather, Routed, drop, judging
+from redlock_async._nodes._cluster_routing import Gather, Routed, drop, judging, shard_endpoint
+from redlock_async._nodes._cluster_scripts import sharded, sharded_packed
 from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._handshake import info_fields
 from redlock_async._nodes._node import Node
@@ -90,7 +91,7 @@ class ClusterVoter(Node):
         super().__init__(endpoint, on_fault=on_fault, warn=False, **shard_settings)
         self._settings = shard_settings
         self._ask_within = float(shard_settings.get("connect_timeout", 1.0)) * 2
-        self._scripts_all = scripts
+        self._scripts_all = tuple(sharded(script) for script in scripts)  # SPUBLISH for PUBLISH (the map says)
         self._shard_ready = shard_ready
         self._shard_unreachable = shard_unreachable
         self._on_shard_fault = on_fault
@@ -110,6 +111,12 @@ class ClusterVoter(Node):
         """Why the slot map could not be read, the last time it could not."""
         self.refreshes = 0
         """How many times the slot map was read."""
+        self.sharded = True
+        """The hand-off words use sharded pub/sub: the map was read with ``CLUSTER SHARDS`` (servers 7.0+, which
+        have ``SPUBLISH``); False after ``CLUSTER SLOTS`` answered instead (plain ``PUBLISH``, which every node
+        carries)."""
+        self.map_read: list[Callable[[], None]] = []
+        """Called after each reading of the slot map (the voter's subscriber moves the channels whose slot moved)."""
         self.send = self._send
         self.send_packed = self._send_packed
         self.send_timed = self._send_timed
@@ -196,6 +203,8 @@ class ClusterVoter(Node):
             why = self.map_error or "its slot map is not read yet"
             receiver.deliver(index, Failure(Vote.SKIPPED, f"Cluster voter: {why}"))
             return
+        if self.sharded:
+            packed, fallback = sharded_packed(packed, fallback)
         routed = Routed(self, receiver, index, packed, limited, fallback, shard)
         shard.send_packed(routed, index, packed, limited=limited, fallback=fallback)
 
@@ -268,17 +277,8 @@ class ClusterVoter(Node):
     def _shard(self, address: Address, slot: int) -> Node:
         shard = self.shards.get(address)
         if shard is None:
-            host, port = address
-            endpoint = replace(
-                self.endpoint,
-                name=f"{host}:{port}" if ":" not in host else f"[{host}]:{port}",
-                host=host,
-                port=port,
-                seeds=(),
-                server_hostname=host if self.endpoint.tls is not None else None,
-            )
             shard = self.shards[address] = Node(
-                endpoint,
+                shard_endpoint(self.endpoint, address),
                 scripts=self._scripts_all,
                 on_ready=self._shard_connected,
                 on_unreachable=self._lost_shard,
@@ -324,19 +324,22 @@ class ClusterVoter(Node):
         now on; False when no node answered (:attr:`map_error` says why)."""
         self._stale_at = _clock.now() + REFRESH
         connected = [shard for shard in self.shards.values() if shard.connected]
-        ranges = await ask_primaries(connected, self._ask_within)
-        if not ranges:
+        answer = await ask_primaries(connected, self._ask_within)
+        if answer is None:
             seeds = tuple(dict.fromkeys((*self.endpoint.seeds, *self.shards)))
             try:
-                ranges = await ask_seeds(replace(self.endpoint, seeds=seeds), self._ask_within)
+                answer = await ask_seeds(replace(self.endpoint, seeds=seeds), self._ask_within)
             except MapError as exc:
                 if not self.map_error:  # once per outage
                     log.warning("redlock node %s: cannot read the slot map: %s", self.name, exc)
                 self.map_error = str(exc)
                 return False
         self.map_error = ""
+        ranges, self.sharded = answer
         self._apply(ranges)
         self.refreshes += 1
+        for told in tuple(self.map_read):
+            told()
         # A primary whose replication id changed on the same connection was a replica meanwhile (demoted,
         # then promoted back): its data was replaced; its connection is dropped and the next one judged.
         ids = await replication_ids([shard for shard in self._serving if shard.connected], self._ask_within)

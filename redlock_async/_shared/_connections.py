@@ -19,7 +19,17 @@ from redis.asyncio import Redis
 
 from redlock_async._core import MIN_TTL_TO_NODE_TIMEOUT, Settings, Vote, complete, one_slot_voters, quorum
 from redlock_async._health import ClockGuard, EvictionWatch, Quarantine, ShardQuarantine, raise_counters
-from redlock_async._nodes import ClusterVoter, Failure, Node, Reply, SwitchWatch, endpoints_for, server_error
+from redlock_async._nodes import (
+    ClusterSubscriber,
+    ClusterVoter,
+    Failure,
+    Node,
+    Reply,
+    SwitchWatch,
+    endpoints_for,
+    messages,
+    server_error,
+)
 from redlock_async._rounds import sitting_out
 from redlock_async._scripts import PERMISSIONS, SCRIPTS
 from redlock_async._shared._cluster import Cluster, describe
@@ -123,10 +133,16 @@ class Connections:
                     **node_settings,
                 )
             )
+            hear = functools.partial(listener.on_message, node=index)
+            voter = built[-1]
             subscribers.append(
-                Node(
+                ClusterSubscriber(  # sharded pub/sub: each channel on the primary of its slot
+                    voter, on_message=hear, on_connect=listener.on_connect, on_fault=failed, settings=node_settings
+                )
+                if isinstance(voter, ClusterVoter)
+                else Node(
                     endpoint,
-                    on_message=functools.partial(listener.on_message, node=index),
+                    on_message=messages(hear),
                     on_connect=listener.on_connect,
                     on_fault=failed,
                     warn=False,  # the node's own connection (above) says it cannot connect, once
