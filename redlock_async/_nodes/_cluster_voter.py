@@ -85,6 +85,7 @@ class ClusterVoter(Node):
     ) -> None:
         self._held_until = 0.0
         self._held_reason = ""
+        self._clock_until = 0.0
         self.answering: Node | None = None
         """The shard primary whose reply is being delivered (its quarantine is this voter's meanwhile), or
         the one :meth:`judged_by` named; None otherwise."""
@@ -115,6 +116,10 @@ class ClusterVoter(Node):
         """The hand-off words use sharded pub/sub: the map was read with ``CLUSTER SHARDS`` (servers 7.0+, which
         have ``SPUBLISH``); False after ``CLUSTER SLOTS`` answered instead (plain ``PUBLISH``, which every node
         carries)."""
+        self.shard_identified: Callable[[Node], None] | None = None
+        """Told of each shard primary's handshake (the Redlock's eviction watch of that shard)."""
+        self.shard_clock: Callable[[Node], Receiver] | None = None
+        """The receiver of a ``TIME`` read on a shard primary right before a vote (that shard's clock guard)."""
         self.map_read: list[Callable[[], None]] = []
         """Called after each reading of the slot map (the voter's subscriber moves the channels whose slot moved)."""
         self.send = self._send
@@ -152,6 +157,17 @@ class ClusterVoter(Node):
     @quarantine_reason.setter
     def quarantine_reason(self, reason: str) -> None:
         self._held_reason = reason
+
+    @property
+    def clock_held_until(self) -> float:
+        """The clock's or the evictions' hold of the shard whose quarantine is the voter's now (``_shard_health``)."""
+        shard = judging(self.answering, self._serving)
+        theirs = 0.0 if shard is None else shard.clock_held_until
+        return theirs if theirs > self._clock_until else self._clock_until
+
+    @clock_held_until.setter
+    def clock_held_until(self, until: float) -> None:
+        self._clock_until = until
 
     def judged_by(self, key: bytes) -> None:
         """Read :attr:`quarantined_until` as the quarantine of the primary serving *key* (until the next reply
@@ -195,7 +211,9 @@ class ClusterVoter(Node):
         except ValueError:
             return self._first_slot.get(shard)
 
-    def _route(self, receiver: Receiver, index: int, packed: bytes, limited: bool, fallback: Fallback) -> None:
+    def _route(
+        self, receiver: Receiver, index: int, packed: bytes, limited: bool, fallback: Fallback, timed: bool = False
+    ) -> None:
         shard = self.shard_for(slot_of(packed))
         if shard is None:
             # No vote without a primary judged by the shard quarantine: nothing is sent before the map is read.
@@ -206,7 +224,10 @@ class ClusterVoter(Node):
         if self.sharded:
             packed, fallback = sharded_packed(packed, fallback)
         routed = Routed(self, receiver, index, packed, limited, fallback, shard)
-        shard.send_packed(routed, index, packed, limited=limited, fallback=fallback)
+        if timed and self.shard_clock is not None:  # the shard's clock read right before its vote
+            shard.send_timed(self.shard_clock(shard), routed, index, packed, limited=limited, fallback=fallback)
+        else:
+            shard.send_packed(routed, index, packed, limited=limited, fallback=fallback)
 
     def _send_packed(
         self, receiver: Receiver, index: int, packed: bytes, *, limited: bool = False, fallback: Fallback = None
@@ -223,9 +244,9 @@ class ClusterVoter(Node):
         limited: bool = False,
         fallback: Fallback = None,
     ) -> None:
-        # No TIME: the clock guard compares two readings of one server's clock, and a voter's commands go to
-        # several servers (each one's clock against another's would look like jumps).
-        self._route(receiver, index, packed, limited, fallback)
+        # Not the voter's clock guard (*clock*): its readings would compare several servers' clocks. Each shard
+        # primary's own guard reads that primary's TIME (``_health/_shard_health.py``).
+        self._route(receiver, index, packed, limited, fallback, timed=True)
 
     def _send(
         self, *args: bytes | str | int, limited: bool = False, fallback: Fallback = None
@@ -281,6 +302,7 @@ class ClusterVoter(Node):
                 shard_endpoint(self.endpoint, address),
                 scripts=self._scripts_all,
                 on_ready=self._shard_connected,
+                on_identified=self._identified,
                 on_unreachable=self._lost_shard,
                 on_fault=self._on_shard_fault,
                 **self._settings,
@@ -289,6 +311,11 @@ class ClusterVoter(Node):
             if self.owners[slot] is not None:
                 self.newcomers.add(shard)
         return shard
+
+    def _identified(self, shard: Node) -> str | None:
+        if self.shard_identified is not None:
+            self.shard_identified(shard)
+        return None  # (never refused: a shard's primary is the map's)
 
     def _shard_connected(self, shard: Node) -> None:
         """A new connection to *shard*: its replication id read first (what a later change is seen against),

@@ -18,7 +18,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from redlock_async._core import MIN_TTL_TO_NODE_TIMEOUT, Settings, Vote, complete, one_slot_voters, quorum
-from redlock_async._health import ClockGuard, EvictionWatch, Quarantine, ShardQuarantine, raise_counters
+from redlock_async._health import ClockGuard, EvictionWatch, Quarantine, ShardHealth, ShardQuarantine, raise_counters
 from redlock_async._nodes import (
     ClusterSubscriber,
     ClusterVoter,
@@ -194,6 +194,16 @@ class Connections:
         cluster.first_use = self._first_use  # until connect()'s checks passed
         if settings.clock_guard:
             cluster.clock = ClockGuard(self.nodes, settings.drift_factor, cluster.longest_lease, cluster.clock_fault)
+        # A Cluster voter's shard primaries: a clock guard and an eviction watch each (that shard alone sits out).
+        self._shard_health = ShardHealth(
+            voters,
+            drift_factor=settings.drift_factor,
+            period=cluster.quarantine_period,
+            longest_lease=cluster.longest_lease,
+            clock_guard=settings.clock_guard,
+            on_clock=cluster.shard_clock_fault,
+            on_evicted=cluster.shard_evicted,
+        )
         # Read-only connections, opened on first inspect(), judging the restart quarantine as the locks do.
         # A node the clock guard holds out (its clock jumped ahead) rules out no holder there either.
         self.inspector = Inspector(endpoints, settings, cluster.quarantine_period, self._clock_held)
