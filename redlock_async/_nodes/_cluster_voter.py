@@ -38,8 +38,9 @@ from typing import Any
 
 from redlock_async._core import Vote
 from redlock_async._core import clock as _clock
+from redlock_async._nodes._cluster_face import ShardJudged
 from redlock_async._nodes._cluster_map import MapError, ask_primaries, ask_seeds, replication_ids
-from redlock_async._nodes._cluster_routing import Gather, Routed, drop, judging, shard_endpoint
+from redlock_async._nodes._cluster_routing import Gather, Routed, drop, shard_endpoint
 from redlock_async._nodes._cluster_scripts import sharded, sharded_packed
 from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._handshake import info_fields
@@ -70,7 +71,7 @@ REFRESH = 5.0
 """Seconds after which the slot map is read again at the next command (it is also read after a ``MOVED``)."""
 
 
-class ClusterVoter(Node):
+class ClusterVoter(ShardJudged):
     """One voter: a Redis Cluster whose shard primaries each vote for the names of their slots."""
 
     def __init__(
@@ -86,6 +87,7 @@ class ClusterVoter(Node):
         self._held_until = 0.0
         self._held_reason = ""
         self._clock_until = 0.0
+        self._eviction = ""
         self.answering: Node | None = None
         """The shard primary whose reply is being delivered (its quarantine is this voter's meanwhile), or
         the one :meth:`judged_by` named; None otherwise."""
@@ -131,48 +133,6 @@ class ClusterVoter(Node):
 
     def __repr__(self) -> str:
         return f"<ClusterVoter {self.name} shards={len(set(self.owners) - {None})}>"
-
-    # -- the quarantine as the ballot reads it ------------------------------
-
-    @property
-    def quarantined_until(self) -> float:
-        shard = judging(self.answering, self._serving)
-        own = self._held_until
-        if shard is None:
-            return own
-        theirs = shard.quarantined_until
-        return theirs if theirs > own else own
-
-    @quarantined_until.setter
-    def quarantined_until(self, until: float) -> None:
-        self._held_until = until  # the voter's own (the clock guard's, an eviction's)
-
-    @property
-    def quarantine_reason(self) -> str:
-        shard = judging(self.answering, self._serving)
-        if shard is not None and shard.quarantined_until > self._held_until:
-            return f"shard {shard.name}: {shard.quarantine_reason}"
-        return self._held_reason
-
-    @quarantine_reason.setter
-    def quarantine_reason(self, reason: str) -> None:
-        self._held_reason = reason
-
-    @property
-    def clock_held_until(self) -> float:
-        """The clock's or the evictions' hold of the shard whose quarantine is the voter's now (``_shard_health``)."""
-        shard = judging(self.answering, self._serving)
-        theirs = 0.0 if shard is None else shard.clock_held_until
-        return theirs if theirs > self._clock_until else self._clock_until
-
-    @clock_held_until.setter
-    def clock_held_until(self, until: float) -> None:
-        self._clock_until = until
-
-    def judged_by(self, key: bytes) -> None:
-        """Read :attr:`quarantined_until` as the quarantine of the primary serving *key* (until the next reply
-        is delivered: inspection, which reads one name's keys)."""
-        self.answering = self.owners[key_slot(key)] or self.answering
 
     @property
     def connected(self) -> bool:
