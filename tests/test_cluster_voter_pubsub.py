@@ -1,10 +1,11 @@
 """Hand-off words on a Cluster voter go by sharded pub/sub (``SPUBLISH``/``SSUBSCRIBE``), on real cluster-mode
 servers (LocalCluster): a waiter woken by the word, not by its retry (a retry_delay past its acquire timeout);
 the word carried only by the primary that serves the name's slot; a waiter whose slot migrates while it waits
-is still woken; standalone voters keep plain ``PUBLISH``.
+is still woken; a waiter whose shard fails over is subscribed again on the promoted replica; standalone voters
+keep plain ``PUBLISH``.
 
-One cluster voter (3 shards, no replica) beside 2 standalone voters, one of them paused: the cluster voter's
-word is needed for a majority of words, and its yes for a majority of votes."""
+One cluster voter (3 shards, a replica each: a shard fails over last) beside 2 standalone voters, one of them
+paused: the cluster voter's word is needed for a majority of words, and its yes for a majority of votes."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ WAIT_LONGER = 60.0
 
 @pytest.fixture(scope="module")
 def shards() -> Iterator[LocalCluster]:
-    with LocalCluster(3, 0) as cluster:
+    with LocalCluster(3, 1) as cluster:
         yield cluster
 
 
@@ -232,3 +233,23 @@ def test_every_publishing_script_has_a_sharded_twin_and_only_the_digest_changes(
     quiet = next(script for script in SCRIPTS if b"PUBLISH" not in script.source)
     assert sharded(quiet) is quiet
     assert sharded_packed(pack_script(quiet, keys, args), None)[0] == pack_script(quiet, keys, args)
+
+
+async def test_a_waiters_subscription_follows_a_failover_of_its_shard(voters: list[str], shards: LocalCluster) -> None:
+    # (Last in this file: the cluster stays failed over.)
+    name, key = "failing-over", "redlock:failing-over"
+    owner = owner_of_key(shards, key)
+    shard = next(s for s in range(3) if shards.master_of(s) is owner)
+    async with Redlock(voters, queue=False) as first, Redlock(voters, queue=False, retry_delay=WAIT_LONGER) as second:
+        mine = first.lock(name, ttl=30.0)
+        assert await mine.acquire(blocking=False), mine.outcomes
+        waiter = asyncio.ensure_future(second.lock(name, ttl=30.0, acquire_timeout=60.0).acquire())
+        try:
+            await until("the waiter's SSUBSCRIBE on the owner", lambda: shard_subscribers(owner, key) == 1)
+            promoted = await asyncio.to_thread(shards.failover, shard)
+            assert promoted is not owner
+            # The old primary dropped it (its slots left it); the waiter is subscribed where the slot is served now.
+            await until("the waiter subscribed on the promoted replica", lambda: shard_subscribers(promoted, key) == 1)
+            await until("none left on the old primary", lambda: shard_subscribers(owner, key) == 0)
+        finally:
+            waiter.cancel()
