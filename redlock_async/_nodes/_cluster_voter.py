@@ -22,9 +22,11 @@ A shard primary is judged as a standalone node is on each new connection: the vo
 (the Redlock's shard quarantine, ``_health/_shards.py``) probes it first thing, and sets its
 ``quarantined_until``. A vote counts the quarantine of the shard that answered it: this voter's
 :attr:`quarantined_until` is read by the ballot right as the reply is delivered, and says the answering
-shard's (or the voter's own, when the clock guard or an eviction set one). So a failed-over shard sits
-out, and the names on the other shards keep voting. No command adds work to a standalone node's path:
-the routing is this class's own ``send*`` methods.
+shard's (``_cluster_face.py``). Each primary's clock guard and eviction watch (``_health/_shard_health.py``,
+through :attr:`shard_clock` and :attr:`shard_identified`) hold that primary out the same way. So a failed-over
+shard sits out, and the names on the other shards keep voting. Scripts go as their ``SPUBLISH`` twins
+(``_cluster_scripts.py``). No command adds work to a standalone node's path: the routing is this class's own
+``send*`` methods.
 """
 
 from __future__ import annotations
