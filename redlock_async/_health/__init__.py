@@ -10,6 +10,7 @@ from redlock_async._health._clock_guard import ClockGuard
 from redlock_async._health._evictions import EVICTED, EvictionWatch, evicted_keys, floored
 from redlock_async._health._fence_repair import raise_counters
 from redlock_async._health._quarantine import Quarantine
+from redlock_async._health._shard_health import ShardHealth
 from redlock_async._health._shards import ShardQuarantine
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "ClockGuard",
     "EvictionWatch",
     "Quarantine",
+    "ShardHealth",
     "ShardQuarantine",
     "evicted_keys",
     "floored",

@@ -200,9 +200,9 @@ class ShardQuarantine:
         if timer is not None:
             timer.cancel()
         if seconds <= 0:
-            shard.quarantined_until = 0.0
+            shard.quarantined_until = shard.clock_held_until  # its clock's or its evictions' hold stands
             return
-        shard.quarantined_until = _clock.now() + seconds
+        shard.quarantined_until = max(_clock.now() + seconds, shard.clock_held_until)
         shard.quarantine_reason = why or "no marker: it lost its data, or is new (the other shards are not judged yet)"
         if why:  # (else met without marker: decided once every primary answered)
             log.log(
@@ -212,7 +212,7 @@ class ShardQuarantine:
 
     def _served(self, i: int, shard: Node, run_id: bytes | None) -> None:
         self._voters[i].timers.pop(shard, None)
-        shard.quarantined_until = 0.0
+        shard.quarantined_until = shard.clock_held_until
         log.log(self._warning, "redlock shard %s: quarantine over, counts again", shard.name)
         self._mark(i, shard, run_id)
 

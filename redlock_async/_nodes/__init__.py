@@ -9,6 +9,7 @@ from redlock_async._nodes._cluster_voter import ClusterVoter
 from redlock_async._nodes._endpoint import Endpoint, endpoints_for
 from redlock_async._nodes._handshake import info_fields
 from redlock_async._nodes._node import Node
+from redlock_async._nodes._pubsub import ClusterSubscriber, messages
 from redlock_async._nodes._replicas import replicated_outbox, wait_ms
 from redlock_async._nodes._sentinel_voter import SwitchWatch
 from redlock_async._nodes._slots import key_slot, tag_for
@@ -29,6 +30,7 @@ from redlock_async._nodes._wire import (
 
 __all__ = [
     "IGNORED",
+    "ClusterSubscriber",
     "ClusterVoter",
     "Endpoint",
     "Failure",
@@ -43,6 +45,7 @@ __all__ = [
     "endpoints_for",
     "info_fields",
     "key_slot",
+    "messages",
     "pack",
     "pack_script",
     "replicated_outbox",

@@ -27,19 +27,20 @@ class MapError(ConnectionError):
     """No seed said the slot map; the text says what each one did (no password in it)."""
 
 
-async def ask_seeds(endpoint: Endpoint, timeout: float) -> Ranges:
-    """The slot map as the first seed of *endpoint* to answer says it."""
+async def ask_seeds(endpoint: Endpoint, timeout: float) -> tuple[Ranges, bool]:
+    """The slot map as the first seed of *endpoint* to answer says it, and whether it said it to ``CLUSTER
+    SHARDS`` (a server 7.0+, which has sharded pub/sub)."""
     asks = [asyncio.ensure_future(_ask(endpoint, host, port, timeout)) for host, port in endpoint.seeds]
     said: list[str] = []
     try:
         for next_answer in asyncio.as_completed(asks):
             try:
-                ranges = await next_answer
+                ranges, sharded = await next_answer
             except (OSError, MapError, ssl.SSLError, ValueError, TimeoutError, hiredis.ProtocolError) as exc:
                 said.append(str(exc) or type(exc).__name__)
                 continue
             if ranges:
-                return ranges
+                return ranges, sharded
             said.append("a seed serves no slot")
     finally:
         for ask in asks:
@@ -49,7 +50,7 @@ async def ask_seeds(endpoint: Endpoint, timeout: float) -> Ranges:
     raise MapError(f"no seed of the Cluster said its slot map: {'; '.join(said)}")
 
 
-async def _ask(endpoint: Endpoint, host: str, port: int, timeout: float) -> Ranges:
+async def _ask(endpoint: Endpoint, host: str, port: int, timeout: float) -> tuple[Ranges, bool]:
     name = f"{host}:{port}"
     async with asyncio.timeout(timeout):
         try:
@@ -72,9 +73,9 @@ async def _ask(endpoint: Endpoint, host: str, port: int, timeout: float) -> Rang
         raise MapError(f"seed {name}: AUTH refused ({replies[0]})")
     shards, slots = replies[-2], replies[-1]
     if not isinstance(shards, hiredis.ReplyError):
-        return shards_ranges(shards, host)
+        return shards_ranges(shards, host), True
     if not isinstance(slots, hiredis.ReplyError):
-        return slots_ranges(slots, host)
+        return slots_ranges(slots, host), False
     raise MapError(f"seed {name}: {slots}")
 
 
@@ -85,15 +86,15 @@ async def _replies(reader: asyncio.StreamReader, count: int, name: str) -> list[
     return replies
 
 
-async def ask_primaries(primaries: list[Node], timeout: float) -> Ranges | None:
+async def ask_primaries(primaries: list[Node], timeout: float) -> tuple[Ranges, bool] | None:
     """The map as the first of *primaries* (connected shard primaries) to answer says it, within *timeout*
     (a paused primary is passed over); None when none did."""
     asks = [asyncio.ensure_future(_ask_one(shard)) for shard in primaries]
     try:
         for next_answer in asyncio.as_completed(asks, timeout=timeout):
-            ranges = await next_answer
-            if ranges:
-                return ranges
+            answer = await next_answer
+            if answer is not None and answer[0]:
+                return answer
     except TimeoutError:
         return None
     finally:
@@ -102,14 +103,14 @@ async def ask_primaries(primaries: list[Node], timeout: float) -> Ranges | None:
     return None
 
 
-async def _ask_one(shard: Node) -> Ranges | None:
+async def _ask_one(shard: Node) -> tuple[Ranges, bool] | None:
     host = shard.endpoint.host or "localhost"
     shards, slots = shard.outbox.send(b"CLUSTER", b"SHARDS"), shard.outbox.send(b"CLUSTER", b"SLOTS")
     reply = await shards
     if not isinstance(reply, Failure):
-        return shards_ranges(reply, host)
+        return shards_ranges(reply, host), True
     reply = await slots
-    return None if isinstance(reply, Failure) else slots_ranges(reply, host)
+    return None if isinstance(reply, Failure) else (slots_ranges(reply, host), False)
 
 
 async def replication_ids(primaries: list[Node], timeout: float) -> dict[Node, bytes]:

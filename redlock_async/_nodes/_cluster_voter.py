@@ -22,9 +22,11 @@ A shard primary is judged as a standalone node is on each new connection: the vo
 (the Redlock's shard quarantine, ``_health/_shards.py``) probes it first thing, and sets its
 ``quarantined_until``. A vote counts the quarantine of the shard that answered it: this voter's
 :attr:`quarantined_until` is read by the ballot right as the reply is delivered, and says the answering
-shard's (or the voter's own, when the clock guard or an eviction set one). So a failed-over shard sits
-out, and the names on the other shards keep voting. No command adds work to a standalone node's path:
-the routing is this class's own ``send*`` methods.
+shard's (``_cluster_face.py``). Each primary's clock guard and eviction watch (``_health/_shard_health.py``,
+through :attr:`shard_clock` and :attr:`shard_identified`) hold that primary out the same way. So a failed-over
+shard sits out, and the names on the other shards keep voting. Scripts go as their ``SPUBLISH`` twins
+(``_cluster_scripts.py``). No command adds work to a standalone node's path: the routing is this class's own
+``send*`` methods.
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ from typing import Any
 
 from redlock_async._core import Vote
 from redlock_async._core import clock as _clock
+from redlock_async._nodes._cluster_face import ShardJudged
 from redlock_async._nodes._cluster_map import MapError, ask_primaries, ask_seeds, replication_ids
+from redlock_async._nodes._cluster_routing import Gather, Routed, drop, shard_endpoint
+from redlock_async._nodes._cluster_scripts import sharded, sharded_packed
 from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._handshake import info_fields
 from redlock_async._nodes._node import Node
@@ -47,7 +52,6 @@ from redlock_async._nodes._slots import (
     Address,
     Ranges,
     key_slot,
-    redirect,
     slot_of,
 )
 from redlock_async._nodes._wire import (
@@ -65,102 +69,11 @@ from redlock_async._scripts import Script
 
 log = logging.getLogger("redlock_async._node")
 
-MAX_HOPS = 3
-"""Redirections (``MOVED``, ``ASK``) one command follows before it counts as the voter's timeout."""
-
 REFRESH = 5.0
 """Seconds after which the slot map is read again at the next command (it is also read after a ``MOVED``)."""
 
-_BUSY = ("TRYAGAIN", "CLUSTERDOWN")
 
-CROSSSLOT_HINT = (
-    " (a Cluster voter runs a script only when all its keys are in one slot: the grant queue, fencing,"
-    " lock_many, semaphores and read/write locks need a name whose keys share one, such as a name with a"
-    " hash tag, '{orders}:42'; or use queue=False without fencing)"
-)
-
-
-class _Routed:
-    """The receiver of one routed command: follows ``MOVED``/``ASK``, turns ``TRYAGAIN``/``CLUSTERDOWN``
-    into a timeout, and hands every other reply on, with the voter's quarantine read as the answering
-    shard's."""
-
-    __slots__ = ("fallback", "hops", "index", "limited", "packed", "receiver", "shard", "voter")
-
-    def __init__(
-        self,
-        voter: ClusterVoter,
-        receiver: Receiver,
-        index: int,
-        packed: bytes,
-        limited: bool,
-        fallback: Fallback,
-        shard: Node,
-    ) -> None:
-        self.voter, self.receiver, self.index, self.packed = voter, receiver, index, packed
-        self.limited, self.fallback, self.shard, self.hops = limited, fallback, shard, 0
-
-    def deliver(self, index: int, reply: Reply, /) -> None:
-        if type(reply) is Failure and reply.answered:
-            detail = reply.detail
-            moved = redirect(detail)
-            if moved is not None:
-                if self.hops < MAX_HOPS:
-                    self.hops += 1
-                    self.voter.redirected(self, *moved)
-                    return
-                reply = Failure(Vote.TIMEOUT, f"redirected more than {MAX_HOPS} times ({detail}): slots moving")
-            elif detail.startswith(_BUSY):
-                reply = Failure(Vote.TIMEOUT, f"the shard cannot serve now ({detail})")
-            elif detail.startswith("CROSSSLOT"):
-                reply = Failure(Vote.ERROR, detail + CROSSSLOT_HINT, answered=True)
-        voter = self.voter
-        voter.answering = self.shard
-        try:
-            self.receiver.deliver(self.index, reply)
-        finally:
-            voter.answering = None
-
-
-def _judging(answering: Node | None, serving: set[Node]) -> Node | None:
-    """The shard whose quarantine is a voter's now: the one whose reply is being delivered (a ballot counts a
-    vote as it is delivered), else, read at any other time (a grant queue's claim deciding later,
-    statistics), the one that sits out longest: nothing that counts later may count a yes of a shard that
-    sits out."""
-    if answering is None and serving:
-        return max(serving, key=_until)
-    return answering
-
-
-def _until(shard: Node) -> float:
-    return shard.quarantined_until
-
-
-def _drop(shard: Node) -> None:
-    """Drop *shard*'s connection (heard as any other end: the next use reconnects, and is probed first)."""
-    transport = shard.outbox.transport
-    if transport is not None:
-        transport.abort()
-
-
-class _Gather:
-    """The receiver of the GETs an MGET of keys in several slots is read as: one list, or the first failure."""
-
-    __slots__ = ("_future", "_left", "_replies")
-
-    def __init__(self, future: asyncio.Future[Reply], count: int) -> None:
-        self._future, self._left, self._replies = future, count, [None] * count
-
-    def deliver(self, index: int, reply: Reply, /) -> None:
-        self._replies[index] = reply
-        self._left -= 1
-        if self._left or self._future.done():
-            return
-        failed = next((one for one in self._replies if isinstance(one, Failure)), None)
-        self._future.set_result(failed if failed is not None else list(self._replies))
-
-
-class ClusterVoter(Node):
+class ClusterVoter(ShardJudged):
     """One voter: a Redis Cluster whose shard primaries each vote for the names of their slots."""
 
     def __init__(
@@ -175,13 +88,15 @@ class ClusterVoter(Node):
     ) -> None:
         self._held_until = 0.0
         self._held_reason = ""
+        self._clock_until = 0.0
+        self._eviction = ""
         self.answering: Node | None = None
         """The shard primary whose reply is being delivered (its quarantine is this voter's meanwhile), or
         the one :meth:`judged_by` named; None otherwise."""
         super().__init__(endpoint, on_fault=on_fault, warn=False, **shard_settings)
         self._settings = shard_settings
         self._ask_within = float(shard_settings.get("connect_timeout", 1.0)) * 2
-        self._scripts_all = scripts
+        self._scripts_all = tuple(sharded(script) for script in scripts)  # SPUBLISH for PUBLISH (the map says)
         self._shard_ready = shard_ready
         self._shard_unreachable = shard_unreachable
         self._on_shard_fault = on_fault
@@ -201,6 +116,16 @@ class ClusterVoter(Node):
         """Why the slot map could not be read, the last time it could not."""
         self.refreshes = 0
         """How many times the slot map was read."""
+        self.sharded = True
+        """The hand-off words use sharded pub/sub: the map was read with ``CLUSTER SHARDS`` (servers 7.0+, which
+        have ``SPUBLISH``); False after ``CLUSTER SLOTS`` answered instead (plain ``PUBLISH``, which every node
+        carries)."""
+        self.shard_identified: Callable[[Node], None] | None = None
+        """Told of each shard primary's handshake (the Redlock's eviction watch of that shard)."""
+        self.shard_clock: Callable[[Node], Receiver] | None = None
+        """The receiver of a ``TIME`` read on a shard primary right before a vote (that shard's clock guard)."""
+        self.map_read: list[Callable[[], None]] = []
+        """Called after each reading of the slot map (the voter's subscriber moves the channels whose slot moved)."""
         self.send = self._send
         self.send_packed = self._send_packed
         self.send_timed = self._send_timed
@@ -210,37 +135,6 @@ class ClusterVoter(Node):
 
     def __repr__(self) -> str:
         return f"<ClusterVoter {self.name} shards={len(set(self.owners) - {None})}>"
-
-    # -- the quarantine as the ballot reads it ------------------------------
-
-    @property
-    def quarantined_until(self) -> float:
-        shard = _judging(self.answering, self._serving)
-        own = self._held_until
-        if shard is None:
-            return own
-        theirs = shard.quarantined_until
-        return theirs if theirs > own else own
-
-    @quarantined_until.setter
-    def quarantined_until(self, until: float) -> None:
-        self._held_until = until  # the voter's own (the clock guard's, an eviction's)
-
-    @property
-    def quarantine_reason(self) -> str:
-        shard = _judging(self.answering, self._serving)
-        if shard is not None and shard.quarantined_until > self._held_until:
-            return f"shard {shard.name}: {shard.quarantine_reason}"
-        return self._held_reason
-
-    @quarantine_reason.setter
-    def quarantine_reason(self, reason: str) -> None:
-        self._held_reason = reason
-
-    def judged_by(self, key: bytes) -> None:
-        """Read :attr:`quarantined_until` as the quarantine of the primary serving *key* (until the next reply
-        is delivered: inspection, which reads one name's keys)."""
-        self.answering = self.owners[key_slot(key)] or self.answering
 
     @property
     def connected(self) -> bool:
@@ -279,7 +173,9 @@ class ClusterVoter(Node):
         except ValueError:
             return self._first_slot.get(shard)
 
-    def _route(self, receiver: Receiver, index: int, packed: bytes, limited: bool, fallback: Fallback) -> None:
+    def _route(
+        self, receiver: Receiver, index: int, packed: bytes, limited: bool, fallback: Fallback, timed: bool = False
+    ) -> None:
         shard = self.shard_for(slot_of(packed))
         if shard is None:
             # No vote without a primary judged by the shard quarantine: nothing is sent before the map is read.
@@ -287,8 +183,13 @@ class ClusterVoter(Node):
             why = self.map_error or "its slot map is not read yet"
             receiver.deliver(index, Failure(Vote.SKIPPED, f"Cluster voter: {why}"))
             return
-        routed = _Routed(self, receiver, index, packed, limited, fallback, shard)
-        shard.send_packed(routed, index, packed, limited=limited, fallback=fallback)
+        if self.sharded:
+            packed, fallback = sharded_packed(packed, fallback)
+        routed = Routed(self, receiver, index, packed, limited, fallback, shard)
+        if timed and self.shard_clock is not None:  # the shard's clock read right before its vote
+            shard.send_timed(self.shard_clock(shard), routed, index, packed, limited=limited, fallback=fallback)
+        else:
+            shard.send_packed(routed, index, packed, limited=limited, fallback=fallback)
 
     def _send_packed(
         self, receiver: Receiver, index: int, packed: bytes, *, limited: bool = False, fallback: Fallback = None
@@ -305,9 +206,9 @@ class ClusterVoter(Node):
         limited: bool = False,
         fallback: Fallback = None,
     ) -> None:
-        # No TIME: the clock guard compares two readings of one server's clock, and a voter's commands go to
-        # several servers (each one's clock against another's would look like jumps).
-        self._route(receiver, index, packed, limited, fallback)
+        # Not the voter's clock guard (*clock*): its readings would compare several servers' clocks. Each shard
+        # primary's own guard reads that primary's TIME (``_health/_shard_health.py``).
+        self._route(receiver, index, packed, limited, fallback, timed=True)
 
     def _send(
         self, *args: bytes | str | int, limited: bool = False, fallback: Fallback = None
@@ -315,7 +216,7 @@ class ClusterVoter(Node):
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         if args[0] == b"MGET" and len({key_slot(key) for key in args[1:] if isinstance(key, bytes)}) > 1:
             # Keys of several slots (inspection's reads): read one by one, not atomically, and put together.
-            gather = _Gather(fut, len(args) - 1)
+            gather = Gather(fut, len(args) - 1)
             for index, key in enumerate(args[1:]):
                 self._route(gather, index, pack((b"GET", key)), limited, None)
             return fut
@@ -337,7 +238,7 @@ class ClusterVoter(Node):
         for shard in self.shards.values():
             shard.uncork()
 
-    def redirected(self, routed: _Routed, kind: str, slot: int, address: Address) -> None:
+    def redirected(self, routed: Routed, kind: str, slot: int, address: Address) -> None:
         """A shard answered ``MOVED`` or ``ASK``: send the command where it says (``ASK``: once, behind
         ``ASKING``; ``MOVED``: the slot is that node's from now on, and the map is read again soon)."""
         shard = self._shard(address, slot)
@@ -345,7 +246,7 @@ class ClusterVoter(Node):
             self.owners[slot] = shard
             if shard not in self._serving:
                 self._serving.add(shard)
-                _drop(shard)  # a node that served nothing (demoted, or new) is judged again before its votes
+                drop(shard)  # a node that served nothing (demoted, or new) is judged again before its votes
             self.refresh_soon()
         routed.shard = shard
         if kind == "MOVED":
@@ -359,19 +260,11 @@ class ClusterVoter(Node):
     def _shard(self, address: Address, slot: int) -> Node:
         shard = self.shards.get(address)
         if shard is None:
-            host, port = address
-            endpoint = replace(
-                self.endpoint,
-                name=f"{host}:{port}" if ":" not in host else f"[{host}]:{port}",
-                host=host,
-                port=port,
-                seeds=(),
-                server_hostname=host if self.endpoint.tls is not None else None,
-            )
             shard = self.shards[address] = Node(
-                endpoint,
+                shard_endpoint(self.endpoint, address),
                 scripts=self._scripts_all,
                 on_ready=self._shard_connected,
+                on_identified=self._identified,
                 on_unreachable=self._lost_shard,
                 on_fault=self._on_shard_fault,
                 **self._settings,
@@ -380,6 +273,11 @@ class ClusterVoter(Node):
             if self.owners[slot] is not None:
                 self.newcomers.add(shard)
         return shard
+
+    def _identified(self, shard: Node) -> str | None:
+        if self.shard_identified is not None:
+            self.shard_identified(shard)
+        return None  # (never refused: a shard's primary is the map's)
 
     def _shard_connected(self, shard: Node) -> None:
         """A new connection to *shard*: its replication id read first (what a later change is seen against),
@@ -415,26 +313,29 @@ class ClusterVoter(Node):
         now on; False when no node answered (:attr:`map_error` says why)."""
         self._stale_at = _clock.now() + REFRESH
         connected = [shard for shard in self.shards.values() if shard.connected]
-        ranges = await ask_primaries(connected, self._ask_within)
-        if not ranges:
+        answer = await ask_primaries(connected, self._ask_within)
+        if answer is None:
             seeds = tuple(dict.fromkeys((*self.endpoint.seeds, *self.shards)))
             try:
-                ranges = await ask_seeds(replace(self.endpoint, seeds=seeds), self._ask_within)
+                answer = await ask_seeds(replace(self.endpoint, seeds=seeds), self._ask_within)
             except MapError as exc:
                 if not self.map_error:  # once per outage
                     log.warning("redlock node %s: cannot read the slot map: %s", self.name, exc)
                 self.map_error = str(exc)
                 return False
         self.map_error = ""
+        ranges, self.sharded = answer
         self._apply(ranges)
         self.refreshes += 1
+        for told in tuple(self.map_read):
+            told()
         # A primary whose replication id changed on the same connection was a replica meanwhile (demoted,
         # then promoted back): its data was replaced; its connection is dropped and the next one judged.
         ids = await replication_ids([shard for shard in self._serving if shard.connected], self._ask_within)
         for shard, replid in ids.items():
             if self._replids.get(shard, replid) != replid:
                 del self._replids[shard]
-                _drop(shard)
+                drop(shard)
         return True
 
     async def _keep_fresh(self) -> None:
@@ -456,7 +357,7 @@ class ClusterVoter(Node):
         # judged by the shard quarantine (a replica's data replaced its own) before any vote of it counts.
         for shard in serving.symmetric_difference(self._serving):
             if shard in self._serving or self.refreshes:
-                _drop(shard)
+                drop(shard)
         self._serving = serving
 
     # -- lifecycle ----------------------------------------------------------

@@ -68,7 +68,7 @@ class Node:
         stall_after: float,
         connect_timeout: float,
         reconnect_delay: float,
-        on_message: Callable[[list[bytes]], None] | None = None,
+        on_message: Callable[[list[bytes]], bool] | None = None,
         on_connect: Callable[[Node], None] | None = None,
         on_ready: Callable[[Node], None] | None = None,
         on_identified: Callable[[Node], str | None] | None = None,
@@ -106,7 +106,7 @@ class Node:
         self._on_fault = on_fault
         self.fault: BaseException | None = None
         """An unexpected exception of this node's task: the node is out of service for good."""
-        # A subscriber: pub/sub messages go to on_message (they answer no command); on_connect re-subscribes.
+        # A subscriber: each list read goes to on_message, True when a message (no reply); on_connect re-subscribes.
         self._on_message, self._on_connect = on_message, on_connect
         self._scripts = scripts
         self.load = NodeLoad(max_unanswered=max_unanswered, stall_after=stall_after, max_rto=max_rto)
@@ -354,9 +354,8 @@ class Node:
                 break
             if type(reply) is _ReplyError:
                 reply = error_reply(str(reply))
-            elif on_message is not None and type(reply) is list and reply and reply[0] == b"message":
-                on_message(reply)
-                continue
+            elif on_message is not None and type(reply) is list and reply and on_message(reply):
+                continue  # a message (it answers no command)
             if not inflight:
                 self._broken(ConnectionError("a reply came with no command waiting for it"))
                 return

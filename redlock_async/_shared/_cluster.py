@@ -214,6 +214,31 @@ class Cluster:
             if owners is None or not slots or any(owners[slot] in (shard, None) for slot in slots):
                 lock.node_lost(i, why)
 
+    def shard_clock_fault(self, i: int, shard: Node, fault: ClockFault, size: float, words: str) -> None:
+        """A shard primary of Cluster voter *i* whose clock faulted (a new episode; its guard warned): one found
+        ahead sits out and is lost at once to every lock whose name it serves; an event."""
+        if fault is ClockFault.AHEAD:
+            self.shard_replaced(i, shard, words)
+        self._tell(
+            LockEvent(
+                EventKind.CLOCK, "", reason=words, clock_fault=fault.value, clock_jump=size, nodes=(self.names[i],)
+            )
+        )
+
+    def shard_evicted(self, i: int, shard: Node, words: str, new: bool) -> None:
+        """A shard primary of Cluster voter *i* evicted keys (it sits out): lost at once to every lock whose name
+        it serves; for a *new* episode, an event."""
+        self.shard_replaced(i, shard, words)
+        if new:
+            self._tell(LockEvent(EventKind.EVICTED, "", reason=words, nodes=(self.names[i],)))
+
+    def _tell(self, event: LockEvent) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:
+                log.exception("redlock node %s: on_event callback failed", event.nodes[0])
+
     def failed(self, exc: BaseException) -> None:
         """A background task failed unexpectedly (logged there): every call from now on says so, and
         acquires waiting for their next try look now (they raise), not after their retry delay."""

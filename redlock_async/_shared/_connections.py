@@ -18,14 +18,16 @@ from typing import Any
 from redis.asyncio import Redis
 
 from redlock_async._core import MIN_TTL_TO_NODE_TIMEOUT, Settings, Vote, complete, one_slot_voters, quorum
-from redlock_async._health import ClockGuard, EvictionWatch, Quarantine, ShardQuarantine, raise_counters
+from redlock_async._health import ClockGuard, EvictionWatch, Quarantine, ShardHealth, ShardQuarantine, raise_counters
 from redlock_async._nodes import (
+    ClusterSubscriber,
     ClusterVoter,
     Failure,
     Node,
     Reply,
     SwitchWatch,
     endpoints_for,
+    messages,
     replicated_outbox,
     server_error,
     wait_ms,
@@ -137,10 +139,16 @@ class Connections:
                     **voting,
                 )
             )
+            hear = functools.partial(listener.on_message, node=index)
+            voter = built[-1]
             subscribers.append(
-                Node(
+                ClusterSubscriber(  # sharded pub/sub: each channel on the primary of its slot
+                    voter, on_message=hear, on_connect=listener.on_connect, on_fault=failed, settings=node_settings
+                )
+                if isinstance(voter, ClusterVoter)
+                else Node(
                     endpoint,
-                    on_message=functools.partial(listener.on_message, node=index),
+                    on_message=messages(hear),
                     on_connect=listener.on_connect,
                     on_fault=failed,
                     warn=False,  # the node's own connection (above) says it cannot connect, once
@@ -192,6 +200,16 @@ class Connections:
         cluster.first_use = self._first_use  # until connect()'s checks passed
         if settings.clock_guard:
             cluster.clock = ClockGuard(self.nodes, settings.drift_factor, cluster.longest_lease, cluster.clock_fault)
+        # A Cluster voter's shard primaries: a clock guard and an eviction watch each (that shard alone sits out).
+        self._shard_health = ShardHealth(
+            voters,
+            drift_factor=settings.drift_factor,
+            period=cluster.quarantine_period,
+            longest_lease=cluster.longest_lease,
+            clock_guard=settings.clock_guard,
+            on_clock=cluster.shard_clock_fault,
+            on_evicted=cluster.shard_evicted,
+        )
         # Read-only connections, opened on first inspect(), judging the restart quarantine as the locks do.
         # A node the clock guard holds out (its clock jumped ahead) rules out no holder there either.
         self.inspector = Inspector(endpoints, settings, cluster.quarantine_period, self._clock_held)

@@ -12,13 +12,13 @@ Waiters of a channel wait in order, in a :class:`~redlock_async._core._lot.Parki
 release heard from a majority wakes only the oldest waiter, and further
 messages for that channel (the same release, published by the other nodes)
 are ignored until it has tried: no stampede, and no split votes between
-waiters of the same Redlock. Notifications can be lost
-(a node restarts, a connection drops, a lease expires instead of being
-released), so every wait also ends after a bounded, jittered delay.
+waiters of the same Redlock. Notifications can be lost (a node restarts, a connection drops, a lease
+expires instead of being released), so every wait also ends after a bounded, jittered delay.
 
-A release publishes its word only where someone may hear it (``QUEUE_LEAVE``): a subscriber first
-sets the channel's listening mark on every node (:class:`Marks`) on the command connection, ahead of
-its next look at the key: a release after that look publishes, and one before it is seen by the look.
+A release publishes its word only where someone may hear it (``QUEUE_LEAVE``): a subscriber first sets the
+channel's listening mark on every node (:class:`Marks`) on the command connection, ahead of its next look at the
+key: a release after that look publishes, and one before it is seen by the look. (On a Cluster voter, the words
+go by sharded pub/sub: ``_nodes/_pubsub.py``.)
 """
 
 from __future__ import annotations
@@ -46,9 +46,7 @@ class Taker(NamedTuple):
     """Give back a round sent for it that its waiter will never count."""
 
 
-YIELD_ROUND_TRIPS = 4
-YIELD_MIN = 0.005
-YIELD_MAX = 0.02
+YIELD_ROUND_TRIPS, YIELD_MIN, YIELD_MAX = 4, 0.005, 0.02
 """The grace a chain's last release gives other processes' waiters: a few round trips, 5-20 ms."""
 
 LINGER = 1.0
@@ -492,9 +490,11 @@ class Listener:
             self._subscribe(node, channel)  # the claims on it enter again once it ran: words were lost meanwhile
 
     def remembered(self) -> int:
-        """How many channels have release words counted short of a majority (read-only, for tests).
-
-        Only channels a waiter of this Redlock listens on are remembered, and each is
-        forgotten when its last waiter leaves: the memory does not grow with every name.
-        """
+        """How many channels have release words counted short of a majority (for tests): only those a waiter of
+        this Redlock listens on, each forgotten when its last waiter leaves (no growth with every name)."""
         return len(self._heard)
+
+    def parked(self, channel: bytes) -> bool:
+        """True when the oldest waiter of *channel* awaits a word now, not between two looks (for tests)."""
+        state = self._state(channel)
+        return state is not None and (first := state.line.first()) is not None and state.line.parked(first)
