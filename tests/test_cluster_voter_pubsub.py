@@ -228,6 +228,11 @@ def test_every_publishing_script_has_a_sharded_twin_and_only_the_digest_changes(
     swapped, fallback = sharded_packed(packed, (RELEASE, keys, args))
     assert swapped == pack_script(sharded(RELEASE), keys, args)
     assert fallback == (sharded(RELEASE), keys, args)
+    # A word said alone (a give-back's release word, a leader's announcement) goes by SPUBLISH too.
+    assert sharded_packed(pack((b"PUBLISH", b"redlock:x", b"1")), None) == (
+        pack((b"SPUBLISH", b"redlock:x", b"1")),
+        None,
+    )
     # Anything else goes as it is.
     assert sharded_packed(pack((b"GET", b"k")), None) == (pack((b"GET", b"k")), None)
     quiet = next(script for script in SCRIPTS if b"PUBLISH" not in script.source)

@@ -32,8 +32,16 @@ TWINS: dict[bytes, Script] = {sha: twin for sha, twin in _every_script().items()
 """Each script that publishes, by its digest: its sharded twin."""
 
 
+_PUBLISH, _SPUBLISH = b"*3\r\n$7\r\nPUBLISH\r\n", b"*3\r\n$8\r\nSPUBLISH\r\n"
+
+
 def sharded_packed(packed: bytes, fallback: Fallback) -> tuple[bytes, Fallback]:
-    """An EVALSHA packed for any node, and its fallback, as a Cluster voter sends them: the sharded twin's."""
+    """A command packed for any node, and its fallback, as a Cluster voter sends them: an EVALSHA of a script
+    that publishes, the sharded twin's; a ``PUBLISH`` (a release word said alone, a leader's announcement),
+    ``SPUBLISH`` on the same channel, so that it goes to the primary serving the channel's slot and reaches the
+    waiters and observers subscribed there with ``SSUBSCRIBE``."""
+    if packed.startswith(_PUBLISH):
+        return _SPUBLISH + packed[len(_PUBLISH) :], fallback
     start = packed.find(b"\r\n") + 2
     if not packed.startswith(_HEAD, start):
         return packed, fallback

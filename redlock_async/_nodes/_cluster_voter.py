@@ -176,6 +176,8 @@ class ClusterVoter(ShardJudged):
     def _route(
         self, receiver: Receiver, index: int, packed: bytes, limited: bool, fallback: Fallback, timed: bool = False
     ) -> None:
+        if self.sharded:  # SPUBLISH for PUBLISH, in a script or alone: routed to the channel's slot
+            packed, fallback = sharded_packed(packed, fallback)
         shard = self.shard_for(slot_of(packed))
         if shard is None:
             # No vote without a primary judged by the shard quarantine: nothing is sent before the map is read.
@@ -183,8 +185,6 @@ class ClusterVoter(ShardJudged):
             why = self.map_error or "its slot map is not read yet"
             receiver.deliver(index, Failure(Vote.SKIPPED, f"Cluster voter: {why}"))
             return
-        if self.sharded:
-            packed, fallback = sharded_packed(packed, fallback)
         routed = Routed(self, receiver, index, packed, limited, fallback, shard)
         if timed and self.shard_clock is not None:  # the shard's clock read right before its vote
             shard.send_timed(self.shard_clock(shard), routed, index, packed, limited=limited, fallback=fallback)
