@@ -39,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a Redlock setting")
     parser.add_argument("--duration", type=float, default=Config.duration, help="virtual seconds per schedule")
     parser.add_argument("--fault-rate", type=float, default=Config.fault_rate, help="faults per ttl, on average")
+    parser.add_argument(
+        "--jitter", type=float, default=Config.jitter, help="share of messages 10x the mean delay (default 0.02)"
+    )
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     parser.add_argument("--trace", action="store_true", help="print the run's trace (every command; with --seed)")
     return parser
@@ -97,6 +100,7 @@ def _config(args: argparse.Namespace, seed: int, faults: frozenset[str]) -> Conf
         settings=_settings(args.set),
         duration=args.duration,
         fault_rate=args.fault_rate,
+        jitter=args.jitter,
     )
 
 
@@ -109,6 +113,8 @@ def replay_command(config: Config, seed: int) -> str:
         words += ["--duration", f"{config.duration:g}"]
     if config.fault_rate != Config.fault_rate:
         words += ["--fault-rate", f"{config.fault_rate:g}"]
+    if config.jitter != Config.jitter:
+        words += ["--jitter", f"{config.jitter:g}"]
     return shlex.join([*words, "--trace"])
 
 
@@ -127,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.workload != "all" and args.workload not in WORKLOADS:
         _refuse(f"--workload {args.workload!r}: choose one of {', '.join(_ORDER)}, or all")
+    if not 0.0 <= args.jitter <= 1.0:
+        _refuse(f"--jitter {args.jitter:g}: a share of the messages, from 0 to 1 (as 0.3)")
     faults = _faults(args.faults)
     _check_settings(_settings(args.set))
     violations: list[dict[str, Any]] = []

@@ -26,12 +26,17 @@ class Config:
     ttl: float = 1.0
     fault_rate: float = 1.0
     """Faults per ttl, on average."""
+    jitter: float = 0.02
+    """The share of messages that take ten times the mean delay (a network's tail): at 0.3, a waiter's ``SET`` s
+    often overtake a release on a minority of the nodes, and grants land on a bare majority."""
     settings: tuple[tuple[str, Any], ...] = ()
     """Redlock settings for every client (``--set NAME=VALUE``)."""
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOAD_NAMES:
             raise ValueError(f"workload {self.workload!r}: choose one of {', '.join(WORKLOAD_NAMES)}")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ValueError(f"jitter {self.jitter}: a share of the messages, from 0 to 1")
         unknown = sorted(set(self.faults) - set(FAULTS))
         if unknown:
             raise ValueError(f"faults {', '.join(unknown)}: choose among {', '.join(FAULTS)}")

@@ -148,10 +148,6 @@ class Board:
         # Redlocks of one process on the same nodes share their waiters' lines, and clients must not.
         urls = [url.replace(".sim:", f".{client.name}.sim:") for url in self.urls]
         await asyncio.sleep(self.rng.uniform(0.0, 0.005))  # processes started together start a little apart
-        if self.config.workload in ("lock", "fenced") and client.name not in ("c0", "c1"):
-            # The fresh cluster is met by the two racers alone (free_try: with a third client meeting it at
-            # once, both racers' tries can be refused: docs/safety.md, "Found in today's code").
-            await asyncio.sleep(self.config.ttl / 2)
         async with Redlock(urls, on_event=on_event, **self.settings) as redlock:
             workers = [work(self, client, redlock, k) for k in range(self.tasks)]
             await asyncio.gather(*workers)
@@ -206,28 +202,35 @@ class Board:
         *,
         shared: bool = False,
         brief: bool = False,
+        also: tuple[str, ...] = (),
     ) -> None:
         """The critical section: work in a few slices (*brief*: one, within a quarter ttl: a lease with no
-        watchdog), the lease's end noted after each."""
+        watchdog), the lease's end noted after each. *also*: the other names of one lease (``lock_many``),
+        held as long."""
         now = self.loop.now
-        if attempt is not None:
-            if attempt.granted is None:
-                attempt.granted = now
-            self.grants.setdefault(resource, []).append((now, client.name, attempt.start))
+        sections = []
         token = str(holder.token or "?")
-        section = Open(client.name, resource, token, holder.fencing_token, now, now + holder.validity, shared)
-        self.open.setdefault(client.name, []).append(section)
-        if self.loop.verbose:
-            self.loop.log(f"enter {client.name} {resource} {token[:6]} f={section.fencing}", detail=True)
-        self.count("sections")
+        for name in (resource, *also):
+            if attempt is not None:
+                if attempt.granted is None:
+                    attempt.granted = now
+                self.grants.setdefault(name, []).append((now, client.name, attempt.start))
+            section = Open(client.name, name, token, holder.fencing_token, now, now + holder.validity, shared)
+            self.open.setdefault(client.name, []).append(section)
+            sections.append(section)
+            if self.loop.verbose:
+                self.loop.log(f"enter {client.name} {name} {token[:6]} f={section.fencing}", detail=True)
+            self.count("sections")
         rate = {"short": 50.0, "normal": 4.0, "long": 1.0}[self.pace] / self.config.ttl
         try:
             for _ in range(1 if brief else self.rng.randint(1, 4) + (2 if self.pace == "long" else 0)):
                 await asyncio.sleep(self.rng.uniform(0.0, self.config.ttl / 4) if brief else self.rng.expovariate(rate))
                 if holder.validity > 0:
-                    section.valid_until = self.loop.now + holder.validity
+                    for section in sections:
+                        section.valid_until = self.loop.now + holder.validity
         finally:
-            self.close(section)
+            for section in sections:
+                self.close(section)
 
     def close(self, section: Open) -> None:
         sections = self.open.get(section.client, [])
@@ -377,7 +380,7 @@ async def many_worker(board: Board, client: SimClient, redlock: Redlock, k: int)
             if lock is None:
                 lock = redlock.lock_many(names, acquire_timeout=timeout)
             async with lock:
-                await asyncio.gather(*(board.hold(client, name, lock, attempt) for name in names))
+                await board.hold(client, names[0], lock, attempt, also=tuple(names[1:]))
 
         await board.guarded(client, k, step, tuple(names))
 
