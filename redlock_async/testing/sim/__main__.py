@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from redlock_async.testing.sim._config import FAULTS, Config
+from redlock_async.testing.sim._config import FAULTS, PACES, Config
 from redlock_async.testing.sim._run import Result, run
 from redlock_async.testing.sim._workloads import WORKLOADS
 
@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--jitter", type=float, default=Config.jitter, help="share of messages 10x the mean delay (default 0.02)"
     )
+    parser.add_argument(
+        "--lag", type=float, default=Config.lag, help="seconds more each way to two far nodes per client (default 0)"
+    )
+    parser.add_argument("--pace", default="", help=f"every run's pace: {', '.join(PACES)} (default: drawn per run)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     parser.add_argument("--trace", action="store_true", help="print the run's trace (every command; with --seed)")
     return parser
@@ -101,6 +105,8 @@ def _config(args: argparse.Namespace, seed: int, faults: frozenset[str]) -> Conf
         duration=args.duration,
         fault_rate=args.fault_rate,
         jitter=args.jitter,
+        lag=args.lag,
+        pace=args.pace,
     )
 
 
@@ -115,6 +121,10 @@ def replay_command(config: Config, seed: int) -> str:
         words += ["--fault-rate", f"{config.fault_rate:g}"]
     if config.jitter != Config.jitter:
         words += ["--jitter", f"{config.jitter:g}"]
+    if config.pace:
+        words += ["--pace", config.pace]
+    if config.lag != Config.lag:
+        words += ["--lag", f"{config.lag:g}"]
     return shlex.join([*words, "--trace"])
 
 
@@ -135,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         _refuse(f"--workload {args.workload!r}: choose one of {', '.join(_ORDER)}, or all")
     if not 0.0 <= args.jitter <= 1.0:
         _refuse(f"--jitter {args.jitter:g}: a share of the messages, from 0 to 1 (as 0.3)")
+    if args.pace not in ("", *PACES):
+        _refuse(f"--pace {args.pace!r}: choose one of {', '.join(PACES)}")
+    if args.lag < 0:
+        _refuse(f"--lag {args.lag:g}: seconds, 0 or more (as 0.005)")
     faults = _faults(args.faults)
     _check_settings(_settings(args.set))
     violations: list[dict[str, Any]] = []

@@ -47,7 +47,7 @@ def run(seed: int, config: Config, *, verbose: bool = False) -> Result:
     rng = random.Random(seed)
     loop = SimLoop(random.Random(rng.getrandbits(64)))
     loop.verbose = verbose
-    network = Network(loop, jitter=config.jitter)
+    network = Network(loop, jitter=config.jitter, lag=config.lag)
     nodes = []
     for i in range(config.nodes):
         node = SimNode(f"n{i}", loop.time, random.Random(rng.getrandbits(64)))

@@ -84,6 +84,7 @@ class Board:
         if "queue" not in self.settings and self.rng.random() < 0.3:
             self.settings["queue"] = False  # (a third of the runs: the hand-off by release words)
         self.pace = self.rng.choice(("normal", "normal", "short", "long"))
+        self.pace = config.pace or self.pace  # (drawn all the same: one seed, the same run after)
         """How long sections last: short ones with short pauses between tries (hand-over chains, fairness
         between clients), or long ones (extended several times: a holder that must keep its lock)."""
         short = self.pace == "short"
@@ -134,6 +135,12 @@ class Board:
         self.count(f"event.{kind}")
         if kind in ("acquired", "extended", "lost"):
             self.lock_events.append((kind, client, event.name or "", self.loop.now))
+            if kind == "acquired" and len(event.outcomes) == self.config.nodes:
+                # A grant some nodes refused (held elsewhere, failed, sitting out): on a bare majority if
+                # no more are taken at its extensions (docs/algorithm.md, "Regaining the free nodes").
+                refused = sum(o.vote.value not in ("yes", "pending") for o in event.outcomes)
+                if refused >= self.config.nodes - (self.config.nodes // 2 + 1):
+                    self.count("bare_grants")
         if self.loop.verbose:
             self.loop.log(f"{client} {event!r}", detail=True)
         if event.handoff:
