@@ -6,7 +6,8 @@ printed with the command that replays it, shrunk to the fewest kinds of fault th
     python -m redlock_async.testing.sim --minutes 2 --set clock_guard=false --faults clock
 
 Exit status 1 iff a violation was found (2: bad input). With ``--json`` the last line is one JSON object:
-``{"schedules", "violations": [{"seed", "kind", "replay"}], "coverage", "trace_digest", "seeds"}``.
+``{"schedules", "violations": [{"seed", "kind", "replay"}], "coverage", "trace_digest", "seeds", "per_core_minute",
+"client_minutes_per_core_minute"}`` (the last: virtual minutes of each client's locking run per minute of CPU).
 """
 
 from __future__ import annotations
@@ -180,9 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         if result.violations:
             _report(result, config, violations)
     cpu = max(time.process_time() - started, 1e-9)
+    covered = coverage.get("client_seconds", 0) / cpu  # virtual client-minutes per core-minute
     print(
         f"{schedules} schedules (seeds {first}..{last}) in {cpu:.1f} s of CPU: "
-        f"{schedules * 60 / cpu:.0f} per core-minute; {len(violations)} violation(s)",
+        f"{schedules * 60 / cpu:.0f} per core-minute, {covered:.0f} virtual client-minutes of locking per "
+        f"core-minute; {len(violations)} violation(s)",
         flush=True,
     )
     if args.json:
@@ -193,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             "trace_digest": digest if args.seed is not None else "",
             "seeds": [first, last],
             "per_core_minute": round(schedules * 60 / cpu),
+            "client_minutes_per_core_minute": round(covered, 1),
         }
         print(json.dumps(summary, sort_keys=True))
     return 1 if violations else 0
