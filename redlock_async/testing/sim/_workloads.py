@@ -135,18 +135,31 @@ class Board:
         self.count(f"event.{kind}")
         if kind in ("acquired", "extended", "lost"):
             self.lock_events.append((kind, client, event.name or "", self.loop.now))
-            if kind == "acquired" and len(event.outcomes) == self.config.nodes:
-                # A grant some nodes refused (held elsewhere, failed, sitting out): on a bare majority if
-                # no more are taken at its extensions (docs/algorithm.md, "Regaining the free nodes").
-                refused = sum(o.vote.value not in ("yes", "pending") for o in event.outcomes)
-                if refused >= self.config.nodes - (self.config.nodes // 2 + 1):
-                    self.count("bare_grants")
+            if kind == "extended" and self.config.workload in ("lock", "fenced"):
+                self._count_bare(client, event.name or "")
         if self.loop.verbose:
             self.loop.log(f"{client} {event!r}", detail=True)
         if event.handoff:
             self.count("handoffs")
         if event.quarantined:
             self.count("quarantined_votes")
+
+    def _count_bare(self, client: str, name: str) -> None:
+        """Count an extension after which the lease's key holds its token on a bare majority of the nodes
+        (``bare_extensions``: a node failing then costs the lease; docs/algorithm.md, "Regaining the free
+        nodes"), read from the nodes' stores as they are (nothing expired or changed by the reading)."""
+        sections = [s for s in self.open.get(client, ()) if s.resource == name]
+        if not sections:
+            return
+        key = str(self.settings.get("key_prefix", "redlock:")).encode() + name.encode()
+        token = sections[-1].token.encode()
+        holding = 0
+        for host in self.loop.network.hosts.values():
+            store = host.node.store
+            if store.data.get(key) == token and store.expires.get(key, float("inf")) > store.clock_ms():
+                holding += 1
+        if holding == self.config.nodes // 2 + 1:
+            self.count("bare_extensions")
 
     async def client_main(self, client: SimClient) -> None:
         work = WORKLOADS[self.config.workload]
