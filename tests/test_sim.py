@@ -236,6 +236,9 @@ def test_the_command_refuses_bad_input_with_status_2() -> None:
         (["--set", "ttl=-1"], "ttl must be > 0"),
         (["--faults", "bogus"], "choose among pause,partition"),
         (["--workload", "nope"], "choose one of lock"),
+        (["--pace", "fast"], "choose one of normal, short, long"),
+        (["--lag", "-1"], "seconds, 0 or more"),
+        (["--jitter", "2"], "a share of the messages, from 0 to 1"),
     ):
         done = subprocess.run(
             [sys.executable, "-m", "redlock_async.testing.sim", "--seed", "1", *args],

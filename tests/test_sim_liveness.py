@@ -62,6 +62,55 @@ def test_a_refused_try_on_a_free_lock() -> None:
     assert _kinds(board) == []  # a node paused until 0.2 s before: a ttl's margin
 
 
+def test_a_refused_try_beside_a_racer_that_met_a_fault() -> None:
+    """Seed 8136: the other racer's try ran on after the first was refused, and a node it held a yes of (for
+    its recheck) was paused meanwhile: the recheck could not confirm that yes, and refusing it is the safe
+    choice. Not judged: a fault within either try's stretch (a ttl's margin before) excuses both."""
+    board = _board()
+    _try(board, "c0", 0.030, 0.0325, blocking=False)
+    _try(board, "c1", 0.030, 0.416, blocking=False)
+    assert _kinds(board) == ["free_try"]
+    board.timeline.add("pause", 0.095, 2.3, nodes=frozenset({2}))
+    assert _kinds(board) == []
+
+
+def _many(
+    board: Board, client: str, names: tuple[str, ...], start: float, finished: float, granted: float | None = None
+) -> None:
+    attempt = Attempt(client, 0, names, start, True)
+    attempt.finished = finished
+    attempt.granted = granted
+    attempt.outcome = "done" if granted is not None else "refused"
+    board.attempts.append(attempt)
+    if granted is not None:
+        for name in names:
+            section = Section(client, client, None, granted, finished)
+            board.histories.setdefault(name, History()).sections.append(section)
+
+
+def test_lock_many_head_of_line_is_not_idle() -> None:
+    """lock_many in the idle oracle: b free and wanted by a waiter for b alone is not idle while the head of
+    b's line (the earliest waiter) waits for a+b and a is held (FIFO per name, by design), nor when a is
+    itself reserved so (a chain); it is idle when the waiter for b alone came first, or when a is free."""
+    board = _board("many")
+    _many(board, "c0", ("a",), 0.0, 2.0, granted=0.0)  # holds a until 2.0
+    _many(board, "c1", ("a", "b"), 0.1, 2.1, granted=2.1)  # head of b's line: waits for a
+    _many(board, "c2", ("b",), 0.3, 2.5, granted=2.5)  # behind it in b's line
+    assert _kinds(board) == []
+    board.attempts[2].start = 0.02  # first in b's line: b is its to take
+    assert _kinds(board) == ["idle"]
+    board.attempts[2].start = 0.3
+    board.attempts[0].finished = 0.2  # a held until 0.2 only: c1 should have had a+b by 0.7
+    board.histories["a"].sections[0] = Section("c0", "c0", None, 0.0, 0.2)
+    assert _kinds(board) == ["idle"]
+    board = _board("many")
+    _many(board, "c0", ("c",), 0.0, 2.0, granted=0.0)  # holds c
+    _many(board, "c3", ("a", "c"), 0.05, 2.4, granted=2.1)  # head of a's line, waits for c
+    _many(board, "c1", ("a", "b"), 0.1, 2.7, granted=2.45)  # head of b's line, waits for a (reserved)
+    _many(board, "c2", ("b",), 0.3, 2.9, granted=2.75)
+    assert _kinds(board) == []
+
+
 def test_a_lock_wanted_and_held_by_nobody() -> None:
     """A wait with no section open for more than half a ttl is a violation, judged under SCRIPT FLUSH
     but not beside a pause."""

@@ -42,6 +42,7 @@ from functools import partial
 from redlock_async._core import Marker, sit_out
 from redlock_async._core import clock as _clock
 from redlock_async._health._fence_repair import Repair, Repairs
+from redlock_async._health._held import Held
 from redlock_async._health._markers import (
     data_replaced,
     integer,
@@ -191,7 +192,7 @@ class Quarantine:
             if known is None and node.vouching is None:
                 # Met for the first time without marker (or watched), while others have theirs: it may be
                 # marked in service by another client this very moment. Its yes votes wait for the first recheck.
-                node.vouching = []
+                node.vouching = Held(node, self._marker, partial(self._confirmed, i, node))
                 node.vouch_until = _clock.now() + VOUCH_WAIT
         else:
             self._suspects.discard(i)
@@ -207,7 +208,7 @@ class Quarantine:
             if state is Marker.ABSENT:
                 self._watch(i)
             if suspect:
-                self._warn_suspect(i)
+                _warn_suspect(self._nodes[i], self._watched[i], self._warning)
         self._check_fresh()
 
     def _replaced(self, i: int, node: Node, run_id: bytes | None, marker: Reply) -> bool:
@@ -229,7 +230,7 @@ class Quarantine:
             for i in sorted(self._unmarked):
                 self._watch(i)  # each sits out a period from the moment it is watched, for every client alike
             for i in sorted(self._suspects):
-                self._warn_suspect(i)
+                _warn_suspect(self._nodes[i], self._watched[i], self._warning)
             return
         if elsewhere is None or self.state() is not False:
             return
@@ -302,6 +303,13 @@ class Quarantine:
                 timer.cancel()
             self._timers[i] = asyncio.get_running_loop().call_later(seconds, self._served, i)
 
+    def _confirmed(self, i: int, node: Node, marker: Reply) -> None:
+        """The marker read right behind a held yes of suspect *i* (``_held``): a current one counts it now."""
+        if self._closed or node.vouching is None or i not in self._suspects or math.isinf(node.quarantined_until):
+            return  # decided meanwhile (its recheck, a new probe), or closed
+        if marker_state(marker, self._run_ids[i], self._period())[0] is Marker.CURRENT:
+            self._vouched(i)
+
     def _vouched(self, i: int) -> None:
         """Another client judged node *i* in service under its current run_id: it counts again at once."""
         self._suspects.discard(i)
@@ -336,20 +344,6 @@ class Quarantine:
             self._timers[i] = loop.call_later(min(RECHECK_FIRST, seconds), self._recheck, i, RECHECK_FIRST)
         else:
             self._timers[i] = loop.call_later(seconds, self._served, i)
-
-    def _warn_suspect(self, i: int) -> None:
-        node = self._nodes[i]
-        if node.vouching is not None:
-            return  # met a moment ago: another client may be marking it now; its first recheck warns if not
-        left = node.quarantined_until - _clock.now()
-        how = "no marker, while other nodes have theirs" if self._watched[i] is None else "found without marker"
-        log.log(
-            self._warning,
-            "redlock node %s has lost its data (%s): it counts toward no quorum for %.1f s",
-            node.name,
-            how,
-            left,
-        )
 
     def _served(self, i: int) -> None:
         """The quarantine ran out: the node is in service, and says so to clients that meet it later; first,
@@ -407,7 +401,7 @@ class Quarantine:
                 if first and not lost(reply):
                     # Not told when met: no other client marked it meanwhile either. (A broken connection's
                     # next probe judges it again, and warns then.)
-                    self._warn_suspect(i)
+                    _warn_suspect(self._nodes[i], self._watched[i], self._warning)
             left = node.quarantined_until - _clock.now()
             later = min(delay * 2, max(left, 0.0), self._period() / 4)
             self._timers[i] = asyncio.get_running_loop().call_later(later, self._recheck, i, delay * 2)
@@ -448,6 +442,16 @@ def fresh_state(seen: Sequence[bool], marked: Sequence[bool | None], unknown: Se
     if all(one and mark is False for one, mark in zip(seen, marked, strict=True)):
         return False
     return None
+
+
+def _warn_suspect(node: Node, watched: int | None, level: int) -> None:
+    """Node *node* is a suspect (no marker, or a watch since *watched*) of a cluster in service: say so."""
+    if node.vouching is not None:
+        return  # met a moment ago: another client may be marking it now; its first recheck warns if not
+    left = node.quarantined_until - _clock.now()
+    how = "no marker, while other nodes have theirs" if watched is None else "found without marker"
+    said = "redlock node %s has lost its data (%s): it counts toward no quorum for %.1f s"
+    log.log(level, said, node.name, how, left)
 
 
 def _release(node: Node) -> None:

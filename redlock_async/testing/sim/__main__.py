@@ -6,7 +6,8 @@ printed with the command that replays it, shrunk to the fewest kinds of fault th
     python -m redlock_async.testing.sim --minutes 2 --set clock_guard=false --faults clock
 
 Exit status 1 iff a violation was found (2: bad input). With ``--json`` the last line is one JSON object:
-``{"schedules", "violations": [{"seed", "kind", "replay"}], "coverage", "trace_digest", "seeds"}``.
+``{"schedules", "violations": [{"seed", "kind", "replay"}], "coverage", "trace_digest", "seeds", "per_core_minute",
+"client_minutes_per_core_minute"}`` (the last: virtual minutes of each client's locking run per minute of CPU).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from redlock_async.testing.sim._config import FAULTS, Config
+from redlock_async.testing.sim._config import FAULTS, PACES, Config
 from redlock_async.testing.sim._run import Result, run
 from redlock_async.testing.sim._workloads import WORKLOADS
 
@@ -39,6 +40,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a Redlock setting")
     parser.add_argument("--duration", type=float, default=Config.duration, help="virtual seconds per schedule")
     parser.add_argument("--fault-rate", type=float, default=Config.fault_rate, help="faults per ttl, on average")
+    parser.add_argument(
+        "--jitter", type=float, default=Config.jitter, help="share of messages 10x the mean delay (default 0.02)"
+    )
+    parser.add_argument(
+        "--lag", type=float, default=Config.lag, help="seconds more each way to two far nodes per client (default 0)"
+    )
+    parser.add_argument("--pace", default="", help=f"every run's pace: {', '.join(PACES)} (default: drawn per run)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     parser.add_argument("--trace", action="store_true", help="print the run's trace (every command; with --seed)")
     return parser
@@ -97,6 +105,9 @@ def _config(args: argparse.Namespace, seed: int, faults: frozenset[str]) -> Conf
         settings=_settings(args.set),
         duration=args.duration,
         fault_rate=args.fault_rate,
+        jitter=args.jitter,
+        lag=args.lag,
+        pace=args.pace,
     )
 
 
@@ -109,6 +120,12 @@ def replay_command(config: Config, seed: int) -> str:
         words += ["--duration", f"{config.duration:g}"]
     if config.fault_rate != Config.fault_rate:
         words += ["--fault-rate", f"{config.fault_rate:g}"]
+    if config.jitter != Config.jitter:
+        words += ["--jitter", f"{config.jitter:g}"]
+    if config.pace:
+        words += ["--pace", config.pace]
+    if config.lag != Config.lag:
+        words += ["--lag", f"{config.lag:g}"]
     return shlex.join([*words, "--trace"])
 
 
@@ -127,6 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.workload != "all" and args.workload not in WORKLOADS:
         _refuse(f"--workload {args.workload!r}: choose one of {', '.join(_ORDER)}, or all")
+    if not 0.0 <= args.jitter <= 1.0:
+        _refuse(f"--jitter {args.jitter:g}: a share of the messages, from 0 to 1 (as 0.3)")
+    if args.pace not in ("", *PACES):
+        _refuse(f"--pace {args.pace!r}: choose one of {', '.join(PACES)}")
+    if args.lag < 0:
+        _refuse(f"--lag {args.lag:g}: seconds, 0 or more (as 0.005)")
     faults = _faults(args.faults)
     _check_settings(_settings(args.set))
     violations: list[dict[str, Any]] = []
@@ -158,9 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         if result.violations:
             _report(result, config, violations)
     cpu = max(time.process_time() - started, 1e-9)
+    covered = coverage.get("client_seconds", 0) / cpu  # virtual client-minutes per core-minute
     print(
         f"{schedules} schedules (seeds {first}..{last}) in {cpu:.1f} s of CPU: "
-        f"{schedules * 60 / cpu:.0f} per core-minute; {len(violations)} violation(s)",
+        f"{schedules * 60 / cpu:.0f} per core-minute, {covered:.0f} virtual client-minutes of locking per "
+        f"core-minute; {len(violations)} violation(s)",
         flush=True,
     )
     if args.json:
@@ -171,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             "trace_digest": digest if args.seed is not None else "",
             "seeds": [first, last],
             "per_core_minute": round(schedules * 60 / cpu),
+            "client_minutes_per_core_minute": round(covered, 1),
         }
         print(json.dumps(summary, sort_keys=True))
     return 1 if violations else 0

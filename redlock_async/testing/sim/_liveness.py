@@ -3,9 +3,10 @@ stretches the fault schedule (``_timeline``) shows healthy. docs/safety.md state
 
 * ``free_try``: a ``blocking=False`` try refused while nobody else held or tried the lock (at most one
   other such try beside it, itself refused: two racers on five nodes cannot split the votes), with no
-  fault since a ttl before it.
+  fault since a ttl before either try until both ended.
 * ``idle``: a lock wanted (some try waiting on it) and held by nobody for more than half a ttl, with no
-  fault since a ttl before that stretch.
+  fault since a ttl before that stretch; a name of ``lock_many`` is not idle while the head of its line
+  is a ``lock_many`` waiter still waiting for another of its names, held (FIFO per name, by design).
 * ``overtaken``: while a try waited, with no fault since a ttl before, another client was granted the
   lock more than ``RUN`` times in a row by tries that began after it.
 * ``lost_healthy``: a holder lost its lock though, from a ttl before its grant to the loss, at most one
@@ -18,6 +19,7 @@ stretches the fault schedule (``_timeline``) shows healthy. docs/safety.md state
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -28,7 +30,7 @@ RUN = 40
 ends by a release the other processes' waiters race for, and may lose, to a split vote or a late wake-up)."""
 
 _SINGLE = ("lock", "fenced")  # one name, a mutex: who holds, who waits, who overtakes are plain
-_MUTEX_LIKE = ("lock", "fenced", "semaphore", "rw")  # nobody inside while wanted: idle
+_MUTEX_LIKE = ("lock", "fenced", "many", "semaphore", "rw")  # nobody inside while wanted: idle
 _REGAINING = ("lock", "fenced", "election")  # leases that regain free nodes
 
 
@@ -53,7 +55,6 @@ def _free_try(board: Board) -> tuple[str, str] | None:
             continue
         if not board.timeline.quiet(attempt.start, attempt.finished, ttl):
             continue
-        board.count("judged.free_try")
         beside = [
             other
             for other in board.attempts
@@ -62,6 +63,9 @@ def _free_try(board: Board) -> tuple[str, str] | None:
             and other.start <= attempt.finished
             and (other.finished >= attempt.start - ttl / 4 or other.outcome == "running")
         ]
+        if any(not board.timeline.quiet(other.start, other.finished, ttl) for other in beside):
+            continue  # the other racer met a fault: a vote it held for a recheck may never be confirmed
+        board.count("judged.free_try")
         if len(beside) <= 1 and all(not other.blocking and other.outcome == "refused" for other in beside):
             with_whom = f" beside {_shown(beside[0])}" if beside else ""
             return (
@@ -74,12 +78,8 @@ def _free_try(board: Board) -> tuple[str, str] | None:
 def _idle(board: Board) -> tuple[str, str] | None:
     ttl = board.config.ttl
     window = ttl / 2
-    resources = {name for attempt in board.attempts for name in attempt.resources}
-    for resource in sorted(resources):
-        wanted = _union((a.start, a.waited_until) for a in board.attempts if resource in a.resources and a.blocking)
-        history = board.histories.get(resource)
-        held = _union((s.start, s.end) for s in history.sections) if history is not None else []
-        for start, end in _minus(wanted, held):
+    for resource, stretches in sorted(_idle_stretches(board).items()):
+        for start, end in stretches:
             if not board.timeline.quiet(start, end, ttl):
                 continue
             board.count("judged.idle")
@@ -89,6 +89,57 @@ def _idle(board: Board) -> tuple[str, str] | None:
                     f"{resource!r} was wanted and held by nobody from {start:.4f} to {end:.4f}, no fault",
                 )
     return None
+
+
+HEAD_SLACK = 0.05
+"""Seconds (of a 1 s ttl) by which a try that began later may still have joined a line first: its first
+round is answered a round trip after the other's, or before it."""
+
+
+def _idle_stretches(board: Board) -> dict[str, list[tuple[float, float]]]:
+    """Per resource, the stretches it was wanted (a blocking try waited on it) while nobody held it, nor was
+    it reserved: a name whose line's head is a ``lock_many`` waiter still waiting for another of its names,
+    held (or itself reserved so), waits for that name with it (FIFO per name, by design: docs/safety.md)."""
+    ttl = board.config.ttl
+    slack = HEAD_SLACK * ttl
+    tries = [a for a in board.attempts if a.blocking]
+    resources = sorted({name for a in tries for name in a.resources})
+    held = {r: _union((s.start, s.end) for s in h.sections) for r in resources if (h := board.histories.get(r))}
+    moments = {t for a in tries for t in (a.start, a.waited_until)}
+    moments.update(t for intervals in held.values() for pair in intervals for t in pair)
+    out: dict[str, list[tuple[float, float]]] = {}
+    for start, end in itertools.pairwise(sorted(moments)):
+        if end <= start:
+            continue
+        mid = (start + end) / 2
+        waiting = [a for a in tries if a.start <= mid < a.waited_until]
+        if not waiting:
+            continue
+        busy = {r for r in resources if _inside(held.get(r, ()), mid)}
+        lines = {r: [a for a in waiting if r in a.resources] for r in resources}
+        reserved = True
+        while reserved:  # (a chain: a+b waits for a, reserved for a+c that waits for c, held)
+            reserved = False
+            for r, line in lines.items():
+                if r in busy or not line:
+                    continue
+                first = min(a.start for a in line)
+                heads = (a for a in line if len(a.resources) > 1 and a.start <= first + slack)
+                if any(busy.intersection(a.resources) for a in heads):
+                    busy.add(r)
+                    reserved = True
+        for r, line in lines.items():
+            if line and r not in busy:
+                stretches = out.setdefault(r, [])
+                if stretches and stretches[-1][1] == start:
+                    stretches[-1] = (stretches[-1][0], end)
+                else:
+                    stretches.append((start, end))
+    return out
+
+
+def _inside(intervals: object, moment: float) -> bool:
+    return any(a <= moment < b for a, b in intervals)  # type: ignore[attr-defined]
 
 
 def _overtaken(board: Board) -> tuple[str, str] | None:
@@ -155,24 +206,6 @@ def _union(intervals: object) -> list[tuple[float, float]]:
         else:
             merged.append((start, end))
     return merged
-
-
-def _minus(these: list[tuple[float, float]], those: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The parts of *these* (merged intervals) outside every one of *those* (merged)."""
-    out: list[tuple[float, float]] = []
-    for start, end in these:
-        cursor = start
-        for a, b in those:
-            if b <= cursor:
-                continue
-            if a >= end:
-                break
-            if a > cursor:
-                out.append((cursor, a))
-            cursor = max(cursor, b)
-        if cursor < end:
-            out.append((cursor, end))
-    return out
 
 
 def _shown(attempt: Attempt) -> str:

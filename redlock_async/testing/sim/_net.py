@@ -44,10 +44,13 @@ class Host:
 class Network:
     """The nodes of one run (``host:port`` to :class:`Host`), and the links' faults."""
 
-    def __init__(self, loop: SimLoop, *, delay: float = 0.0005) -> None:
+    def __init__(self, loop: SimLoop, *, delay: float = 0.0005, jitter: float = 0.02, lag: float = 0.0) -> None:
         self.loop = loop
         self.delay = delay
-        """Mean one-way delay of a message, seconds (a rare one is ten times more)."""
+        """Mean one-way delay of a message, seconds (a share *jitter* of them ten times more)."""
+        self.jitter = jitter
+        self.lag = lag
+        """Seconds more on each client's links to its two far nodes (``Config.lag``)."""
         self.hosts: dict[tuple[str, int], Host] = {}
         self.blocked: set[tuple[str, int]] = set()
         """(client name, node index) pairs that a partition separates."""
@@ -67,8 +70,10 @@ class Network:
     def one_way(self, client: str, host: Host) -> float:
         rng = self.loop.rng
         delay = rng.expovariate(1.0 / self.delay)
-        if rng.random() < 0.02:
+        if rng.random() < self.jitter:
             delay *= 10
+        if self.lag and client[1:].isdigit() and (host.index - int(client[1:])) % len(self.hosts) < 2:
+            delay += self.lag
         return delay + self.slow.get((client, host.index), 0.0)
 
     def passable(self, client: str, host: Host) -> bool:

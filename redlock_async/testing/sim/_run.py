@@ -47,7 +47,7 @@ def run(seed: int, config: Config, *, verbose: bool = False) -> Result:
     rng = random.Random(seed)
     loop = SimLoop(random.Random(rng.getrandbits(64)))
     loop.verbose = verbose
-    network = Network(loop)
+    network = Network(loop, jitter=config.jitter, lag=config.lag)
     nodes = []
     for i in range(config.nodes):
         node = SimNode(f"n{i}", loop.time, random.Random(rng.getrandbits(64)))
@@ -69,6 +69,7 @@ def run(seed: int, config: Config, *, verbose: bool = False) -> Result:
     coverage = dict(board.coverage)
     coverage.update(nemesis.coverage)
     coverage["messages"] = network.messages
+    coverage["client_seconds"] = round(config.duration * board.client_count)  # virtual time of locking covered
     coverage["steps"] = loop.steps
     trace = loop.trace
     core = [line for line in trace if not line.partition(" ")[2].startswith("  ")]

@@ -84,6 +84,7 @@ class Board:
         if "queue" not in self.settings and self.rng.random() < 0.3:
             self.settings["queue"] = False  # (a third of the runs: the hand-off by release words)
         self.pace = self.rng.choice(("normal", "normal", "short", "long"))
+        self.pace = config.pace or self.pace  # (drawn all the same: one seed, the same run after)
         """How long sections last: short ones with short pauses between tries (hand-over chains, fairness
         between clients), or long ones (extended several times: a holder that must keep its lock)."""
         short = self.pace == "short"
@@ -134,12 +135,31 @@ class Board:
         self.count(f"event.{kind}")
         if kind in ("acquired", "extended", "lost"):
             self.lock_events.append((kind, client, event.name or "", self.loop.now))
+            if kind == "extended" and self.config.workload in ("lock", "fenced"):
+                self._count_bare(client, event.name or "")
         if self.loop.verbose:
             self.loop.log(f"{client} {event!r}", detail=True)
         if event.handoff:
             self.count("handoffs")
         if event.quarantined:
             self.count("quarantined_votes")
+
+    def _count_bare(self, client: str, name: str) -> None:
+        """Count an extension after which the lease's key holds its token on a bare majority of the nodes
+        (``bare_extensions``: a node failing then costs the lease; docs/algorithm.md, "Regaining the free
+        nodes"), read from the nodes' stores as they are (nothing expired or changed by the reading)."""
+        sections = [s for s in self.open.get(client, ()) if s.resource == name]
+        if not sections:
+            return
+        key = str(self.settings.get("key_prefix", "redlock:")).encode() + name.encode()
+        token = sections[-1].token.encode()
+        holding = 0
+        for host in self.loop.network.hosts.values():
+            store = host.node.store
+            if store.data.get(key) == token and store.expires.get(key, float("inf")) > store.clock_ms():
+                holding += 1
+        if holding == self.config.nodes // 2 + 1:
+            self.count("bare_extensions")
 
     async def client_main(self, client: SimClient) -> None:
         work = WORKLOADS[self.config.workload]
@@ -148,10 +168,6 @@ class Board:
         # Redlocks of one process on the same nodes share their waiters' lines, and clients must not.
         urls = [url.replace(".sim:", f".{client.name}.sim:") for url in self.urls]
         await asyncio.sleep(self.rng.uniform(0.0, 0.005))  # processes started together start a little apart
-        if self.config.workload in ("lock", "fenced") and client.name not in ("c0", "c1"):
-            # The fresh cluster is met by the two racers alone (free_try: with a third client meeting it at
-            # once, both racers' tries can be refused: docs/safety.md, "Found in today's code").
-            await asyncio.sleep(self.config.ttl / 2)
         async with Redlock(urls, on_event=on_event, **self.settings) as redlock:
             workers = [work(self, client, redlock, k) for k in range(self.tasks)]
             await asyncio.gather(*workers)
@@ -206,28 +222,35 @@ class Board:
         *,
         shared: bool = False,
         brief: bool = False,
+        also: tuple[str, ...] = (),
     ) -> None:
         """The critical section: work in a few slices (*brief*: one, within a quarter ttl: a lease with no
-        watchdog), the lease's end noted after each."""
+        watchdog), the lease's end noted after each. *also*: the other names of one lease (``lock_many``),
+        held as long."""
         now = self.loop.now
-        if attempt is not None:
-            if attempt.granted is None:
-                attempt.granted = now
-            self.grants.setdefault(resource, []).append((now, client.name, attempt.start))
+        sections = []
         token = str(holder.token or "?")
-        section = Open(client.name, resource, token, holder.fencing_token, now, now + holder.validity, shared)
-        self.open.setdefault(client.name, []).append(section)
-        if self.loop.verbose:
-            self.loop.log(f"enter {client.name} {resource} {token[:6]} f={section.fencing}", detail=True)
-        self.count("sections")
+        for name in (resource, *also):
+            if attempt is not None:
+                if attempt.granted is None:
+                    attempt.granted = now
+                self.grants.setdefault(name, []).append((now, client.name, attempt.start))
+            section = Open(client.name, name, token, holder.fencing_token, now, now + holder.validity, shared)
+            self.open.setdefault(client.name, []).append(section)
+            sections.append(section)
+            if self.loop.verbose:
+                self.loop.log(f"enter {client.name} {name} {token[:6]} f={section.fencing}", detail=True)
+            self.count("sections")
         rate = {"short": 50.0, "normal": 4.0, "long": 1.0}[self.pace] / self.config.ttl
         try:
             for _ in range(1 if brief else self.rng.randint(1, 4) + (2 if self.pace == "long" else 0)):
                 await asyncio.sleep(self.rng.uniform(0.0, self.config.ttl / 4) if brief else self.rng.expovariate(rate))
                 if holder.validity > 0:
-                    section.valid_until = self.loop.now + holder.validity
+                    for section in sections:
+                        section.valid_until = self.loop.now + holder.validity
         finally:
-            self.close(section)
+            for section in sections:
+                self.close(section)
 
     def close(self, section: Open) -> None:
         sections = self.open.get(section.client, [])
@@ -377,7 +400,7 @@ async def many_worker(board: Board, client: SimClient, redlock: Redlock, k: int)
             if lock is None:
                 lock = redlock.lock_many(names, acquire_timeout=timeout)
             async with lock:
-                await asyncio.gather(*(board.hold(client, name, lock, attempt) for name in names))
+                await board.hold(client, names[0], lock, attempt, also=tuple(names[1:]))
 
         await board.guarded(client, k, step, tuple(names))
 
