@@ -51,6 +51,7 @@ __all__ = [
     "KEEP_LIMIT",
     "KEEP_READERS",
     "OLD_LAYOUT",
+    "NATIVE_PROBE",
     "PERMISSIONS",
     "PERMIT_ENTER",
     "PERMIT_LEAVE",
@@ -59,6 +60,7 @@ __all__ = [
     "QUEUE_FENCE",
     "QUEUE_LEAVE",
     "QUEUE_LEAVE_ALL",
+    "QUEUE_LEAVE_NATIVE",
     "QUEUE_STAY",
     "RAISE_COUNTER",
     "READERS_HOLD",
@@ -140,6 +142,7 @@ KEEP_LIMIT = Script(_semaphore.KEEP_LIMIT)
 # The grant queue.
 QUEUE_ENTER = Script(_queue.QUEUE_ENTER, creates=True)
 QUEUE_LEAVE = Script(_queue.QUEUE_LEAVE)
+QUEUE_LEAVE_NATIVE = Script(_queue.QUEUE_LEAVE_NATIVE)  # where the node may run DELIFEQ (Node.delifeq)
 QUEUE_STAY = Script(_queue.QUEUE_STAY, creates=True)
 QUEUE_FENCE = Script(_queue.QUEUE_FENCE)
 QUEUE_LEAVE_ALL = Script(_queue_many.QUEUE_LEAVE_ALL)
@@ -150,6 +153,7 @@ DROP_LINES = Script(_queue.DROP_LINES)  # redlock break's alone: not loaded on e
 
 # The permissions probe of a connect (run once per node: not loaded on every connection).
 PERMISSIONS = Script(_probe.PERMISSIONS)
+NATIVE_PROBE = _probe.NATIVE  # the handshake's, sent as EVAL (once per connection)
 # The restart quarantine's watch on a node found without marker: rare, so not loaded on every connection.
 WATCH = Script(_marker.WATCH)
 
@@ -168,6 +172,7 @@ RW_QUEUE_DOWNGRADE = Script(_rw_line.RW_QUEUE_DOWNGRADE, creates=True, undeclare
 SCRIPTS = (
     QUEUE_ENTER,
     QUEUE_LEAVE,
+    QUEUE_LEAVE_NATIVE,
     QUEUE_STAY,
     QUEUE_FENCE,
     QUEUE_LEAVE_ALL,
