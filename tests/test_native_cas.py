@@ -7,19 +7,22 @@ holder's round right behind it) is ``DELIFEQ`` on a server that has it (Valkey 9
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import redis
 
 from redlock_async import Redlock
 from redlock_async._nodes._endpoint import endpoint_for
 from redlock_async._nodes._node import Node as LibraryNode
 from redlock_async.testing import LocalNode, LocalNodes
 
-from .conftest import assert_no_library_tasks
+from .conftest import assert_no_library_tasks, mark_in_service
 
 
 def calls(node: LocalNode, command: str) -> int:
@@ -41,7 +44,7 @@ def nodes() -> Iterator[LocalNodes]:
         yield nodes
 
 
-async def hand_over_once(redlock: Redlock, nodes: LocalNodes) -> None:
+async def hand_over_once(redlock: Redlock, nodes: Sequence[LocalNode]) -> None:
     """A holder of a name, and a waiter of the same Redlock already in line when the holder releases."""
     order: list[str] = []
     waiting = redlock.lock("native:handover", acquire_timeout=5.0)
@@ -104,10 +107,13 @@ PROBE_KEY = b"redlock:{\x00probe}"
 
 
 def knows_delifeq(node: LocalNode) -> bool:
-    """The server knows DELIFEQ (COMMAND INFO: nil for a command it does not know), whatever its version."""
-    info = node.command("COMMAND", "INFO", "DELIFEQ")  # redis-py: a dict by name, {} (or [None]) when unknown
-    assert isinstance(info, dict | list), info
-    return any(value is not None for value in (info.values() if isinstance(info, dict) else info))
+    """The server knows DELIFEQ, whatever its version (run on a key no test uses)."""
+    try:
+        node.command("DELIFEQ", "test:native:none", "x")
+    except redis.ResponseError as exc:
+        assert "unknown command" in str(exc), exc
+        return False
+    return True
 
 
 def documented_rules(user: str) -> str:
@@ -184,4 +190,41 @@ async def test_each_user_releases_and_hands_over_on_its_own_path(acl_nodes: Loca
     for node in acl_nodes:
         assert node.command("EXISTS", "redlock:native:handover", "redlock:native:default") == 0  # released
         assert node.command("ACL", "LOG") == []  # nothing was refused
+    assert_no_library_tasks()
+
+
+OTHER_SERVER = "REDLOCK_OTHER_SERVER_BIN"
+"""A server binary without DELIFEQ for the mixed cluster (e.g. a redis-server 7.0 from ``.ci/fetch-servers``);
+unset: a Valkey 9.1 that does not know the command (``--rename-command DELIFEQ ""``)."""
+
+
+async def test_a_mixed_cluster_runs_each_nodes_own_path() -> None:
+    """Two nodes with DELIFEQ and one without (an older server): each node gets its own release; every lock
+    is taken, handed over and released on all three."""
+    other = os.environ.get(OTHER_SERVER)
+    with contextlib.ExitStack() as stack:
+        nodes = [stack.enter_context(LocalNode()) for _ in range(2)]
+        if other:
+            nodes.append(stack.enter_context(LocalNode(other)))
+        else:
+            nodes.append(stack.enter_context(LocalNode(server_args=["--rename-command", "DELIFEQ", ""])))
+        if not knows_delifeq(nodes[0]):
+            pytest.skip("the server has no DELIFEQ: every node takes the scripts (tested everywhere else)")
+        assert not knows_delifeq(nodes[2])
+        for node in nodes:
+            mark_in_service(node)
+        async with Redlock([node.url for node in nodes], ttl=5.0) as redlock:  # the default path
+            lock = redlock.lock("native:default")
+            for _ in range(5):
+                async with lock:
+                    pass
+        async with Redlock([node.url for node in nodes], queue=False, ttl=5.0) as redlock:
+            for tries in range(10):
+                await hand_over_once(redlock, nodes)
+                if tries >= 2 and calls(nodes[0], "delifeq") > 5:
+                    break
+        assert [calls(node, "delifeq") >= 6 for node in nodes] == [True, True, False]
+        assert calls(nodes[2], "evalsha") >= 10  # its releases: the scripts
+        for node in nodes:
+            assert node.command("EXISTS", "redlock:native:handover", "redlock:native:default") == 0
     assert_no_library_tasks()
