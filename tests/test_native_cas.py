@@ -204,12 +204,12 @@ async def test_a_mixed_cluster_runs_each_nodes_own_path() -> None:
     other = os.environ.get(OTHER_SERVER)
     with contextlib.ExitStack() as stack:
         nodes = [stack.enter_context(LocalNode()) for _ in range(2)]
+        if not knows_delifeq(nodes[0]):
+            pytest.skip("the server has no DELIFEQ: every node takes the scripts (tested everywhere else)")
         if other:
             nodes.append(stack.enter_context(LocalNode(other)))
         else:
             nodes.append(stack.enter_context(LocalNode(server_args=["--rename-command", "DELIFEQ", ""])))
-        if not knows_delifeq(nodes[0]):
-            pytest.skip("the server has no DELIFEQ: every node takes the scripts (tested everywhere else)")
         assert not knows_delifeq(nodes[2])
         for node in nodes:
             mark_in_service(node)
