@@ -35,8 +35,9 @@ def has_delifeq(cluster: Cluster) -> bool:
     try:
         cluster[0].command("DELIFEQ", "test:native:none", "x")  # (a key no test uses)
     except redis.ResponseError as exc:
-        assert "unknown command" in str(exc), exc
-        return False
+        if "unknown command" in str(exc):
+            return False
+        raise
     return True
 
 

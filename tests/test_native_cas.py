@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,7 +44,7 @@ def nodes() -> Iterator[LocalNodes]:
         yield nodes
 
 
-async def hand_over_once(redlock: Redlock, nodes: Sequence[LocalNode]) -> None:
+async def hand_over_once(redlock: Redlock, nodes: Iterable[LocalNode]) -> None:
     """A holder of a name, and a waiter of the same Redlock already in line when the holder releases."""
     order: list[str] = []
     waiting = redlock.lock("native:handover", acquire_timeout=5.0)
@@ -111,8 +111,9 @@ def knows_delifeq(node: LocalNode) -> bool:
     try:
         node.command("DELIFEQ", "test:native:none", "x")
     except redis.ResponseError as exc:
-        assert "unknown command" in str(exc), exc
-        return False
+        if "unknown command" in str(exc):
+            return False
+        raise
     return True
 
 
