@@ -142,7 +142,9 @@ KEEP_LIMIT = Script(_semaphore.KEEP_LIMIT)
 # The grant queue.
 QUEUE_ENTER = Script(_queue.QUEUE_ENTER, creates=True)
 QUEUE_LEAVE = Script(_queue.QUEUE_LEAVE)
-QUEUE_LEAVE_NATIVE = Script(_queue.QUEUE_LEAVE_NATIVE)  # where the node may run DELIFEQ (Node.delifeq)
+# Where the node may run DELIFEQ (Node.delifeq): loaded by its first use (EVAL after NOSCRIPT), not on every
+# connection, since a server without DELIFEQ never runs it (nor the simulator, whose nodes have none).
+QUEUE_LEAVE_NATIVE = Script(_queue.QUEUE_LEAVE_NATIVE)
 QUEUE_STAY = Script(_queue.QUEUE_STAY, creates=True)
 QUEUE_FENCE = Script(_queue.QUEUE_FENCE)
 QUEUE_LEAVE_ALL = Script(_queue_many.QUEUE_LEAVE_ALL)
@@ -172,7 +174,6 @@ RW_QUEUE_DOWNGRADE = Script(_rw_line.RW_QUEUE_DOWNGRADE, creates=True, undeclare
 SCRIPTS = (
     QUEUE_ENTER,
     QUEUE_LEAVE,
-    QUEUE_LEAVE_NATIVE,
     QUEUE_STAY,
     QUEUE_FENCE,
     QUEUE_LEAVE_ALL,
