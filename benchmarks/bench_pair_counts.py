@@ -202,7 +202,9 @@ import asyncio, sys
 from redlock_async import Redlock
 
 async def main(url, n):
-    async with Redlock([url]) as redlock:
+    # connect_timeout: a node under callgrind answers the handshake in seconds; a connect given up and retried
+    # would add its own commands to one run and not the other.
+    async with Redlock([url], connect_timeout=30.0) as redlock:
         async def worker(i):
             lock = redlock.lock(f"real:{i}", ttl=10.0)
             for _ in range(n):

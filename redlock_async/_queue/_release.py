@@ -34,13 +34,14 @@ class Leave:
         """:func:`release` of *token* (this lock's)."""
         arg = bulk(token)
         packed = self.head + arg  # = pack_script(QUEUE_LEAVE, self.keys, (token,))
-        native = self.native + arg
+        native = b""  # packed at the first node that takes it
         fallback: Fallback = (QUEUE_LEAVE, self.keys, (token,))
         receiver: Receiver = IGNORED if into is None else into  # replies as RELEASE's: 1 deleted, 0 not ours
         for i, node in enumerate(nodes):
             if i in skip:  # (rare: a first try skips only a stalled node)
                 continue
             if node.delifeq:
+                native = native or self.native + arg
                 node.send_packed(receiver, i, native, fallback=(QUEUE_LEAVE_NATIVE, self.keys, (token,)))
             else:
                 node.send_packed(receiver, i, packed, fallback=fallback)
