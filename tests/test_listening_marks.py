@@ -1,7 +1,9 @@
 """Release words only where someone may hear them (issue 36, item 2): a release of the grant queue
 (``QUEUE_LEAVE``) that frees its key with no one in line publishes its word only on the nodes where the
 key's listening mark is; every subscriber (a waiter of either way to wait, an election observer) sets
-the mark first, on the connection its next look goes on, and keeps it while it listens. Real nodes."""
+the mark first, on the connection its next look goes on, and keeps it while it listens. Real nodes, on both
+paths of the release: the scripts (``QUEUE_LEAVE``) and, where the server has DELIFEQ and the user may run it,
+``QUEUE_LEAVE_NATIVE`` (issue 38 item 7; a user denied only DELIFEQ takes the scripts on the same server)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import redis
 from redlock_async import Redlock
 from redlock_async._core import released_word
 from redlock_async._queue import mark_key, queue_keys
-from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE
+from redlock_async._scripts import QUEUE_ENTER, QUEUE_LEAVE, QUEUE_LEAVE_NATIVE, Script
 from redlock_async._shared import _handoff
 
 from .conftest import Cluster, MakeRedlock, calls, eventually
@@ -22,6 +24,33 @@ SLOW_POLL = 8.0
 """A retry delay so long that only a release word explains a waiter woken: its timer fires after 4 s at
 the earliest, and the waits below are longer than that, so a word never sent shows as a wake-up missing
 (never as a test that merely took longer)."""
+
+
+PATHS = ("native", "scripts")
+"""The release's two paths: the native variant (the default user, where the server has DELIFEQ) and the
+scripts (a user allowed everything but DELIFEQ; any user where the server lacks it)."""
+
+
+def has_delifeq(cluster: Cluster) -> bool:
+    try:
+        cluster[0].command("DELIFEQ", "test:native:none", "x")  # (a key no test uses)
+    except redis.ResponseError as exc:
+        if "unknown command" in str(exc):
+            return False
+        raise
+    return True
+
+
+def path_urls(cluster: Cluster, path: str) -> list[str]:
+    """The cluster's URLs for a client on *path* (skipped: "native" where the server lacks DELIFEQ)."""
+    native = has_delifeq(cluster)
+    if path == "native":
+        if not native:
+            pytest.skip("the server has no DELIFEQ: the scripts are its only path (the 'scripts' case)")
+        return cluster.urls
+    for i in range(len(cluster)):  # everything but DELIFEQ (an older server's ACL refuses the name: all)
+        cluster[i].command("ACL", "SETUSER", "scripts", "on", ">pw", "~*", "&*", "+@all", *(["-delifeq"] * native))
+    return [url.replace("redis://", "redis://scripts:pw@") for url in cluster.urls]
 
 
 def marked(cluster: Cluster, key: bytes) -> bool:
@@ -34,18 +63,22 @@ def unmarked(cluster: Cluster, key: bytes) -> bool:
     return not any(cluster[i].command("EXISTS", mark_key(key)) for i in range(len(cluster)))
 
 
-async def test_an_uncontended_pair_publishes_nothing(cluster: Cluster, make_redlock: MakeRedlock) -> None:
+@pytest.mark.parametrize("path", PATHS)
+async def test_an_uncontended_pair_publishes_nothing(cluster: Cluster, make_redlock: MakeRedlock, path: str) -> None:
     """It published a word on every node at every release, heard by no one: ~15% of a node's work per pair."""
-    redlock = await make_redlock()
+    redlock = await make_redlock(path_urls(cluster, path))
     lock = redlock.lock("alone")
     async with lock:
         pass
-    before = calls(cluster, "publish")
+    before, native = calls(cluster, "publish"), calls(cluster, "delifeq")
+    deleted = "delifeq" if path == "native" else "del"  # (the scripts' DEL; the native variant's DELIFEQ)
     for _ in range(20):
         async with lock:
             pass
-    assert await eventually(lambda: calls(cluster, "del") >= 20 * len(cluster), 5.0)  # every release ran
+    assert await eventually(lambda: calls(cluster, deleted) >= 20 * len(cluster), 5.0)  # every release ran
     assert calls(cluster, "publish") == before
+    if path == "scripts":
+        assert calls(cluster, "delifeq") == native
     assert unmarked(cluster, b"redlock:alone")
 
 
@@ -69,12 +102,14 @@ async def release(task: asyncio.Task[None]) -> None:
         await task
 
 
+@pytest.mark.parametrize("path", PATHS)
 async def test_a_waiter_without_the_queue_is_woken_by_a_release_of_the_queue(
-    cluster: Cluster, make_redlock: MakeRedlock
+    cluster: Cluster, make_redlock: MakeRedlock, path: str
 ) -> None:
     """No one is in line (the waiter does not use the queue): only the mark it set tells the release to speak.
-    A release that ignored the mark (no line: no word) leaves the waiter to its retry timer: no wake-up."""
-    holder = await make_redlock()
+    A release that ignored the mark (no line: no word) leaves the waiter to its retry timer: no wake-up.
+    The holder's release on either path."""
+    holder = await make_redlock(path_urls(cluster, path))
     waiter = await make_redlock(queue=False, retry_delay=SLOW_POLL)
     holding = await hold(holder, "mixed")
     lock = waiter.lock("mixed")
@@ -113,17 +148,22 @@ async def test_the_mark_is_set_again_while_the_waiter_listens(
     assert await eventually(lambda: unmarked(cluster, b"redlock:kept"), 5.0)
 
 
-def leave(node: redis.Redis, keys: tuple[bytes, ...], token: bytes) -> int:
-    """QUEUE_LEAVE of *token* with *keys* (the script loaded if needed)."""
-    reply = node.eval(QUEUE_LEAVE.source.decode(), len(keys), *keys, token)
-    assert isinstance(reply, int)
-    return reply
-
-
-def test_a_release_speaks_only_where_someone_may_listen_and_grants_whatever_the_mark(cluster: Cluster) -> None:
+@pytest.mark.parametrize("script", [QUEUE_LEAVE, QUEUE_LEAVE_NATIVE], ids=["QUEUE_LEAVE", "QUEUE_LEAVE_NATIVE"])
+def test_a_release_speaks_only_where_someone_may_listen_and_grants_whatever_the_mark(
+    cluster: Cluster, script: Script
+) -> None:
     """The script alone, on one node: no line, no mark: no word; a mark: the word; a line with no mark (a waiter
-    of a version that sets none): the grant, as always; no mark named (4 keys: redlock break): the word."""
+    of a version that sets none): the grant, as always; no mark named (4 keys: redlock break): the word. Both
+    variants, the same (the native one where the server has DELIFEQ)."""
+    if script is QUEUE_LEAVE_NATIVE and not has_delifeq(cluster):
+        pytest.skip("the server has no DELIFEQ: QUEUE_LEAVE_NATIVE is never sent to it")
     node = redis.Redis.from_url(cluster.urls[0])
+
+    def leave(node: redis.Redis, keys: tuple[bytes, ...], token: bytes) -> int:
+        reply = node.eval(script.source.decode(), len(keys), *keys, token)
+        assert isinstance(reply, int)
+        return reply
+
     key = b"redlock:script"
     keys = (*queue_keys(key, b"redlock-fence:script"), mark_key(key))
     pubsub = node.pubsub()  # type: ignore[no-untyped-call]
@@ -157,6 +197,13 @@ def test_a_release_speaks_only_where_someone_may_listen_and_grants_whatever_the_
         assert len(said) == 1
         assert said[0].startswith(b"g" + released_word(b"next"))
         assert leave(node, keys, b"next") == 1
+        # Another holder's key, and a key that is gone: left alone, 0, no word.
+        assert node.set(key, b"other", px=10_000)
+        assert leave(node, keys, b"t") == 0
+        assert node.get(key) == b"other"
+        node.delete(key)
+        assert leave(node, keys, b"t") == 0
+        assert words() == []
     finally:
         pubsub.close()
         node.delete(*keys)

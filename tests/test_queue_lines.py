@@ -7,6 +7,7 @@ a permit counts on the nodes of the slot most of them hold), a read/write lock's
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
@@ -142,8 +143,10 @@ def test_fencing_roles_a_writer_raises_the_counter_a_reader_reads_it() -> None:
     virtual(scenario)
 
 
-def test_every_line_leaves_without_a_clock_reading_and_enters_with_one() -> None:
-    """The clock guard's TIME goes before each script that can grant us something; a leave cannot."""
+def test_every_line_script_is_a_clock_reading_and_none_carries_a_time() -> None:
+    """Every line script replies with the node's time as it ran: the clock guard reads it before the vote
+    counts, so no TIME goes before any of them (one command less per entry on the node); a node whose time
+    ran 60 s ahead between two replies 1 s apart sits out, as after a TIME."""
 
     async def scenario() -> None:
         for leave, make in (
@@ -155,12 +158,18 @@ def test_every_line_leaves_without_a_clock_reading_and_enters_with_one() -> None
             guard = ClockGuard(as_nodes(nodes), 0.01, lambda: 1.0, lambda *_: None)
             claim = make(nodes, guard)
             claim.join()
-            assert [request.args[0] for request in nodes[0].waiting] == [b"TIME", b"EVALSHA"]
+            assert [request.args[0] for request in nodes[0].waiting] == [b"EVALSHA"]
+            nodes[0].answer([0, b"100000000", 0, 0])  # in line, at the node's 100 s
+            await asyncio.sleep(1.0)
             claim.give_back([0])
-            assert [request.args[0] for request in nodes[0].waiting[2:]] == [b"TIME", b"EVALSHA"]
+            assert [request.args[0] for request in nodes[0].waiting] == [b"EVALSHA"]
+            assert nodes[0].clock_held_until == 0.0
+            nodes[0].answer([0, b"160000000", 0, 0])
+            assert nodes[0].clock_held_until > _clock.now()  # ahead: it counts toward no quorum
+            assert nodes[1].clock_held_until == 0.0
             claim.quit()
+            assert [request.args[0] for request in nodes[0].waiting] == [b"EVALSHA"]
             assert leave.sha in nodes[0].waiting[-1].args
-            assert nodes[0].waiting[-2].args[0] != b"TIME"
 
     virtual(scenario)
 

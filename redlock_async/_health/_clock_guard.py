@@ -5,7 +5,8 @@ Redis and Valkey expire keys by the wall clock. A node whose clock steps ahead
 ``date -s``) or runs fast expires every lease early: a contender can then take
 the lock on it while the holder still counts it. Each request that can grant
 (acquire, a semaphore's permit, an extension) carries a ``TIME`` right before
-it, in the same write (``Node.send_timed``): no extra round trip. Between two
+it, in the same write (``Node.send_timed``): no extra round trip; the grant queue's
+scripts reply with the node's time as they ran, which is the reading (``_queue/_claim.py``). Between two
 of our exchanges with a node, the real time passed lies between the first
 reply and the second send, and between the first send and the second reply
 (our monotonic clock); :func:`_algorithm.judge_clock` says whether the node's

@@ -106,6 +106,10 @@ class Endpoint:
     server in cluster mode. The voter's own endpoint lists :attr:`seeds`; a shard primary's lists none."""
     seeds: tuple[tuple[str, int], ...] = ()
     """A Cluster voter's seed addresses (host, port), tried in turn to reach the cluster; () otherwise."""
+    probe_key: bytes = field(default=b"", repr=False)
+    """A key under the Redlock's ``key_prefix`` that the handshake may name when it asks whether the user may
+    run the server's native compare-and-delete (``_handshake.py``); empty: it does not ask (a subscriber's
+    connection, a Cluster voter's shards), and the scripts run."""
 
     @property
     def address(self) -> tuple[str, ...]:

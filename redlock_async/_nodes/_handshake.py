@@ -1,7 +1,7 @@
 """Opening a node's connection: the socket or TLS stream with our protocol from the first byte, and the
 handshake (AUTH with an ACL user or a password, SELECT, CLIENT SETNAME, INFO server for the server's
-identity, INFO replication and INFO cluster for its role), pipelined in one write; and the words for a
-connection that failed.
+identity, INFO replication and INFO cluster for its role, and whether the user may run the server's native
+compare-and-delete), pipelined in one write; and the words for a connection that failed.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._sentinel_voter import master_address
 from redlock_async._nodes._wire import Failure, Reply, Wire, describe
+from redlock_async._scripts import NATIVE_PROBE
 
 Command = tuple[bytes | str | int, ...]
 
@@ -42,7 +43,8 @@ class Identity:
     evicted: int | None = None
     """The server's ``evicted_keys`` count (INFO stats), None when it would not say."""
     delifeq: bool = False
-    """The server has the native compare-and-delete ``DELIFEQ`` (Valkey 9 and later)."""
+    """The server has the native compare-and-delete ``DELIFEQ`` (Valkey 9 and later) and the user may run it
+    on the library's keys (an ACL user needs ``+delifeq``): the cheaper scripts and commands may use it."""
 
 
 class ConnectError(Exception):
@@ -87,7 +89,9 @@ async def _first_seed(loop: asyncio.AbstractEventLoop, endpoint: Endpoint, wire:
 
 async def handshake_commands(endpoint: Endpoint) -> list[Command]:
     """AUTH (when the endpoint has a password), SELECT (a database other than 0), CLIENT SETNAME, INFO server,
-    INFO replication, INFO cluster, INFO memory, INFO stats (one section each: Redis 6.2 reads one section per INFO)."""
+    INFO replication, INFO cluster, INFO memory, INFO stats (one section each: Redis 6.2 reads one section per INFO),
+    and, when the endpoint names a probe key, the question whether the user may run DELIFEQ (``NATIVE_PROBE``:
+    asked of the ACL from a script, as the release scripts would call it; 0 where the server lacks it)."""
     username, password = await endpoint.credentials()
     commands: list[Command] = []
     if password is not None:
@@ -100,6 +104,8 @@ async def handshake_commands(endpoint: Endpoint) -> list[Command]:
     commands.append((b"INFO", b"cluster"))
     commands.append((b"INFO", b"memory"))
     commands.append((b"INFO", b"stats"))
+    if endpoint.probe_key:
+        commands.append((b"EVAL", NATIVE_PROBE, 1, endpoint.probe_key, b"0"))
     return commands
 
 
@@ -108,9 +114,12 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
     cluster-mode node)."""
     sections: dict[bytes, bytes] = {}
     blind = ""
+    delifeq = False
     for command, reply in zip(commands, replies, strict=True):
         if command[0] == b"INFO" and isinstance(reply, bytes) and isinstance(section := command[1], bytes):
             sections[section] = reply
+        # Anything but 1 (0, or an error: no EVAL allowed, a server loading, busy) leaves the scripts.
+        delifeq = delifeq or (command[0] == b"EVAL" and reply == 1)
         if not isinstance(reply, Failure):
             continue
         if command[0] == b"AUTH":
@@ -160,8 +169,6 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
     server = sections.get(b"server")
     evicted = info_fields(sections.get(b"stats", b"")).get(b"evicted_keys")
     count = int(evicted) if evicted is not None and evicted.isdigit() else None
-    valkey = info_fields(server or b"").get(b"valkey_version", b"0").partition(b".")[0]
-    delifeq = valkey.isdigit() and int(valkey) >= 9
     return Identity(
         run_id(server) if server is not None else None,
         replicas,

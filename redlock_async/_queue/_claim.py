@@ -48,7 +48,7 @@ from redlock_async._core import Settings, companion
 from redlock_async._core import algorithm as _algorithm
 from redlock_async._core import clock as _clock
 from redlock_async._health import ClockGuard, floored
-from redlock_async._nodes import Failure, Node, Reply, pack_script
+from redlock_async._nodes import ClusterVoter, Failure, Node, Reply, pack_script
 from redlock_async._queue._fence import Counters
 from redlock_async._queue._lines import KeyLine, Line, Packed
 from redlock_async._rounds import sitting_out
@@ -201,7 +201,11 @@ class Claim:
         line: Line | None = None,
     ) -> None:
         self.nodes = nodes
-        self._guard = guard  # the clock guard: a TIME before each script that can grant, and grant words judged
+        self._guard = guard  # the clock guard: each reply's node time read, and grant words judged
+        # Every script of a line replies with the node's time, read as it ran: the guard's reading of that node
+        # before its vote counts, as a TIME sent right before it would be, and no TIME sent. (Not a Cluster
+        # voter's: its scripts run on several servers, whose clocks are not one clock; it sends no TIME either.)
+        self._clocked = [guard is not None and not isinstance(node, ClusterVoter) for node in nodes]
         self.token = token
         self.line = LockLine(key, fence_key) if line is None else line
         self.keys = self.line.keys
@@ -283,7 +287,7 @@ class Claim:
         self.left = True
         self.ends = [-math.inf] * len(self.nodes)
         self.fencing.forget()
-        self._send(range(len(self.nodes)), *self.line.quit(self.token), timed=False)
+        self._send(range(len(self.nodes)), *self.line.quit(self.token))
 
     def fence(self, held: Sequence[int]) -> int:
         """Choose the fencing token (one more than the largest counter read on *held*, a majority that
@@ -305,23 +309,16 @@ class Claim:
         args: tuple[bytes | int, ...],
         keys: tuple[bytes, ...] | None = None,
         answer: Callable[[int, float, Reply], None] | None = None,
-        *,
-        timed: bool = True,
     ) -> None:
         keys = self.keys if keys is None else keys
         packed = pack_script(script, keys, args)
         fallback = (script, keys, args)
         receiver = _Request(self._answered if answer is None else answer, _clock.now())
-        # A script that can grant us the key (*timed*: all but a leave) carries the node's TIME right before
-        # it (the clock guard: a node whose clock jumped ahead sits out before its grant is counted).
-        clock = None if self._guard is None or not timed else self._guard.reading()
+        # No TIME before a script that can grant us the key: its reply carries the node's time (_answered).
         for i in nodes:
             self.busy[i] += 1
             self.pending += 1
-            if clock is None:
-                self.nodes[i].send_packed(receiver, i, packed, fallback=fallback)
-            else:
-                self.nodes[i].send_timed(clock, receiver, i, packed, fallback=fallback)
+            self.nodes[i].send_packed(receiver, i, packed, fallback=fallback)
 
     # -- hearing --------------------------------------------------------------------
 
@@ -339,6 +336,11 @@ class Claim:
             self._ref[i] = None
         else:
             node_us, pttl = int(reply[1]), reply[2]
+            if self._clocked[i]:
+                # The clock guard reads the node's time first: a node whose clock jumped ahead sits out
+                # before this vote is counted, as with a TIME right before the script.
+                assert self._guard is not None
+                self._guard.read(sent, i, [node_us // 1_000_000, node_us % 1_000_000])
             self.line.replied(i, reply[0])
             self._ref[i] = (sent, node_us)
             self._floor[i] = node_us

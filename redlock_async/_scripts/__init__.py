@@ -49,6 +49,7 @@ __all__ = [
     "FENCE_ALL",
     "HANDED_RELEASE",
     "KEEP_LIMIT",
+    "NATIVE_PROBE",
     "OLD_LAYOUT",
     "OLD_READERS",
     "PERMISSIONS",
@@ -59,6 +60,7 @@ __all__ = [
     "QUEUE_FENCE",
     "QUEUE_LEAVE",
     "QUEUE_LEAVE_ALL",
+    "QUEUE_LEAVE_NATIVE",
     "QUEUE_STAY",
     "RAISE_COUNTER",
     "READERS_HOLD",
@@ -130,6 +132,9 @@ KEEP_LIMIT = Script(_semaphore.KEEP_LIMIT)
 # The grant queue.
 QUEUE_ENTER = Script(_queue.QUEUE_ENTER, creates=True)
 QUEUE_LEAVE = Script(_queue.QUEUE_LEAVE)
+# Where the node may run DELIFEQ (Node.delifeq): loaded by its first use (EVAL after NOSCRIPT), not on every
+# connection, since a server without DELIFEQ never runs it (nor the simulator, whose nodes have none).
+QUEUE_LEAVE_NATIVE = Script(_queue.QUEUE_LEAVE_NATIVE)
 QUEUE_STAY = Script(_queue.QUEUE_STAY, creates=True)
 QUEUE_FENCE = Script(_queue.QUEUE_FENCE)
 QUEUE_LEAVE_ALL = Script(_queue_many.QUEUE_LEAVE_ALL)
@@ -140,6 +145,7 @@ DROP_LINES = Script(_queue.DROP_LINES)  # redlock break's alone: not loaded on e
 
 # The permissions probe of a connect (run once per node: not loaded on every connection).
 PERMISSIONS = Script(_probe.PERMISSIONS)
+NATIVE_PROBE = _probe.NATIVE  # the handshake's, sent as EVAL (once per connection)
 # The restart quarantine's watch on a node found without marker: rare, so not loaded on every connection.
 WATCH = Script(_marker.WATCH)
 

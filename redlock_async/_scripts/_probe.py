@@ -57,3 +57,19 @@ redis.pcall('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 redis.pcall('DEL', KEYS[5])
 return errors
 """
+
+
+NATIVE = b"""
+-- The handshake's question (once per connection): may this user run the server's native
+-- compare-and-delete, DELIFEQ (Valkey 9), on the library's keys, from a script? Asked of the ACL
+-- (redis.acl_check_cmd, Redis and Valkey 7+: nothing runs, nothing lands in ACL LOG); a server
+-- that does not know the command (or the check) answers 0 as one that refuses it.
+-- KEYS[1]  a string key under key_prefix (the probe's)
+-- ARGV[1]  any value
+-- returns  1 the user may run DELIFEQ there; 0 not (the scripts without it run)
+local ok, allowed = pcall(redis.acl_check_cmd, 'DELIFEQ', KEYS[1], ARGV[1])
+if ok and allowed then
+    return 1
+end
+return 0
+"""

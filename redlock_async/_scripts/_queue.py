@@ -99,8 +99,7 @@ return {0, time, 0, 0}
 )
 
 
-QUEUE_LEAVE = (
-    b"""
+_LEAVE_HEAD = b"""
 -- A waiter or holder leaves the key's line: its entry goes, and if the key holds its token,
 -- the key goes straight to the next live waiter (or, with none, is deleted and the release
 -- word published, as RELEASE does). It only ever takes away what is its token's: run late (sent
@@ -122,8 +121,9 @@ QUEUE_LEAVE = (
 local found = redis.call('EXISTS', KEYS[2], KEYS[5] or KEYS[2])  -- the line, and the mark (or the line again)
 if found == 0 or (found == 1 and KEYS[5] and redis.call('EXISTS', KEYS[2]) == 0) then
     -- No one in line (nor us): RELEASE's work, and no more; its word only where someone may listen.
-    if redis.call('GET', KEYS[1]) == ARGV[1] then
-        redis.call('DEL', KEYS[1])
+"""
+
+_LEAVE_ALONE = b"""
         if found == 1 or not KEYS[5] then
             redis.call('PUBLISH', KEYS[1], redis.sha1hex(ARGV[1]))
         end
@@ -132,9 +132,8 @@ if found == 0 or (found == 1 and KEYS[5] and redis.call('EXISTS', KEYS[2]) == 0)
     return 0
 end
 """
-    + NOW
-    + GRANT_NEXT
-    + b"""
+
+_LEAVE_LINE = b"""
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
     redis.call('HDEL', KEYS[3], ARGV[1])
 end
@@ -145,6 +144,29 @@ if had and not grant_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4]) then
 end
 return had and 1 or 0
 """
+
+QUEUE_LEAVE = (
+    _LEAVE_HEAD
+    + b"""    if redis.call('GET', KEYS[1]) == ARGV[1] then
+        redis.call('DEL', KEYS[1])"""
+    + _LEAVE_ALONE
+    + NOW
+    + GRANT_NEXT
+    + _LEAVE_LINE
+)
+
+
+QUEUE_LEAVE_NATIVE = (
+    b"""
+-- QUEUE_LEAVE on a server whose native compare-and-delete the user may run (DELIFEQ: Valkey 9; the
+-- handshake checks both, ``_handshake.py``): the same keys, arguments, effects and reply, one call
+-- fewer on a node where no one is in line (DELIFEQ in place of GET and DEL)."""
+    + _LEAVE_HEAD
+    + b"""    if redis.call('DELIFEQ', KEYS[1], ARGV[1]) == 1 then"""
+    + _LEAVE_ALONE
+    + NOW
+    + GRANT_NEXT
+    + _LEAVE_LINE
 )
 
 

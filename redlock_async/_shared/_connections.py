@@ -13,6 +13,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from redis.asyncio import Redis
@@ -44,6 +45,9 @@ from redlock_async.statistics import NodeStatistics, RedlockStatistics
 log = logging.getLogger("redlock_async.client")  # the Redlock's messages, under the logger users know
 
 SAME_SERVER = "the same server as"
+
+PROBE_TAG = b"{\x00probe}"
+"""The probes' keys, after key_prefix or fence_prefix: no lock's name (one hash tag: one cluster slot)."""
 
 _told_even: set[int] = set()
 """The even node counts whose fault tolerance this process has told of (once each)."""
@@ -119,6 +123,7 @@ class Connections:
 
         on_ready = None if settings.restart_quarantine == 0 else probe
         on_unreachable = None if settings.restart_quarantine == 0 else unreachable
+        probe_key = settings.key_prefix.encode() + PROBE_TAG
         for index, endpoint in enumerate(endpoints):
             built.append(
                 ClusterVoter(
@@ -130,7 +135,7 @@ class Connections:
                 )
                 if endpoint.seeds
                 else Node(
-                    endpoint,
+                    replace(endpoint, probe_key=probe_key),  # its handshake asks of DELIFEQ on that key
                     scripts=SCRIPTS,
                     on_ready=on_ready,
                     on_unreachable=on_unreachable,
@@ -306,7 +311,7 @@ class Connections:
         the lock scripts call, so a user who may not run one is told now, not by a lease lost a ttl later."""
         settings = self.settings
         # One hash tag: on a Cluster voter every key of the probe is in one slot, as a script's keys must be.
-        key, fence = settings.key_prefix.encode() + b"{\x00probe}", settings.fence_prefix.encode() + b"{\x00probe}"
+        key, fence = settings.key_prefix.encode() + PROBE_TAG, settings.fence_prefix.encode() + PROBE_TAG
         keys = (key, key + b":h", key + b":s", key + b":z", fence)
         futures = [node.send_script(PERMISSIONS, keys, ()) for node in nodes]
         if futures:
