@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from redlock_async._core import algorithm as _algorithm
 from redlock_async._core import clock as _clock
@@ -41,8 +41,11 @@ class Guarded(Protocol):
     async def release(self) -> None: ...
 
 
-async def aenter(lock: Guarded, keeper: Keeper) -> None:
-    """``__aenter__``: acquire (or LockNotAcquired), bind the lock to this task, and start watching."""
+G = TypeVar("G", bound=Guarded)
+
+
+async def aenter(lock: G, keeper: Keeper) -> G:
+    """``__aenter__``: acquire (or LockNotAcquired), bind the lock to this task, and start watching; *lock*."""
     tenure, cluster, settings = keeper.tenure, keeper.cluster, keeper.settings
     if not await lock.acquire():
         raise not_acquired(
@@ -61,6 +64,7 @@ async def aenter(lock: Guarded, keeper: Keeper) -> None:
         cluster.watchdog.schedule(lease, keeper.next_due())
     else:
         tenure.watch(holder, None)  # bound, not watched
+    return lock
 
 
 async def aexit(lock: Guarded, keeper: Keeper, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
@@ -93,8 +97,9 @@ async def aexit(lock: Guarded, keeper: Keeper, exc_type: type[BaseException] | N
             try:  # _cleanup, inlined (one coroutine less per exit)
                 await _exit(lock, keeper, exc, overran, watched=host is not None)
             finally:
-                if host is not None:
-                    await cluster.watchdog.forget(tenure.lease)
+                # watchdog.forget, inlined: its coroutine only when the watchdog's task must be waited for.
+                if host is not None and (task := cluster.watchdog.let_go(tenure.lease)) is not None:
+                    await asyncio.wait([task])
     finally:
         tenure.unbind()  # the lease ended in there (that unbinds it); this is for a failed exit
 
@@ -127,7 +132,7 @@ async def _exit(lock: Guarded, keeper: Keeper, exc: BaseException | None, overra
     if tenure.phase is not _HELD:
         return  # released by the body itself
     try:
-        await lock.release()
+        await keeper.release(lock.cooldown)  # lock.release(), one coroutine less
     except Exception as failed:
         # Never let a release problem mask what the body raised: it goes with it, as a note.
         if exc is None:

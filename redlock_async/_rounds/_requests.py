@@ -9,8 +9,9 @@ cancelled, so a release or a give-back queued here always reaches the nodes.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from redlock_async._core import PENDING, SKIPPED, WON, YES, Settings, Vote
 from redlock_async._core import algorithm as _algorithm
@@ -139,13 +140,24 @@ def send_attempt(
     return Sent(token, started, ballot.start())
 
 
-async def decide(
+def decide(
     nodes: Sequence[Node], keys: tuple[bytes, ...], fence_keys: tuple[bytes, ...], settings: Settings, sent: Sent
-) -> Attempt:
-    """Count a round of :func:`send_attempt` (and fence a won one); a failed or cancelled round is given back."""
+) -> Coroutine[Any, Any, Attempt]:
+    """Count a round of :func:`send_attempt` (and fence a won one); a failed or cancelled round is given back.
+
+    Not a coroutine itself: it returns the one that counts (nearly always :func:`_decide`'s, awaited
+    directly: one coroutine less in the chain each of the round's wake-ups runs through)."""
     fenced = fence_keys if settings.fencing else None
     if sent.announce is None:
-        return await _decide(nodes, keys, fenced, sent.token, sent.started, sent.ballot, settings, None)
+        return _decide(nodes, keys, fenced, sent.token, sent.started, sent.ballot, settings, None)
+    return _decide_announced(nodes, keys, fenced, sent, settings)
+
+
+async def _decide_announced(
+    nodes: Sequence[Node], keys: tuple[bytes, ...], fenced: tuple[bytes, ...] | None, sent: Sent, settings: Settings
+) -> Attempt:
+    """:func:`decide` of a round that a release handed over, which told no one: said if the round fails."""
+    assert sent.announce is not None
     try:
         result = await _decide(nodes, keys, fenced, sent.token, sent.started, sent.ballot, settings, None)
     except BaseException:
@@ -267,19 +279,21 @@ async def _decide(
         ]
     else:
         codes = []
-    return Attempt(
-        token=token,
-        keys=keys,
-        started=started,
-        decided_at=ballot.decided_at,
-        validity=validity,
-        votes=ballot.votes,
-        details=ballot.details,
-        holders=ballot.voted(YES),
-        skip=skip,
-        fencing_tokens=fencing_tokens if validity is not None else None,
-        codes=codes,
-        late=answers(ballot),
+    return Attempt(  # (by position, in the fields' order: once per round)
+        token,
+        keys,
+        started,
+        ballot.decided_at,
+        validity,
+        ballot.votes,
+        ballot.details,
+        ballot.voted(YES),
+        skip,
+        fencing_tokens if validity is not None else None,
+        codes,
+        None,  # free
+        None,  # keeps
+        (ballot.votes, ballot.replies, ballot.classify),  # late: answers(ballot), inlined
     )
 
 
