@@ -55,7 +55,7 @@ async def aenter(lock: G, keeper: Keeper) -> G:
     assert host is not None
     # Held by this task (the blocking API: by its thread) until the lease ends: its nested acquires of
     # the same keys fail at once.
-    holder = _holder.current()
+    holder = _holder.of(host)
     cluster.bind(tenure.keys, holder)
     if settings.auto_extend:
         tenure.watch(holder, host)
