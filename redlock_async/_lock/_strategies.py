@@ -235,8 +235,14 @@ class Words:
         """Send this lock's next round now (synchronous): a release of this Redlock hands the lock over
         to its oldest waiter by queueing the waiter's round right behind the release on every node."""
         cluster = self.cluster
+        clock = cluster.clock  # (cluster.reading(), inlined: once per round)
         return _requests.send_attempt(
-            cluster.nodes, self.keys, self.fence_keys, self.settings, self.owner or default_owner(), cluster.reading()
+            cluster.nodes,
+            self.keys,
+            self.fence_keys,
+            self.settings,
+            self.owner or default_owner(),
+            None if clock is None else clock.reading(),
         )
 
     def give_back(self, sent: _requests.Sent) -> None:
