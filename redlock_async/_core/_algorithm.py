@@ -99,6 +99,9 @@ def verdict(n_nodes: int, yes: int, failed: int) -> Verdict:
 
 def tally(n_nodes: int, votes: Iterable[Vote]) -> Verdict:
     """The verdict over the votes that are in (PENDING votes are not in yet)."""
+    if type(votes) is list:  # (a ballot's, once per round: counted in C, by identity as below)
+        yes = votes.count(YES)
+        return verdict(n_nodes, yes, len(votes) - yes - votes.count(PENDING))
     yes = failed = 0
     for vote in votes:
         if vote is YES:
