@@ -95,7 +95,15 @@ async def aexit(lock: Guarded, keeper: Keeper, exc_type: type[BaseException] | N
             await complete(_cleanup(lock, keeper, exc, overran, watched=host is not None))
         else:
             try:  # _cleanup, inlined (one coroutine less per exit)
-                await _exit(lock, keeper, exc, overran, watched=host is not None)
+                if tenure.phase is _HELD:  # _exit's common case (not overran here), inlined: one coroutine less
+                    try:
+                        await keeper.release(lock.cooldown)  # lock.release(), one coroutine less
+                    except Exception as failed:
+                        if exc is None:
+                            raise
+                        _noted(tenure.name, exc, failed)
+                else:
+                    await _exit(lock, keeper, exc, overran, watched=host is not None)
             finally:
                 # watchdog.forget, inlined: its coroutine only when the watchdog's task must be waited for.
                 if host is not None and (task := cluster.watchdog.let_go(tenure.lease)) is not None:
@@ -134,11 +142,15 @@ async def _exit(lock: Guarded, keeper: Keeper, exc: BaseException | None, overra
     try:
         await keeper.release(lock.cooldown)  # lock.release(), one coroutine less
     except Exception as failed:
-        # Never let a release problem mask what the body raised: it goes with it, as a note.
         if exc is None:
             raise
-        log.exception("redlock %r: release failed after the body raised", tenure.name)
-        exc.add_note(f"redlock: and then leaving `async with` failed: {type(failed).__name__}: {failed}")
+        _noted(tenure.name, exc, failed)
+
+
+def _noted(name: object, exc: BaseException, failed: Exception) -> None:
+    """Never let a release problem mask what the body raised: it goes with it, as a note."""
+    log.exception("redlock %r: release failed after the body raised", name)
+    exc.add_note(f"redlock: and then leaving `async with` failed: {type(failed).__name__}: {failed}")
 
 
 def _overrun_cause(votes: Sequence[_algorithm.Vote], holders: Sequence[int]) -> str:

@@ -260,10 +260,11 @@ async def _decide(
     ballot = sent.start()
     fencing_tokens: tuple[int, ...] | None = None
     try:
-        await ballot.wait()
+        await ballot.decided()  # (ballot.wait(), without its coroutine: its cancel is below)
         if fence_keys is not None and ballot.verdict is WON:
             fencing_tokens, ballot = await _fence(nodes, keys, fence_keys, token, sent, settings)
     except BaseException:
+        sent.cancel()  # the round's timer, as ballot.wait() stops it when cancelled
         # Cancelled mid-vote: the SETs are out and may succeed; hand back
         # every one of them before the cancellation goes on (queued, no await).
         send_release(nodes, keys, token, skip=sent.never_sent(), channel=channel)
