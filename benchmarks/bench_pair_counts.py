@@ -140,9 +140,10 @@ def counts(tree: str, settings: str, urls: list[str], pairs: int, tasks: int, to
         cwd=tree,  # (python -c puts the working directory first on sys.path)
         capture_output=True,
         text=True,
-        check=True,
         timeout=600,
     )
+    if done.returncode != 0:
+        raise SystemExit(f"{tree} [{settings or 'defaults'}]: the child failed:\n{done.stderr[-3000:]}")
     found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return found
 
@@ -201,14 +202,16 @@ def client_instructions(trees: list[str]) -> None:
 
     def run(tree: str, urls: list[str], n: int) -> int:
         out = f"/tmp/bench_pair_counts.client.{os.getpid()}.{n}.callgrind"
-        subprocess.run(
+        done = subprocess.run(
             [*GRIND, f"--callgrind-out-file={out}", sys.executable, "-c", CLIENT, ",".join(urls), str(n)],
             env=dict(os.environ, PYTHONPATH=tree),
             cwd=tree,
-            check=True,
             capture_output=True,
+            text=True,
             timeout=3600,
         )
+        if done.returncode != 0:
+            raise SystemExit(f"{tree}: the client under callgrind failed:\n{done.stderr[-3000:]}")
         with open(out) as profile:
             total = re.search(r"^(?:summary|totals): (\d+)", profile.read(), re.M)
         os.unlink(out)
