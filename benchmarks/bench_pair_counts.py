@@ -5,6 +5,8 @@ Usage::
     python benchmarks/bench_pair_counts.py [--trees DIR_OR_REV ...] [--settings 'queue=False' ...] [--tasks 1]
     python benchmarks/bench_pair_counts.py --node-instructions
     python benchmarks/bench_pair_counts.py --node-instructions --trees dfc4c98 main .
+    python benchmarks/bench_pair_counts.py --client-instructions --trees dfc4c98 main .
+    python benchmarks/bench_pair_counts.py --tasks 1 --top-calls 40
 
 Each tree (a directory holding ``redlock_async/`` or a git revision, as for ``bench_ab.py``) and each
 setting runs in a child process of its own against the same 5 local nodes: ``--tasks`` tasks (64) on
@@ -15,6 +17,17 @@ real path: replies parsed, writes gathered, the clock guard's ``TIME``. With 64 
 by up to a few percent from run to run (how commands and replies batch depends on the machine's
 load); with ``--tasks 1`` (one pair at a time: every write carries one acquire) the library's count
 moves by about 0.2%: compare trees with that.
+
+Also printed: Python calls per pair (a coroutine's every resumption is one: a coroutine less in an await
+chain shows twice), and with ``--top-calls N`` the N functions called most. The eviction watch's policy
+recheck (once a second per node, by the clock) is switched off in the child: under the tracer a pair
+takes ~50 times longer, and the recheck's ``INFO`` parse would be counted as if it came per pair.
+
+``--client-instructions``: the client's CPU instructions per pair, C included (the interpreter, hiredis,
+asyncio's C parts, allocation: what bytecode counts miss), under ``valgrind --tool=callgrind``: 64 tasks
+on names of their own, 10 and then 30 pairs per task, the difference over the 1,280 pairs between. It
+moves by a few percent from run to run (how 64 tasks' commands batch depends on timing under callgrind);
+compare trees in the same run, and repeat.
 
 ``--node-instructions``: the CPU instructions one ``valkey-server`` (under ``valgrind --tool=callgrind``,
 which must be installed) spends per ``SET NX PX`` + release, pipelined, for ``RELEASE`` (1 key: the
@@ -43,6 +56,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from bench_ab import settings_of, tree_of
 
@@ -53,12 +67,26 @@ from redlock_async import Redlock
 
 urls, options, pairs, tasks = sys.argv[1].split(","), json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 count = collections.Counter()
+calls = collections.Counter()
+try:  # the eviction watch's policy recheck comes by the clock (1 s), not by the pair: not counted
+    import redlock_async._health._evictions as _evictions
+    _evictions.RECHECK = 1e9
+except ImportError:
+    pass
+
+
+def where(code):
+    name = code.co_filename
+    at = name.rfind("redlock_async")
+    return (name[at + 14 :] if at >= 0 else os.path.basename(name)) + ":" + code.co_qualname
 
 
 def tracer(frame, event, arg):
     frame.f_trace_opcodes = True
     name = frame.f_code.co_filename
     key = "library" if "redlock_async" in name else "asyncio" if "asyncio" in name else "other"
+    if event == "call":  # (a coroutine's every resumption is one too)
+        calls[where(frame.f_code)] += 1
 
     def local(frame, event, arg):
         if event == "opcode":
@@ -95,6 +123,8 @@ async def main():
     done = tasks * pairs
     print(json.dumps({
         "bytecodes": {key: value / done for key, value in count.items()},
+        "calls": {key: value / done for key, value in calls.most_common(int(os.environ.get("TOP_CALLS", "0")))},
+        "all_calls": sum(calls.values()) / done,
         "commands": {name: calls / done / len(urls) for name, calls in ran.most_common() if name != "info"},
     }))
 
@@ -103,35 +133,97 @@ asyncio.run(main())
 """
 
 
-def counts(tree: str, settings: str, urls: list[str], pairs: int, tasks: int) -> dict[str, dict[str, float]]:
+def counts(tree: str, settings: str, urls: list[str], pairs: int, tasks: int, top: int = 0) -> dict[str, Any]:
     options = settings_of(settings)
     done = subprocess.run(
         [sys.executable, "-c", CHILD, ",".join(urls), json.dumps(options), str(pairs), str(tasks)],
-        env=dict(os.environ, PYTHONPATH=tree),
+        env=dict(os.environ, PYTHONPATH=tree, TOP_CALLS=str(top)),
         cwd=tree,  # (python -c puts the working directory first on sys.path)
         capture_output=True,
         text=True,
-        check=True,
         timeout=600,
     )
-    found: dict[str, dict[str, float]] = json.loads(done.stdout.strip().splitlines()[-1])
+    if done.returncode != 0:
+        raise SystemExit(f"{tree} [{settings or 'defaults'}]: the child failed:\n{done.stderr[-3000:]}")
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return found
 
 
-def pair_counts(trees: list[str], settings: list[str], pairs: int, tasks: int) -> None:
+def pair_counts(trees: list[str], settings: list[str], pairs: int, tasks: int, top: int = 0) -> None:
     from redlock_async.testing import LocalNodes
 
     with LocalNodes(5) as nodes:
         for tree in trees:
             for text in settings:
-                found = counts(tree_of(tree), text, nodes.urls, pairs, tasks)
+                found = counts(tree_of(tree), text, nodes.urls, pairs, tasks, top)
                 codes = found["bytecodes"]
                 ran = ", ".join(f"{name} {calls:.2f}" for name, calls in found["commands"].items() if calls >= 0.005)
                 print(
                     f"{tree} [{text or 'defaults'}]: {sum(codes.values()):.0f} bytecodes per pair "
                     f"(library {codes.get('library', 0):.0f}, asyncio {codes.get('asyncio', 0):.0f}, "
-                    f"other {codes.get('other', 0):.0f}); per node per pair: {ran}"
+                    f"other {codes.get('other', 0):.0f}), {found['all_calls']:.1f} Python calls (a coroutine's "
+                    f"resumptions counted); per node per pair: {ran}"
                 )
+                for where, calls in found["calls"].items():
+                    print(f"    {calls:6.2f}  {where}")
+
+
+CLIENT = r"""
+import asyncio, sys
+from redlock_async import Redlock
+try:  # (as the tracer's child: the eviction watch's recheck comes by the clock, and callgrind is slow)
+    import redlock_async._health._evictions as _evictions
+    _evictions.RECHECK = 1e9
+except ImportError:
+    pass
+
+async def main(urls, n):
+    async with Redlock(urls) as redlock:
+        async def worker(i, n):
+            lock = redlock.lock(f"instructions:{i}", ttl=10.0)
+            for _ in range(n):
+                async with lock:
+                    pass
+
+        await asyncio.gather(*(worker(i, 5) for i in range(64)))
+        await asyncio.gather(*(worker(i, n) for i in range(64)))
+
+asyncio.run(main(sys.argv[1].split(","), int(sys.argv[2])))
+"""
+
+
+GRIND = ("valgrind", "--tool=callgrind")
+
+
+def client_instructions(trees: list[str]) -> None:
+    """Per tree: the client's CPU instructions per ``async with`` pair (64 tasks), under callgrind, C included."""
+    from redlock_async.testing import LocalNodes
+
+    short, long = 10, 30
+
+    def run(tree: str, urls: list[str], n: int) -> int:
+        out = f"/tmp/bench_pair_counts.client.{os.getpid()}.{n}.callgrind"
+        done = subprocess.run(
+            [*GRIND, f"--callgrind-out-file={out}", sys.executable, "-c", CLIENT, ",".join(urls), str(n)],
+            env=dict(os.environ, PYTHONPATH=tree),
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"{tree}: the client under callgrind failed:\n{done.stderr[-3000:]}")
+        with open(out) as profile:
+            total = re.search(r"^(?:summary|totals): (\d+)", profile.read(), re.M)
+        os.unlink(out)
+        assert total is not None
+        return int(total.group(1))
+
+    with LocalNodes(5) as nodes:
+        for name in trees:
+            tree = tree_of(name)
+            used = run(tree, nodes.urls, long) - run(tree, nodes.urls, short)
+            print(f"{name:12s} {used / (64 * (long - short)):8.0f} client instructions per async with pair (64 tasks)")
 
 
 def node_instructions(pairs: int) -> None:
@@ -286,13 +378,19 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=30, help="pairs per task under the tracer")
     parser.add_argument("--tasks", type=int, default=64, help="tasks at once (1: one pair at a time)")
     parser.add_argument("--node-instructions", action="store_true", help="a node's instructions per release")
+    parser.add_argument(
+        "--client-instructions", action="store_true", help="the client's instructions per pair (callgrind)"
+    )
+    parser.add_argument("--top-calls", type=int, default=0, help="print the N functions called most per pair")
     args = parser.parse_args()
-    if args.node_instructions and args.trees:
+    if args.client_instructions:
+        client_instructions(args.trees or ["."])
+    elif args.node_instructions and args.trees:
         real_path(args.trees)
     elif args.node_instructions:
         node_instructions(3000)
     else:
-        pair_counts(args.trees or ["."], args.settings, args.pairs, args.tasks)
+        pair_counts(args.trees or ["."], args.settings, args.pairs, args.tasks, args.top_calls)
     return 0
 
 

@@ -12,9 +12,9 @@ lease is kept, lost and released (``_keeper``), ``async with`` (``_guard``) and 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from redlock_async._core import Name, Settings, check_duration, check_owner, default_owner, renamed
 from redlock_async._core import clock as _clock
@@ -280,14 +280,15 @@ class Lock:
 
     # -- async with ------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
-        await _guard.aenter(self, self._keeper)
-        return self
+    # Not coroutines themselves: each returns its guard's, which ``async with`` awaits (one coroutine less
+    # in the chain every wake-up of the acquire and of the release runs through).
+    def __aenter__(self) -> Coroutine[Any, Any, Self]:
+        return _guard.aenter(self, self._keeper)
 
-    async def __aexit__(
+    def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await _guard.aexit(self, self._keeper, exc_type, exc)
+    ) -> Coroutine[Any, Any, None]:
+        return _guard.aexit(self, self._keeper, exc_type, exc)
 
     @property
     def resource(self) -> Name | tuple[Name, ...]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from redlock_async._core import algorithm as _algorithm
 from redlock_async._core import clock as _clock
@@ -41,8 +41,11 @@ class Guarded(Protocol):
     async def release(self) -> None: ...
 
 
-async def aenter(lock: Guarded, keeper: Keeper) -> None:
-    """``__aenter__``: acquire (or LockNotAcquired), bind the lock to this task, and start watching."""
+G = TypeVar("G", bound=Guarded)
+
+
+async def aenter(lock: G, keeper: Keeper) -> G:
+    """``__aenter__``: acquire (or LockNotAcquired), bind the lock to this task, and start watching; *lock*."""
     tenure, cluster, settings = keeper.tenure, keeper.cluster, keeper.settings
     if not await lock.acquire():
         raise not_acquired(
@@ -52,7 +55,7 @@ async def aenter(lock: Guarded, keeper: Keeper) -> None:
     assert host is not None
     # Held by this task (the blocking API: by its thread) until the lease ends: its nested acquires of
     # the same keys fail at once.
-    holder = _holder.current()
+    holder = _holder.of(host)
     cluster.bind(tenure.keys, holder)
     if settings.auto_extend:
         tenure.watch(holder, host)
@@ -61,6 +64,7 @@ async def aenter(lock: Guarded, keeper: Keeper) -> None:
         cluster.watchdog.schedule(lease, keeper.next_due())
     else:
         tenure.watch(holder, None)  # bound, not watched
+    return lock
 
 
 async def aexit(lock: Guarded, keeper: Keeper, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
@@ -91,10 +95,19 @@ async def aexit(lock: Guarded, keeper: Keeper, exc_type: type[BaseException] | N
             await complete(_cleanup(lock, keeper, exc, overran, watched=host is not None))
         else:
             try:  # _cleanup, inlined (one coroutine less per exit)
-                await _exit(lock, keeper, exc, overran, watched=host is not None)
+                if tenure.phase is _HELD:  # _exit's common case (not overran here), inlined: one coroutine less
+                    try:
+                        await keeper.release(lock.cooldown)  # lock.release(), one coroutine less
+                    except Exception as failed:
+                        if exc is None:
+                            raise
+                        _noted(tenure.name, exc, failed)
+                else:
+                    await _exit(lock, keeper, exc, overran, watched=host is not None)
             finally:
-                if host is not None:
-                    await cluster.watchdog.forget(tenure.lease)
+                # watchdog.forget, inlined: its coroutine only when the watchdog's task must be waited for.
+                if host is not None and (task := cluster.watchdog.let_go(tenure.lease)) is not None:
+                    await asyncio.wait([task])
     finally:
         tenure.unbind()  # the lease ended in there (that unbinds it); this is for a failed exit
 
@@ -127,13 +140,17 @@ async def _exit(lock: Guarded, keeper: Keeper, exc: BaseException | None, overra
     if tenure.phase is not _HELD:
         return  # released by the body itself
     try:
-        await lock.release()
+        await keeper.release(lock.cooldown)  # lock.release(), one coroutine less
     except Exception as failed:
-        # Never let a release problem mask what the body raised: it goes with it, as a note.
         if exc is None:
             raise
-        log.exception("redlock %r: release failed after the body raised", tenure.name)
-        exc.add_note(f"redlock: and then leaving `async with` failed: {type(failed).__name__}: {failed}")
+        _noted(tenure.name, exc, failed)
+
+
+def _noted(name: object, exc: BaseException, failed: Exception) -> None:
+    """Never let a release problem mask what the body raised: it goes with it, as a note."""
+    log.exception("redlock %r: release failed after the body raised", name)
+    exc.add_note(f"redlock: and then leaving `async with` failed: {type(failed).__name__}: {failed}")
 
 
 def _overrun_cause(votes: Sequence[_algorithm.Vote], holders: Sequence[int]) -> str:

@@ -381,7 +381,7 @@ class Keeper:
             strategy.send_release(lease, token, lease.skip, into=ballot)
         failure: ReleaseFailed | None = None  # else a node refusing the script (ACL) keeps every key a ttl
         try:
-            await ballot.start().wait()
+            await ballot.start().decided()  # (ballot.wait(), without its coroutine: its cancel is below)
             tenure.heard(ballot)
             if _ERROR in ballot.votes and any(ballot.votes[i] is _ERROR for i in holders):
                 # (A failure needs more errors than nodes outside a majority, so a holder's among them.)
@@ -392,6 +392,7 @@ class Keeper:
                 else:
                     log.warning("redlock %s", failure)
         except asyncio.CancelledError:
+            ballot.cancel()  # its timer, as ballot.wait() stops it when cancelled
             # Gone out, no longer held: said as when waited for (also if cut short while its failure was judged).
             tenure.heard(ballot)  # so far: the rest pending
             if heard(cluster, _RELEASED):

@@ -41,34 +41,34 @@ class _Timers:
     ``(when, seq)`` order.
     """
 
-    __slots__ = ("__weakref__", "_handle", "_heap", "_queue", "_seq", "_tail", "armed_at", "loop", "pending")
+    __slots__ = ("__weakref__", "_handle", "armed_at", "heap", "loop", "pending", "queue", "seq", "tail")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._queue: deque[tuple[float, int]] = deque()  # in time order, by construction
-        self._tail = -math.inf  # the queue's latest *when* so far
-        self._heap: list[tuple[float, int]] = []  # the others
+        self.queue: deque[tuple[float, int]] = deque()  # in time order, by construction
+        self.tail = -math.inf  # the queue's latest *when* so far
+        self.heap: list[tuple[float, int]] = []  # the others
         self.pending: dict[int, Deadline] = {}
         """The deadlines armed and not cancelled, by their seq."""
         self._handle: asyncio.TimerHandle | None = None
         self.armed_at = math.inf
         """When the loop timer fires (inf: not armed, and this loop's timers are forgotten)."""
-        self._seq = itertools.count()
+        self.seq = itertools.count()
 
     def add(self, when: float, deadline: Deadline) -> int:
         """Call ``deadline.expire`` at *when*, unless ``pending.pop(seq)`` (seq: what this returns) comes first."""
-        seq = next(self._seq)
-        if when >= self._tail:
-            self._queue.append((when, seq))
-            self._tail = when
+        seq = next(self.seq)
+        if when >= self.tail:
+            self.queue.append((when, seq))
+            self.tail = when
         else:
-            heapq.heappush(self._heap, (when, seq))
+            heapq.heappush(self.heap, (when, seq))
         self.pending[seq] = deadline
         if when < self.armed_at:
-            self._arm(when)
+            self.arm_at(when)
         return seq
 
-    def _arm(self, when: float) -> None:
+    def arm_at(self, when: float) -> None:
         if self._handle is not None:
             self._handle.cancel()
         self.armed_at = when
@@ -81,7 +81,7 @@ class _Timers:
         # may fire a hair early by our clock, or the clock may be a test's, standing still).
         due = max(now, self.armed_at)
         self.armed_at = math.inf
-        queue, heap, pending = self._queue, self._heap, self.pending
+        queue, heap, pending = self.queue, self.heap, self.pending
         while True:
             if queue and queue[0][0] <= due and not (heap and heap[0] < queue[0]):
                 when, seq = queue.popleft()
@@ -99,7 +99,7 @@ class _Timers:
         if queue or heap:
             first = min(queue[0][0] if queue else math.inf, heap[0][0] if heap else math.inf)
             if first < self.armed_at:
-                self._arm(first)
+                self.arm_at(first)
         else:
             _timers.pop(self.loop, None)
 
@@ -172,7 +172,17 @@ class Deadline:
         if timers is None or timers.loop is not loop or timers.armed_at == math.inf:
             timers = _timers_of(loop)
         self._timers = timers
-        self._seq = timers.add(_clock.now() + timeout, self)
+        # timers.add(when, self), inlined (once per ballot): nearly every deadline goes to the queue's end.
+        when = _clock.now() + timeout
+        seq = self._seq = next(timers.seq)
+        if when >= timers.tail:
+            timers.queue.append((when, seq))
+            timers.tail = when
+        else:
+            heapq.heappush(timers.heap, (when, seq))
+        timers.pending[seq] = self
+        if when < timers.armed_at:
+            timers.arm_at(when)
 
     def expire(self, late: float) -> None:
         """Its time came, *late* seconds after it was due."""

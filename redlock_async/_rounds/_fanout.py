@@ -361,6 +361,12 @@ class Ballot(Deadline):
         if not self._done.done():
             self._done.set_result(None)
 
+    def decided(self) -> asyncio.Future[None]:
+        """What :meth:`wait` awaits, for a caller on the hot path to await itself (no coroutine of its own):
+        done once the verdict is in. A caller that awaits it calls :meth:`cancel` when cancelled, as
+        :meth:`wait` does."""
+        return self._done
+
     async def wait(self) -> Verdict:
         """The verdict, as soon as it is certain."""
         if not self._done.done():

@@ -8,10 +8,9 @@ cancelled, so a release or a give-back queued here always reaches the nodes.
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from redlock_async._core import PENDING, SKIPPED, WON, YES, Settings, Vote
 from redlock_async._core import algorithm as _algorithm
@@ -20,6 +19,8 @@ from redlock_async._health import floored
 from redlock_async._nodes import IGNORED, Failure, Node, Receiver, Reply, pack, pack_script
 from redlock_async._rounds._fanout import Ballot, vote_of_counters, vote_of_fenced, vote_of_script, vote_of_set
 from redlock_async._rounds._lease import Keep, Late, Lease
+from redlock_async._rounds._tokens import new_token as new_token  # (requests.new_token, as before)
+from redlock_async._rounds._tokens import owner_of as owner_of
 from redlock_async._scripts import (
     ACQUIRE_ALL,
     ACQUIRE_ALL_FENCED,
@@ -36,9 +37,6 @@ from redlock_async._scripts import (
     RELEASE_ALL,
     Script,
 )
-
-TOKEN_BYTES = 20
-"""Random bytes in each acquisition's token (the Redlock spec asks for 20)."""
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass pays object.__setattr__ per field, per attempt
@@ -79,21 +77,6 @@ class Attempt:
 GiveBack: TypeAlias = "Callable[[Sequence[int], Ballot | None], None]"
 """How a failed or cancelled round is given back (queued, synchronous): called with the nodes to skip and the
 ballot its replies go to (None: nowhere). The default: compare-and-delete of the round's keys."""
-
-
-OWNER_SEPARATOR = b"~"
-"""Between a token's random part (URL-safe base64: never this byte) and the holder's owner label."""
-
-
-def new_token(owner: bytes) -> bytes:
-    """A new acquisition's value on the nodes: random, then the owner label that inspection shows."""
-    return secrets.token_urlsafe(TOKEN_BYTES).encode() + OWNER_SEPARATOR + owner
-
-
-def owner_of(value: bytes) -> str | None:
-    """The owner label in a lock key's value, None when it has none (written by an older client)."""
-    _, separator, owner = value.partition(OWNER_SEPARATOR)
-    return owner.decode(errors="replace") if separator else None
 
 
 @dataclass(slots=True)
@@ -145,13 +128,24 @@ def send_attempt(
     return Sent(token, started, ballot.start())
 
 
-async def decide(
+def decide(
     nodes: Sequence[Node], keys: tuple[bytes, ...], fence_keys: tuple[bytes, ...], settings: Settings, sent: Sent
-) -> Attempt:
-    """Count a round of :func:`send_attempt` (and fence a won one); a failed or cancelled round is given back."""
+) -> Coroutine[Any, Any, Attempt]:
+    """Count a round of :func:`send_attempt` (and fence a won one); a failed or cancelled round is given back.
+
+    Not a coroutine itself: it returns the one that counts (nearly always :func:`_decide`'s, awaited
+    directly: one coroutine less in the chain each of the round's wake-ups runs through)."""
     fenced = fence_keys if settings.fencing else None
     if sent.announce is None:
-        return await _decide(nodes, keys, fenced, sent.token, sent.started, sent.ballot, settings, None)
+        return _decide(nodes, keys, fenced, sent.token, sent.started, sent.ballot, settings, None)
+    return _decide_announced(nodes, keys, fenced, sent, settings)
+
+
+async def _decide_announced(
+    nodes: Sequence[Node], keys: tuple[bytes, ...], fenced: tuple[bytes, ...] | None, sent: Sent, settings: Settings
+) -> Attempt:
+    """:func:`decide` of a round that a release handed over, which told no one: said if the round fails."""
+    assert sent.announce is not None
     try:
         result = await _decide(nodes, keys, fenced, sent.token, sent.started, sent.ballot, settings, None)
     except BaseException:
@@ -253,10 +247,11 @@ async def _decide(
     ballot = sent.start()
     fencing_tokens: tuple[int, ...] | None = None
     try:
-        await ballot.wait()
+        await ballot.decided()  # (ballot.wait(), without its coroutine: its cancel is below)
         if fence_keys is not None and ballot.verdict is WON:
             fencing_tokens, ballot = await _fence(nodes, keys, fence_keys, token, sent, settings)
     except BaseException:
+        sent.cancel()  # the round's timer, as ballot.wait() stops it when cancelled
         # Cancelled mid-vote: the SETs are out and may succeed; hand back
         # every one of them before the cancellation goes on (queued, no await).
         give_back(sent.never_sent(), None)
@@ -281,19 +276,21 @@ async def _decide(
         ]
     else:
         codes = []
-    return Attempt(
-        token=token,
-        keys=keys,
-        started=started,
-        decided_at=ballot.decided_at,
-        validity=validity,
-        votes=ballot.votes,
-        details=ballot.details,
-        holders=ballot.voted(YES),
-        skip=skip,
-        fencing_tokens=fencing_tokens if validity is not None else None,
-        codes=codes,
-        late=answers(ballot),
+    return Attempt(  # (by position, in the fields' order: once per round)
+        token,
+        keys,
+        started,
+        ballot.decided_at,
+        validity,
+        ballot.votes,
+        ballot.details,
+        ballot.voted(YES),
+        skip,
+        fencing_tokens if validity is not None else None,
+        codes,
+        None,  # free
+        None,  # keeps
+        (ballot.votes, ballot.replies, ballot.classify),  # late: answers(ballot), inlined
     )
 
 

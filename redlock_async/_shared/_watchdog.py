@@ -80,14 +80,20 @@ class Watchdog:
 
     def discard(self, lock: Lease) -> None:
         """Stop watching *lock* (synchronous: safe before any await)."""
-        if self._entries.pop(lock, None) is not None:
-            self._compact()
+        if self._entries.pop(lock, None) is not None and len(self._heap) > 2 * len(self._entries) + 64:
+            self._compact()  # (its test, inlined: once per exit)
 
     async def forget(self, lock: Lease) -> None:
         """Stop watching *lock*; the task ends once no lock is watched."""
-        self.discard(lock)
-        if not self._entries and (task := self._stopped()) is not None:
+        if (task := self.let_go(lock)) is not None:
             await asyncio.wait([task])  # (as _stop: without its coroutine, once per exit)
+
+    def let_go(self, lock: Lease) -> asyncio.Task[None] | None:
+        """:meth:`forget` up to its wait (synchronous): the watchdog's task, cancelled, when *lock* was the last
+        one watched, for the caller to wait for; else None (nearly always, with other locks held: no
+        coroutine per exit)."""
+        self.discard(lock)
+        return self._stopped() if not self._entries else None
 
     def _compact(self) -> None:
         """Drop stale heap entries once they outnumber the live ones: a released lock must not stay
