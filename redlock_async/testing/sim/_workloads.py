@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from redlock_async import LockLost, LockNotAcquired, Redlock, RedlockError
+from redlock_async._core import quorum
 from redlock_async.events import LockEvent
 from redlock_async.testing._history import History, Section
 from redlock_async.testing.sim._loop import NOBODY
@@ -158,7 +159,7 @@ class Board:
             store = host.node.store
             if store.data.get(key) == token and store.expires.get(key, float("inf")) > store.clock_ms():
                 holding += 1
-        if holding == self.config.nodes // 2 + 1:
+        if holding == quorum(self.config.nodes):
             self.count("bare_extensions")
 
     async def client_main(self, client: SimClient) -> None:
