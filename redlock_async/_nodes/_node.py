@@ -45,7 +45,7 @@ from redlock_async._nodes._handshake import (
 from redlock_async._nodes._load import NodeLoad
 from redlock_async._nodes._outbox import Entry, Outbox
 from redlock_async._nodes._wire import CLOSED, IGNORED, Failure, Reply, Resolve, Wire, describe, error_reply, pack
-from redlock_async._scripts import Script
+from redlock_async._scripts import QUEUE_LEAVE_NATIVE, Script
 
 log = logging.getLogger("redlock_async._node")  # its name before the wings: users' log settings name it
 
@@ -397,7 +397,8 @@ class Node:
         EVALSHAs to a fresh or restarted server all miss and all fall back to EVAL with the full source)."""
         if not self._scripts:
             return
-        preload: list[Entry] = [
-            (pack((b"SCRIPT", b"LOAD", script.source)), IGNORED, 0, None) for script in self._scripts
-        ]
+        # And the native release where this connection may run it: its EVALSHA must run on a node whose replies
+        # are lost (a NOSCRIPT unheard is an EVAL never sent, and the key left a ttl).
+        scripts = (*self._scripts, QUEUE_LEAVE_NATIVE) if self.delifeq else self._scripts
+        preload: list[Entry] = [(pack((b"SCRIPT", b"LOAD", script.source)), IGNORED, 0, None) for script in scripts]
         self.outbox.put_first(preload)
