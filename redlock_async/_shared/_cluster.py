@@ -175,29 +175,19 @@ class Cluster:
         if fault is ClockFault.AHEAD:
             for lock in list(self.held):
                 lock.node_lost(i, words)
-        hook = self.on_event
-        if hook is None:
-            return
-        event = LockEvent(
-            EventKind.CLOCK, "", reason=words, clock_fault=fault.value, clock_jump=size, nodes=(self.names[i],)
+        self._tell(
+            LockEvent(
+                EventKind.CLOCK, "", reason=words, clock_fault=fault.value, clock_jump=size, nodes=(self.names[i],)
+            )
         )
-        try:
-            hook(event)
-        except Exception:
-            log.exception("redlock node %s: on_event callback failed", self.names[i])
 
     def evicted(self, i: int, words: str, new: bool) -> None:
         """Node *i* evicted keys (``_evictions``; it sits out a period): lost to every lock that counted it,
         and, for a *new* episode, an event."""
         for lock in list(self.held):
             lock.node_lost(i, words)
-        hook = self.on_event
-        if hook is None or not new:
-            return
-        try:
-            hook(LockEvent(EventKind.EVICTED, "", reason=words, nodes=(self.names[i],)))
-        except Exception:
-            log.exception("redlock node %s: on_event callback failed", self.names[i])
+        if new:
+            self._tell(LockEvent(EventKind.EVICTED, "", reason=words, nodes=(self.names[i],)))
 
     def shard_replaced(self, i: int, shard: Node, why: str) -> None:
         """A shard of Cluster voter *i* sits out because its primary changed (``_health/_shards.py``): lost at
