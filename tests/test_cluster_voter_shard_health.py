@@ -19,8 +19,8 @@ import pytest
 from redlock_async import EventKind, LockEvent, Redlock, Vote
 from redlock_async._nodes import tag_for
 from redlock_async.testing import LocalCluster, LocalNode, LocalNodes, faketime_library
-from tests.conftest import mark_in_service, needs_faketime
-from tests.test_cluster_voter import IN_SERVICE, mark_shards, owner_of_key
+from tests.conftest import needs_faketime
+from tests.test_cluster_voter import owner_of_key, ready_voters
 
 pytestmark = pytest.mark.slow
 
@@ -53,14 +53,7 @@ def plain() -> Iterator[LocalNodes]:
 
 @pytest.fixture
 def voters(shards: LocalCluster, plain: LocalNodes) -> Iterator[list[str]]:
-    for node in plain.nodes:
-        node.resume()
-    plain.flush()
-    for node in plain.nodes:
-        mark_in_service(node, period=IN_SERVICE)
-    shards.flush()
-    mark_shards(shards)
-    yield [shards.url, *plain.urls]
+    yield ready_voters(shards, plain)
     for node in plain.nodes:
         node.resume()
     for node in shards.nodes:

