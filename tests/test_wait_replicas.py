@@ -262,3 +262,51 @@ async def test_a_sentinel_voter_waits_for_the_master_s_replica() -> None:
                 await _fails_cleanly(redlock, master)
             finally:
                 replica.resume()
+
+
+@pytest.mark.slow
+async def test_a_vote_redirected_by_ask_waits_on_the_importing_primary() -> None:
+    # A slot migrating from shard 0's primary to shard 1's: a vote for a name not on the source yet is
+    # answered ASK, and goes to the importing primary behind ASKING; its yes counts only with that
+    # primary's replica behind it, as every other vote's does.
+    with LocalCluster(2, 1) as cluster:
+        mark_shards(cluster)
+        name = next(f"a{i}" for i in range(100) if cluster.shard_of_slot(slot_of(cluster, f"redlock:a{i}")) == 0)
+        key, slot = f"redlock:{name}", slot_of(cluster, f"redlock:{name}")
+        source, target = cluster.master_of(0), cluster.master_of(1)
+        replica = cluster.replicas_of(1)[0]
+        async with Redlock([cluster.url], wait_replicas=1, ttl=5.0) as redlock:
+            await redlock.connect()
+            target.command("CLUSTER", "SETSLOT", slot, "IMPORTING", cluster.node_id(source))
+            source.command("CLUSTER", "SETSLOT", slot, "MIGRATING", cluster.node_id(target))
+            try:
+                lock = redlock.lock(name)
+                target.command("CONFIG", "RESETSTAT")
+                assert await lock.acquire(blocking=False), lock.outcomes
+                # Taken by the importing primary (ASK followed), and waited for there.
+                assert target.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 1
+                assert source.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+                assert waits(target) >= 1, "the vote sent behind ASKING had no WAIT"
+                assert has(replica, key)
+                await lock.extend()  # the key is on the importing primary: the extension is ASKed there too
+                replica.pause()
+                try:
+                    with pytest.raises(LockLost):
+                        await lock.extend()
+                    await lock.release()  # (lost: its key removed, if it is still there)
+                    assert await eventually(
+                        lambda: target.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0, within=10.0
+                    )
+                    other = redlock.lock(name)
+                    assert not await other.acquire(blocking=False), "a yes behind ASK counted without its replica"
+                    assert other.outcomes[0].vote is Vote.TIMEOUT, other.outcomes
+                    # The write ran on the importing primary; the failed acquire's cleanup (ASKed there) removes it.
+                    assert await eventually(
+                        lambda: target.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0, within=10.0
+                    ), "a key was left behind on the importing primary"
+                finally:
+                    replica.resume()
+            finally:
+                for node in (source, target):
+                    node.command("CLUSTER", "SETSLOT", slot, "NODE", cluster.node_id(source))
+                cluster.wait_ready()
