@@ -6,6 +6,7 @@ master a failed one, and the failed acquire's cleanup leaves no key."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -214,11 +215,47 @@ async def _fails_cleanly(redlock: Redlock, master: Any, key: str = KEY, name: st
     assert await eventually(lambda: master.command("EXISTS", key) == 0, within=10.0), "a key was left behind"
 
 
+def replica_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "replica" in r.getMessage()]
+
+
+async def test_a_master_with_the_replicas_asked_for_is_not_warned_of_them(
+    pair: LocalNodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    # wait_replicas=1 asks for the replica the master has: no warning that it has one (before: "this master has
+    # 1 connected replica(s) ... a Redlock voter should be a master without failover").
+    async with Redlock([pair.urls[0]], wait_replicas=1) as redlock:
+        await redlock.connect()
+    assert replica_warnings(caplog) == []
+    # Without the setting, a master with a replica is warned of, as ever.
+    async with Redlock([pair.urls[0]]) as redlock:
+        await redlock.connect()
+    (told,) = replica_warnings(caplog)
+    assert "1 connected replica(s)" in told, told
+
+
+async def test_a_master_with_fewer_replicas_than_asked_for_is_warned_that_its_yes_fails(
+    pair: LocalNodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    master = pair.nodes[0]
+    async with Redlock([pair.urls[0]], wait_replicas=2) as redlock:
+        await redlock.connect()
+        (told,) = replica_warnings(caplog)
+        assert f"127.0.0.1:{master.port}" in told, told
+        assert "1 connected replica(s), fewer than wait_replicas=2" in told, told
+        assert "every yes of it fails" in told, told
+        lock = redlock.lock("wr")
+        assert not await lock.acquire(blocking=False)  # as it said
+        assert lock.outcomes[0].vote is Vote.TIMEOUT, lock.outcomes
+
+
 # -- a Cluster voter and a Sentinel voter -----------------------------------------------------------------
 
 
 @pytest.mark.slow
-async def test_a_cluster_voter_waits_on_the_shard_primary_that_took_the_write() -> None:
+async def test_a_cluster_voter_waits_on_the_shard_primary_that_took_the_write(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with LocalCluster(2, 1) as cluster:
         mark_shards(cluster)
         async with Redlock([cluster.url], wait_replicas=1, ttl=5.0) as redlock:
@@ -244,6 +281,14 @@ async def test_a_cluster_voter_waits_on_the_shard_primary_that_took_the_write() 
                 await other.release()
             finally:
                 replica.resume()
+        # Every shard primary has one replica: wait_replicas=2 makes each say that its yes fails.
+        caplog.clear()
+        async with Redlock([cluster.url], wait_replicas=2) as redlock:
+            await redlock.connect()
+        told = replica_warnings(caplog)
+        for shard in (0, 1):
+            port = cluster.master_of(shard).port
+            assert any(f"127.0.0.1:{port}" in t and "fewer than wait_replicas=2" in t for t in told), told
 
 
 @pytest.mark.slow
@@ -262,3 +307,51 @@ async def test_a_sentinel_voter_waits_for_the_master_s_replica() -> None:
                 await _fails_cleanly(redlock, master)
             finally:
                 replica.resume()
+
+
+@pytest.mark.slow
+async def test_a_vote_redirected_by_ask_waits_on_the_importing_primary() -> None:
+    # A slot migrating from shard 0's primary to shard 1's: a vote for a name not on the source yet is
+    # answered ASK, and goes to the importing primary behind ASKING; its yes counts only with that
+    # primary's replica behind it, as every other vote's does.
+    with LocalCluster(2, 1) as cluster:
+        mark_shards(cluster)
+        name = next(f"a{i}" for i in range(100) if cluster.shard_of_slot(slot_of(cluster, f"redlock:a{i}")) == 0)
+        key, slot = f"redlock:{name}", slot_of(cluster, f"redlock:{name}")
+        source, target = cluster.master_of(0), cluster.master_of(1)
+        replica = cluster.replicas_of(1)[0]
+        async with Redlock([cluster.url], wait_replicas=1, ttl=5.0) as redlock:
+            await redlock.connect()
+            target.command("CLUSTER", "SETSLOT", slot, "IMPORTING", cluster.node_id(source))
+            source.command("CLUSTER", "SETSLOT", slot, "MIGRATING", cluster.node_id(target))
+            try:
+                lock = redlock.lock(name)
+                target.command("CONFIG", "RESETSTAT")
+                assert await lock.acquire(blocking=False), lock.outcomes
+                # Taken by the importing primary (ASK followed), and waited for there.
+                assert target.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 1
+                assert source.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+                assert waits(target) >= 1, "the vote sent behind ASKING had no WAIT"
+                assert has(replica, key)
+                await lock.extend()  # the key is on the importing primary: the extension is ASKed there too
+                replica.pause()
+                try:
+                    with pytest.raises(LockLost):
+                        await lock.extend()
+                    await lock.release()  # (lost: its key removed, if it is still there)
+                    assert await eventually(
+                        lambda: target.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0, within=10.0
+                    )
+                    other = redlock.lock(name)
+                    assert not await other.acquire(blocking=False), "a yes behind ASK counted without its replica"
+                    assert other.outcomes[0].vote is Vote.TIMEOUT, other.outcomes
+                    # The write ran on the importing primary; the failed acquire's cleanup (ASKed there) removes it.
+                    assert await eventually(
+                        lambda: target.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0, within=10.0
+                    ), "a key was left behind on the importing primary"
+                finally:
+                    replica.resume()
+            finally:
+                for node in (source, target):
+                    node.command("CLUSTER", "SETSLOT", slot, "NODE", cluster.node_id(source))
+                cluster.wait_ready()

@@ -9,7 +9,7 @@ from redlock_async._nodes._cluster_voter import ClusterVoter
 from redlock_async._nodes._endpoint import Endpoint, endpoints_for
 from redlock_async._nodes._handshake import info_fields
 from redlock_async._nodes._node import Node
-from redlock_async._nodes._pubsub import ClusterSubscriber, messages
+from redlock_async._nodes._pubsub import ClusterSubscriber, messages, tell_refused
 from redlock_async._nodes._replicas import replicated_outbox, wait_ms
 from redlock_async._nodes._sentinel_voter import SwitchWatch
 from redlock_async._nodes._slots import key_slot, tag_for
@@ -52,5 +52,6 @@ __all__ = [
     "script_head",
     "server_error",
     "tag_for",
+    "tell_refused",
     "wait_ms",
 ]

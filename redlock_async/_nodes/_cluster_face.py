@@ -67,7 +67,27 @@ class ShardJudged(Node):
     def eviction(self, policy: str) -> None:
         self._eviction = policy
 
+    def serving(self, key: bytes) -> Node | None:
+        """The primary that serves *key*'s slot as the map says (None before the map was read)."""
+        return self.owners[key_slot(key)]
+
     def judged_by(self, key: bytes) -> None:
         """Read :attr:`quarantined_until` as the quarantine of the primary serving *key* (until the next reply
         is delivered: inspection, which reads one name's keys)."""
-        self.answering = self.owners[key_slot(key)] or self.answering
+        self.answering = self.serving(key) or self.answering
+
+    def hold_for(self, key: bytes) -> tuple[float, str]:
+        """Until when the clock's or the evictions' hold keeps out the primary serving *key* (the voter's own
+        hold when that is longer), and why: what an inspection of a name on this voter reads of the locking
+        connections, without changing what the ballot reads (no :attr:`answering`). Before the map was read,
+        the longest hold of any primary."""
+        shard = self.serving(key)
+        if shard is None:
+            shard = max(self.shards.values(), key=_clock_hold, default=None)
+        if shard is not None and shard.clock_held_until > self._clock_until:
+            return shard.clock_held_until, shard.quarantine_reason
+        return self._clock_until, self._held_reason
+
+
+def _clock_hold(shard: Node) -> float:
+    return shard.clock_held_until

@@ -47,6 +47,7 @@ from redlock_async._nodes._cluster_scripts import sharded, sharded_packed
 from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._handshake import info_fields
 from redlock_async._nodes._node import Node
+from redlock_async._nodes._replicas import ReplicatedOutbox
 from redlock_async._nodes._slots import (
     SLOTS,
     Address,
@@ -68,6 +69,8 @@ from redlock_async._nodes._wire import (
 from redlock_async._scripts import Script
 
 log = logging.getLogger("redlock_async._node")
+
+ASKING = pack((b"ASKING",))
 
 REFRESH = 5.0
 """Seconds after which the slot map is read again at the next command (it is also read after a ``MOVED``)."""
@@ -253,9 +256,14 @@ class ClusterVoter(ShardJudged):
             shard.send_packed(routed, routed.index, routed.packed, limited=routed.limited, fallback=routed.fallback)
             return
         # ASKING and the command back to back, both or neither (neither limited: a stalled node refusing the
-        # command alone would leave ASKING to the next command on the connection, for another slot).
-        shard.send_packed(IGNORED, 0, pack((b"ASKING",)))
-        shard.send_packed(routed, routed.index, routed.packed, fallback=routed.fallback)
+        # command alone would leave ASKING to the next command on the connection, for another slot). A vote
+        # under wait_replicas still has its WAIT behind it, on the importing primary that took the write.
+        shard.send_packed(IGNORED, 0, ASKING)
+        outbox = shard.outbox
+        if routed.limited and isinstance(outbox, ReplicatedOutbox):
+            outbox.send_waited(routed, routed.index, routed.packed, fallback=routed.fallback)
+        else:
+            shard.send_packed(routed, routed.index, routed.packed, fallback=routed.fallback)
 
     def _shard(self, address: Address, slot: int) -> Node:
         shard = self.shards.get(address)

@@ -14,6 +14,8 @@ import ssl
 from dataclasses import dataclass
 
 from redlock_async._nodes._endpoint import Endpoint
+from redlock_async._nodes._outbox import Outbox
+from redlock_async._nodes._replicas import ReplicatedOutbox
 from redlock_async._nodes._sentinel_voter import master_address
 from redlock_async._nodes._wire import Failure, Reply, Wire, describe
 from redlock_async._scripts import NATIVE_PROBE
@@ -30,7 +32,7 @@ too: lock keys have a ttl)."""
 @dataclass(frozen=True, slots=True)
 class Identity:
     """What the handshake learnt of the server: its run_id (None when it would not say), how many
-    replicas it has, the eviction policy it runs under when that can evict keys ("" when not), and
+    replicas are connected to it, the eviction policy it runs under when that can evict keys ("" when not), and
     whether it refused INFO ("INFO" then: none of the checks above could be made)."""
 
     run_id: bytes | None
@@ -45,6 +47,9 @@ class Identity:
     delifeq: bool = False
     """The server has the native compare-and-delete ``DELIFEQ`` (Valkey 9 and later) and the user may run it
     on the library's keys (an ACL user needs ``+delifeq``): the cheaper scripts and commands may use it."""
+    grouped: bool = False
+    """A Sentinel group's master or a Cluster's shard primary: it has replicas by design (their promotion is
+    judged as a restart), so they are not warned of as a standalone master's are."""
 
 
 class ConnectError(Exception):
@@ -157,11 +162,7 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
             "this server runs in cluster mode: a redis:// voter must be a standalone master"
             " (cluster_enabled:0); write redis+cluster://HOST:PORT to use the whole Cluster as one voter"
         )
-    # A Sentinel voter has replicas by design: a failover is judged as a restart (Identity.promoted).
-    # A Cluster's shard too: its replicas' promotion is judged per shard (``_cluster_voter.py``).
-    replicas = (
-        int(replication.get(b"connected_slaves", b"0") or 0) if endpoint.service is None and not endpoint.cluster else 0
-    )
+    replicas = int(replication.get(b"connected_slaves", b"0") or 0)
     memory = info_fields(sections.get(b"memory", b""))
     policy = memory.get(b"maxmemory_policy", b"")
     limited = memory.get(b"maxmemory", b"0") not in (b"0", b"")
@@ -177,6 +178,9 @@ def judge_handshake(endpoint: Endpoint, commands: list[Command], replies: list[R
         promoted(replication),
         count,
         delifeq,
+        # A Sentinel voter has replicas by design: a failover is judged as a restart (Identity.promoted).
+        # A Cluster's shard too: its replicas' promotion is judged per shard (``_cluster_voter.py``).
+        endpoint.service is not None or endpoint.cluster,
     )
 
 
@@ -188,33 +192,42 @@ def promoted(replication: dict[bytes, bytes]) -> bool:
     return bool(replid2) or offset not in (b"-1", b"")
 
 
-def warn_of_setup(name: str, identity: Identity, warned: set[str], level: int) -> None:
+def warn_of_setup(name: str, identity: Identity, warned: set[str], level: int, outbox: Outbox | None = None) -> None:
     """Once per node and kind (*warned* holds the kinds said): a setup under which node *name* may lose lock
-    keys (its replicas, its eviction policy)."""
+    keys (its replicas, its eviction policy), or whose votes all fail (fewer replicas than the WAITs of its
+    *outbox* ask for: ``wait_replicas``, where replicas are what the user asked for, not a hazard)."""
+    replicas = identity.replicas
+    wanted = outbox.replicas if isinstance(outbox, ReplicatedOutbox) else 0
     warnings = (
         (
             "replicas",
-            identity.replicas,
-            "this master has %s connected replica(s): if a failover promotes one, keys it had not received yet"
-            " are lost; a Redlock voter should be a master without failover",
+            not wanted and not identity.grouped and replicas > 0,
+            f"this master has {replicas} connected replica(s): if a failover promotes one, keys it had not"
+            " received yet are lost; a Redlock voter should be a master without failover",
+        ),
+        (
+            "too few replicas",
+            replicas < wanted,
+            f"this master has {replicas} connected replica(s), fewer than wait_replicas={wanted}: every yes of"
+            f" it fails (its WAIT finds too few replicas) until {wanted} are connected",
         ),
         (
             "eviction",
-            identity.eviction,
-            "maxmemory-policy is %s: under memory pressure it may evict lock keys and fencing counters, letting"
-            " a second holder in; set maxmemory-policy noeviction",
+            bool(identity.eviction),
+            f"maxmemory-policy is {identity.eviction}: under memory pressure it may evict lock keys and fencing"
+            " counters, letting a second holder in; set maxmemory-policy noeviction",
         ),
         (
             "blind",
-            identity.blind,
-            "the user may not run %s: nothing checks that this server is a master (not a replica, not in"
-            " cluster mode), distinct from the other nodes, or when it restarted; allow +info",
+            bool(identity.blind),
+            f"the user may not run {identity.blind}: nothing checks that this server is a master (not a replica,"
+            " not in cluster mode), distinct from the other nodes, or when it restarted; allow +info",
         ),
     )
-    for kind, value, text in warnings:
-        if value and kind not in warned:
+    for kind, said, text in warnings:
+        if said and kind not in warned:
             warned.add(kind)
-            log.log(level, "redlock node %s: " + text + " (see docs/deployment.md)", name, value)
+            log.log(level, "redlock node %s: %s (see docs/deployment.md)", name, text)
 
 
 def describe_connect(exc: BaseException) -> str:

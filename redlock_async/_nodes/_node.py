@@ -334,7 +334,7 @@ class Node:
         identity = judge_handshake(self.endpoint, commands, replies)
         self.server_id, self.promoted, self.delifeq = identity.run_id, identity.promoted, identity.delifeq
         self.eviction, self.evicted_keys = identity.eviction, identity.evicted
-        warn_of_setup(self.name, identity, self._warned, self._trouble)
+        warn_of_setup(self.name, identity, self._warned, self._trouble, self.outbox)
         if self._on_identified is not None and (refusal := self._on_identified(self)):
             raise ConnectError(refusal)
 

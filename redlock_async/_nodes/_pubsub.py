@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,35 @@ from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._node import Node
 from redlock_async._nodes._slots import key_slot, redirect
 from redlock_async._nodes._wire import Failure, Fallback, Reply, pack
+
+log = logging.getLogger("redlock_async._handoff")  # the hand-off's name: users' log settings name it
+
+_refused: set[str] = set()
+"""The subscriber nodes (by name) whose refusal of a subscription this process has told of (once each)."""
+
+
+def tell_refused(node: Node, fut: asyncio.Future[Reply]) -> None:
+    """Once per node: the subscription of the hand-off was refused (an ACL user without the command, or
+    without the channel), so the waiters there are never told of a release: they still get the lock, but
+    each only at its next poll. The words name what that node's subscriber sends: ``SSUBSCRIBE`` on a Cluster
+    voter (sharded pub/sub), ``SUBSCRIBE`` elsewhere."""
+    reply = None if fut.cancelled() else fut.result()
+    if not (isinstance(reply, Failure) and "NOPERM" in reply.detail) or node.name in _refused:
+        return
+    _refused.add(node.name)
+    if isinstance(node, ClusterSubscriber) and node.voter.sharded:
+        command, allow = "SSUBSCRIBE", "+ssubscribe (a Cluster voter's waiters listen by sharded pub/sub)"
+    else:
+        command, allow = "SUBSCRIBE", "+subscribe"
+    log.warning(
+        "redlock node %s refuses %s (%s): waiters are not woken by a release there, only by their next poll;"
+        " allow %s, and the channels under key_prefix (&redlock:* by default, &PREFIX* for another prefix;"
+        " docs/deployment.md)",
+        node.name,
+        command,
+        reply.detail,
+        allow,
+    )
 
 
 def messages(hear: Callable[[list[bytes]], object]) -> Callable[[list[bytes]], bool]:

@@ -5,7 +5,9 @@ reader's or writer's key: every command sent ``limited``, which is what a vote i
 connection by ``WAIT N timeout``; the yes is handed to its ballot only when the WAIT says at least N
 replicas have the write, and becomes a failed vote otherwise (the failed acquire's cleanup then removes
 the key, as for any node that did not answer in time). On a Cluster voter each shard primary's connection
-has its own outbox, so the WAIT goes to the primary that took the write.
+has its own outbox, so the WAIT goes to the primary that took the write, the importing one for a vote
+redirected by ``ASK`` (``ClusterVoter.redirected`` sends it behind ``ASKING`` with
+:meth:`ReplicatedOutbox.send_waited`).
 
 It is not what makes a failover safe: the quarantine is (docs/algorithm.md). A replica may still be
 promoted without the write (an asynchronous replica acknowledged and then was not the one promoted, or
@@ -160,6 +162,15 @@ class ReplicatedOutbox(Outbox):
         wait = self._take_open()
         self.gathering = True  # the vote and its WAIT in one write
         Outbox.send_packed(self, held, index, packed, limited=limited, fallback=fallback)
+        self._behind(wait, held)
+
+    def send_waited(self, receiver: Receiver, index: int, packed: bytes, *, fallback: Fallback = None) -> None:
+        """A vote sent as an unlimited command (never refused for a stall: the one that follows ``ASKING``, both
+        or neither), with its ``WAIT`` behind it all the same (a Cluster voter's vote redirected by ``ASK``)."""
+        held = _Held(self, receiver)
+        wait = self._take_open()
+        self.gathering = True
+        Outbox.send_packed(self, held, index, packed, fallback=fallback)
         self._behind(wait, held)
 
     def send_timed(

@@ -223,9 +223,13 @@ class Connections:
     def quorum(self) -> int:
         return quorum(len(self.nodes))
 
-    def _clock_held(self, i: int) -> float:
-        """Until when (monotonic) the clock guard holds node *i* out, 0 when it never did."""
-        return self.nodes[i].clock_held_until
+    def _clock_held(self, i: int, key: bytes) -> tuple[float, str]:
+        """Until when (monotonic) the clock guard or the eviction watch holds node *i* out, 0 when they never
+        did, and why; on a Cluster voter, the hold of the shard primary serving *key* (the inspected name's)."""
+        node = self.nodes[i]
+        if isinstance(node, ClusterVoter):
+            return node.hold_for(key)
+        return node.clock_held_until, node.quarantine_reason
 
     def statistics(self) -> RedlockStatistics:
         """A snapshot of the nodes' connections, the locks held and watched, the watchdog and the waiters."""

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from redlock_async._core import ParkingLot, Vote, Waits, quorum
-from redlock_async._nodes import IGNORED, Failure, Node, Reply, pack
+from redlock_async._nodes import IGNORED, Failure, Node, Reply, pack, tell_refused
 from redlock_async._queue import Grants, is_grant, mark_key
 from redlock_async._rounds import Ballot, Sent
 
@@ -89,26 +88,6 @@ def vote_of_subscribe(reply: Reply) -> Vote:
     if isinstance(reply, Failure):
         return reply.vote
     return Vote.YES if isinstance(reply, list) and reply and reply[0] == b"subscribe" else Vote.NO
-
-
-log = logging.getLogger("redlock_async._handoff")  # its name before the wings: users' log settings name it
-
-_refused: set[str] = set()
-"""The nodes (by address) whose refusal of SUBSCRIBE this process has told of (once each)."""
-
-
-def _tell_refused(name: str, fut: asyncio.Future[Reply]) -> None:
-    """Once per node: SUBSCRIBE was refused (an ACL user without +subscribe, or without the channel), so the
-    waiters there are never told of a release: they still get the lock, but each only at its next poll."""
-    reply = None if fut.cancelled() else fut.result()
-    if isinstance(reply, Failure) and "NOPERM" in reply.detail and name not in _refused:
-        _refused.add(name)
-        log.warning(
-            "redlock node %s refuses SUBSCRIBE (%s): waiters are not woken by a release there, only by their"
-            " next poll; allow +subscribe, and the channels under key_prefix (&PREFIX*, docs/deployment.md)",
-            name,
-            reply.detail,
-        )
 
 
 class Marks:
@@ -229,7 +208,7 @@ class Listener:
         enter again (:meth:`_subscribed`)."""
         fut = node.send(b"SUBSCRIBE", channel)
         fut.add_done_callback(functools.partial(self._subscribed_on, channel))
-        fut.add_done_callback(functools.partial(_tell_refused, node.name))
+        fut.add_done_callback(functools.partial(tell_refused, node))
         return fut
 
     def _subscribed_on(self, channel: bytes, _: asyncio.Future[Reply]) -> None:

@@ -44,7 +44,7 @@ from redlock_async._core import (
     semaphore_keys,
 )
 from redlock_async._core import clock as _clock
-from redlock_async._health import Quarantine, ShardQuarantine
+from redlock_async._health import EVICTED, Quarantine, ShardQuarantine
 from redlock_async._nodes import ClusterVoter, Endpoint, Failure, Node, Reply
 from redlock_async._rounds import owner_of
 from redlock_async._scripts import FENCED_BY
@@ -102,13 +102,14 @@ class Inspector:
         endpoints: Sequence[Endpoint],
         settings: Settings,
         period: Callable[[], float] | None = None,
-        clock_held: Callable[[int], float] | None = None,
+        clock_held: Callable[[int, bytes], tuple[float, str]] | None = None,
     ) -> None:
         self._endpoints = endpoints
         self._settings = settings
         self._period = period or (lambda: default_period(settings))
-        # Per node: until when (monotonic) the locking connections' clock guard holds it out (0: never).
-        self._clock_held = clock_held or (lambda i: 0.0)
+        # Per node and key: until when (monotonic) the locking connections' clock guard or eviction watch holds
+        # it out (0: never), and why (a Cluster voter: the hold of the shard serving the key).
+        self._clock_held = clock_held or (lambda i, key: (0.0, ""))
         self._nodes: tuple[Node, ...] = ()
         self._quarantine: Quarantine | None = None
         self._shards: ShardQuarantine | None = None
@@ -212,7 +213,7 @@ class Inspector:
         for node in nodes:
             if isinstance(node, ClusterVoter):
                 node.judged_by(keys.lock)
-        doubts = [self._doubt(i, node, ahead[i]) for i, node in enumerate(nodes)]
+        doubts = [self._doubt(i, node, ahead[i], keys.lock) for i, node in enumerate(nodes)]
         views = tuple(
             _sat_out(_view(node, replies[0], replies[1]), doubt)
             for node, replies, doubt in zip(nodes, answers, doubts, strict=True)
@@ -228,21 +229,26 @@ class Inspector:
         clocks = [replies[0] for replies in answered]
         return await self._rw(info, keys.rw, [replies[3:] for replies in answers], clocks, doubts)
 
-    def _doubt(self, i: int, node: Node, ahead: float | None) -> str | None:
+    def _doubt(self, i: int, node: Node, ahead: float | None, key: bytes) -> str | None:
         """Why node *i* may have lost keys (it rules no holder out then), or None: its restart quarantine
         (this inspector's judgement), evictions (its policy can evict, and it has), the locking connections'
-        clock guard, or its clock read *ahead*."""
-        if node.eviction and node.evicted_keys:  # (its handshake's reading: _evictions says why it is a doubt)
+        clock guard or eviction watch, or its clock read *ahead*. On a Cluster voter, all of it is the shard
+        primary's that serves *key* (the inspected name's: every key of one name is in its slot)."""
+        seen = (node.serving(key) or node) if isinstance(node, ClusterVoter) else node
+        if seen.eviction and seen.evicted_keys:  # (its handshake's reading: _evictions says why it is a doubt)
             return (
-                f"it evicted keys ({node.evicted_keys} so far, maxmemory-policy {node.eviction}): it may have lost "
+                f"it evicted keys ({seen.evicted_keys} so far, maxmemory-policy {seen.eviction}): it may have lost "
                 "keys, as a restarted node"
             )
         now = _clock.now()
-        left = node.quarantined_until - now
+        left = node.quarantined_until - now  # (a Cluster voter's: judged_by the inspected name's key)
         if left > 0:
             why = "not judged yet" if math.isinf(left) else f"{left:.1f} s left"
             return f"in restart quarantine ({why}): it may have lost keys"
-        held = self._clock_held(i) - now
+        until, reason = self._clock_held(i, key)
+        held = until - now
+        if held > 0 and reason.startswith(EVICTED):
+            return f"{reason} (held out by the eviction watch, {held:.1f} s left): it may have lost keys"
         if held > 0:
             why = f"held out by the clock guard, {held:.1f} s left"
             return f"its clock jumped ahead ({why}): its keys may have expired early"
