@@ -33,21 +33,29 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import glob
 import json
 import os
+import re
+import shlex
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from _common import library_commit
 
+import redlock_async.testing._server_process as server_process
 from redlock_async import Redlock
 from redlock_async._health._markers import marker_value
 from redlock_async._nodes import tag_for
 from redlock_async._scripts import HANDED_RELEASE, QUEUE_LEAVE, RELEASE
-from redlock_async.testing import LocalCluster, LocalNodes
+from redlock_async.testing import LocalCluster, LocalNodes, server_binary
 
 TASKS = 64
 PER_TASK = 20
@@ -184,6 +192,11 @@ def mark_voters(cluster: LocalCluster, plain: LocalNodes) -> None:
     fresh cluster sits out the new-cluster quarantine first (the idea of tests' mark_in_service/mark_shards)."""
     for node in plain.nodes:
         node.command("SET", "redlock:", marker_value(_identity(node)[0], IN_SERVICE))
+    mark_shards(cluster)
+
+
+def mark_shards(cluster: LocalCluster) -> None:
+    """The in-service marker on each shard's primary (in the slot a client looks for it)."""
     for shard in range(len(cluster.shards)):
         master = cluster.master_of(shard)
         run_id, replid = _identity(master)
@@ -345,6 +358,144 @@ def cluster_table(rows: dict[int, dict[str, Any]]) -> str:
             f"| {mean(plains):.1f}; {mean(user[size:]):.1f} | {mean(idle[:size]):.1f} / {mean(idle[size:]):.1f} "
             f"| {row['p50_us_mixed']:.0f} / {row['p50_us_standalone']:.0f} "
             f"| {row['p50_us_cluster_alone']:.0f} / {row['p50_us_standalone_alone']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+# -- --instructions: the same split, counted in instructions under callgrind (no load moves it) -------------
+
+GRIND_TASKS = 64  # tasks per primary (per server for the standalone voter): every primary meets full batches
+GRIND_PAIRS = 12  # pairs per task in the counted window, after GRIND_WARM per task uncounted
+GRIND_WARM = 2
+GRIND_IDLE = 2.0  # seconds of the idle window (the client connected): each primary's instructions by the clock
+GRIND_SETTINGS: dict[str, Any] = {  # a primary under callgrind is ~50 times slower: no timeout may fire
+    "ttl": 300.0,
+    "node_timeout": 20.0,
+    "adaptive_timeout": False,
+    "connect_timeout": 60.0,
+    "acquire_timeout": 300.0,
+}
+
+
+def _grind_wrapper(directory: str) -> str:
+    """An executable that runs the server under callgrind, its profiles in *directory* (cg.PID.N per dump)."""
+    path = os.path.join(directory, "server-under-callgrind")
+    with open(path, "w") as script:
+        script.write(
+            f"#!/bin/sh\nexec valgrind --tool=callgrind -q --callgrind-out-file={shlex.quote(directory)}/cg.%p "
+            f'{shlex.quote(server_binary())} "$@"\n'
+        )
+    os.chmod(path, 0o755)
+    return path
+
+
+def _grind(directory: str, pids: list[int], zero: bool) -> list[tuple[int, float]]:
+    """Zero (``callgrind_control -z``) or dump (``-d``) the counters of each process, one after the other;
+    (instructions since the last zero — dumps only — and when it was done) per process."""
+    done: list[tuple[int, float]] = []
+    for pid in pids:
+        before = set(glob.glob(f"{directory}/cg.{pid}.*"))
+        subprocess.run(["callgrind_control", "-z" if zero else "-d", str(pid)], capture_output=True, check=True)
+        at = time.perf_counter()
+        if zero:
+            done.append((0, at))
+            continue
+        (new,) = set(glob.glob(f"{directory}/cg.{pid}.*")) - before
+        with open(new) as profile:
+            total = re.search(r"^(?:summary|totals): (\d+)", profile.read(), re.M)
+        os.unlink(new)
+        assert total is not None, new
+        done.append((int(total.group(1)), at))
+    return done
+
+
+async def _pairs(redlock: Redlock, tasks: int, each: int, tag: str) -> int:
+    """*tasks* tasks doing *each* ``async with`` pairs, every pair on a name never used before."""
+
+    async def worker(i: int) -> None:
+        for n in range(each):
+            async with redlock.lock(f"grind:{tag}:{i}:{n}"):
+                pass
+
+    await asyncio.gather(*(worker(i) for i in range(tasks)))
+    return tasks * each
+
+
+async def _grind_voter(url: str, nodes: list[Any], directory: str, tasks: int) -> dict[str, Any]:
+    """One voter's servers under callgrind, counted: an idle window, then *tasks* tasks' pairs."""
+    pids = [node.pid for node in nodes]
+    async with Redlock([url], **GRIND_SETTINGS) as redlock:
+        await _pairs(redlock, tasks, GRIND_WARM, "warm")  # scripts loaded, connections made
+        zeroed = await asyncio.to_thread(_grind, directory, pids, True)
+        await asyncio.sleep(GRIND_IDLE)
+        dumped = await asyncio.to_thread(_grind, directory, pids, False)
+        idle = [count / (at - since) for (count, at), (_, since) in zip(dumped, zeroed, strict=True)]
+        commands = [_commands(node) for node in nodes]
+        zeroed = await asyncio.to_thread(_grind, directory, pids, True)
+        pairs = await _pairs(redlock, tasks, GRIND_PAIRS, "run")
+        dumped = await asyncio.to_thread(_grind, directory, pids, False)
+        sent = [
+            tuple(b - a for a, b in zip(c, _commands(node), strict=True))
+            for node, c in zip(nodes, commands, strict=True)
+        ]
+    windows = [(count, rate * (at - since)) for (count, at), (_, since), rate in zip(dumped, zeroed, idle, strict=True)]
+    return {
+        "pairs": pairs,
+        "tasks": tasks,
+        "instructions_per_pair": [(count - by_clock) / pairs for count, by_clock in windows],  # net of idle
+        "idle_share": [by_clock / count for count, by_clock in windows],
+        "commands_per_pair": [c / pairs for c, _ in sent],
+        "commands_per_cycle": [c / cycles if cycles else 0.0 for c, cycles in sent],
+    }
+
+
+def grind(sizes: list[int]) -> dict[str, dict[str, Any]]:
+    """Node instructions per pair: one standalone voter, then one Cluster voter of S shards for each S (64
+    tasks per primary), and the largest S again with 64 tasks in all (the batches shrink: what that costs)."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--instructions needs valgrind (with callgrind_control) on PATH: apt-get install valgrind")
+    shapes = [("standalone", 0, GRIND_TASKS), *((f"{s}", s, GRIND_TASKS * s) for s in sizes)]
+    if max(sizes) > 1:
+        shapes.append((f"{max(sizes)}, {GRIND_TASKS} tasks in all", max(sizes), GRIND_TASKS))
+    rows: dict[str, dict[str, Any]] = {}
+    # A server under callgrind takes seconds to answer its first PING (LocalNode allows START_TIMEOUT).
+    with tempfile.TemporaryDirectory() as directory, mock.patch.object(server_process, "START_TIMEOUT", 120.0):
+        wrapper = _grind_wrapper(directory)
+        for name, size, tasks in shapes:
+            with contextlib.ExitStack() as stack:
+                if size == 0:
+                    plain = stack.enter_context(LocalNodes(1, binary=wrapper))
+                    node = plain.nodes[0]
+                    node.command("SET", "redlock:", marker_value(_identity(node)[0], IN_SERVICE))
+                    url, nodes = plain.urls[0], [node]
+                else:
+                    cluster = stack.enter_context(LocalCluster(size, 0, binary=wrapper, node_timeout=60.0))
+                    mark_shards(cluster)
+                    url, nodes = cluster.url, [cluster.master_of(i) for i in range(size)]
+                rows[name] = asyncio.run(_grind_voter(url, nodes, directory, tasks))
+            print(f"  counted: {name}", file=sys.stderr)
+    return rows
+
+
+def grind_table(rows: dict[str, dict[str, Any]]) -> str:
+    """The markdown table of an --instructions run."""
+    lines = [
+        "| voter | tasks | pairs | node instructions per pair (sum over the voter's primaries) | vs standalone "
+        "| each primary's share | commands per pair per primary | commands per event-loop cycle per primary "
+        "| idle share subtracted |",
+        "|---|---:|---:|---:|---:|---|---|---|---:|",
+    ]
+    base = sum(rows["standalone"]["instructions_per_pair"]) if "standalone" in rows else 0.0
+    for name, row in rows.items():
+        each = row["instructions_per_pair"]
+        total = sum(each)
+        label = "standalone" if name == "standalone" else f"cluster, S = {name}"
+        lines.append(
+            f"| {label} | {row['tasks']} | {row['pairs']} | {total:,.0f} | {total / base:.2f}x "
+            f"| {' / '.join(f'{e / total:.2f}' for e in each)} "
+            f"| {' / '.join(f'{c:.2f}' for c in row['commands_per_pair'])} "
+            f"| {' / '.join(f'{c:.0f}' for c in row['commands_per_cycle'])} "
+            f"| {max(row['idle_share']):.1%} |"
         )
     return "\n".join(lines)
 
