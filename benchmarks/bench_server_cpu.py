@@ -287,7 +287,13 @@ def _median_row(found: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def cluster_shards(
-    sizes: list[int], seconds: float, loop: str, rounds: int, json_path: Path | None = None, per_shard: bool = False
+    sizes: list[int],
+    seconds: float,
+    loop: str,
+    rounds: int,
+    json_path: Path | None = None,
+    per_shard: bool = False,
+    instruction_pairs: int = 0,
 ) -> None:
     """For each S in *sizes*: one Cluster voter of S shards (no replicas) beside 2 standalone voters.
 
@@ -320,6 +326,11 @@ def cluster_shards(
         "CPU: INFO cpu (used_cpu_sys + used_cpu_user) deltas over the timed window, less each server's idle "
         "rate (measured just before, the client connected) times the window; / pairs."
     )
+    counted: dict[str, Any] = {}
+    if instruction_pairs:
+        counted = {"heading": grind_heading(instruction_pairs), "rows": grind(sizes, instruction_pairs)}
+        counted["table"] = grind_table(counted["rows"])
+        print(f"\n{counted['heading']}\n\n{counted['table']}\n")
     if json_path is not None:
         command = "python benchmarks/bench_server_cpu.py " + " ".join(sys.argv[1:])
         data = {
@@ -332,7 +343,7 @@ def cluster_shards(
             "table": table,
             "rows": {str(size): row for size, row in rows.items()},
             "rounds": {str(size): found[size] for size in sizes},
-        }
+        } | ({"instructions": counted} if counted else {})
         json_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
@@ -367,7 +378,6 @@ def cluster_table(rows: dict[int, dict[str, Any]]) -> str:
 GRIND_TASKS = 64  # tasks per primary (per server for the standalone voter): every primary meets full batches
 GRIND_PAIRS = 12  # pairs per task in the counted window, after GRIND_WARM per task uncounted
 GRIND_WARM = 2
-GRIND_IDLE = 2.0  # seconds of the idle window (the client connected): each primary's instructions by the clock
 GRIND_SETTINGS: dict[str, Any] = {  # a primary under callgrind is ~50 times slower: no timeout may fire
     "ttl": 300.0,
     "node_timeout": 20.0,
@@ -389,23 +399,64 @@ def _grind_wrapper(directory: str) -> str:
     return path
 
 
-def _grind(directory: str, pids: list[int], zero: bool) -> list[tuple[int, float]]:
+BY_THE_CLOCK = ("serverCron", "clusterReadHandler", "clusterWriteHandler", "infoCommand", "clusterCommand")
+"""A server's work by the clock, not by the pair, left out of the counts: its cron (which runs clusterCron),
+the cluster bus's gossip between nodes (more nodes, more of it; none for a standalone server), and the
+client's ``INFO`` (the eviction policy's recheck) and ``CLUSTER SHARDS``/``SLOTS`` (the slot map's refresh),
+each a few times a minute per server: a callgrind run is ~50 times slower than a live one, so these would
+weigh ~50 times more per pair than they do live."""
+
+
+def _pair_commands(node: Any) -> int:
+    """The commands a server ran (``INFO commandstats``; the scripts' own calls included), less the ones
+    that come by the clock (``INFO``, ``CLUSTER ...``)."""
+    stats: Any = node.command("INFO", "commandstats")
+    return sum(
+        int(figures["calls"])
+        for name, figures in stats.items()
+        if name != "cmdstat_info" and not name.startswith("cmdstat_cluster")
+    )
+
+
+def _profile(path: str) -> tuple[int, int, int]:
+    """(instructions, of them in BY_THE_CLOCK's functions (inclusive), calls of readQueryFromClient: the
+    wake-ups that read a client's commands) of one callgrind dump."""
+    with open(path) as profile:
+        text = profile.read()
+    total = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+    assert total is not None, path
+    names: dict[str, str] = {}
+    reads, callee = 0, ""
+    for line in text.splitlines():
+        if line.startswith("cfn="):
+            ident, _, name = line[4:].partition(" ")
+            callee = names.setdefault(ident, name) or names.get(ident, "")
+        elif line.startswith("fn=") and " " in line:
+            ident, _, name = line[3:].partition(" ")
+            names[ident] = name
+        elif line.startswith("calls=") and callee == "readQueryFromClient":
+            reads += int(line[6:].split()[0])
+    annotated = subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", path], capture_output=True, text=True, check=True
+    ).stdout
+    clock = 0
+    for name in BY_THE_CLOCK:
+        found = re.search(rf"^\s*([\d,]+) \([^)]*\)\s+\S*:{name} \[", annotated, re.M)
+        clock += int(found.group(1).replace(",", "")) if found else 0
+    return int(total.group(1)), clock, reads
+
+
+def _grind(directory: str, pids: list[int], zero: bool) -> list[tuple[int, int, int]]:
     """Zero (``callgrind_control -z``) or dump (``-d``) the counters of each process, one after the other;
-    (instructions since the last zero — dumps only — and when it was done) per process."""
-    done: list[tuple[int, float]] = []
+    for dumps, each process's :func:`_profile` since its zero."""
+    done: list[tuple[int, int, int]] = []
     for pid in pids:
         before = set(glob.glob(f"{directory}/cg.{pid}.*"))
         subprocess.run(["callgrind_control", "-z" if zero else "-d", str(pid)], capture_output=True, check=True)
-        at = time.perf_counter()
-        if zero:
-            done.append((0, at))
-            continue
-        (new,) = set(glob.glob(f"{directory}/cg.{pid}.*")) - before
-        with open(new) as profile:
-            total = re.search(r"^(?:summary|totals): (\d+)", profile.read(), re.M)
-        os.unlink(new)
-        assert total is not None, new
-        done.append((int(total.group(1)), at))
+        if not zero:
+            (new,) = set(glob.glob(f"{directory}/cg.{pid}.*")) - before
+            done.append(_profile(new))
+            os.unlink(new)
     return done
 
 
@@ -421,35 +472,38 @@ async def _pairs(redlock: Redlock, tasks: int, each: int, tag: str) -> int:
     return tasks * each
 
 
-async def _grind_voter(url: str, nodes: list[Any], directory: str, tasks: int) -> dict[str, Any]:
+async def _grind_voter(url: str, nodes: list[Any], directory: str, tasks: int, each: int) -> dict[str, Any]:
     """One voter's servers under callgrind, counted: an idle window, then *tasks* tasks' pairs."""
     pids = [node.pid for node in nodes]
     async with Redlock([url], **GRIND_SETTINGS) as redlock:
         await _pairs(redlock, tasks, GRIND_WARM, "warm")  # scripts loaded, connections made
-        zeroed = await asyncio.to_thread(_grind, directory, pids, True)
-        await asyncio.sleep(GRIND_IDLE)
-        dumped = await asyncio.to_thread(_grind, directory, pids, False)
-        idle = [count / (at - since) for (count, at), (_, since) in zip(dumped, zeroed, strict=True)]
-        commands = [_commands(node) for node in nodes]
-        zeroed = await asyncio.to_thread(_grind, directory, pids, True)
-        pairs = await _pairs(redlock, tasks, GRIND_PAIRS, "run")
-        dumped = await asyncio.to_thread(_grind, directory, pids, False)
-        sent = [
-            tuple(b - a for a, b in zip(c, _commands(node), strict=True))
-            for node, c in zip(nodes, commands, strict=True)
-        ]
-    windows = [(count, rate * (at - since)) for (count, at), (_, since), rate in zip(dumped, zeroed, idle, strict=True)]
+        before = [_pair_commands(node) for node in nodes]  # (read outside the counted window)
+        await asyncio.to_thread(_grind, directory, pids, True)
+        began = time.perf_counter()
+        pairs = await _pairs(redlock, tasks, each, "run")
+        took = time.perf_counter() - began
+        counted = await asyncio.to_thread(_grind, directory, pids, False)
+        sent = [_pair_commands(node) - b for node, b in zip(nodes, before, strict=True)]
     return {
         "pairs": pairs,
         "tasks": tasks,
-        "instructions_per_pair": [(count - by_clock) / pairs for count, by_clock in windows],  # net of idle
-        "idle_share": [by_clock / count for count, by_clock in windows],
-        "commands_per_pair": [c / pairs for c, _ in sent],
-        "commands_per_cycle": [c / cycles if cycles else 0.0 for c, cycles in sent],
+        "seconds": took,
+        "instructions_per_pair": [(total - clock) / pairs for total, clock, _ in counted],
+        "by_the_clock_share": [clock / total for total, clock, _ in counted],
+        "commands_per_pair": [c / pairs for c in sent],  # the scripts' own calls included
+        "commands_per_read": [c / reads if reads else 0.0 for c, (_, _, reads) in zip(sent, counted, strict=True)],
     }
 
 
-def grind(sizes: list[int]) -> dict[str, dict[str, Any]]:
+def grind_heading(pairs: int) -> str:
+    return (
+        f"Node instructions (valgrind --tool=callgrind; one voter at a time, every server of it under callgrind, "
+        f"the voter alone in its Redlock): {GRIND_TASKS} tasks per primary, {pairs} pairs each on fresh names "
+        f"after {GRIND_WARM} uncounted; less each server's cron and cluster bus (work by the clock)"
+    )
+
+
+def grind(sizes: list[int], pairs: int = GRIND_PAIRS) -> dict[str, dict[str, Any]]:
     """Node instructions per pair: one standalone voter, then one Cluster voter of S shards for each S (64
     tasks per primary), and the largest S again with 64 tasks in all (the batches shrink: what that costs)."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
@@ -472,7 +526,7 @@ def grind(sizes: list[int]) -> dict[str, dict[str, Any]]:
                     cluster = stack.enter_context(LocalCluster(size, 0, binary=wrapper, node_timeout=60.0))
                     mark_shards(cluster)
                     url, nodes = cluster.url, [cluster.master_of(i) for i in range(size)]
-                rows[name] = asyncio.run(_grind_voter(url, nodes, directory, tasks))
+                rows[name] = asyncio.run(_grind_voter(url, nodes, directory, tasks, pairs))
             print(f"  counted: {name}", file=sys.stderr)
     return rows
 
@@ -481,8 +535,8 @@ def grind_table(rows: dict[str, dict[str, Any]]) -> str:
     """The markdown table of an --instructions run."""
     lines = [
         "| voter | tasks | pairs | node instructions per pair (sum over the voter's primaries) | vs standalone "
-        "| each primary's share | commands per pair per primary | commands per event-loop cycle per primary "
-        "| idle share subtracted |",
+        "| each primary's share | commands per pair per primary | commands per read (a wake-up's batch) per primary "
+        "| cron and cluster bus, left out |",
         "|---|---:|---:|---:|---:|---|---|---|---:|",
     ]
     base = sum(rows["standalone"]["instructions_per_pair"]) if "standalone" in rows else 0.0
@@ -494,8 +548,8 @@ def grind_table(rows: dict[str, dict[str, Any]]) -> str:
             f"| {label} | {row['tasks']} | {row['pairs']} | {total:,.0f} | {total / base:.2f}x "
             f"| {' / '.join(f'{e / total:.2f}' for e in each)} "
             f"| {' / '.join(f'{c:.2f}' for c in row['commands_per_pair'])} "
-            f"| {' / '.join(f'{c:.0f}' for c in row['commands_per_cycle'])} "
-            f"| {max(row['idle_share']):.1%} |"
+            f"| {' / '.join(f'{c:.0f}' for c in row['commands_per_read'])} "
+            f"| {max(row['by_the_clock_share']):.1%} |"
         )
     return "\n".join(lines)
 
@@ -525,6 +579,16 @@ def main() -> int:
         help=f"--cluster-shards: {CLUSTER_TASKS} tasks per shard (each primary meets the same batches), "
         f"not {CLUSTER_TASKS} in all",
     )
+    parser.add_argument(
+        "--instructions",
+        type=int,
+        nargs="?",
+        const=GRIND_PAIRS,
+        default=0,
+        metavar="PAIRS",
+        help=f"--cluster-shards: then count each voter's node instructions per pair under callgrind, PAIRS pairs "
+        f"per task (default {GRIND_PAIRS}), {GRIND_TASKS} tasks per primary",
+    )
     args = parser.parse_args()
     if args.scripts:
         scripts()
@@ -539,7 +603,11 @@ def main() -> int:
         rounds = 3 if args.rounds is None else args.rounds
         if not 1 <= rounds <= 20:
             parser.error(f"--rounds takes 1 to 20 with --cluster-shards, got {rounds}")
-        cluster_shards(sorted(set(sizes)), args.seconds, args.loop, rounds, args.json, args.tasks_per_shard)
+        if not 0 <= args.instructions <= 1000:
+            parser.error(f"--instructions takes 1 to 1000 pairs per task (0: none), got {args.instructions}")
+        cluster_shards(
+            sorted(set(sizes)), args.seconds, args.loop, rounds, args.json, args.tasks_per_shard, args.instructions
+        )
         return 0
     with LocalNodes(5) as nodes:
         work = concurrent(nodes.urls, args.settings, 10 if args.rounds is None else args.rounds)
