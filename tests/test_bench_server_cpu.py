@@ -79,7 +79,8 @@ def test_instructions_per_pair_per_voter_stay_as_shards_grow(tables: tuple[dict[
     # wide), and their instructions per pair, summed, are the 1-shard voter's within a loose margin (the
     # benchmark's runs read the same within 1%; the margin is for a 3-pair run on a loaded box).
     shares = [float(text) for text in rows["cluster, S = 2"][4].split("/")]
-    assert len(shares) == 2 and all(0.35 <= share <= 0.65 for share in shares), rows
+    assert len(shares) == 2, rows
+    assert all(0.35 <= share <= 0.65 for share in shares), rows
     assert 0.85 <= per_pair["cluster, S = 2"] / per_pair["cluster, S = 1"] <= 1.15, rows
     batches = [float(text) for text in rows["cluster, S = 2"][6].split("/")]
     assert all(batch > 1 for batch in batches), rows  # every read brings several commands
