@@ -5,6 +5,7 @@ Usage::
     python benchmarks/bench_server_cpu.py [--rounds 10] [--loop asyncio|uvloop] [SETTINGS ...]
     python benchmarks/bench_server_cpu.py --scripts
     python benchmarks/bench_server_cpu.py --cluster-shards 1,2,3 [--seconds 2] [--rounds 3] [--json PATH]
+    python benchmarks/bench_server_cpu.py --cluster-shards 1,2,3 --tasks-per-shard --instructions [--json PATH]
 
 Each SETTINGS is a ``Redlock`` keyword list as Python would write it (``""`` for the defaults,
 ``"queue=False"``, ``"clock_guard=False, queue=False"``): one Redlock each, on the same 5 local
@@ -24,7 +25,19 @@ first; 64 tasks doing ``async with redlock.lock(name)`` on fresh names for ``--s
 shard primary's and each standalone voter's CPU per pair (``INFO cpu`` deltas less an idle window's),
 commands per pair and per event-loop cycle (``INFO stats``); then the uncontended p50 of the cluster
 voter with the 2 standalone ones against 3 standalone voters, and of the cluster voter alone against one
-standalone voter. Every size runs in each round (the order rotating); medians over ``--rounds``.
+standalone voter. Every size runs in each round (the order rotating); medians over ``--rounds``. One
+client process drives it all: on a small machine the client is the limit, and as S grows each primary gets
+fewer commands per wake-up, so the timed CPU per pair carries each wake-up's fixed cost (system calls).
+
+``--instructions [PAIRS]`` (with ``--cluster-shards``; valgrind must be installed): then the same split in
+a count no load moves. One voter at a time, every server of it under ``valgrind --tool=callgrind`` (so the
+client keeps each one busy: full batches), alone in a ``Redlock``: a standalone voter, each Cluster voter of
+S shards with 64 tasks per primary, and the largest S again with 64 tasks in all. Each primary's counters
+are zeroed (``callgrind_control -z``) after a warm-up and dumped (``-d``) after PAIRS (12) pairs per task;
+the instructions in its cron, its cluster bus and the client's ``INFO`` and ``CLUSTER SHARDS``/``SLOTS``
+(work by the clock, ~50 times heavier per pair under callgrind than live) are left out. Printed per voter:
+instructions per pair summed over its primaries, each primary's share, commands per pair and per read
+(``readQueryFromClient`` calls: a wake-up's batch) per primary.
 """
 
 from __future__ import annotations
