@@ -233,16 +233,21 @@ async def _throughput(redlock: Redlock, seconds: float, tag: str, tasks: int = C
         return sum(await asyncio.gather(*(worker(i) for i in range(tasks))))
 
 
-async def _p50(redlock: Redlock, tag: str) -> float:
-    """Median µs of one task's uncontended acquire+release (async with), each on a fresh name."""
-    took = []
-    async with asyncio.timeout(60):
+async def _p50s(redlocks: list[Redlock], tag: str) -> list[tuple[float, float]]:
+    """Median µs of one task's uncontended acquire+release (async with), each on a fresh name, and the
+    client's CPU µs per such pair (this process's, the event loop's idle included), for each of *redlocks*,
+    taking turns pair by pair (a change in the machine's load meets them all alike)."""
+    took: list[list[float]] = [[] for _ in redlocks]
+    cpu = [0.0 for _ in redlocks]
+    async with asyncio.timeout(120):
         for n in range(LATENCY_WARMUP + LATENCY_OPS):
-            began = time.perf_counter_ns()
-            async with redlock.lock(f"scale:{tag}:p50:{n}"):
-                pass
-            took.append((time.perf_counter_ns() - began) / 1e3)
-    return statistics.median(took[LATENCY_WARMUP:])
+            for k, redlock in enumerate(redlocks):
+                began, used = time.perf_counter_ns(), time.process_time()
+                async with redlock.lock(f"scale:{tag}:{k}:p50:{n}"):
+                    pass
+                took[k].append((time.perf_counter_ns() - began) / 1e3)
+                cpu[k] += (time.process_time() - used) if n >= LATENCY_WARMUP else 0.0
+    return [(statistics.median(t[LATENCY_WARMUP:]), c / LATENCY_OPS * 1e6) for t, c in zip(took, cpu, strict=True)]
 
 
 async def _one_size(cluster: LocalCluster, plain: LocalNodes, seconds: float, per_shard: bool) -> dict[str, Any]:
@@ -278,13 +283,15 @@ async def _one_size(cluster: LocalCluster, plain: LocalNodes, seconds: float, pe
             "commands_per_cycle": [c / cycles if cycles else 0.0 for c, cycles in sent],
             "user_us_per_pair": [u / pairs * 1e6 for u in user],  # gross: idle not subtracted
         }
-        found["p50_us_mixed"] = await _p50(redlock, "mixed")
-    async with Redlock(plain.urls) as standalone:
-        found["p50_us_standalone"] = await _p50(standalone, "plain")
-    async with Redlock([cluster.url]) as alone:
-        found["p50_us_cluster_alone"] = await _p50(alone, "calone")
-    async with Redlock(plain.urls[:1]) as alone:
-        found["p50_us_standalone_alone"] = await _p50(alone, "palone")
+        async with (
+            Redlock(plain.urls) as standalone,
+            Redlock([cluster.url]) as cluster_alone,
+            Redlock(plain.urls[:1]) as standalone_alone,
+        ):
+            p50s = await _p50s([redlock, standalone, cluster_alone, standalone_alone], "p50")
+    names = ("mixed", "standalone", "cluster_alone", "standalone_alone")
+    found |= {f"p50_us_{name}": p50 for name, (p50, _) in zip(names, p50s, strict=True)}
+    found |= {f"client_cpu_us_{name}": cpu for name, (_, cpu) in zip(names, p50s, strict=True)}
     return found
 
 
@@ -314,6 +321,7 @@ def cluster_shards(
     round (drift in the box's load spreads over the sizes), and the table shows medians over the rounds.
     """
     found: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
+    both: list[list[tuple[float, float]]] = []  # per round: (p50, client CPU) of the cluster voters, of standalone
     load_before = list(os.getloadavg())
     with contextlib.ExitStack() as stack:
         plain = stack.enter_context(LocalNodes(3))
@@ -325,6 +333,12 @@ def cluster_shards(
             for r in range(rounds):
                 for size in sizes[r % len(sizes) :] + sizes[: r % len(sizes)]:
                     found[size].append(await _one_size(clusters[size], plain, seconds, per_shard))
+                # Every cluster of the run as a voter (1, 2 and 3 shards) against as many standalone voters
+                async with (
+                    Redlock([cluster.url for cluster in clusters.values()]) as of_clusters,
+                    Redlock(plain.urls[: len(clusters)]) as of_standalone,
+                ):
+                    both.append(await _p50s([of_clusters, of_standalone], "voters"))
 
         uvloop_run(every_round()) if loop == "uvloop" else asyncio.run(every_round())
     rows = {size: _median_row(found[size]) for size in sizes}
@@ -338,6 +352,21 @@ def cluster_shards(
     print(
         "CPU: INFO cpu (used_cpu_sys + used_cpu_user) deltas over the timed window, less each server's idle "
         "rate (measured just before, the client connected) times the window; / pairs."
+    )
+    voters: dict[str, Any] = {
+        "sizes": sizes,
+        "p50_us_clusters": statistics.median(b[0][0] for b in both),
+        "p50_us_standalone": statistics.median(b[1][0] for b in both),
+        "client_cpu_us_clusters": statistics.median(b[0][1] for b in both),
+        "client_cpu_us_standalone": statistics.median(b[1][1] for b in both),
+        "rounds": both,
+    }
+    print(
+        f"p50 of {len(sizes)} Cluster voters ({', '.join(map(str, sizes))} shards) {voters['p50_us_clusters']:.0f} µs, "
+        f"of {len(sizes)} standalone voters {voters['p50_us_standalone']:.0f} µs: "
+        f"{voters['p50_us_clusters'] / voters['p50_us_standalone']:.2f}x (medians of {rounds} rounds; the two "
+        f"take turns pair by pair); the client's CPU per such pair {voters['client_cpu_us_clusters']:.0f} µs and "
+        f"{voters['client_cpu_us_standalone']:.0f} µs"
     )
     counted: dict[str, Any] = {}
     if instruction_pairs:
@@ -356,6 +385,7 @@ def cluster_shards(
             "table": table,
             "rows": {str(size): row for size, row in rows.items()},
             "rounds": {str(size): found[size] for size in sizes},
+            "cluster_voters_p50": voters,
         } | ({"instructions": counted} if counted else {})
         json_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
@@ -366,7 +396,7 @@ def cluster_table(rows: dict[int, dict[str, Any]]) -> str:
         "| S | pairs/s | cluster voter CPU µs/pair (sum of primaries; user) | each primary's share of it "
         "| commands/pair per primary | commands per event-loop cycle: primary / standalone "
         "| standalone voter CPU µs/pair; user | idle CPU ms/s per primary / standalone "
-        "| p50 µs: cluster+2 / 3 standalone | p50 µs: cluster alone / 1 standalone |",
+        "| p50 µs: cluster+2 / 3 standalone | p50 µs (client CPU µs per pair): cluster alone / 1 standalone |",
         "|---:|---:|---:|---|---|---|---:|---|---:|---:|",
     ]
     mean = statistics.mean
@@ -381,7 +411,8 @@ def cluster_table(rows: dict[int, dict[str, Any]]) -> str:
             f"| {mean(per_cycle[:size]):.1f} / {mean(per_cycle[size:]):.1f} "
             f"| {mean(plains):.1f}; {mean(user[size:]):.1f} | {mean(idle[:size]):.1f} / {mean(idle[size:]):.1f} "
             f"| {row['p50_us_mixed']:.0f} / {row['p50_us_standalone']:.0f} "
-            f"| {row['p50_us_cluster_alone']:.0f} / {row['p50_us_standalone_alone']:.0f} |"
+            f"| {row['p50_us_cluster_alone']:.0f} ({row['client_cpu_us_cluster_alone']:.0f}) "
+            f"/ {row['p50_us_standalone_alone']:.0f} ({row['client_cpu_us_standalone_alone']:.0f}) |"
         )
     return "\n".join(lines)
 

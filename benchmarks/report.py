@@ -453,9 +453,22 @@ def render_cluster_section(figures: dict[str, Any]) -> str:
         + ". The uncontended p50 (one task, sequential, each pair on a fresh name) of the cluster voter with "
         "2 standalone ones is "
         + ", ".join(f"{r:.2f}x" for r in ratios)
-        + " that of 3 standalone voters in the same rounds (S = "
+        + " that of 3 standalone voters (S = "
         + ", ".join(sizes)
-        + ").\n"
+        + "); the cluster voter alone is "
+        + ", ".join(f"{rows[s]['p50_us_cluster_alone'] / rows[s]['p50_us_standalone_alone']:.2f}x" for s in sizes)
+        + " one standalone voter alone"
+        + (
+            f", and the {len(voters['sizes'])} Cluster voters together (of "
+            f"{', '.join(map(str, voters['sizes']))} shards) {voters['p50_us_clusters']:.0f} µs against "
+            f"{voters['p50_us_standalone']:.0f} µs for as many standalone voters: "
+            f"{voters['p50_us_clusters'] / voters['p50_us_standalone']:.2f}x"
+            if (voters := run.get("cluster_voters_p50"))
+            else ""
+        )
+        + ". The Redlocks compared take turns pair by pair, so a change in the box's load meets them alike; "
+        "under load the client's own CPU per pair (more for a cluster voter: its routing) weighs in these "
+        "latencies.\n"
     )
 
 
