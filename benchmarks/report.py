@@ -439,14 +439,15 @@ def render_cluster_section(figures: dict[str, Any]) -> str:
         "cluster voter's sum. One client process drives every voter here, and it is the limit: pairs/s stays "
         "at what that client can do, whatever S, so the rows cannot show pairs/s growing with shards, and as S "
         "grows each primary gets fewer commands per wake-up (the column beside), so each wake-up's fixed cost "
-        "(the `epoll_wait`, `read` and `write` system calls, which callgrind does not count) is spread over "
-        "fewer pairs, and the timed CPU per pair of the sum rises with S while the instructions above do not. "
-        "A primary near a full core batches more per wake-up, not less. "
+        "is spread over fewer pairs: the timed CPU per pair of the sum rises with S while the instructions "
+        "above do not, and do not move with the batch either (their last row), so the rise is what callgrind "
+        "does not count: the kernel's side of each wake-up's `epoll_wait`, `read` and `write`, and the stalls of "
+        "2 CPUs shared by more processes. A primary near a full core batches more per wake-up, not less. "
         f"The standalone voters' median here, {plain:.1f} µs of CPU per pair, is a conservative capacity of one "
-        f"standalone voter core: about {1e6 / plain:,.0f} pairs/s"
+        f"standalone voter core: about {round(1e6 / plain, -3):,.0f} pairs/s"
         + (
-            f"; a Cluster voter's primary of 1 shard, {one:.1f} µs, about {1e6 / one:,.0f} pairs/s per core, "
-            "and S shards S times that"
+            f"; a Cluster voter's primary of 1 shard, {one:.1f} µs, about {round(1e6 / one, -3):,.0f} pairs/s per "
+            "core, and a Cluster voter of S shards S times that (the instructions above)"
             if one
             else ""
         )
@@ -483,10 +484,12 @@ def _counted_section(counted: dict[str, Any]) -> str:
         "The names' slots spread the pairs evenly: each of S primaries runs 1/S of the commands and 1/S of "
         "the instructions. The cluster voter's instructions per pair, summed over its primaries, are "
         + " / ".join(f"{sums[s]:,.0f}" for s in sizes)
-        + f" for S = {', '.join(sizes)}: within {high / low - 1:.1%} of each other, so the work per pair per "
-        "voter does not grow with shards, and a Cluster voter of S shards has S primary cores for the same "
-        "work per pair: its capacity grows with S. Every primary is under callgrind (about 50 times slower), "
-        "so the client keeps each one full: every read brings a batch of tens of commands."
+        + f" for S = {', '.join(sizes)}: {high / low - 1:.1%} apart at most ("
+        + ", ".join(f"{sums[s] / sums[sizes[0]]:.3f}" for s in sizes)
+        + f" of the {sizes[0]}-shard voter's), so the work per pair per voter stays as shards are added, and a "
+        "Cluster voter of S shards spreads it over S primary cores: its capacity grows with S. Every primary is "
+        "under callgrind (about 50 times slower), so the client keeps each one full: every read brings a batch "
+        "of tens of commands."
     )
     small = [name for name in rows if not name.isdigit() and name != "standalone"]
     if small:
