@@ -634,6 +634,10 @@ def main() -> int:
         f"per task (default {GRIND_PAIRS}), {GRIND_TASKS} tasks per primary",
     )
     args = parser.parse_args()
+    if args.instructions and not args.cluster_shards:
+        parser.error("--instructions counts the voters of --cluster-shards: give --cluster-shards 1,2,3 with it")
+    if args.instructions and (shutil.which("valgrind") is None or shutil.which("callgrind_control") is None):
+        parser.error("--instructions needs valgrind (with callgrind_control) on PATH: apt-get install valgrind")
     if args.scripts:
         scripts()
         return 0
