@@ -5,6 +5,7 @@ Usage::
     python benchmarks/bench_server_cpu.py [--rounds 10] [--loop asyncio|uvloop] [SETTINGS ...]
     python benchmarks/bench_server_cpu.py --scripts
     python benchmarks/bench_server_cpu.py --cluster-shards 1,2,3 [--seconds 2] [--rounds 3] [--json PATH]
+    python benchmarks/bench_server_cpu.py --cluster-shards 1,2,3 --tasks-per-shard --instructions [--json PATH]
 
 Each SETTINGS is a ``Redlock`` keyword list as Python would write it (``""`` for the defaults,
 ``"queue=False"``, ``"clock_guard=False, queue=False"``): one Redlock each, on the same 5 local
@@ -24,7 +25,19 @@ first; 64 tasks doing ``async with redlock.lock(name)`` on fresh names for ``--s
 shard primary's and each standalone voter's CPU per pair (``INFO cpu`` deltas less an idle window's),
 commands per pair and per event-loop cycle (``INFO stats``); then the uncontended p50 of the cluster
 voter with the 2 standalone ones against 3 standalone voters, and of the cluster voter alone against one
-standalone voter. Every size runs in each round (the order rotating); medians over ``--rounds``.
+standalone voter. Every size runs in each round (the order rotating); medians over ``--rounds``. One
+client process drives it all: on a small machine the client is the limit, and as S grows each primary gets
+fewer commands per wake-up, so the timed CPU per pair carries each wake-up's fixed cost (system calls).
+
+``--instructions [PAIRS]`` (with ``--cluster-shards``; valgrind must be installed): then the same split in
+a count no load moves. One voter at a time, every server of it under ``valgrind --tool=callgrind`` (so the
+client keeps each one busy: full batches), alone in a ``Redlock``: a standalone voter, each Cluster voter of
+S shards with 64 tasks per primary, and the largest S again with 64 tasks in all. Each primary's counters
+are zeroed (``callgrind_control -z``) after a warm-up and dumped (``-d``) after PAIRS (12) pairs per task;
+the instructions in its cron, its cluster bus and the client's ``INFO`` and ``CLUSTER SHARDS``/``SLOTS``
+(work by the clock, ~50 times heavier per pair under callgrind than live) are left out. Printed per voter:
+instructions per pair summed over its primaries, each primary's share, commands per pair and per read
+(``readQueryFromClient`` calls: a wake-up's batch) per primary.
 """
 
 from __future__ import annotations
@@ -33,21 +46,29 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import glob
 import json
 import os
+import re
+import shlex
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from _common import library_commit
 
+import redlock_async.testing._server_process as server_process
 from redlock_async import Redlock
 from redlock_async._health._markers import marker_value
 from redlock_async._nodes import tag_for
 from redlock_async._scripts import HANDED_RELEASE, QUEUE_LEAVE, RELEASE
-from redlock_async.testing import LocalCluster, LocalNodes
+from redlock_async.testing import LocalCluster, LocalNodes, server_binary
 
 TASKS = 64
 PER_TASK = 20
@@ -184,6 +205,11 @@ def mark_voters(cluster: LocalCluster, plain: LocalNodes) -> None:
     fresh cluster sits out the new-cluster quarantine first (the idea of tests' mark_in_service/mark_shards)."""
     for node in plain.nodes:
         node.command("SET", "redlock:", marker_value(_identity(node)[0], IN_SERVICE))
+    mark_shards(cluster)
+
+
+def mark_shards(cluster: LocalCluster) -> None:
+    """The in-service marker on each shard's primary (in the slot a client looks for it)."""
     for shard in range(len(cluster.shards)):
         master = cluster.master_of(shard)
         run_id, replid = _identity(master)
@@ -207,16 +233,21 @@ async def _throughput(redlock: Redlock, seconds: float, tag: str, tasks: int = C
         return sum(await asyncio.gather(*(worker(i) for i in range(tasks))))
 
 
-async def _p50(redlock: Redlock, tag: str) -> float:
-    """Median µs of one task's uncontended acquire+release (async with), each on a fresh name."""
-    took = []
-    async with asyncio.timeout(60):
+async def _p50s(redlocks: list[Redlock], tag: str) -> list[tuple[float, float]]:
+    """Median µs of one task's uncontended acquire+release (async with), each on a fresh name, and the
+    client's CPU µs per such pair (this process's, the event loop's idle included), for each of *redlocks*,
+    taking turns pair by pair (a change in the machine's load meets them all alike)."""
+    took: list[list[float]] = [[] for _ in redlocks]
+    cpu = [0.0 for _ in redlocks]
+    async with asyncio.timeout(120):
         for n in range(LATENCY_WARMUP + LATENCY_OPS):
-            began = time.perf_counter_ns()
-            async with redlock.lock(f"scale:{tag}:p50:{n}"):
-                pass
-            took.append((time.perf_counter_ns() - began) / 1e3)
-    return statistics.median(took[LATENCY_WARMUP:])
+            for k, redlock in enumerate(redlocks):
+                began, used = time.perf_counter_ns(), time.process_time()
+                async with redlock.lock(f"scale:{tag}:{k}:p50:{n}"):
+                    pass
+                took[k].append((time.perf_counter_ns() - began) / 1e3)
+                cpu[k] += (time.process_time() - used) if n >= LATENCY_WARMUP else 0.0
+    return [(statistics.median(t[LATENCY_WARMUP:]), c / LATENCY_OPS * 1e6) for t, c in zip(took, cpu, strict=True)]
 
 
 async def _one_size(cluster: LocalCluster, plain: LocalNodes, seconds: float, per_shard: bool) -> dict[str, Any]:
@@ -252,13 +283,15 @@ async def _one_size(cluster: LocalCluster, plain: LocalNodes, seconds: float, pe
             "commands_per_cycle": [c / cycles if cycles else 0.0 for c, cycles in sent],
             "user_us_per_pair": [u / pairs * 1e6 for u in user],  # gross: idle not subtracted
         }
-        found["p50_us_mixed"] = await _p50(redlock, "mixed")
-    async with Redlock(plain.urls) as standalone:
-        found["p50_us_standalone"] = await _p50(standalone, "plain")
-    async with Redlock([cluster.url]) as alone:
-        found["p50_us_cluster_alone"] = await _p50(alone, "calone")
-    async with Redlock(plain.urls[:1]) as alone:
-        found["p50_us_standalone_alone"] = await _p50(alone, "palone")
+        async with (
+            Redlock(plain.urls) as standalone,
+            Redlock([cluster.url]) as cluster_alone,
+            Redlock(plain.urls[:1]) as standalone_alone,
+        ):
+            p50s = await _p50s([redlock, standalone, cluster_alone, standalone_alone], "p50")
+    names = ("mixed", "standalone", "cluster_alone", "standalone_alone")
+    found |= {f"p50_us_{name}": p50 for name, (p50, _) in zip(names, p50s, strict=True)}
+    found |= {f"client_cpu_us_{name}": cpu for name, (_, cpu) in zip(names, p50s, strict=True)}
     return found
 
 
@@ -274,7 +307,13 @@ def _median_row(found: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def cluster_shards(
-    sizes: list[int], seconds: float, loop: str, rounds: int, json_path: Path | None = None, per_shard: bool = False
+    sizes: list[int],
+    seconds: float,
+    loop: str,
+    rounds: int,
+    json_path: Path | None = None,
+    per_shard: bool = False,
+    instruction_pairs: int = 0,
 ) -> None:
     """For each S in *sizes*: one Cluster voter of S shards (no replicas) beside 2 standalone voters.
 
@@ -282,6 +321,7 @@ def cluster_shards(
     round (drift in the box's load spreads over the sizes), and the table shows medians over the rounds.
     """
     found: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
+    both: list[list[tuple[float, float]]] = []  # per round: (p50, client CPU) of the cluster voters, of standalone
     load_before = list(os.getloadavg())
     with contextlib.ExitStack() as stack:
         plain = stack.enter_context(LocalNodes(3))
@@ -293,6 +333,12 @@ def cluster_shards(
             for r in range(rounds):
                 for size in sizes[r % len(sizes) :] + sizes[: r % len(sizes)]:
                     found[size].append(await _one_size(clusters[size], plain, seconds, per_shard))
+                # Every cluster of the run as a voter (1, 2 and 3 shards) against as many standalone voters
+                async with (
+                    Redlock([cluster.url for cluster in clusters.values()]) as of_clusters,
+                    Redlock(plain.urls[: len(clusters)]) as of_standalone,
+                ):
+                    both.append(await _p50s([of_clusters, of_standalone], "voters"))
 
         uvloop_run(every_round()) if loop == "uvloop" else asyncio.run(every_round())
     rows = {size: _median_row(found[size]) for size in sizes}
@@ -307,6 +353,26 @@ def cluster_shards(
         "CPU: INFO cpu (used_cpu_sys + used_cpu_user) deltas over the timed window, less each server's idle "
         "rate (measured just before, the client connected) times the window; / pairs."
     )
+    voters: dict[str, Any] = {
+        "sizes": sizes,
+        "p50_us_clusters": statistics.median(b[0][0] for b in both),
+        "p50_us_standalone": statistics.median(b[1][0] for b in both),
+        "client_cpu_us_clusters": statistics.median(b[0][1] for b in both),
+        "client_cpu_us_standalone": statistics.median(b[1][1] for b in both),
+        "rounds": both,
+    }
+    print(
+        f"p50 of {len(sizes)} Cluster voters ({', '.join(map(str, sizes))} shards) {voters['p50_us_clusters']:.0f} µs, "
+        f"of {len(sizes)} standalone voters {voters['p50_us_standalone']:.0f} µs: "
+        f"{voters['p50_us_clusters'] / voters['p50_us_standalone']:.2f}x (medians of {rounds} rounds; the two "
+        f"take turns pair by pair); the client's CPU per such pair {voters['client_cpu_us_clusters']:.0f} µs and "
+        f"{voters['client_cpu_us_standalone']:.0f} µs"
+    )
+    counted: dict[str, Any] = {}
+    if instruction_pairs:
+        counted = {"heading": grind_heading(instruction_pairs), "rows": grind(sizes, instruction_pairs)}
+        counted["table"] = grind_table(counted["rows"])
+        print(f"\n{counted['heading']}\n\n{counted['table']}\n")
     if json_path is not None:
         command = "python benchmarks/bench_server_cpu.py " + " ".join(sys.argv[1:])
         data = {
@@ -319,7 +385,8 @@ def cluster_shards(
             "table": table,
             "rows": {str(size): row for size, row in rows.items()},
             "rounds": {str(size): found[size] for size in sizes},
-        }
+            "cluster_voters_p50": voters,
+        } | ({"instructions": counted} if counted else {})
         json_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
@@ -329,7 +396,7 @@ def cluster_table(rows: dict[int, dict[str, Any]]) -> str:
         "| S | pairs/s | cluster voter CPU µs/pair (sum of primaries; user) | each primary's share of it "
         "| commands/pair per primary | commands per event-loop cycle: primary / standalone "
         "| standalone voter CPU µs/pair; user | idle CPU ms/s per primary / standalone "
-        "| p50 µs: cluster+2 / 3 standalone | p50 µs: cluster alone / 1 standalone |",
+        "| p50 µs: cluster+2 / 3 standalone | p50 µs (client CPU µs per pair): cluster alone / 1 standalone |",
         "|---:|---:|---:|---|---|---|---:|---|---:|---:|",
     ]
     mean = statistics.mean
@@ -344,7 +411,189 @@ def cluster_table(rows: dict[int, dict[str, Any]]) -> str:
             f"| {mean(per_cycle[:size]):.1f} / {mean(per_cycle[size:]):.1f} "
             f"| {mean(plains):.1f}; {mean(user[size:]):.1f} | {mean(idle[:size]):.1f} / {mean(idle[size:]):.1f} "
             f"| {row['p50_us_mixed']:.0f} / {row['p50_us_standalone']:.0f} "
-            f"| {row['p50_us_cluster_alone']:.0f} / {row['p50_us_standalone_alone']:.0f} |"
+            f"| {row['p50_us_cluster_alone']:.0f} ({row['client_cpu_us_cluster_alone']:.0f}) "
+            f"/ {row['p50_us_standalone_alone']:.0f} ({row['client_cpu_us_standalone_alone']:.0f}) |"
+        )
+    return "\n".join(lines)
+
+
+# -- --instructions: the same split, counted in instructions under callgrind (no load moves it) -------------
+
+GRIND_TASKS = 64  # tasks per primary (per server for the standalone voter): every primary meets full batches
+GRIND_PAIRS = 12  # pairs per task in the counted window, after GRIND_WARM per task uncounted
+GRIND_WARM = 2
+GRIND_SETTINGS: dict[str, Any] = {  # a primary under callgrind is ~50 times slower: no timeout may fire
+    "ttl": 300.0,
+    "node_timeout": 20.0,
+    "adaptive_timeout": False,
+    "connect_timeout": 60.0,
+    "acquire_timeout": 300.0,
+}
+
+
+def _grind_wrapper(directory: str) -> str:
+    """An executable that runs the server under callgrind, its profiles in *directory* (cg.PID.N per dump)."""
+    path = os.path.join(directory, "server-under-callgrind")
+    with open(path, "w") as script:
+        script.write(
+            f"#!/bin/sh\nexec valgrind --tool=callgrind -q --callgrind-out-file={shlex.quote(directory)}/cg.%p "
+            f'{shlex.quote(server_binary())} "$@"\n'
+        )
+    os.chmod(path, 0o755)
+    return path
+
+
+BY_THE_CLOCK = ("serverCron", "clusterReadHandler", "clusterWriteHandler", "infoCommand", "clusterCommand")
+"""A server's work by the clock, not by the pair, left out of the counts: its cron (which runs clusterCron),
+the cluster bus's gossip between nodes (more nodes, more of it; none for a standalone server), and the
+client's ``INFO`` (the eviction policy's recheck) and ``CLUSTER SHARDS``/``SLOTS`` (the slot map's refresh),
+each a few times a minute per server: a callgrind run is ~50 times slower than a live one, so these would
+weigh ~50 times more per pair than they do live."""
+
+
+def _pair_commands(node: Any) -> int:
+    """The commands a server ran (``INFO commandstats``; the scripts' own calls included), less the ones
+    that come by the clock (``INFO``, ``CLUSTER ...``)."""
+    stats: Any = node.command("INFO", "commandstats")
+    return sum(
+        int(figures["calls"])
+        for name, figures in stats.items()
+        if name != "cmdstat_info" and not name.startswith("cmdstat_cluster")
+    )
+
+
+def _profile(path: str) -> tuple[int, int, int]:
+    """(instructions, of them in BY_THE_CLOCK's functions (inclusive), calls of readQueryFromClient: the
+    wake-ups that read a client's commands) of one callgrind dump."""
+    with open(path) as profile:
+        text = profile.read()
+    total = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+    assert total is not None, path
+    names: dict[str, str] = {}
+    reads, callee = 0, ""
+    for line in text.splitlines():
+        if line.startswith("cfn="):
+            ident, _, name = line[4:].partition(" ")
+            callee = names.setdefault(ident, name) or names.get(ident, "")
+        elif line.startswith("fn=") and " " in line:
+            ident, _, name = line[3:].partition(" ")
+            names[ident] = name
+        elif line.startswith("calls=") and callee == "readQueryFromClient":
+            reads += int(line[6:].split()[0])
+    annotated = subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", path], capture_output=True, text=True, check=True
+    ).stdout
+    clock = 0
+    for name in BY_THE_CLOCK:
+        found = re.search(rf"^\s*([\d,]+) \([^)]*\)\s+\S*:{name} \[", annotated, re.M)
+        clock += int(found.group(1).replace(",", "")) if found else 0
+    return int(total.group(1)), clock, reads
+
+
+def _grind(directory: str, pids: list[int], zero: bool) -> list[tuple[int, int, int]]:
+    """Zero (``callgrind_control -z``) or dump (``-d``) the counters of each process, one after the other;
+    for dumps, each process's :func:`_profile` since its zero."""
+    done: list[tuple[int, int, int]] = []
+    for pid in pids:
+        before = set(glob.glob(f"{directory}/cg.{pid}.*"))
+        subprocess.run(["callgrind_control", "-z" if zero else "-d", str(pid)], capture_output=True, check=True)
+        if not zero:
+            (new,) = set(glob.glob(f"{directory}/cg.{pid}.*")) - before
+            done.append(_profile(new))
+            os.unlink(new)
+    return done
+
+
+async def _pairs(redlock: Redlock, tasks: int, each: int, tag: str) -> int:
+    """*tasks* tasks doing *each* ``async with`` pairs, every pair on a name never used before."""
+
+    async def worker(i: int) -> None:
+        for n in range(each):
+            async with redlock.lock(f"grind:{tag}:{i}:{n}"):
+                pass
+
+    await asyncio.gather(*(worker(i) for i in range(tasks)))
+    return tasks * each
+
+
+async def _grind_voter(url: str, nodes: list[Any], directory: str, tasks: int, each: int) -> dict[str, Any]:
+    """One voter's servers under callgrind, counted: an idle window, then *tasks* tasks' pairs."""
+    pids = [node.pid for node in nodes]
+    async with Redlock([url], **GRIND_SETTINGS) as redlock:
+        await _pairs(redlock, tasks, GRIND_WARM, "warm")  # scripts loaded, connections made
+        before = [_pair_commands(node) for node in nodes]  # (read outside the counted window)
+        await asyncio.to_thread(_grind, directory, pids, True)
+        began = time.perf_counter()
+        pairs = await _pairs(redlock, tasks, each, "run")
+        took = time.perf_counter() - began
+        counted = await asyncio.to_thread(_grind, directory, pids, False)
+        sent = [_pair_commands(node) - b for node, b in zip(nodes, before, strict=True)]
+    return {
+        "pairs": pairs,
+        "tasks": tasks,
+        "seconds": took,
+        "instructions_per_pair": [(total - clock) / pairs for total, clock, _ in counted],
+        "by_the_clock_share": [clock / total for total, clock, _ in counted],
+        "commands_per_pair": [c / pairs for c in sent],  # the scripts' own calls included
+        "commands_per_read": [c / reads if reads else 0.0 for c, (_, _, reads) in zip(sent, counted, strict=True)],
+    }
+
+
+def grind_heading(pairs: int) -> str:
+    return (
+        f"Node instructions (valgrind --tool=callgrind; one voter at a time, every server of it under callgrind, "
+        f"the voter alone in its Redlock): {GRIND_TASKS} tasks per primary, {pairs} pairs each on fresh names "
+        f"after {GRIND_WARM} uncounted; less each server's cron and cluster bus (work by the clock)"
+    )
+
+
+def grind(sizes: list[int], pairs: int = GRIND_PAIRS) -> dict[str, dict[str, Any]]:
+    """Node instructions per pair: one standalone voter, then one Cluster voter of S shards for each S (64
+    tasks per primary), and the largest S again with 64 tasks in all (the batches shrink: what that costs)."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--instructions needs valgrind (with callgrind_control) on PATH: apt-get install valgrind")
+    shapes = [("standalone", 0, GRIND_TASKS), *((f"{s}", s, GRIND_TASKS * s) for s in sizes)]
+    if max(sizes) > 1:
+        shapes.append((f"{max(sizes)}, {GRIND_TASKS} tasks in all", max(sizes), GRIND_TASKS))
+    rows: dict[str, dict[str, Any]] = {}
+    # A server under callgrind takes seconds to answer its first PING (LocalNode allows START_TIMEOUT).
+    with tempfile.TemporaryDirectory() as directory, mock.patch.object(server_process, "START_TIMEOUT", 120.0):
+        wrapper = _grind_wrapper(directory)
+        for name, size, tasks in shapes:
+            with contextlib.ExitStack() as stack:
+                if size == 0:
+                    plain = stack.enter_context(LocalNodes(1, binary=wrapper))
+                    node = plain.nodes[0]
+                    node.command("SET", "redlock:", marker_value(_identity(node)[0], IN_SERVICE))
+                    url, nodes = plain.urls[0], [node]
+                else:
+                    cluster = stack.enter_context(LocalCluster(size, 0, binary=wrapper, node_timeout=60.0))
+                    mark_shards(cluster)
+                    url, nodes = cluster.url, [cluster.master_of(i) for i in range(size)]
+                rows[name] = asyncio.run(_grind_voter(url, nodes, directory, tasks, pairs))
+            print(f"  counted: {name}", file=sys.stderr)
+    return rows
+
+
+def grind_table(rows: dict[str, dict[str, Any]]) -> str:
+    """The markdown table of an --instructions run."""
+    lines = [
+        "| voter | tasks | pairs | node instructions per pair (sum over the voter's primaries) | vs standalone "
+        "| each primary's share | commands per pair per primary | commands per read (a wake-up's batch) per primary "
+        "| cron and cluster bus, left out |",
+        "|---|---:|---:|---:|---:|---|---|---|---:|",
+    ]
+    base = sum(rows["standalone"]["instructions_per_pair"]) if "standalone" in rows else 0.0
+    for name, row in rows.items():
+        each = row["instructions_per_pair"]
+        total = sum(each)
+        label = "standalone" if name == "standalone" else f"cluster, S = {name}"
+        lines.append(
+            f"| {label} | {row['tasks']} | {row['pairs']} | {total:,.0f} | {total / base:.2f}x "
+            f"| {' / '.join(f'{e / total:.2f}' for e in each)} "
+            f"| {' / '.join(f'{c:.2f}' for c in row['commands_per_pair'])} "
+            f"| {' / '.join(f'{c:.0f}' for c in row['commands_per_read'])} "
+            f"| {max(row['by_the_clock_share']):.1%} |"
         )
     return "\n".join(lines)
 
@@ -374,7 +623,21 @@ def main() -> int:
         help=f"--cluster-shards: {CLUSTER_TASKS} tasks per shard (each primary meets the same batches), "
         f"not {CLUSTER_TASKS} in all",
     )
+    parser.add_argument(
+        "--instructions",
+        type=int,
+        nargs="?",
+        const=GRIND_PAIRS,
+        default=0,
+        metavar="PAIRS",
+        help=f"--cluster-shards: then count each voter's node instructions per pair under callgrind, PAIRS pairs "
+        f"per task (default {GRIND_PAIRS}), {GRIND_TASKS} tasks per primary",
+    )
     args = parser.parse_args()
+    if args.instructions and not args.cluster_shards:
+        parser.error("--instructions counts the voters of --cluster-shards: give --cluster-shards 1,2,3 with it")
+    if args.instructions and (shutil.which("valgrind") is None or shutil.which("callgrind_control") is None):
+        parser.error("--instructions needs valgrind (with callgrind_control) on PATH: apt-get install valgrind")
     if args.scripts:
         scripts()
         return 0
@@ -388,7 +651,11 @@ def main() -> int:
         rounds = 3 if args.rounds is None else args.rounds
         if not 1 <= rounds <= 20:
             parser.error(f"--rounds takes 1 to 20 with --cluster-shards, got {rounds}")
-        cluster_shards(sorted(set(sizes)), args.seconds, args.loop, rounds, args.json, args.tasks_per_shard)
+        if not 0 <= args.instructions <= 1000:
+            parser.error(f"--instructions takes 1 to 1000 pairs per task (0: none), got {args.instructions}")
+        cluster_shards(
+            sorted(set(sizes)), args.seconds, args.loop, rounds, args.json, args.tasks_per_shard, args.instructions
+        )
         return 0
     with LocalNodes(5) as nodes:
         work = concurrent(nodes.urls, args.settings, 10 if args.rounds is None else args.rounds)
