@@ -181,3 +181,24 @@ async def test_a_primary_demoted_and_promoted_back_is_not_vouched_for_by_its_old
         rewatched = marker_of(shards, new)
         assert rewatched is not None
         assert rewatched.startswith(identity(new) + b"/since/"), rewatched
+
+
+async def test_a_shard_that_lost_its_watch_while_it_sat_out_sits_out_a_new_period(shards: LocalCluster) -> None:
+    name = name_on(shards, 0)
+    async with Redlock([shards.url], queue=False, ttl=TTL) as client:
+        await client.connect()
+        new = shards.failover(0)
+        end = await judged(client, new)
+        watch = marker_of(shards, new)
+        assert watch is not None
+        assert watch.startswith(identity(new) + b"/since/"), watch
+        new.command("FLUSHALL")  # the shard lost its data again while it sat out: its watch with the rest
+        await asyncio.sleep(end - time.monotonic() + 0.5)
+        # Read again when the watch ends: gone, so a new period from then, under a new watch.
+        lock = client.lock(name)
+        assert not await lock.acquire(blocking=False), "counted: the watch's loss went unseen"
+        assert lock.outcomes[0].vote.value == "quarantined", lock.outcomes
+        rewatched = marker_of(shards, new)
+        assert rewatched is not None
+        assert rewatched.startswith(identity(new) + b"/since/"), rewatched
+        assert rewatched != watch

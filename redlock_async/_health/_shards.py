@@ -24,8 +24,17 @@ that shard sits out (its ``quarantined_until``): a vote of the voter counts the 
 that answered it. When a shard sits out because it changed, *on_replaced* is told at once (the Redlock
 drops it from the locks whose names it serves).
 
-Left out, beside the standalone quarantine: the watch marker (each client sits a period out from its
-own first sight) and the fencing counters' repair (docs/deployment.md says so).
+The watch, as on a standalone node: the first client to judge a shard replaced (promoted, a new owner of
+its slots) or without its data, once the deployment is in service, writes on its marker key since when it
+is watched (the ``WATCH_SHARD`` script: ``run_id.master_replid/since/µs``, the primary's own time, unless
+the marker names this very shard by now). Every client that reads it, at the probe or from the script's
+answer, sits the shard out until a period after then (:func:`sit_out`, converted by the primary's time in
+the same reply), so a client or a fresh process met later ends the quarantine with the first, not a period
+after its own sight. The watch names the replication id too: a primary demoted and promoted back is not
+vouched for by the watch it kept. When the watch ends, its marker is read again before the shard counts:
+gone (a loss since took it), the shard sits out a new period, watched again.
+
+Left out, beside the standalone quarantine: the fencing counters' repair (docs/deployment.md says so).
 """
 
 from __future__ import annotations
