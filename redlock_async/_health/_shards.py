@@ -242,37 +242,6 @@ class ShardQuarantine:
         self._asking = None
         self._decide()
 
-    def _sit_out(self, i: int, shard: Node, seconds: float, why: str | None, run_id: bytes | None) -> None:
-        """*shard* sits out *seconds* from now (*why*: None keeps the reason given, and says nothing)."""
-        state = self._voters[i]
-        timer = state.timers.pop(shard, None)
-        if timer is not None:
-            timer.cancel()
-        if seconds <= 0:
-            state.watches.pop(shard, None)
-            shard.quarantined_until = shard.clock_held_until  # its clock's or its evictions' hold stands
-            return
-        shard.quarantined_until = max(_clock.now() + seconds, shard.clock_held_until)
-        if why is not None:
-            shard.quarantine_reason = why or NOT_JUDGED
-        if why:  # (else met without marker: decided once every primary answered)
-            log.log(
-                self._warning, "redlock shard %s %s: it counts toward no quorum for %.1f s", shard.name, why, seconds
-            )
-        state.timers[shard] = asyncio.get_running_loop().call_later(seconds, self._served, i, shard, run_id)
-
-    def _served(self, i: int, shard: Node, run_id: bytes | None) -> None:
-        state = self._voters[i]
-        state.timers.pop(shard, None)
-        if shard in state.watches and run_id is not None and not self._closed:
-            # Its watch ends: is it still there (nothing lost since)? It sits out until the answer is in.
-            shard.quarantined_until = max(shard.quarantined_until, _clock.now() + self._period())
-            self._recheck(i, shard, run_id)
-            return
-        shard.quarantined_until = shard.clock_held_until
-        log.log(self._warning, "redlock shard %s: quarantine over, counts again", shard.name)
-        self._mark(i, shard, run_id)
-
     # -- the watch ---------------------------------------------------------
 
     def _watch(self, i: int, shard: Node, run_id: bytes | None) -> None:
@@ -340,6 +309,39 @@ class ShardQuarantine:
             return  # (the watch wrote nothing: a marker of this shard under a shorter period) its own sight's end
         state.watches.pop(shard, None)
         self._served(i, shard, run_id)
+
+    # -- sitting out --------------------------------------------------------
+
+    def _sit_out(self, i: int, shard: Node, seconds: float, why: str | None, run_id: bytes | None) -> None:
+        """*shard* sits out *seconds* from now (*why*: None keeps the reason given, and says nothing)."""
+        state = self._voters[i]
+        timer = state.timers.pop(shard, None)
+        if timer is not None:
+            timer.cancel()
+        if seconds <= 0:
+            state.watches.pop(shard, None)
+            shard.quarantined_until = shard.clock_held_until  # its clock's or its evictions' hold stands
+            return
+        shard.quarantined_until = max(_clock.now() + seconds, shard.clock_held_until)
+        if why is not None:
+            shard.quarantine_reason = why or NOT_JUDGED
+        if why:  # (else met without marker: decided once every primary answered)
+            log.log(
+                self._warning, "redlock shard %s %s: it counts toward no quorum for %.1f s", shard.name, why, seconds
+            )
+        state.timers[shard] = asyncio.get_running_loop().call_later(seconds, self._served, i, shard, run_id)
+
+    def _served(self, i: int, shard: Node, run_id: bytes | None) -> None:
+        state = self._voters[i]
+        state.timers.pop(shard, None)
+        if shard in state.watches and run_id is not None and not self._closed:
+            # Its watch ends: is it still there (nothing lost since)? It sits out until the answer is in.
+            shard.quarantined_until = max(shard.quarantined_until, _clock.now() + self._period())
+            self._recheck(i, shard, run_id)
+            return
+        shard.quarantined_until = shard.clock_held_until
+        log.log(self._warning, "redlock shard %s: quarantine over, counts again", shard.name)
+        self._mark(i, shard, run_id)
 
     def _mark(self, i: int, shard: Node, run_id: bytes | None) -> None:
         if run_id is None or self._read_only or self._closed:
