@@ -24,8 +24,17 @@ that shard sits out (its ``quarantined_until``): a vote of the voter counts the 
 that answered it. When a shard sits out because it changed, *on_replaced* is told at once (the Redlock
 drops it from the locks whose names it serves).
 
-Left out, beside the standalone quarantine: the watch marker (each client sits a period out from its
-own first sight) and the fencing counters' repair (docs/deployment.md says so).
+The watch, as on a standalone node: the first client to judge a shard replaced (promoted, a new owner of
+its slots) or without its data, once the deployment is in service, writes on its marker key since when it
+is watched (the ``WATCH_SHARD`` script: ``run_id.master_replid/since/µs``, the primary's own time, unless
+the marker names this very shard by now). Every client that reads it, at the probe or from the script's
+answer, sits the shard out until a period after then (:func:`sit_out`, converted by the primary's time in
+the same reply), so a client or a fresh process met later ends the quarantine with the first, not a period
+after its own sight. The watch names the replication id too: a primary demoted and promoted back is not
+vouched for by the watch it kept. When the watch ends, its marker is read again before the shard counts:
+gone (a loss since took it), the shard sits out a new period, watched again.
+
+Left out, beside the standalone quarantine: the fencing counters' repair (docs/deployment.md says so).
 """
 
 from __future__ import annotations
@@ -35,11 +44,22 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from redlock_async._core import Marker, sit_out
 from redlock_async._core import clock as _clock
-from redlock_async._health._markers import lost, marker_state, marker_value, server_info, why_out
-from redlock_async._nodes import ClusterVoter, Node, Reaction, Reply, info_fields, tag_for
+from redlock_async._health._markers import (
+    integer,
+    lost,
+    marker_state,
+    marker_value,
+    server_info,
+    time_of,
+    watched_for,
+    why_out,
+)
+from redlock_async._nodes import ClusterVoter, Node, Reaction, Reply, info_fields, pack, pack_script, tag_for
+from redlock_async._scripts import WATCH_SHARD
 
 log = logging.getLogger("redlock_async._quarantine")
 
@@ -50,6 +70,9 @@ RECHECK = 0.2
 """Seconds between looks at the other voters while a new deployment waits for their word."""
 
 NEW_OWNER = "serves slots another primary served before (a failover, or a new node): its keys may be missing"
+WATCHED = "was found replaced or without its data by a client: it sits out a period from then, for every client"
+NOT_JUDGED = "no marker: it lost its data, or is new (the other shards are not judged yet)"
+LOST_AGAIN = "lost its watch while it sat out: it lost its data again"
 
 
 @dataclass
@@ -60,6 +83,8 @@ class _Voter:
     run_ids: dict[Node, bytes] = field(default_factory=dict)
     answered: dict[Node, Marker] = field(default_factory=dict)
     timers: dict[Node, asyncio.TimerHandle] = field(default_factory=dict)
+    watches: dict[Node, int | None] = field(default_factory=dict)  # sits out under a watch since (µs, its time)
+    unwatched: set[Node] = field(default_factory=set)  # judged replaced before the deployment was judged in service
 
 
 class ShardQuarantine:
@@ -104,6 +129,9 @@ class ShardQuarantine:
     def on_ready(self, i: int, shard: Node) -> None:
         """A new connection to *shard* of voter *i*: nothing of it counts until the probe is answered."""
         shard.quarantined_until = math.inf
+        timer = self._voters[i].timers.pop(shard, None)
+        if timer is not None:
+            timer.cancel()  # the last connection's quarantine ends no more: this probe judges it again
         info: list[Reply] = []
         shard.send_first(
             (Reaction(info.append), (b"INFO", b"server")),
@@ -117,15 +145,16 @@ class ShardQuarantine:
             return  # the connection broke under the probe: the next one probes again
         state = self._voters[i]
         period = self._period()
-        run_id, uptime, _ = server_info(info)
+        run_id, uptime, node_time = server_info(info)
         if run_id is not None:
             # A shard primary is its process *and* its replication id: a primary that was a replica since (its
             # data replaced by another's, then promoted back) has a new one, and its old marker vouches for nothing.
             fields = info_fields(replication) if isinstance(replication, bytes) else {}
             run_id += b"." + fields.get(b"master_replid", b"?")
-        seen, _ = marker_state(marker, run_id, period)
+        seen, since = marker_state(marker, run_id, period)
         known = state.run_ids.get(shard)
-        newcomer = known is None and shard in state.voter.newcomers and seen is not Marker.CURRENT
+        # (A watch names this very shard: whichever client judged it replaced, the same end for all.)
+        newcomer = known is None and shard in state.voter.newcomers and seen not in (Marker.CURRENT, Marker.WATCHED)
         restarted = known is not None and run_id is not None and run_id != known
         seconds, suspect = sit_out(
             period,
@@ -133,14 +162,20 @@ class ShardQuarantine:
             known_run_id=known is not None and run_id == known,
             restarted=restarted or newcomer,
             marker=Marker.ABSENT if newcomer else seen,
+            watched=watched_for(since, node_time),
             promoted=shard.promoted,
         )
         if run_id is not None:
             state.run_ids[shard] = run_id
         state.answered[shard] = seen
+        state.watches.pop(shard, None)
+        if seen is Marker.WATCHED and seconds:
+            state.watches[shard] = since  # rechecked when it ends: a loss since takes the watch away
         changed = shard.promoted or restarted or newcomer
         why = NEW_OWNER if newcomer and not shard.promoted else why_out(seen, marker, run_id, shard.promoted)
-        if suspect and not self._in_service:
+        if seen is Marker.WATCHED and not shard.promoted:
+            why = WATCHED
+        if suspect and seen is Marker.ABSENT and not self._in_service:
             # Met without marker: a new deployment if no voter has one (decided once every one answered).
             self._sit_out(i, shard, period, "", run_id)
             self._decide()
@@ -148,9 +183,17 @@ class ShardQuarantine:
         self._sit_out(i, shard, seconds, why, run_id)
         if seconds and changed and self._in_service and self._on_replaced is not None:
             self._on_replaced(i, shard, f"shard {shard.name} {why}")
+        state.unwatched.discard(shard)
         if not seconds and seen is not Marker.CURRENT:
             self._mark(i, shard, run_id)
+        elif seen is Marker.ABSENT or (seen is Marker.STALE and (shard.promoted or newcomer)):
+            # Judged replaced or empty, a whole period from this sight: the first client's sight counts for all
+            # (once the deployment is judged in service: a new one's shards are marked instead).
+            state.unwatched.add(shard)
         self._decide()
+        if self._in_service and shard in state.unwatched:
+            state.unwatched.discard(shard)
+            self._watch(i, shard, run_id)
 
     def state(self) -> bool | None:
         """The Cluster voters' own word on a new deployment: True in service (a shard primary with a marker,
@@ -176,9 +219,14 @@ class ShardQuarantine:
             self._in_service = True
             for i, state in self._voters.items():
                 for shard, marker in state.answered.items():
-                    if marker is Marker.ABSENT and shard.quarantined_until:
+                    if marker is Marker.ABSENT and shard.quarantined_until and shard not in state.unwatched:
                         why = "has no marker while other voters or shards have theirs: it lost its data"
                         self._sit_out(i, shard, self._period(), why, state.run_ids.get(shard))
+                        state.unwatched.add(shard)
+                # Each judged replaced or empty sits out a period from the first client's sight, for every client.
+                for shard in list(state.unwatched):
+                    state.unwatched.discard(shard)
+                    self._watch(i, shard, state.run_ids.get(shard))
             return
         if mine is None or theirs is None:
             if self._asking is None or self._asking.cancelled():
@@ -194,16 +242,89 @@ class ShardQuarantine:
         self._asking = None
         self._decide()
 
-    def _sit_out(self, i: int, shard: Node, seconds: float, why: str, run_id: bytes | None) -> None:
+    # -- the watch ---------------------------------------------------------
+
+    def _watch(self, i: int, shard: Node, run_id: bytes | None) -> None:
+        """*shard* sits out a period from now, judged replaced or empty: write, unless its marker names this very
+        shard by now, since when it is watched (its own time), so every client ends its quarantine then."""
+        if run_id is None or self._read_only or self._closed:
+            return
+        keys = (self.marker_key(i, shard),)
+        shard.send_packed(
+            Reaction(partial(self._watch_set, i, shard, run_id)),
+            0,
+            pack_script(WATCH_SHARD, keys, ()),
+            fallback=(WATCH_SHARD, keys, ()),
+        )
+
+    def _watch_set(self, i: int, shard: Node, run_id: bytes, reply: Reply) -> None:
+        """The watch's answer: the marker *shard* holds now, and its time."""
+        if not isinstance(reply, list) or len(reply) != 2:
+            return  # failed: it sits out the period from this client's sight (the next probe judges it again)
+        marker, now = reply
+        self._watched(i, shard, run_id, marker, integer(now))
+
+    def _recheck(self, i: int, shard: Node, run_id: bytes) -> None:
+        """The watch *shard* sat out under ends: read its marker (and its time) again before it counts."""
+        times: list[Reply] = []
+        shard.send_packed(Reaction(times.append), 0, pack((b"TIME",)))
+        answered = partial(self._rechecked, i, shard, run_id, times)
+        shard.send_packed(Reaction(answered), 0, pack((b"GET", self.marker_key(i, shard))))
+
+    def _rechecked(self, i: int, shard: Node, run_id: bytes, times: list[Reply], marker: Reply) -> None:
+        state = self._voters[i]
+        if self._closed or lost(marker) or math.isinf(shard.quarantined_until) or state.timers.get(shard) is not None:
+            return  # closed, the connection broke (its next probe judges it), or judged again meanwhile
+        if state.run_ids.get(shard) != run_id:
+            return
+        named = marker.partition(b"/")[0] if isinstance(marker, bytes) else None
+        if marker is None or (named is not None and named != run_id):
+            # Its watch is gone (or another shard's marker came): it lost its data while it sat out.
+            self._sit_out(i, shard, self._period(), LOST_AGAIN, run_id)
+            self._watch(i, shard, run_id)
+            return
+        self._watched(i, shard, run_id, marker, time_of(times[0]) if times else None)
+
+    def _watched(self, i: int, shard: Node, run_id: bytes, marker: Reply, node_time: int | None) -> None:
+        """*shard*'s marker read (or written) at *node_time*: under a watch, it sits out until a period after the
+        watch began (the rule of :func:`sit_out`); marked in service under this very shard, it counts now."""
+        state = self._voters[i]
+        if self._closed or math.isinf(shard.quarantined_until) or state.run_ids.get(shard) != run_id:
+            return  # closed, a new probe out, or another shard behind this connection now
+        seen, since = marker_state(marker, run_id, self._period())
+        if seen is Marker.WATCHED:
+            seconds, _ = sit_out(
+                self._period(),
+                uptime=None,
+                known_run_id=True,
+                restarted=False,
+                marker=Marker.WATCHED,
+                watched=watched_for(since, node_time),
+            )
+            if seconds > 0:
+                self._sit_out(i, shard, seconds, None, run_id)
+                state.watches[shard] = since
+                return
+        elif seen is not Marker.CURRENT and shard not in state.watches:
+            return  # (the watch wrote nothing: a marker of this shard under a shorter period) its own sight's end
+        state.watches.pop(shard, None)
+        self._served(i, shard, run_id)
+
+    # -- sitting out --------------------------------------------------------
+
+    def _sit_out(self, i: int, shard: Node, seconds: float, why: str | None, run_id: bytes | None) -> None:
+        """*shard* sits out *seconds* from now (*why*: None keeps the reason given, and says nothing)."""
         state = self._voters[i]
         timer = state.timers.pop(shard, None)
         if timer is not None:
             timer.cancel()
         if seconds <= 0:
+            state.watches.pop(shard, None)
             shard.quarantined_until = shard.clock_held_until  # its clock's or its evictions' hold stands
             return
         shard.quarantined_until = max(_clock.now() + seconds, shard.clock_held_until)
-        shard.quarantine_reason = why or "no marker: it lost its data, or is new (the other shards are not judged yet)"
+        if why is not None:
+            shard.quarantine_reason = why or NOT_JUDGED
         if why:  # (else met without marker: decided once every primary answered)
             log.log(
                 self._warning, "redlock shard %s %s: it counts toward no quorum for %.1f s", shard.name, why, seconds
@@ -211,7 +332,13 @@ class ShardQuarantine:
         state.timers[shard] = asyncio.get_running_loop().call_later(seconds, self._served, i, shard, run_id)
 
     def _served(self, i: int, shard: Node, run_id: bytes | None) -> None:
-        self._voters[i].timers.pop(shard, None)
+        state = self._voters[i]
+        state.timers.pop(shard, None)
+        if shard in state.watches and run_id is not None and not self._closed:
+            # Its watch ends: is it still there (nothing lost since)? It sits out until the answer is in.
+            shard.quarantined_until = max(shard.quarantined_until, _clock.now() + self._period())
+            self._recheck(i, shard, run_id)
+            return
         shard.quarantined_until = shard.clock_held_until
         log.log(self._warning, "redlock shard %s: quarantine over, counts again", shard.name)
         self._mark(i, shard, run_id)

@@ -78,6 +78,7 @@ __all__ = [
     "RW_WRITE",
     "SCRIPTS",
     "WATCH",
+    "WATCH_SHARD",
     "WIDER",
     "WRITER_HOLDS",
     "WRITER_WAITS",
@@ -148,6 +149,7 @@ PERMISSIONS = Script(_probe.PERMISSIONS)
 NATIVE_PROBE = _probe.NATIVE  # the handshake's, sent as EVAL (once per connection)
 # The restart quarantine's watch on a node found without marker: rare, so not loaded on every connection.
 WATCH = Script(_marker.WATCH)
+WATCH_SHARD = Script(_marker.WATCH_SHARD)  # a Cluster voter's shard (its marker names run id and replication id)
 
 # The read/write lock (its writer extends, releases and is fenced with EXTEND, EXTEND_MANY, RELEASE, FENCE; its
 # readers, entries of one hash, with RW_READ_EXTEND and RW_READ_RELEASE).

@@ -1,4 +1,5 @@
-"""Lua of the restart quarantine's marker: the watch on a node found without one."""
+"""Lua of the restart quarantine's marker: the watch on a node found without one, and on a Cluster voter's
+shard judged replaced or found without one."""
 
 from __future__ import annotations
 
@@ -15,6 +16,28 @@ local now = t[1] .. string.format('%06d', tonumber(t[2]))
 local marker = redis.call('GET', KEYS[1])
 if not marker then
     local id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+    marker = id .. '/since/' .. now
+    redis.call('SET', KEYS[1], marker)
+end
+return {marker, now}
+"""
+
+WATCH_SHARD = b"""
+-- The watch of a Cluster voter's shard (_shards.py): a shard primary judged replaced (a replica promoted,
+-- a new owner of its slots) or found without marker, while the deployment is in service. A shard is its
+-- server process *and* its replication id: a primary demoted and promoted back has a new one. Unless the
+-- marker already names this very shard (another client's watch, or its mark in service), write one that
+-- says which shard and since when (this node's time, microseconds): every client ends its quarantine a
+-- period after then. A failover, a restart or a loss takes the watch away or leaves one of another shard.
+-- KEYS[1]  the shard's marker key (hash-tagged into a slot the shard serves)
+-- returns  {the marker the shard holds now, the node's time in microseconds}
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') or '?'
+local id = run_id .. '.' .. replid
+local marker = redis.call('GET', KEYS[1])
+if not marker or string.sub(marker, 1, #id + 1) ~= id .. '/' then
     marker = id .. '/since/' .. now
     redis.call('SET', KEYS[1], marker)
 end
