@@ -361,15 +361,17 @@ async def test_a_resigning_leader_hands_over_to_the_standby_at_once(cluster: Clu
     assert (await finish(second))[0] == 0
 
 
-@pytest.mark.slow
-async def test_standby_says_what_to_change() -> None:
+def test_standby_says_what_to_change(capsys: pytest.CaptureFixture[str]) -> None:
+    # In process (the command's main(), as `python -m redlock_async` runs it): a usage error, before any I/O.
     for args, says in (
         (["a", "b", "--standby"], "--standby takes one NAME"),
         (["a", "--standby", "--limit", "2"], "--standby takes one NAME"),
         (["a", "--standby", "--wait", "5"], "--standby waits with no time limit"),
     ):
-        code, _, err = await run_cli("run", *args, "--nodes", NOWHERE, "--", "true")
-        assert code == 2, (args, err)
+        with pytest.raises(SystemExit) as exited:
+            main(["run", *args, "--nodes", NOWHERE, "--", "true"])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2, (args, err)
         assert says in err, (args, err)
 
 
@@ -556,11 +558,13 @@ async def test_wait_zero_says_one_try(cluster: Cluster, make_redlock: MakeRedloc
     assert "0.0 s" not in err
 
 
-@pytest.mark.slow
-async def test_every_subcommand_explains_itself() -> None:
+def test_every_subcommand_explains_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    # In process (the command's main()); `python -m redlock_async run --help` runs as a process below.
     for command in ("run", "status", "break", "demo"):
-        code, out, _ = await run_cli(command, "--help")
-        assert code == 0
+        with pytest.raises(SystemExit) as exited:
+            main([command, "--help"])
+        assert exited.value.code == 0, command
+        out = capsys.readouterr().out
         assert "exit status" in " ".join(out.split()).lower(), command  # argparse wraps lines
 
 

@@ -16,6 +16,7 @@ import pytest
 from redlock_async import LockLost, Redlock
 from redlock_async.testing._history import History, Section
 from redlock_async.testing.sim import Config, MemoryNodes, run
+from redlock_async.testing.sim import __main__ as sim_command
 from redlock_async.testing.sim._config import FAULTS, WORKLOAD_NAMES
 from redlock_async.testing.sim._loop import SimLoop
 from redlock_async.testing.sim._net import Network
@@ -230,22 +231,33 @@ def test_the_terms_oracle_and_the_starvation_oracle_under_flushes() -> None:
     loop.close()
 
 
-def test_the_command_refuses_bad_input_with_status_2() -> None:
-    for args, words in (
-        (["--set", "clockguard=false"], "clockguard"),
-        (["--set", "ttl=-1"], "ttl must be > 0"),
-        (["--faults", "bogus"], "choose among pause,partition"),
-        (["--workload", "nope"], "choose one of lock"),
-        (["--pace", "fast"], "choose one of normal, short, long"),
-        (["--lag", "-1"], "seconds, 0 or more"),
-        (["--jitter", "2"], "a share of the messages, from 0 to 1"),
-    ):
-        done = subprocess.run(
-            [sys.executable, "-m", "redlock_async.testing.sim", "--seed", "1", *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == 2, (args, done.stderr)
-        assert words in done.stderr
+BAD_INPUT = (
+    (["--set", "clockguard=false"], "clockguard"),
+    (["--set", "ttl=-1"], "ttl must be > 0"),
+    (["--faults", "bogus"], "choose among pause,partition"),
+    (["--workload", "nope"], "choose one of lock"),
+    (["--pace", "fast"], "choose one of normal, short, long"),
+    (["--lag", "-1"], "seconds, 0 or more"),
+    (["--jitter", "2"], "a share of the messages, from 0 to 1"),
+)
+
+
+def test_the_command_refuses_bad_input_with_status_2(capsys: pytest.CaptureFixture[str]) -> None:
+    # Each refusal in process (the command's main(), as `python -m` runs it: argparse's exit 2 and its
+    # stderr), and one as a process of its own, whose exit status is the one a shell sees.
+    for args, words in BAD_INPUT:
+        with pytest.raises(SystemExit) as exited:
+            sim_command.main(["--seed", "1", *args])
+        assert exited.value.code == 2, args
+        assert words in capsys.readouterr().err, args
+    args, words = BAD_INPUT[-1]
+    done = subprocess.run(
+        [sys.executable, "-m", "redlock_async.testing.sim", "--seed", "1", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONHASHSEED": "0"},  # else the command starts itself again to set it
+    )
+    assert done.returncode == 2, (args, done.stderr)
+    assert words in done.stderr
