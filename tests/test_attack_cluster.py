@@ -1,0 +1,77 @@
+"""Attacks on a Cluster voter as production meets it (issue 39): slots moving under a vote, scripts lost on the
+importing primary, cancellation beside a redirection. Real cluster-mode servers (LocalCluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from redlock_async import Redlock
+from redlock_async.testing import LocalCluster
+from tests.test_cluster_voter import mark_shards
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(2, 1) as shards:
+        yield shards
+
+
+@pytest.fixture
+def shards(cluster: LocalCluster) -> LocalCluster:
+    cluster.flush()
+    mark_shards(cluster)
+    return cluster
+
+
+def slot_of(cluster: LocalCluster, key: str) -> int:
+    reply: Any = cluster.nodes[0].command("CLUSTER", "KEYSLOT", key)
+    return int(reply)
+
+
+def name_on(cluster: LocalCluster, shard: int, prefix: str) -> tuple[str, int]:
+    """A name whose lock key's slot is shard *shard*'s, and that slot."""
+    for i in range(1000):
+        slot = slot_of(cluster, f"redlock:{prefix}{i}")
+        if cluster.shard_of_slot(slot) == shard:
+            return f"{prefix}{i}", slot
+    raise AssertionError("no name found")
+
+
+def evals(node: Any) -> int:
+    stats: Any = node.command("INFO", "commandstats")
+    return int(stats.get("cmdstat_eval", {}).get("calls", 0))
+
+
+@pytest.mark.parametrize("settings", [{"queue": False}, {}, {"wait_replicas": 1}], ids=["plain", "queue", "wait"])
+async def test_a_script_lost_on_the_importing_primary_is_run_there_behind_asking(
+    shards: LocalCluster, settings: dict[str, Any]
+) -> None:
+    # A slot migrating from shard 0 to shard 1, and SCRIPT FLUSH on the importing primary (a restart of its
+    # script cache, an operator): the EVAL sent again after NOSCRIPT must carry ASKING too, else it is answered
+    # MOVED (back to the source), which answers ASK, and the vote is lost to the hop limit.
+    name, slot = name_on(shards, 0, "flushed")
+    source, target = shards.master_of(0), shards.master_of(1)
+    async with Redlock([shards.url], ttl=5.0, **settings) as redlock:
+        await redlock.connect()
+        target.command("CLUSTER", "SETSLOT", slot, "IMPORTING", shards.node_id(source))
+        source.command("CLUSTER", "SETSLOT", slot, "MIGRATING", shards.node_id(target))
+        try:
+            for round_ in range(3):
+                target.command("SCRIPT", "FLUSH")
+                lock = redlock.lock(name)
+                assert await lock.acquire(blocking=False), (round_, lock.outcomes)
+                assert target.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 1
+                target.command("SCRIPT", "FLUSH")
+                await lock.extend()
+                target.command("SCRIPT", "FLUSH")
+                await lock.release()
+                assert target.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0, "the release did not run"
+        finally:
+            for node in (source, target):
+                node.command("CLUSTER", "SETSLOT", slot, "NODE", shards.node_id(source))
+            shards.wait_ready()
