@@ -48,13 +48,15 @@ def keys_in(node: Any, slot: int) -> list[bytes]:
     return list(reply)
 
 
-@pytest.mark.parametrize("settings", [{"queue": False}, {}, {"wait_replicas": 1}], ids=["plain", "queue", "wait"])
+@pytest.mark.parametrize("settings", [{"queue": False}, {"wait_replicas": 1}], ids=["plain", "wait"])
 async def test_a_script_lost_on_the_importing_primary_is_run_there_behind_asking(
     shards: LocalCluster, settings: dict[str, Any]
 ) -> None:
     # A slot migrating from shard 0 to shard 1, and SCRIPT FLUSH on the importing primary (a restart of its
     # script cache, an operator): the EVAL sent again after NOSCRIPT must carry ASKING too, else it is answered
-    # MOVED (back to the source), which answers ASK, and the vote is lost to the hop limit.
+    # MOVED (back to the source), which answers ASK, and the vote is lost to the hop limit. (Not with the grant
+    # queue: its release names the line's key too, and an importing primary answers a command of several keys
+    # TRYAGAIN while one is missing: a timeout, by design, until the slot has moved.)
     name, slot = name_on(shards, 0, "flushed")
     key = f"redlock:{name}".encode()
     source, target = shards.master_of(0), shards.master_of(1)
