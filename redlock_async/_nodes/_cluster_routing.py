@@ -86,7 +86,6 @@ class Routed:
         finally:
             voter.answering = None
 
-
     def _eval_again(self, fallback: tuple[Script, tuple[bytes, ...], tuple[bytes | int, ...]]) -> bool:
         """Route this script as EVAL from now on, to run after every command the answering shard has on the wire
         or in line, if ``_wire.eval_again`` says it may; False when it may not (its failure delivered)."""
