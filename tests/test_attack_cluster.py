@@ -3,6 +3,7 @@ importing primary, cancellation beside a redirection. Real cluster-mode servers 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 
 from redlock_async import Redlock
 from redlock_async.testing import LocalCluster
-from tests.test_cluster_voter import mark_shards
+from tests.test_cluster_voter import mark_shards, voter_of
 
 pytestmark = pytest.mark.slow
 
@@ -79,3 +80,29 @@ async def test_a_script_lost_on_the_importing_primary_is_run_there_behind_asking
             for node in (source, target):
                 node.command("CLUSTER", "SETSLOT", slot, "NODE", shards.node_id(source))
             shards.wait_ready()
+
+
+async def test_a_waiter_hears_the_release_on_this_server_s_cluster(shards: LocalCluster) -> None:
+    # Whatever server runs the cluster ($REDLOCK_SERVER_BIN: the servers leg runs Redis 6.2 and 7.0 too): before
+    # 7.0 the map comes from CLUSTER SLOTS and the words go by plain PUBLISH/SUBSCRIBE, from 7.0 by sharded pub/sub;
+    # either way the waiter, whose retry comes only after its acquire timeout, is woken by the release word.
+    server: Any = shards.nodes[0].command("INFO", "server")
+    major = int(str(server["redis_version"]).split(".")[0])
+    async with (
+        Redlock([shards.url], ttl=30.0) as first,
+        Redlock([shards.url], ttl=30.0, retry_delay=60.0) as second,
+    ):
+        await first.connect()
+        assert voter_of(first).sharded is (major >= 7)
+        for shard in (0, 1):
+            name, _ = name_on(shards, shard, "handed")
+            mine = first.lock(name)
+            assert await mine.acquire(blocking=False), mine.outcomes
+            waiter = asyncio.ensure_future(second.lock(name, acquire_timeout=20.0).acquire())
+            await asyncio.sleep(0.5)
+            assert not waiter.done()
+            await mine.release()
+            assert await asyncio.wait_for(waiter, 15.0), "the waiter did not hear the release"
+        semaphore = first.semaphore("permits", limit=2)
+        assert await semaphore.acquire(blocking=False)
+        await semaphore.release()
