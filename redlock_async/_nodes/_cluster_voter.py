@@ -117,6 +117,7 @@ class ClusterVoter(ShardJudged):
         self._replids: dict[Node, bytes] = {}  # each serving primary's replication id, as first read
         self.map_error = ""
         """Why the slot map could not be read, the last time it could not."""
+        self._told_plain = False  # the user was told once that its ACL keeps the words on plain pub/sub
         self.refreshes = 0
         """How many times the slot map was read."""
         self.sharded = True
@@ -332,7 +333,10 @@ class ClusterVoter(ShardJudged):
                 self.map_error = str(exc)
                 return False
         self.map_error = ""
-        ranges, self.sharded = answer
+        ranges, self.sharded, plain = answer
+        if plain and not self._told_plain:
+            self._told_plain = True
+            log.warning("redlock node %s: %s", self.name, plain)
         self._apply(ranges)
         self.refreshes += 1
         for told in tuple(self.map_read):
