@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from redlock_async import Redlock
-from redlock_async.testing import LocalCluster
-from tests.test_cluster_voter import mark_shards, voter_of
+from redlock_async.testing import LocalCluster, LocalNodes
+from tests.conftest import eventually, mark_in_service
+from tests.test_cluster_voter import IN_SERVICE, mark_shards, voter_of
 
 pytestmark = pytest.mark.slow
 
@@ -106,3 +107,36 @@ async def test_a_waiter_hears_the_release_on_this_server_s_cluster(shards: Local
         semaphore = first.semaphore("permits", limit=2)
         assert await semaphore.acquire(blocking=False)
         await semaphore.release()
+
+
+async def test_a_shard_primary_restarted_empty_behind_its_address_lets_no_second_holder_in() -> None:
+    # The node swapped behind the same address: shard 0's primary killed and started again at once on its port,
+    # empty (no persistence), its nodes.conf kept: it comes back as the primary of its slots, before its replica
+    # could take over, without the holder's key. Held on a bare majority (the cluster voter and plain[0]).
+    with LocalCluster(2, 1) as cluster, LocalNodes(2) as plain:
+        mark_shards(cluster)
+        for node in plain.nodes:
+            mark_in_service(node, period=IN_SERVICE)
+        urls = [cluster.url, *plain.urls]
+        name, _ = name_on(cluster, 0, "swapped")
+        key = f"redlock:{name}"
+        async with Redlock(urls, queue=False) as holder:
+            await holder.connect()
+            lock = holder.lock(name, ttl=30.0)
+            plain.nodes[1].pause()
+            assert await lock.acquire(blocking=False), lock.outcomes
+            master = cluster.master_of(0)
+            master.restart(keep_data=False)
+            cluster.wait_ready()
+            assert cluster.master_of(0) is master
+            assert master.command("GET", key) is None
+            plain.nodes[1].resume()
+            assert await eventually(lambda: plain.nodes[1].command("GET", key) is not None, within=20.0)
+            plain.nodes[1].command("DEL", key)  # as if the holder's request had never reached it
+            for settings in ({}, {"ttl": 30.0}):
+                async with Redlock(urls, queue=False, **settings) as second:
+                    theirs = second.lock(name, ttl=30.0)
+                    assert not await theirs.acquire(blocking=False), "a second holder on the restarted shard"
+            theirs = holder.lock(name, ttl=30.0)  # the holder's own client, which knew the old run
+            assert not await theirs.acquire(blocking=False), theirs.outcomes
+            assert await eventually(lambda: not lock.held, within=10.0), "the holder kept a lock its shard lost"
