@@ -140,3 +140,24 @@ async def test_a_shard_primary_restarted_empty_behind_its_address_lets_no_second
             theirs = holder.lock(name, ttl=30.0)  # the holder's own client, which knew the old run
             assert not await theirs.acquire(blocking=False), theirs.outcomes
             assert await eventually(lambda: not lock.held, within=10.0), "the holder kept a lock its shard lost"
+
+
+async def test_a_shard_down_at_start_is_not_said_to_stop_every_lock(caplog: pytest.LogCaptureFixture) -> None:
+    # One shard's primary down when a client starts: the names of the other shard keep their votes, so the client
+    # must not say that no lock can be granted (it did: the voter counted as down), but which shard it lacks.
+    with LocalCluster(2, 0, node_timeout=60.0) as cluster:  # (the Cluster itself stays up meanwhile)
+        mark_shards(cluster)
+        down = cluster.master_of(0)
+        name, _ = name_on(cluster, 1, "elsewhere")
+        down.pause()
+        try:
+            async with Redlock([cluster.url], ttl=5.0) as redlock:
+                await redlock.connect()
+                lock = redlock.lock(name)
+                assert await lock.acquire(blocking=False), lock.outcomes
+                await lock.release()
+        finally:
+            down.resume()
+    said = [record.getMessage() for record in caplog.records]
+    assert not [line for line in said if "no lock can be granted" in line], said
+    assert [line for line in said if f"127.0.0.1:{down.port}" in line and "other shards vote" in line], said
