@@ -27,20 +27,41 @@ class MapError(ConnectionError):
     """No seed said the slot map; the text says what each one did (no password in it)."""
 
 
-async def ask_seeds(endpoint: Endpoint, timeout: float) -> tuple[Ranges, bool]:
-    """The slot map as the first seed of *endpoint* to answer says it, and whether it said it to ``CLUSTER
-    SHARDS`` (a server 7.0+, which has sharded pub/sub)."""
+Answer = tuple[Ranges, bool, str]
+"""The slot map, whether it came from ``CLUSTER SHARDS`` (a server 7.0+, which has sharded pub/sub), and, when
+it came from ``CLUSTER SLOTS`` because the ACL refused ``CLUSTER SHARDS``, what to tell the user (else "")."""
+
+
+def _plain(refusal: str) -> str:
+    """What a user whose ACL refused ``CLUSTER SHARDS`` (*refusal*, the server's words) is told, or ""."""
+    if not refusal.startswith("NOPERM"):
+        return ""  # a server before 7.0: it has no CLUSTER SHARDS (nor sharded pub/sub) to allow
+    return (
+        f"{refusal}: the slot map comes from CLUSTER SLOTS, and the hand-off words go by plain PUBLISH, which"
+        " every node of the Cluster carries; allow +cluster|shards (ACL) for sharded pub/sub"
+    )
+
+
+def _refused(shards: str, slots: str) -> str:
+    """Why neither ``CLUSTER SHARDS`` nor ``CLUSTER SLOTS`` answered, with what to allow when the ACL refused them."""
+    if "NOPERM" in shards or "NOPERM" in slots:
+        return f"the user may not read the slot map ({slots}): allow +cluster|shards (+cluster|slots before 7.0)"
+    return slots
+
+
+async def ask_seeds(endpoint: Endpoint, timeout: float) -> Answer:
+    """The slot map as the first seed of *endpoint* to answer says it (see :data:`Answer`)."""
     asks = [asyncio.ensure_future(_ask(endpoint, host, port, timeout)) for host, port in endpoint.seeds]
     said: list[str] = []
     try:
         for next_answer in asyncio.as_completed(asks):
             try:
-                ranges, sharded = await next_answer
+                answer = await next_answer
             except (OSError, MapError, ssl.SSLError, ValueError, TimeoutError, hiredis.ProtocolError) as exc:
                 said.append(str(exc) or type(exc).__name__)
                 continue
-            if ranges:
-                return ranges, sharded
+            if answer[0]:
+                return answer
             said.append("a seed serves no slot")
     finally:
         for ask in asks:
@@ -50,7 +71,7 @@ async def ask_seeds(endpoint: Endpoint, timeout: float) -> tuple[Ranges, bool]:
     raise MapError(f"no seed of the Cluster said its slot map: {'; '.join(said)}")
 
 
-async def _ask(endpoint: Endpoint, host: str, port: int, timeout: float) -> tuple[Ranges, bool]:
+async def _ask(endpoint: Endpoint, host: str, port: int, timeout: float) -> Answer:
     name = f"{host}:{port}"
     async with asyncio.timeout(timeout):
         try:
@@ -73,10 +94,10 @@ async def _ask(endpoint: Endpoint, host: str, port: int, timeout: float) -> tupl
         raise MapError(f"seed {name}: AUTH refused ({replies[0]})")
     shards, slots = replies[-2], replies[-1]
     if not isinstance(shards, hiredis.ReplyError):
-        return shards_ranges(shards, host), True
+        return shards_ranges(shards, host), True, ""
     if not isinstance(slots, hiredis.ReplyError):
-        return slots_ranges(slots, host), False
-    raise MapError(f"seed {name}: {slots}")
+        return slots_ranges(slots, host), False, _plain(str(shards))
+    raise MapError(f"seed {name}: {_refused(str(shards), str(slots))}")
 
 
 async def _replies(reader: asyncio.StreamReader, count: int, name: str) -> list[object]:
@@ -86,7 +107,7 @@ async def _replies(reader: asyncio.StreamReader, count: int, name: str) -> list[
     return replies
 
 
-async def ask_primaries(primaries: list[Node], timeout: float) -> tuple[Ranges, bool] | None:
+async def ask_primaries(primaries: list[Node], timeout: float) -> Answer | None:
     """The map as the first of *primaries* (connected shard primaries) to answer says it, within *timeout*
     (a paused primary is passed over); None when none did."""
     asks = [asyncio.ensure_future(_ask_one(shard)) for shard in primaries]
@@ -103,14 +124,14 @@ async def ask_primaries(primaries: list[Node], timeout: float) -> tuple[Ranges, 
     return None
 
 
-async def _ask_one(shard: Node) -> tuple[Ranges, bool] | None:
+async def _ask_one(shard: Node) -> Answer | None:
     host = shard.endpoint.host or "localhost"
     shards, slots = shard.outbox.send(b"CLUSTER", b"SHARDS"), shard.outbox.send(b"CLUSTER", b"SLOTS")
-    reply = await shards
-    if not isinstance(reply, Failure):
-        return shards_ranges(reply, host), True
+    refusal = await shards
+    if not isinstance(refusal, Failure):
+        return shards_ranges(refusal, host), True, ""
     reply = await slots
-    return None if isinstance(reply, Failure) else (slots_ranges(reply, host), False)
+    return None if isinstance(reply, Failure) else (slots_ranges(reply, host), False, _plain(refusal.detail))
 
 
 async def replication_ids(primaries: list[Node], timeout: float) -> dict[Node, bytes]:

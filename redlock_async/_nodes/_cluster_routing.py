@@ -12,7 +12,8 @@ from redlock_async._core import Vote
 from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._node import Node
 from redlock_async._nodes._slots import Address, redirect
-from redlock_async._nodes._wire import Failure, Fallback, Receiver, Reply
+from redlock_async._nodes._wire import Failure, Fallback, Receiver, Reply, eval_again
+from redlock_async._scripts import Script
 
 
 class Router(Protocol):
@@ -40,7 +41,7 @@ class Routed:
     into a timeout, and hands every other reply on, with the voter's quarantine read as the answering
     shard's."""
 
-    __slots__ = ("fallback", "hops", "index", "limited", "packed", "receiver", "shard", "voter")
+    __slots__ = ("asked", "fallback", "hops", "index", "limited", "packed", "receiver", "shard", "voter")
 
     def __init__(
         self,
@@ -54,6 +55,7 @@ class Routed:
     ) -> None:
         self.voter, self.receiver, self.index, self.packed = voter, receiver, index, packed
         self.limited, self.fallback, self.shard, self.hops = limited, fallback, shard, 0
+        self.asked = False  # the last hop followed ASK (sent behind ASKING)
 
     def deliver(self, index: int, reply: Reply, /) -> None:
         if type(reply) is Failure and reply.answered:
@@ -62,6 +64,14 @@ class Routed:
             if moved is not None:
                 if self.hops < MAX_HOPS:
                     self.hops += 1
+                    if self.asked and moved[0] == "MOVED" and self.fallback is not None:
+                        # The importing primary had lost the script (SCRIPT FLUSH): the node sent the EVAL again
+                        # without ASKING, and the importing primary refused it. Sent again there, behind ASKING.
+                        if not self._eval_again(self.fallback):
+                            return
+                        endpoint = self.shard.endpoint
+                        moved = ("ASK", moved[1], (endpoint.host or "localhost", endpoint.port))
+                    self.asked = moved[0] == "ASK"
                     self.voter.redirected(self, *moved)
                     return
                 reply = Failure(Vote.TIMEOUT, f"redirected more than {MAX_HOPS} times ({detail}): slots moving")
@@ -75,6 +85,17 @@ class Routed:
             self.receiver.deliver(self.index, reply)
         finally:
             voter.answering = None
+
+    def _eval_again(self, fallback: tuple[Script, tuple[bytes, ...], tuple[bytes | int, ...]]) -> bool:
+        """Route this script as EVAL from now on, to run after every command the answering shard has on the wire
+        or in line, if ``_wire.eval_again`` says it may; False when it may not (its failure delivered)."""
+        outbox = self.shard.outbox
+        again = eval_again(fallback, (entry[3] for entry in (*outbox.inflight, *outbox.pending)))
+        if isinstance(again, Failure):
+            self.receiver.deliver(self.index, again)
+            return False
+        self.packed, self.fallback = again, None
+        return True
 
 
 def judging(answering: Node | None, serving: set[Node]) -> Node | None:

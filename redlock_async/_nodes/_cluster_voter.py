@@ -117,6 +117,7 @@ class ClusterVoter(ShardJudged):
         self._replids: dict[Node, bytes] = {}  # each serving primary's replication id, as first read
         self.map_error = ""
         """Why the slot map could not be read, the last time it could not."""
+        self._told_plain = False  # the user was told once that its ACL keeps the words on plain pub/sub
         self.refreshes = 0
         """How many times the slot map was read."""
         self.sharded = True
@@ -332,7 +333,10 @@ class ClusterVoter(ShardJudged):
                 self.map_error = str(exc)
                 return False
         self.map_error = ""
-        ranges, self.sharded = answer
+        ranges, self.sharded, plain = answer
+        if plain and not self._told_plain:
+            self._told_plain = True
+            log.warning("redlock node %s: %s", self.name, plain)
         self._apply(ranges)
         self.refreshes += 1
         for told in tuple(self.map_read):
@@ -371,7 +375,8 @@ class ClusterVoter(ShardJudged):
     # -- lifecycle ----------------------------------------------------------
 
     async def connect(self) -> Failure | None:
-        """Read the slot map and connect to every primary in it; None when every one answered."""
+        """Read the slot map and connect to every primary in it; None when one at least answered (the others are
+        named in a warning: only their names lack this voter's vote)."""
         if self._keeping is None and self.outbox.closed is None:
             self._keeping = asyncio.get_running_loop().create_task(self._keep_fresh(), name=f"redlock-map {self.name}")
         if not await self.refresh():
@@ -381,8 +386,17 @@ class ClusterVoter(ShardJudged):
         missing = [
             f"{shard.name}: {failure.detail}" for shard, failure in zip(primaries, failures, strict=True) if failure
         ]
-        if missing:
+        if not missing:
+            return None
+        if len(missing) == len(primaries):
             return Failure(Vote.ERROR, "shard primaries not reached: " + "; ".join(missing))
+        # Up for the names of every other shard: said here, not as the whole voter down (no lock granted).
+        log.warning(
+            "redlock node %s: shard primaries not reached: %s: the names in their slots get no vote of this voter"
+            " until they are; the other shards vote",
+            self.name,
+            "; ".join(missing),
+        )
         return None
 
     async def aclose(self, grace: float) -> None:

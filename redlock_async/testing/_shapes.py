@@ -274,7 +274,10 @@ class LocalCluster(_Group):
         masters = [shard[0] for shard in self.shards]
         for index, master in enumerate(masters):
             first, last = self.slot_ranges(index)
-            master.command("CLUSTER", "ADDSLOTSRANGE", first, last)
+            try:
+                master.command("CLUSTER", "ADDSLOTSRANGE", first, last)
+            except redis.ResponseError:  # a server before 7.0: the slots one by one
+                master.command("CLUSTER", "ADDSLOTS", *range(first, last + 1))
         seed = self.nodes[0]
         for node in self.nodes[1:]:
             seed.command("CLUSTER", "MEET", "127.0.0.1", node.port)
