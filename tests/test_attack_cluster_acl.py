@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from redlock_async import Redlock
+from redlock_async import Redlock, RedlockError
 from redlock_async.testing import LocalCluster
 from tests.test_acl import PASSWORD, documented_rules
 from tests.test_cluster_acl import sharded_rules
@@ -59,8 +59,21 @@ async def test_a_user_without_cluster_shards_is_told_its_words_go_by_plain_pub_s
 
 
 async def test_a_user_that_may_not_read_the_slot_map_is_told_what_to_allow(cluster: LocalCluster) -> None:
-    async with Redlock([url_of(cluster, "nomap")]) as redlock:
-        lock = redlock.lock("acl:nomap", ttl=5.0)
-        assert not await lock.acquire(blocking=False)
-        (outcome,) = lock.outcomes
+    # An error that says what to change, as for a user who may not run the scripts: not a lock that another
+    # client seems to hold (acquire() False, as before).
+    for connect in (True, False):
+        redlock = Redlock([url_of(cluster, "nomap")])
+        with pytest.raises(RedlockError) as caught:
+            if connect:
+                async with redlock:
+                    raise AssertionError("connected with a user who may not read the slot map")
+            else:
+                try:  # never connected: the first acquire connects
+                    await redlock.lock("acl:nomap", ttl=5.0).acquire(blocking=False)
+                finally:
+                    await redlock.aclose()
+        message = str(caught.value)
+        assert "1 of 1 nodes refuse the user what connecting to them needs" in message, message
+        assert "allow +cluster|shards" in message, message
+        (outcome,) = caught.value.outcomes
         assert "allow +cluster|shards" in outcome.detail, outcome

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -286,7 +286,7 @@ class Connections:
                     down,
                     self.quorum,
                 )
-        await self._check_permissions(up)
+        await self._check_permissions(up, denied_at_connect(nodes, failures))
         self.cluster.check_open()  # a node's task failed while connecting: say so here
         self.cluster.first_use = None
 
@@ -307,12 +307,14 @@ class Connections:
     async def _probe_first(self) -> None:
         nodes = self.nodes
         failures = await asyncio.gather(*(node.connect() for node in nodes))
-        await self._check_permissions([node for node, failure in zip(nodes, failures, strict=True) if not failure])
+        up = [node for node, failure in zip(nodes, failures, strict=True) if not failure]
+        await self._check_permissions(up, denied_at_connect(nodes, failures))
         self.cluster.first_use = None
 
-    async def _check_permissions(self, nodes: list[Node]) -> None:
+    async def _check_permissions(self, nodes: list[Node], denied: list[NodeOutcome]) -> None:
         """Run the permissions probe once on each node that is up (it leaves nothing behind): every command
-        the lock scripts call, so a user who may not run one is told now, not by a lease lost a ttl later."""
+        the lock scripts call, so a user who may not run one is told now, not by a lease lost a ttl later.
+        *denied*: the nodes whose connect the user's ACL refused, counted with those refusing the scripts."""
         settings = self.settings
         # One hash tag: on a Cluster voter every key of the probe is in one slot, as a script's keys must be.
         key, fence = settings.key_prefix.encode() + PROBE_TAG, settings.fence_prefix.encode() + PROBE_TAG
@@ -331,14 +333,24 @@ class Connections:
         ]
         for outcome in refused:
             log.warning("redlock node %s refuses what the lock scripts run: %s", outcome.node, outcome.detail)
-        if len(refused) > len(self.nodes) - self.quorum:
+        if len(refused) + len(denied) > len(self.nodes) - self.quorum:
+            at_connect = "; ".join(f"{outcome.node}: {outcome.detail}" for outcome in denied)
+            if not refused:
+                raise RedlockError(
+                    f"{len(denied)} of {len(self.nodes)} nodes refuse the user what connecting to them needs "
+                    f"({at_connect}), so no majority could grant, release or extend a lock: allow it (the ACL "
+                    "lines in docs/deployment.md)",
+                    name="",
+                    outcomes=denied,
+                )
             raise RedlockError(
-                f"{len(refused)} of {len(self.nodes)} nodes refuse commands the lock scripts run, so no majority "
+                f"{len(refused) + len(denied)} of {len(self.nodes)} nodes refuse commands the lock scripts run"
+                f"{f' or connecting needs ({at_connect})' if denied else ''}, so no majority "
                 "could release or extend a lock: let the user run EVAL, EVALSHA and SCRIPT (ACL +@scripting), "
                 "unrenamed, and every command the scripts call, on the keys and channels under key_prefix and "
                 "fence_prefix (the ACL line in docs/deployment.md)",
                 name="",
-                outcomes=refused,
+                outcomes=denied + refused,
             )
 
     def _same_server(self, node: Node) -> str | None:
@@ -427,6 +439,16 @@ def not_now(reply: Reply) -> str:
         what = "out of memory" if text.startswith("OOM") else "loading" if text.startswith("LOADING") else "busy"
         return server_error(f"the node is {what}, not a matter of permissions ({text})")
     return ""
+
+
+def denied_at_connect(nodes: Sequence[Node], failures: Sequence[Failure | None]) -> list[NodeOutcome]:
+    """The nodes whose connect the user's ACL refused (a Cluster voter's slot map): not down, but told as the
+    nodes refusing the scripts are (an error saying what to allow), not as a lock another client holds."""
+    return [
+        NodeOutcome(node.name, Vote.ERROR, failure.detail)
+        for node, failure in zip(nodes, failures, strict=True)
+        if failure and ("NOPERM" in failure.detail or "the user may not" in failure.detail)
+    ]
 
 
 def permissions_refused(reply: Reply) -> str:
