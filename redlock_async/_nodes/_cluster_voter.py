@@ -43,7 +43,7 @@ from redlock_async._core import clock as _clock
 from redlock_async._nodes._cluster_face import ShardJudged
 from redlock_async._nodes._cluster_map import MapError, ask_primaries, ask_seeds, replication_ids
 from redlock_async._nodes._cluster_routing import Gather, Routed, drop, shard_endpoint
-from redlock_async._nodes._cluster_scripts import sharded, sharded_packed
+from redlock_async._nodes._cluster_scripts import NATIVE_TWIN, for_shard, sharded, sharded_publish
 from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._handshake import info_fields
 from redlock_async._nodes._node import Node
@@ -54,6 +54,7 @@ from redlock_async._nodes._slots import (
     Ranges,
     key_slot,
     slot_of,
+    tag_for,
 )
 from redlock_async._nodes._wire import (
     IGNORED,
@@ -88,6 +89,7 @@ class ClusterVoter(ShardJudged):
         shard_ready: Callable[[Node], None] | None = None,
         shard_unreachable: Callable[[Node], None] | None = None,
         on_fault: Callable[[Node, BaseException], None] | None = None,
+        probe_prefix: bytes = b"",
     ) -> None:
         self._held_until = 0.0
         self._held_reason = ""
@@ -99,8 +101,10 @@ class ClusterVoter(ShardJudged):
         super().__init__(endpoint, on_fault=on_fault, warn=False, **shard_settings)
         self._settings = shard_settings
         self._ask_within = float(shard_settings.get("connect_timeout", 1.0)) * 2
-        self._scripts_all = tuple(sharded(script) for script in scripts)  # SPUBLISH for PUBLISH (the map says)
+        # SPUBLISH for PUBLISH (the map says), and the native release (where a primary's connection may run it).
+        self._scripts_all = (*(sharded(script) for script in scripts), NATIVE_TWIN) if scripts else ()
         self._shard_ready = shard_ready
+        self._probe_prefix = probe_prefix  # each primary's handshake asks of DELIFEQ on a key under it, in its slot
         self._shard_unreachable = shard_unreachable
         self._on_shard_fault = on_fault
         self.owners: list[Node | None] = [None] * SLOTS
@@ -179,8 +183,8 @@ class ClusterVoter(ShardJudged):
     def _route(
         self, receiver: Receiver, index: int, packed: bytes, limited: bool, fallback: Fallback, timed: bool = False
     ) -> None:
-        if self.sharded:  # SPUBLISH for PUBLISH, in a script or alone: routed to the channel's slot
-            packed, fallback = sharded_packed(packed, fallback)
+        if self.sharded:  # SPUBLISH for PUBLISH alone: routed to the channel's slot
+            packed = sharded_publish(packed)
         shard = self.shard_for(slot_of(packed))
         if shard is None:
             # No vote without a primary judged by the shard quarantine: nothing is sent before the map is read.
@@ -188,6 +192,8 @@ class ClusterVoter(ShardJudged):
             why = self.map_error or "its slot map is not read yet"
             receiver.deliver(index, Failure(Vote.SKIPPED, f"Cluster voter: {why}"))
             return
+        # A script as this primary runs it: SPUBLISH for PUBLISH, DELIFEQ where its connection may run it.
+        packed, fallback = for_shard(packed, fallback, self.sharded, shard.delifeq)
         routed = Routed(self, receiver, index, packed, limited, fallback, shard)
         if timed and self.shard_clock is not None:  # the shard's clock read right before its vote
             shard.send_timed(self.shard_clock(shard), routed, index, packed, limited=limited, fallback=fallback)
@@ -252,6 +258,7 @@ class ClusterVoter(ShardJudged):
                 drop(shard)  # a node that served nothing (demoted, or new) is judged again before its votes
             self.refresh_soon()
         routed.shard = shard
+        routed.packed, routed.fallback = for_shard(routed.packed, routed.fallback, self.sharded, shard.delifeq)
         if kind == "MOVED":
             shard.send_packed(routed, routed.index, routed.packed, limited=routed.limited, fallback=routed.fallback)
             return
@@ -268,8 +275,11 @@ class ClusterVoter(ShardJudged):
     def _shard(self, address: Address, slot: int) -> Node:
         shard = self.shards.get(address)
         if shard is None:
+            endpoint = shard_endpoint(self.endpoint, address)
+            if self._probe_prefix:  # (a key in a slot it serves: a key elsewhere would be MOVED, and read as 0)
+                endpoint = replace(endpoint, probe_key=self._probe_prefix + tag_for(slot))
             shard = self.shards[address] = Node(
-                shard_endpoint(self.endpoint, address),
+                endpoint,
                 scripts=self._scripts_all,
                 on_ready=self._shard_connected,
                 on_identified=self._identified,
