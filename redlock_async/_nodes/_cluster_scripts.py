@@ -18,7 +18,6 @@ from redlock_async._nodes._wire import Fallback
 from redlock_async._scripts import QUEUE_LEAVE, QUEUE_LEAVE_NATIVE, Script
 
 _PLAIN, _SHARDED = b"'PUBLISH'", b"'SPUBLISH'"
-_HEAD = b"$7\r\nEVALSHA\r\n$40\r\n"  # what pack_script's bytes say after their argument count
 
 
 def sharded(script: Script) -> Script:
@@ -58,27 +57,24 @@ NATIVE_TWIN = sharded(QUEUE_LEAVE_NATIVE)
 which a primary without DELIFEQ loads and never runs (loading runs nothing)."""
 
 
-_PUBLISH, _SPUBLISH = b"*3\r\n$7\r\nPUBLISH\r\n", b"*3\r\n$8\r\nSPUBLISH\r\n"
+PUBLISH, _SPUBLISH = b"*3\r\n$7\r\nPUBLISH\r\n", b"*3\r\n$8\r\nSPUBLISH\r\n"
+"""How a ``PUBLISH`` packed alone begins (a Cluster voter on sharded pub/sub sends it as ``SPUBLISH``)."""
 
 
 def sharded_publish(packed: bytes) -> bytes:
     """A ``PUBLISH`` (a release word said alone, a leader's announcement) as ``SPUBLISH`` on the same channel, so
     that it goes to the primary serving the channel's slot and reaches the waiters and observers subscribed
     there with ``SSUBSCRIBE``; any other command as it is."""
-    if packed.startswith(_PUBLISH):
-        return _SPUBLISH + packed[len(_PUBLISH) :]
+    if packed.startswith(PUBLISH):
+        return _SPUBLISH + packed[len(PUBLISH) :]
     return packed
 
 
-def for_shard(packed: bytes, fallback: Fallback, sharded: bool, native: bool) -> tuple[bytes, Fallback]:
-    """A script's EVALSHA (*packed*, with its *fallback*), as one shard primary runs it: its sharded twin where
-    the map says sharded pub/sub, its native release where that primary's connection may run ``DELIFEQ``;
-    any other command as it is."""
-    start = packed.find(b"\r\n") + 2
-    if not packed.startswith(_HEAD, start):
-        return packed, fallback
-    at = start + len(_HEAD)
-    sha = packed[at : at + 40]
+def for_shard(packed: bytes, digest: int, fallback: Fallback, sharded: bool, native: bool) -> tuple[bytes, Fallback]:
+    """A script's EVALSHA (*packed*, its digest at *digest*: ``_slots.route_of``'s; with its *fallback*), as one
+    shard primary runs it: its sharded twin where the map says sharded pub/sub, its native release where that
+    primary's connection may run ``DELIFEQ``; as it is when it is neither."""
+    sha = packed[digest : digest + 40]
     ways = ROUTES.get(sha)
     if ways is None:
         return packed, fallback
@@ -87,4 +83,4 @@ def for_shard(packed: bytes, fallback: Fallback, sharded: bool, native: bool) ->
         return packed, fallback
     if fallback is not None:
         fallback = (script, fallback[1], fallback[2])
-    return packed[:at] + script.sha + packed[at + 40 :], fallback
+    return packed[:digest] + script.sha + packed[digest + 40 :], fallback

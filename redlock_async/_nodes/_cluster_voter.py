@@ -43,7 +43,7 @@ from redlock_async._core import clock as _clock
 from redlock_async._nodes._cluster_face import ShardJudged
 from redlock_async._nodes._cluster_map import MapError, ask_primaries, ask_seeds, replication_ids
 from redlock_async._nodes._cluster_routing import Gather, Routed, drop, shard_endpoint
-from redlock_async._nodes._cluster_scripts import NATIVE_TWIN, for_shard, sharded, sharded_publish
+from redlock_async._nodes._cluster_scripts import NATIVE_TWIN, PUBLISH, for_shard, sharded, sharded_publish
 from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._handshake import info_fields
 from redlock_async._nodes._node import Node
@@ -53,7 +53,7 @@ from redlock_async._nodes._slots import (
     Address,
     Ranges,
     key_slot,
-    slot_of,
+    route_of,
     tag_for,
 )
 from redlock_async._nodes._wire import (
@@ -156,8 +156,9 @@ class ClusterVoter(ShardJudged):
     def shard_for(self, slot: int | None) -> Node | None:
         """The primary that serves *slot* as far as the map knows (any known primary for a command without key
         or a slot not mapped yet: a ``MOVED`` then says where); None before the map was ever read."""
-        if _clock.now() >= self._stale_at:
-            self._stale_at = _clock.now() + REFRESH
+        now = _clock.now()
+        if now >= self._stale_at:
+            self._stale_at = now + REFRESH
             self.refresh_soon()
         if slot is not None:
             owner = self.owners[slot]
@@ -170,7 +171,7 @@ class ClusterVoter(ShardJudged):
 
     def primaries(self) -> list[Node]:
         """The primaries that serve a slot in the map now."""
-        return list(dict.fromkeys(owner for owner in self.owners if owner is not None))
+        return [owner for owner in dict.fromkeys(self.owners) if owner is not None]
 
     def slot_of(self, shard: Node) -> int | None:
         """The lowest slot *shard* serves in the map (its quarantine's marker key hashes there: every client
@@ -183,17 +184,18 @@ class ClusterVoter(ShardJudged):
     def _route(
         self, receiver: Receiver, index: int, packed: bytes, limited: bool, fallback: Fallback, timed: bool = False
     ) -> None:
-        if self.sharded:  # SPUBLISH for PUBLISH alone: routed to the channel's slot
+        if self.sharded and packed.startswith(PUBLISH):  # SPUBLISH for PUBLISH alone: routed to the channel's slot
             packed = sharded_publish(packed)
-        shard = self.shard_for(slot_of(packed))
+        slot, digest = route_of(packed)
+        shard = self.shard_for(slot)
         if shard is None:
             # No vote without a primary judged by the shard quarantine: nothing is sent before the map is read.
             self.refresh_soon()
             why = self.map_error or "its slot map is not read yet"
             receiver.deliver(index, Failure(Vote.SKIPPED, f"Cluster voter: {why}"))
             return
-        # A script as this primary runs it: SPUBLISH for PUBLISH, DELIFEQ where its connection may run it.
-        packed, fallback = for_shard(packed, fallback, self.sharded, shard.delifeq)
+        if digest:  # a script as this primary runs it: SPUBLISH for PUBLISH, DELIFEQ where its connection may
+            packed, fallback = for_shard(packed, digest, fallback, self.sharded, shard.delifeq)
         routed = Routed(self, receiver, index, packed, limited, fallback, shard)
         if timed and self.shard_clock is not None:  # the shard's clock read right before its vote
             shard.send_timed(self.shard_clock(shard), routed, index, packed, limited=limited, fallback=fallback)
@@ -258,7 +260,9 @@ class ClusterVoter(ShardJudged):
                 drop(shard)  # a node that served nothing (demoted, or new) is judged again before its votes
             self.refresh_soon()
         routed.shard = shard
-        routed.packed, routed.fallback = for_shard(routed.packed, routed.fallback, self.sharded, shard.delifeq)
+        if digest := route_of(routed.packed)[1]:  # as the primary it lands on runs it (its DELIFEQ or not)
+            sent = for_shard(routed.packed, digest, routed.fallback, self.sharded, shard.delifeq)
+            routed.packed, routed.fallback = sent
         if kind == "MOVED":
             shard.send_packed(routed, routed.index, routed.packed, limited=routed.limited, fallback=routed.fallback)
             return
@@ -367,8 +371,7 @@ class ClusterVoter(ShardJudged):
         owners = self.owners
         for first, last, address in ranges:
             shard = self._shard(address, first)
-            for slot in range(first, last + 1):
-                owners[slot] = shard
+            owners[first : last + 1] = [shard] * (last + 1 - first)
         serving = set(self.primaries())
         # A primary that left the map (demoted to a replica, or emptied), and one that served nothing and
         # serves again (a demoted primary promoted back): its connection is dropped, and the next one is
