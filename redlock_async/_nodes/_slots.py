@@ -7,6 +7,7 @@ Pure work on bytes, no I/O: :mod:`_cluster_voter` asks and routes with it.
 from __future__ import annotations
 
 import binascii
+import re
 
 SLOTS = 16384
 """Slots of every Redis/Valkey Cluster."""
@@ -71,42 +72,32 @@ def route_of(packed: bytes) -> tuple[int | None, int]:
     return (None if key is None else key_slot(key)), digest
 
 
+_HEAD = re.compile(rb"\*\d+\r\n\$\d+\r\n([^\r]*)\r\n(?:\$(\d+)\r\n)?")
+"""A packed command's head: its name, and the length of its first argument (when it has one)."""
+_COUNT = re.compile(rb"\r\n\$\d+\r\n(\d+)\r\n(?:\$(\d+)\r\n)?")
+"""What follows a script (or its digest): the key count, and the length of the first key (when there is one)."""
+
+
 def _first(packed: bytes) -> tuple[bytes | None, int]:
     """The first key of one packed RESP command (``*N``, then ``$len`` and the bytes of each) and where an
-    ``EVALSHA``'s digest begins (0: not an ``EVALSHA``). Read with ``find`` and slices, no more of the bytes
-    than the key (on the hot path: every command a Cluster voter sends)."""
-    if packed[:1] != b"*":
+    ``EVALSHA``'s digest begins (0: not an ``EVALSHA``). Read by two regular expressions and a slice, no more
+    of the bytes than the key (on the hot path: every command a Cluster voter sends)."""
+    head = _HEAD.match(packed)
+    if head is None:
         return None, 0
-    end = packed.find(b"\r\n")
-    left = int(packed[1:end]) - 1  # the arguments after the command's name
-    at = end + 2
-    end = packed.find(b"\r\n", at)
-    start = end + 2
-    at = start + int(packed[at + 1 : end]) + 2
-    command = packed[start : at - 2].upper()
-    if command in _KEYLESS:
+    command = head[1].upper()
+    size = head[2]
+    if size is None or command in _KEYLESS:
         return None, 0
-    digest = 0
-    if command in _SCRIPTED:
-        if left < 3:
-            return None, 0
-        end = packed.find(b"\r\n", at)  # the script or its digest
-        start = end + 2
-        if command == b"EVALSHA":
-            digest = start
-        at = start + int(packed[at + 1 : end]) + 2
-        end = packed.find(b"\r\n", at)  # the key count
-        start = end + 2
-        at = start + int(packed[at + 1 : end]) + 2
-        count = packed[start : at - 2]
-        if not count.isdigit() or int(count) == 0:
-            return None, digest
-        left -= 2
-    if left < 1:
+    at = head.end()
+    if command not in _SCRIPTED:
+        return packed[at : at + int(size)], 0
+    digest = at if command == b"EVALSHA" else 0
+    tail = _COUNT.match(packed, at + int(size))  # past the script or its digest
+    if tail is None or tail[2] is None or tail[1] == b"0":
         return None, digest
-    end = packed.find(b"\r\n", at)
-    start = end + 2
-    return packed[start : start + int(packed[at + 1 : end])], digest
+    at = tail.end()
+    return packed[at : at + int(tail[2])], digest
 
 
 _tags: dict[int, bytes] = {}
