@@ -21,7 +21,7 @@ from redlock_async import Redlock
 from redlock_async._nodes import Fallback, pack, pack_script
 from redlock_async._nodes._cluster_scripts import TWINS, sharded, sharded_publish
 from redlock_async._nodes._cluster_scripts import for_shard as swap
-from redlock_async._nodes._slots import route_of
+from redlock_async._nodes._slots import routing_key
 from redlock_async._queue import queue_keys
 from redlock_async._scripts import PERMISSIONS, QUEUE_LEAVE, QUEUE_LEAVE_NATIVE, RELEASE, SCRIPTS
 from redlock_async.testing import LocalCluster, LocalNodes
@@ -210,7 +210,7 @@ async def test_a_cluster_voters_subscriber_follows_moved_to_the_owner(voters: li
 
 def as_shard(packed: bytes, fallback: Fallback, sharded: bool, native: bool) -> tuple[bytes, Fallback]:
     """*packed* as a shard primary runs it (its digest found as the Cluster voter finds it)."""
-    digest = route_of(packed)[1]
+    digest = routing_key(packed)[1]
     return swap(packed, digest, fallback, sharded, native) if digest else (packed, fallback)
 
 

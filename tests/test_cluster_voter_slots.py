@@ -11,7 +11,7 @@ from redlock_async._nodes._slots import (
     first_key,
     key_slot,
     redirect,
-    route_of,
+    routing_key,
     shards_ranges,
     slot_of,
     slots_ranges,
@@ -51,16 +51,16 @@ def test_the_first_key_routes_a_command_and_keyless_ones_name_none() -> None:
     assert first_key(pack((b"SPUBLISH", b"redlock:c", b"m"))) == b"redlock:c"  # routed by its channel
 
 
-def test_route_of_names_the_slot_and_where_an_evalshas_digest_sits() -> None:
+def test_the_routing_key_and_where_an_evalshas_digest_sits() -> None:
     for script in SCRIPTS:
         packed = pack_script(script, (b"redlock:{z}a", b"redlock:{z}b"), (b"token", 7))
-        slot, digest = route_of(packed)
-        assert slot == key_slot(b"z")
+        key, digest = routing_key(packed)
+        assert key == b"redlock:{z}a"
         assert packed[digest : digest + 40] == script.sha
-    assert route_of(pack_script(SCRIPTS[0], (), (b"x",)))[0] is None
-    assert route_of(pack((b"EVAL", b"return 1", 1, b"k"))) == (key_slot(b"k"), 0)  # (the source: no digest)
-    assert route_of(pack((b"SET", b"k", b"v"))) == (key_slot(b"k"), 0)
-    assert route_of(pack((b"TIME",))) == (None, 0)
+    assert routing_key(pack_script(SCRIPTS[0], (), (b"x",)))[0] is None
+    assert routing_key(pack((b"EVAL", b"return 1", 1, b"k"))) == (b"k", 0)  # (the source: no digest)
+    assert routing_key(pack((b"SET", b"k", b"v"))) == (b"k", 0)
+    assert routing_key(pack((b"TIME",))) == (None, 0)
 
 
 def test_tags_hash_to_their_slot() -> None:

@@ -71,7 +71,7 @@ def sharded_publish(packed: bytes) -> bytes:
 
 
 def for_shard(packed: bytes, digest: int, fallback: Fallback, sharded: bool, native: bool) -> tuple[bytes, Fallback]:
-    """A script's EVALSHA (*packed*, its digest at *digest*: ``_slots.route_of``'s; with its *fallback*), as one
+    """A script's EVALSHA (*packed*, its digest at *digest*: ``_slots.routing_key``'s; with its *fallback*), as one
     shard primary runs it: its sharded twin where the map says sharded pub/sub, its native release where that
     primary's connection may run ``DELIFEQ``; as it is when it is neither."""
     sha = packed[digest : digest + 40]

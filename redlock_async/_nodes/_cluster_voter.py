@@ -53,7 +53,7 @@ from redlock_async._nodes._slots import (
     Address,
     Ranges,
     key_slot,
-    route_of,
+    routing_key,
     tag_for,
 )
 from redlock_async._nodes._wire import (
@@ -186,8 +186,8 @@ class ClusterVoter(ShardJudged):
     ) -> None:
         if self.sharded and packed.startswith(PUBLISH):  # SPUBLISH for PUBLISH alone: routed to the channel's slot
             packed = sharded_publish(packed)
-        slot, digest = route_of(packed)
-        shard = self.shard_for(slot)
+        key, digest = routing_key(packed)
+        shard = self.shard_for(None if key is None else key_slot(key))
         if shard is None:
             # No vote without a primary judged by the shard quarantine: nothing is sent before the map is read.
             self.refresh_soon()
@@ -260,7 +260,7 @@ class ClusterVoter(ShardJudged):
                 drop(shard)  # a node that served nothing (demoted, or new) is judged again before its votes
             self.refresh_soon()
         routed.shard = shard
-        if digest := route_of(routed.packed)[1]:  # as the primary it lands on runs it (its DELIFEQ or not)
+        if digest := routing_key(routed.packed)[1]:  # as the primary it lands on runs it (its DELIFEQ or not)
             sent = for_shard(routed.packed, digest, routed.fallback, self.sharded, shard.delifeq)
             routed.packed, routed.fallback = sent
         if kind == "MOVED":

@@ -56,20 +56,13 @@ def key_slot(key: bytes) -> int:
 
 def first_key(packed: bytes) -> bytes | None:
     """The first key of the packed command *packed* (what routes it), None for a command that names none."""
-    return _first(packed)[0]
+    return routing_key(packed)[0]
 
 
 def slot_of(packed: bytes) -> int | None:
     """The slot of the first key of *packed*, None when it names no key."""
-    key = _first(packed)[0]
+    key = routing_key(packed)[0]
     return None if key is None else key_slot(key)
-
-
-def route_of(packed: bytes) -> tuple[int | None, int]:
-    """The slot of the first key of *packed* (None when it names no key), and where an ``EVALSHA``'s digest sits
-    in it (0 for any other command): what a Cluster voter routes by, read in one pass over the bytes."""
-    key, digest = _first(packed)
-    return (None if key is None else key_slot(key)), digest
 
 
 _HEAD = re.compile(rb"\*\d+\r\n\$\d+\r\n([^\r]*)\r\n(?:\$(\d+)\r\n)?")
@@ -78,10 +71,11 @@ _COUNT = re.compile(rb"\r\n\$\d+\r\n(\d+)\r\n(?:\$(\d+)\r\n)?")
 """What follows a script (or its digest): the key count, and the length of the first key (when there is one)."""
 
 
-def _first(packed: bytes) -> tuple[bytes | None, int]:
-    """The first key of one packed RESP command (``*N``, then ``$len`` and the bytes of each) and where an
-    ``EVALSHA``'s digest begins (0: not an ``EVALSHA``). Read by two regular expressions and a slice, no more
-    of the bytes than the key (on the hot path: every command a Cluster voter sends)."""
+def routing_key(packed: bytes) -> tuple[bytes | None, int]:
+    """The first key of one packed RESP command (``*N``, then ``$len`` and the bytes of each; None when it names
+    none) and where an ``EVALSHA``'s digest begins in it (0: not an ``EVALSHA``): what a Cluster voter routes
+    by. Read by two regular expressions and a slice, no more of the bytes than the key (on the hot path: every
+    command a Cluster voter sends)."""
     head = _HEAD.match(packed)
     if head is None:
         return None, 0
