@@ -371,7 +371,7 @@ class ClusterVoter(ShardJudged):
         owners = self.owners
         for first, last, address in ranges:
             shard = self._shard(address, first)
-            owners[first : last + 1] = [shard] * (last + 1 - first)
+            owners[first : last + 1] = [shard] * len(owners[first : last + 1])  # (the map's length kept)
         serving = set(self.primaries())
         # A primary that left the map (demoted to a replica, or emptied), and one that served nothing and
         # serves again (a demoted primary promoted back): its connection is dropped, and the next one is
