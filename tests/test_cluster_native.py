@@ -5,6 +5,7 @@ there, as ``QUEUE_LEAVE``'s elsewhere: a Cluster whose primaries differ mixes th
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +14,7 @@ from redlock_async import Redlock
 from redlock_async._nodes import tag_for
 from redlock_async._nodes._cluster_voter import ClusterVoter
 from redlock_async._nodes._slots import key_slot
+from redlock_async._scripts import HANDED_RELEASE
 from redlock_async.testing import LocalCluster, LocalNode
 from redlock_async.testing._inside import cluster_of
 from tests.conftest import assert_no_library_tasks
@@ -130,5 +132,80 @@ async def test_a_release_moved_to_another_primary_runs_as_that_primary_may(clust
         assert owners[slot] is right  # MOVED put the owner back
     assert [calls(node, "delifeq") for node in masters] == [0, 0]  # the wrong one refused it, the right one may not
     assert masters[1].command("EXISTS", f"redlock:{names[1]}") == 0
+    assert refused(masters[1]) == []
+    assert_no_library_tasks()
+
+
+@pytest.mark.parametrize(("shard", "native"), [(0, True), (1, False)])
+async def test_a_hand_over_releases_with_delifeq_where_the_primary_may(
+    cluster: LocalCluster, shard: int, native: bool
+) -> None:
+    """A hand-over's release (a bare compare-and-delete) is ``DELIFEQ`` itself on a primary whose connection may
+    run it, as on a standalone node, and the ``HANDED_RELEASE`` script elsewhere (user "mixed": shard 0 may)."""
+    cluster.flush()
+    mark_shards(cluster)
+    name = names_per_shard(cluster)[shard]
+    owner = primaries(cluster)[shard]
+    owner.command("CONFIG", "RESETSTAT")
+    async with Redlock([url_as(cluster, "mixed")], queue=False, ttl=5.0) as redlock:
+        for _ in range(10):  # until a release found its waiter in line (a hand-over), under any load
+            await hand_over_once(redlock, name, owner)
+            if not native or calls(owner, "delifeq"):
+                break
+    assert (calls(owner, "delifeq") >= 1) is native
+    assert owner.command("EXISTS", f"redlock:{name}") == 0
+    assert refused(owner) == []
+    assert_no_library_tasks()
+
+
+async def hand_over_once(redlock: Redlock, name: str, owner: LocalNode) -> None:
+    """A holder of *name*, and a waiter of the same Redlock already waiting when the holder releases."""
+    order: list[str] = []
+    waiting = redlock.lock(name, acquire_timeout=5.0)
+
+    async def holder() -> None:
+        async with redlock.lock(name):
+            order.append("first")
+            while waiting.statistics().attempts < 1:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)
+
+    async def waiter() -> None:
+        while not order:
+            await asyncio.sleep(0.01)
+        async with waiting:
+            order.append("second")
+            assert owner.command("GET", f"redlock:{name}")
+
+    await asyncio.gather(holder(), waiter())
+    assert order == ["first", "second"]
+
+
+async def test_a_hand_overs_delifeq_moved_to_a_primary_that_may_not_runs_the_script(cluster: LocalCluster) -> None:
+    """A hand-over's release sent as ``DELIFEQ`` to the primary a stale map names (which may run it) answers
+    MOVED: it goes to the owner, which may not, as the ``HANDED_RELEASE`` script again, and deletes the key."""
+    cluster.flush()
+    mark_shards(cluster)
+    masters = primaries(cluster)
+    name = names_per_shard(cluster)[1]
+    key = f"redlock:{name}".encode()
+    async with Redlock([url_as(cluster, "mixed")], ttl=5.0) as redlock:
+        await redlock.connect()
+        voter = cluster_of(redlock).nodes[0]
+        assert isinstance(voter, ClusterVoter)
+        slot = key_slot(key)
+        right = voter.owners[slot]
+        wrong = next(shard for shard in voter.shards.values() if shard is not right)
+        assert wrong.delifeq
+        assert right is not None
+        assert not right.delifeq
+        masters[1].command("SET", key, "the-token")
+        for node in masters:
+            node.command("CONFIG", "RESETSTAT")
+        voter.owners[slot] = wrong
+        assert await voter.send_script(HANDED_RELEASE, (key,), (b"the-token",)) == 1
+        assert voter.owners[slot] is right
+    assert masters[1].command("EXISTS", key) == 0
+    assert [calls(node, "delifeq") for node in masters] == [0, 0]  # (refused by MOVED: no call counted)
     assert refused(masters[1]) == []
     assert_no_library_tasks()

@@ -19,11 +19,11 @@ import redis
 
 from redlock_async import Redlock
 from redlock_async._nodes import Fallback, pack, pack_script
-from redlock_async._nodes._cluster_scripts import TWINS, sharded, sharded_publish
+from redlock_async._nodes._cluster_scripts import TWINS, scripted, sharded, sharded_publish
 from redlock_async._nodes._cluster_scripts import for_shard as swap
 from redlock_async._nodes._slots import routing_key
 from redlock_async._queue import queue_keys
-from redlock_async._scripts import PERMISSIONS, QUEUE_LEAVE, QUEUE_LEAVE_NATIVE, RELEASE, SCRIPTS
+from redlock_async._scripts import HANDED_RELEASE, PERMISSIONS, QUEUE_LEAVE, QUEUE_LEAVE_NATIVE, RELEASE, SCRIPTS
 from redlock_async.testing import LocalCluster, LocalNodes
 from redlock_async.testing._inside import cluster_of
 from tests.test_cluster_voter import migrate, owner_of_key, ready_voters
@@ -241,6 +241,17 @@ def test_every_publishing_script_has_a_sharded_twin_and_only_the_digest_changes(
         (sharded(QUEUE_LEAVE), keys, args),
     )
     assert as_shard(native, None, False, False)[0] == leave
+    # A hand-over's release: DELIFEQ itself where the primary may run it (no fallback: no script), and back.
+    handed = pack_script(HANDED_RELEASE, keys[:1], (b"token",))
+    assert as_shard(handed, (HANDED_RELEASE, keys[:1], (b"token",)), True, True) == (
+        pack((b"DELIFEQ", keys[0], b"token")),
+        None,
+    )
+    assert as_shard(handed, None, True, False) == (handed, None)
+    assert scripted(pack((b"DELIFEQ", keys[0], b"token")), keys[0]) == (
+        handed,
+        (HANDED_RELEASE, keys[:1], (b"token",)),
+    )
     # A word said alone (a give-back's release word, a leader's announcement) goes by SPUBLISH too.
     assert sharded_publish(pack((b"PUBLISH", b"redlock:x", b"1"))) == pack((b"SPUBLISH", b"redlock:x", b"1"))
     # Anything else goes as it is.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from redlock_async import _scripts
 from redlock_async._nodes._wire import Fallback
-from redlock_async._scripts import QUEUE_LEAVE, QUEUE_LEAVE_NATIVE, Script
+from redlock_async._scripts import HANDED_RELEASE, QUEUE_LEAVE, QUEUE_LEAVE_NATIVE, Script
 
 _PLAIN, _SHARDED = b"'PUBLISH'", b"'SPUBLISH'"
 
@@ -70,13 +70,22 @@ def sharded_publish(packed: bytes) -> bytes:
     return packed
 
 
+_HANDED = b"*5\r\n$7\r\nEVALSHA\r\n$40\r\n" + HANDED_RELEASE.sha + b"\r\n$1\r\n1\r\n"
+DELIFEQ = b"*3\r\n$7\r\nDELIFEQ\r\n"
+"""How a hand-over's release begins: the ``HANDED_RELEASE`` script on one key and one token, and the native
+``DELIFEQ`` it is where the primary may run that (the same key and token after it: the same 1 or 0)."""
+
+
 def for_shard(packed: bytes, digest: int, fallback: Fallback, sharded: bool, native: bool) -> tuple[bytes, Fallback]:
     """A script's EVALSHA (*packed*, its digest at *digest*: ``_slots.routing_key``'s; with its *fallback*), as one
     shard primary runs it: its sharded twin where the map says sharded pub/sub, its native release where that
-    primary's connection may run ``DELIFEQ``; as it is when it is neither."""
+    primary's connection may run ``DELIFEQ`` (a hand-over's release: ``DELIFEQ`` itself, as on a standalone
+    node); as it is when it is neither."""
     sha = packed[digest : digest + 40]
     ways = ROUTES.get(sha)
     if ways is None:
+        if native and packed.startswith(_HANDED):
+            return DELIFEQ + packed[len(_HANDED) :], None
         return packed, fallback
     script = ways[2 * sharded + native]
     if script.sha == sha:
@@ -84,3 +93,14 @@ def for_shard(packed: bytes, digest: int, fallback: Fallback, sharded: bool, nat
     if fallback is not None:
         fallback = (script, fallback[1], fallback[2])
     return packed[:digest] + script.sha + packed[digest + 40 :], fallback
+
+
+def scripted(packed: bytes, key: bytes) -> tuple[bytes, Fallback]:
+    """A hand-over's ``DELIFEQ`` of *key* (*packed*) as the ``HANDED_RELEASE`` script again, with its fallback: for a
+    primary that may not run it (a release redirected there by ``MOVED`` or ``ASK``)."""
+    rest = packed[len(DELIFEQ) :]
+    at = rest.find(b"\r\n", rest.find(b"\r\n") + 2 + len(key)) + 2  # past the key, at the token's length
+    end = rest.find(b"\r\n", at)
+    start = end + 2
+    token = rest[start : start + int(rest[at + 1 : end])]
+    return _HANDED + rest, (HANDED_RELEASE, (key,), (token,))

@@ -43,7 +43,15 @@ from redlock_async._core import clock as _clock
 from redlock_async._nodes._cluster_face import ShardJudged
 from redlock_async._nodes._cluster_map import MapError, ask_primaries, ask_seeds, replication_ids
 from redlock_async._nodes._cluster_routing import Gather, Routed, drop, shard_endpoint
-from redlock_async._nodes._cluster_scripts import NATIVE_TWIN, PUBLISH, for_shard, sharded, sharded_publish
+from redlock_async._nodes._cluster_scripts import (
+    DELIFEQ,
+    NATIVE_TWIN,
+    PUBLISH,
+    for_shard,
+    scripted,
+    sharded,
+    sharded_publish,
+)
 from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._handshake import info_fields
 from redlock_async._nodes._node import Node
@@ -260,9 +268,12 @@ class ClusterVoter(ShardJudged):
                 drop(shard)  # a node that served nothing (demoted, or new) is judged again before its votes
             self.refresh_soon()
         routed.shard = shard
-        if digest := routing_key(routed.packed)[1]:  # as the primary it lands on runs it (its DELIFEQ or not)
+        key, digest = routing_key(routed.packed)
+        if digest:  # as the primary it lands on runs it (its DELIFEQ or not)
             sent = for_shard(routed.packed, digest, routed.fallback, self.sharded, shard.delifeq)
             routed.packed, routed.fallback = sent
+        elif key is not None and not shard.delifeq and routed.packed.startswith(DELIFEQ):
+            routed.packed, routed.fallback = scripted(routed.packed, key)
         if kind == "MOVED":
             shard.send_packed(routed, routed.index, routed.packed, limited=routed.limited, fallback=routed.fallback)
             return
