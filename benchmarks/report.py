@@ -504,8 +504,8 @@ def _counted_section(counted: dict[str, Any]) -> str:
     if "standalone" in sums and "1" in sums:
         text += (
             f" A cluster voter's primary runs {sums['1'] / sums['standalone']:.2f}x a standalone server's "
-            "instructions per pair (cluster mode's own cost, and the release script: a cluster voter runs "
-            "`QUEUE_LEAVE` with `GET` and `DEL` where a standalone Valkey 9 voter runs the native `DELIFEQ`)."
+            "instructions per pair (cluster mode's own cost: both run the native `DELIFEQ` release where the "
+            "server has it and the user may run it, each shard primary asked on its own connection)."
         )
     return text + "\n"
 

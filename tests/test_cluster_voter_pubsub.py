@@ -18,10 +18,12 @@ import pytest
 import redis
 
 from redlock_async import Redlock
-from redlock_async._nodes import pack, pack_script
-from redlock_async._nodes._cluster_scripts import TWINS, sharded, sharded_packed
+from redlock_async._nodes import Fallback, pack, pack_script
+from redlock_async._nodes._cluster_scripts import TWINS, scripted, sharded, sharded_publish
+from redlock_async._nodes._cluster_scripts import for_shard as swap
+from redlock_async._nodes._slots import routing_key
 from redlock_async._queue import queue_keys
-from redlock_async._scripts import PERMISSIONS, RELEASE, SCRIPTS
+from redlock_async._scripts import HANDED_RELEASE, PERMISSIONS, QUEUE_LEAVE, QUEUE_LEAVE_NATIVE, RELEASE, SCRIPTS
 from redlock_async.testing import LocalCluster, LocalNodes
 from redlock_async.testing._inside import cluster_of
 from tests.test_cluster_voter import migrate, owner_of_key, ready_voters
@@ -206,6 +208,12 @@ async def test_a_cluster_voters_subscriber_follows_moved_to_the_owner(voters: li
         await until("SUNSUBSCRIBE", lambda: shard_subscribers(owner, key.decode()) == 0)
 
 
+def as_shard(packed: bytes, fallback: Fallback, sharded: bool, native: bool) -> tuple[bytes, Fallback]:
+    """*packed* as a shard primary runs it (its digest found as the Cluster voter finds it)."""
+    digest = routing_key(packed)[1]
+    return swap(packed, digest, fallback, sharded, native) if digest else (packed, fallback)
+
+
 def test_every_publishing_script_has_a_sharded_twin_and_only_the_digest_changes() -> None:
     published = [script for script in SCRIPTS if b"PUBLISH" in script.source]
     assert RELEASE in published
@@ -218,19 +226,40 @@ def test_every_publishing_script_has_a_sharded_twin_and_only_the_digest_changes(
         assert twin.creates == script.creates
     keys, args = (b"redlock:x", b"redlock:x\x00listening{x}"), (b"token", 7)
     packed = pack_script(RELEASE, keys, args)
-    swapped, fallback = sharded_packed(packed, (RELEASE, keys, args))
+    swapped, fallback = as_shard(packed, (RELEASE, keys, args), True, False)
     assert swapped == pack_script(sharded(RELEASE), keys, args)
     assert fallback == (sharded(RELEASE), keys, args)
-    # A word said alone (a give-back's release word, a leader's announcement) goes by SPUBLISH too.
-    assert sharded_packed(pack((b"PUBLISH", b"redlock:x", b"1")), None) == (
-        pack((b"SPUBLISH", b"redlock:x", b"1")),
+    assert as_shard(packed, None, False, True) == (packed, None)  # plain pub/sub (CLUSTER SLOTS): as it is
+    # A lock's release on a primary whose connection may run DELIFEQ: the native one, in its sharded form; and
+    # back (a MOVED to a primary that may not).
+    leave = pack_script(QUEUE_LEAVE, keys, args)
+    native, fallback = as_shard(leave, (QUEUE_LEAVE, keys, args), True, True)
+    assert native == pack_script(sharded(QUEUE_LEAVE_NATIVE), keys, args)
+    assert fallback == (sharded(QUEUE_LEAVE_NATIVE), keys, args)
+    assert as_shard(native, fallback, True, False) == (
+        pack_script(sharded(QUEUE_LEAVE), keys, args),
+        (sharded(QUEUE_LEAVE), keys, args),
+    )
+    assert as_shard(native, None, False, False)[0] == leave
+    # A hand-over's release: DELIFEQ itself where the primary may run it (no fallback: no script), and back.
+    handed = pack_script(HANDED_RELEASE, keys[:1], (b"token",))
+    assert as_shard(handed, (HANDED_RELEASE, keys[:1], (b"token",)), True, True) == (
+        pack((b"DELIFEQ", keys[0], b"token")),
         None,
     )
+    assert as_shard(handed, None, True, False) == (handed, None)
+    assert scripted(pack((b"DELIFEQ", keys[0], b"token")), keys[0]) == (
+        handed,
+        (HANDED_RELEASE, keys[:1], (b"token",)),
+    )
+    # A word said alone (a give-back's release word, a leader's announcement) goes by SPUBLISH too.
+    assert sharded_publish(pack((b"PUBLISH", b"redlock:x", b"1"))) == pack((b"SPUBLISH", b"redlock:x", b"1"))
     # Anything else goes as it is.
-    assert sharded_packed(pack((b"GET", b"k")), None) == (pack((b"GET", b"k")), None)
+    assert sharded_publish(pack((b"GET", b"k"))) == pack((b"GET", b"k"))
+    assert as_shard(pack((b"GET", b"k")), None, True, True) == (pack((b"GET", b"k")), None)
     quiet = next(script for script in SCRIPTS if b"PUBLISH" not in script.source)
     assert sharded(quiet) is quiet
-    assert sharded_packed(pack_script(quiet, keys, args), None)[0] == pack_script(quiet, keys, args)
+    assert as_shard(pack_script(quiet, keys, args), None, True, True)[0] == pack_script(quiet, keys, args)
 
 
 async def test_a_waiters_subscription_follows_a_failover_of_its_shard(voters: list[str], shards: LocalCluster) -> None:

@@ -11,6 +11,7 @@ from redlock_async._nodes._slots import (
     first_key,
     key_slot,
     redirect,
+    routing_key,
     shards_ranges,
     slot_of,
     slots_ranges,
@@ -40,6 +41,26 @@ def test_the_first_key_routes_a_command_and_keyless_ones_name_none() -> None:
     for keyless in ((b"PING",), (b"TIME",), (b"INFO", b"server"), (b"SCRIPT", b"LOAD", b"x"), (b"PUBLISH", b"c", b"m")):
         assert first_key(pack(keyless)) is None
     assert slot_of(pack((b"PTTL", b"{t}x"))) == key_slot(b"t")
+    # Keys with the bytes of RESP in them, a script whose source has them, a command without arguments.
+    odd = b"redlock:\r\n$3\r\n*2"
+    assert first_key(pack((b"SET", odd, b"\r\n", b"NX"))) == odd
+    assert first_key(pack((b"EVAL", b"return 1\r\n$1\r\n", 1, odd, b"x"))) == odd
+    assert first_key(pack((b"EVAL", b"return 1", 1))) is None  # (a key count with no key)
+    assert first_key(pack((b"GET",))) is None
+    assert first_key(b"") is None
+    assert first_key(pack((b"SPUBLISH", b"redlock:c", b"m"))) == b"redlock:c"  # routed by its channel
+
+
+def test_the_routing_key_and_where_an_evalshas_digest_sits() -> None:
+    for script in SCRIPTS:
+        packed = pack_script(script, (b"redlock:{z}a", b"redlock:{z}b"), (b"token", 7))
+        key, digest = routing_key(packed)
+        assert key == b"redlock:{z}a"
+        assert packed[digest : digest + 40] == script.sha
+    assert routing_key(pack_script(SCRIPTS[0], (), (b"x",)))[0] is None
+    assert routing_key(pack((b"EVAL", b"return 1", 1, b"k"))) == (b"k", 0)  # (the source: no digest)
+    assert routing_key(pack((b"SET", b"k", b"v"))) == (b"k", 0)
+    assert routing_key(pack((b"TIME",))) == (None, 0)
 
 
 def test_tags_hash_to_their_slot() -> None:

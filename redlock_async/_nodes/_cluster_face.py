@@ -24,7 +24,9 @@ class ShardJudged(Node):
 
     @property
     def quarantined_until(self) -> float:
-        shard = judging(self.answering, self._serving)
+        shard = self.answering  # (read by the ballot at every vote: judging() only when no reply is delivered)
+        if shard is None:
+            shard = judging(None, self._serving)
         own = self._held_until
         if shard is None:
             return own

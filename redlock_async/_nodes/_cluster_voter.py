@@ -43,7 +43,15 @@ from redlock_async._core import clock as _clock
 from redlock_async._nodes._cluster_face import ShardJudged
 from redlock_async._nodes._cluster_map import MapError, ask_primaries, ask_seeds, replication_ids
 from redlock_async._nodes._cluster_routing import Gather, Routed, drop, shard_endpoint
-from redlock_async._nodes._cluster_scripts import sharded, sharded_packed
+from redlock_async._nodes._cluster_scripts import (
+    DELIFEQ,
+    NATIVE_TWIN,
+    PUBLISH,
+    for_shard,
+    scripted,
+    sharded,
+    sharded_publish,
+)
 from redlock_async._nodes._endpoint import Endpoint
 from redlock_async._nodes._handshake import info_fields
 from redlock_async._nodes._node import Node
@@ -53,7 +61,8 @@ from redlock_async._nodes._slots import (
     Address,
     Ranges,
     key_slot,
-    slot_of,
+    routing_key,
+    tag_for,
 )
 from redlock_async._nodes._wire import (
     IGNORED,
@@ -88,6 +97,7 @@ class ClusterVoter(ShardJudged):
         shard_ready: Callable[[Node], None] | None = None,
         shard_unreachable: Callable[[Node], None] | None = None,
         on_fault: Callable[[Node, BaseException], None] | None = None,
+        probe_prefix: bytes = b"",
     ) -> None:
         self._held_until = 0.0
         self._held_reason = ""
@@ -99,8 +109,10 @@ class ClusterVoter(ShardJudged):
         super().__init__(endpoint, on_fault=on_fault, warn=False, **shard_settings)
         self._settings = shard_settings
         self._ask_within = float(shard_settings.get("connect_timeout", 1.0)) * 2
-        self._scripts_all = tuple(sharded(script) for script in scripts)  # SPUBLISH for PUBLISH (the map says)
+        # SPUBLISH for PUBLISH (the map says), and the native release (where a primary's connection may run it).
+        self._scripts_all = (*(sharded(script) for script in scripts), NATIVE_TWIN) if scripts else ()
         self._shard_ready = shard_ready
+        self._probe_prefix = probe_prefix  # each primary's handshake asks of DELIFEQ on a key under it, in its slot
         self._shard_unreachable = shard_unreachable
         self._on_shard_fault = on_fault
         self.owners: list[Node | None] = [None] * SLOTS
@@ -153,8 +165,9 @@ class ClusterVoter(ShardJudged):
     def shard_for(self, slot: int | None) -> Node | None:
         """The primary that serves *slot* as far as the map knows (any known primary for a command without key
         or a slot not mapped yet: a ``MOVED`` then says where); None before the map was ever read."""
-        if _clock.now() >= self._stale_at:
-            self._stale_at = _clock.now() + REFRESH
+        now = _clock.now()
+        if now >= self._stale_at:
+            self._stale_at = now + REFRESH
             self.refresh_soon()
         if slot is not None:
             owner = self.owners[slot]
@@ -167,7 +180,7 @@ class ClusterVoter(ShardJudged):
 
     def primaries(self) -> list[Node]:
         """The primaries that serve a slot in the map now."""
-        return list(dict.fromkeys(owner for owner in self.owners if owner is not None))
+        return [owner for owner in dict.fromkeys(self.owners) if owner is not None]
 
     def slot_of(self, shard: Node) -> int | None:
         """The lowest slot *shard* serves in the map (its quarantine's marker key hashes there: every client
@@ -180,15 +193,18 @@ class ClusterVoter(ShardJudged):
     def _route(
         self, receiver: Receiver, index: int, packed: bytes, limited: bool, fallback: Fallback, timed: bool = False
     ) -> None:
-        if self.sharded:  # SPUBLISH for PUBLISH, in a script or alone: routed to the channel's slot
-            packed, fallback = sharded_packed(packed, fallback)
-        shard = self.shard_for(slot_of(packed))
+        if self.sharded and packed.startswith(PUBLISH):  # SPUBLISH for PUBLISH alone: routed to the channel's slot
+            packed = sharded_publish(packed)
+        key, digest = routing_key(packed)
+        shard = self.shard_for(None if key is None else key_slot(key))
         if shard is None:
             # No vote without a primary judged by the shard quarantine: nothing is sent before the map is read.
             self.refresh_soon()
             why = self.map_error or "its slot map is not read yet"
             receiver.deliver(index, Failure(Vote.SKIPPED, f"Cluster voter: {why}"))
             return
+        if digest:  # a script as this primary runs it: SPUBLISH for PUBLISH, DELIFEQ where its connection may
+            packed, fallback = for_shard(packed, digest, fallback, self.sharded, shard.delifeq)
         routed = Routed(self, receiver, index, packed, limited, fallback, shard)
         if timed and self.shard_clock is not None:  # the shard's clock read right before its vote
             shard.send_timed(self.shard_clock(shard), routed, index, packed, limited=limited, fallback=fallback)
@@ -253,6 +269,12 @@ class ClusterVoter(ShardJudged):
                 drop(shard)  # a node that served nothing (demoted, or new) is judged again before its votes
             self.refresh_soon()
         routed.shard = shard
+        key, digest = routing_key(routed.packed)
+        if digest:  # as the primary it lands on runs it (its DELIFEQ or not)
+            sent = for_shard(routed.packed, digest, routed.fallback, self.sharded, shard.delifeq)
+            routed.packed, routed.fallback = sent
+        elif key is not None and not shard.delifeq and routed.packed.startswith(DELIFEQ):
+            routed.packed, routed.fallback = scripted(routed.packed, key)
         if kind == "MOVED":
             shard.send_packed(routed, routed.index, routed.packed, limited=routed.limited, fallback=routed.fallback)
             return
@@ -269,8 +291,11 @@ class ClusterVoter(ShardJudged):
     def _shard(self, address: Address, slot: int) -> Node:
         shard = self.shards.get(address)
         if shard is None:
+            endpoint = shard_endpoint(self.endpoint, address)
+            if self._probe_prefix:  # (a key in a slot it serves: a key elsewhere would be MOVED, and read as 0)
+                endpoint = replace(endpoint, probe_key=self._probe_prefix + tag_for(slot))
             shard = self.shards[address] = Node(
-                shard_endpoint(self.endpoint, address),
+                endpoint,
                 scripts=self._scripts_all,
                 on_ready=self._shard_connected,
                 on_identified=self._identified,
@@ -361,8 +386,7 @@ class ClusterVoter(ShardJudged):
         owners = self.owners
         for first, last, address in ranges:
             shard = self._shard(address, first)
-            for slot in range(first, last + 1):
-                owners[slot] = shard
+            owners[first : last + 1] = [shard] * len(owners[first : last + 1])  # (the map's length kept)
         serving = set(self.primaries())
         # A primary that left the map (demoted to a replica, or emptied), and one that served nothing and
         # serves again (a demoted primary promoted back): its connection is dropped, and the next one is

@@ -132,6 +132,7 @@ class Connections:
                     scripts=SCRIPTS,
                     shard_ready=None if on_ready is None else functools.partial(probe_shard, index),
                     on_fault=failed,
+                    probe_prefix=settings.key_prefix.encode(),  # each primary's handshake asks of DELIFEQ
                 )
                 if endpoint.seeds
                 else Node(
