@@ -406,41 +406,40 @@ class ClusterVoter(ShardJudged):
         if not await self.refresh():
             return Failure(Vote.ERROR, self.map_error)
         primaries = self.primaries()
-        failures = await asyncio.gather(*(shard.connect() for shard in primaries))
-        missing = [
-            f"{shard.name}: {failure.detail}" for shard, failure in zip(primaries, failures, strict=True) if failure
-        ]
-        if not missing:
-            return None
-        if len(missing) == len(primaries):
-            return Failure(Vote.ERROR, "shard primaries not reached: " + "; ".join(missing))
-        # Up for the names of every other shard: said here, not as the whole voter down (no lock granted).
-        log.warning(
-            "redlock node %s: shard primaries not reached: %s: the names in their slots get no vote of this voter"
-            " until they are; the other shards vote",
-            self.name,
-            "; ".join(missing),
-        )
-        return None
+        return _reached(self.name, primaries, await asyncio.gather(*(shard.connect() for shard in primaries)))
 
     async def aclose(self, grace: float) -> None:
-        self._stop_keeping()
-        refreshing, self._refreshing = self._refreshing, None
-        if refreshing is not None:
-            refreshing.cancel()
+        self._stop_tasks()
         await asyncio.gather(*(shard.aclose(grace) for shard in self.shards.values()))
         await Node.aclose(self, grace)
 
-    def _stop_keeping(self) -> None:
-        keeping, self._keeping = self._keeping, None
-        if keeping is not None:
-            keeping.cancel()
+    def _stop_tasks(self) -> None:
+        """The map's keeping and a reading under way stop."""
+        for task in (self._keeping, self._refreshing):
+            if task is not None:
+                task.cancel()
+        self._keeping = self._refreshing = None
 
     def close_now(self) -> None:
-        self._stop_keeping()
-        refreshing, self._refreshing = self._refreshing, None
-        if refreshing is not None:
-            refreshing.cancel()
+        self._stop_tasks()
         for shard in self.shards.values():
             shard.close_now()
         Node.close_now(self)
+
+
+def _reached(name: str, primaries: list[Node], failures: list[Failure | None]) -> Failure | None:
+    """A Cluster voter's connect: a failure only when no primary answered; the primaries not reached are named
+    in a warning (only the names in their slots lack this voter's vote)."""
+    missing = [f"{shard.name}: {failure.detail}" for shard, failure in zip(primaries, failures, strict=True) if failure]
+    if not missing:
+        return None
+    if len(missing) == len(primaries):
+        return Failure(Vote.ERROR, "shard primaries not reached: " + "; ".join(missing))
+    # Up for the names of every other shard: said here, not as the whole voter down (no lock granted).
+    log.warning(
+        "redlock node %s: shard primaries not reached: %s: the names in their slots get no vote of this voter"
+        " until they are; the other shards vote",
+        name,
+        "; ".join(missing),
+    )
+    return None
