@@ -319,10 +319,10 @@ class Ballot(Deadline):
             self.details = [""] * len(self.nodes)
         self.details[i] = detail
 
-    def never_sent(self) -> list[int]:
+    def never_sent(self) -> Sequence[int]:
         """Nodes whose request was refused before it was sent: nothing there to release."""
         if not self._skipped:
-            return []
+            return ()  # (not a new list: it lives in the lease, held across the hold's awaits)
         return [i for i, reply in enumerate(self.replies) if type(reply) is Failure and reply.vote is SKIPPED]
 
     def on_deadline(self) -> None:
