@@ -8,6 +8,7 @@ Usage::
     python benchmarks/bench_pair_counts.py --client-instructions --trees dfc4c98 main .
     python benchmarks/bench_pair_counts.py --client-instructions --trees dfc4c98 . --loop uvloop --keep /tmp/cg
     python benchmarks/bench_pair_counts.py --tasks 1 --top-calls 40
+    python benchmarks/bench_pair_counts.py --gc --trees dfc4c98 . --loop uvloop [--rounds 4]
 
 Each tree (a directory holding ``redlock_async/`` or a git revision, as for ``bench_ab.py``) and each
 setting runs in a child process of its own against the same 5 local nodes: ``--tasks`` tasks (64) on
@@ -31,6 +32,13 @@ moves by a few percent from run to run (how 64 tasks' commands batch depends on 
 compare trees in the same run, and repeat. ``--loop uvloop`` runs it (and the bytecode counts) on uvloop;
 ``--keep DIR`` keeps each run's profile (``TREE.LOOP.PAIRS.callgrind``) for ``callgrind_annotate``: the
 difference of two runs' per-function figures over 1,280 is a function's instructions per pair.
+
+``--gc``: the garbage collector's runs per 1,000 pairs (generations 0, 1, 2) and its time per pair
+(``gc.callbacks``), 64 tasks for 2 s per run, the trees alternating, ``--rounds`` runs each (medians).
+Unlike the counts above this depends on timing (a generation-0 run comes once the objects the collector
+tracks, allocated less freed, pass 700: how many of them live across the pairs' awaits decides it, and
+the loop's own, asyncio's Python handles and selector events, add to it where uvloop's do not), so
+compare trees in the same run. Each generation-2 run walks every object of the process.
 
 ``--node-instructions``: the CPU instructions one ``valkey-server`` (under ``valgrind --tool=callgrind``,
 which must be installed) spends per ``SET NX PX`` + release, pipelined, for ``RELEASE`` (1 key: the
@@ -61,6 +69,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from _ab_gc import gc_runs
 from bench_ab import settings_of, tree_of
 
 CHILD = r"""
@@ -407,9 +416,13 @@ def main() -> int:
     )
     parser.add_argument("--top-calls", type=int, default=0, help="print the N functions called most per pair")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the event loop")
+    parser.add_argument("--gc", action="store_true", help="the garbage collector's runs per pair (timed)")
+    parser.add_argument("--rounds", type=int, default=4, help="with --gc: runs per tree")
     parser.add_argument("--keep", default="", help="with --client-instructions: keep the callgrind profiles here")
     args = parser.parse_args()
-    if args.client_instructions:
+    if args.gc:
+        gc_runs(args.trees or ["."], args.loop, args.rounds)
+    elif args.client_instructions:
         client_instructions(args.trees or ["."], args.loop, args.keep)
     elif args.node_instructions and args.trees:
         real_path(args.trees)
