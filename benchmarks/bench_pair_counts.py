@@ -6,7 +6,9 @@ Usage::
     python benchmarks/bench_pair_counts.py --node-instructions
     python benchmarks/bench_pair_counts.py --node-instructions --trees dfc4c98 main .
     python benchmarks/bench_pair_counts.py --client-instructions --trees dfc4c98 main .
+    python benchmarks/bench_pair_counts.py --client-instructions --trees dfc4c98 . --loop uvloop --keep /tmp/cg
     python benchmarks/bench_pair_counts.py --tasks 1 --top-calls 40
+    python benchmarks/bench_pair_counts.py --gc --trees dfc4c98 . --loop uvloop [--rounds 4]
 
 Each tree (a directory holding ``redlock_async/`` or a git revision, as for ``bench_ab.py``) and each
 setting runs in a child process of its own against the same 5 local nodes: ``--tasks`` tasks (64) on
@@ -27,7 +29,16 @@ takes ~50 times longer, and the recheck's ``INFO`` parse would be counted as if 
 asyncio's C parts, allocation: what bytecode counts miss), under ``valgrind --tool=callgrind``: 64 tasks
 on names of their own, 10 and then 30 pairs per task, the difference over the 1,280 pairs between. It
 moves by a few percent from run to run (how 64 tasks' commands batch depends on timing under callgrind);
-compare trees in the same run, and repeat.
+compare trees in the same run, and repeat. ``--loop uvloop`` runs it (and the bytecode counts) on uvloop;
+``--keep DIR`` keeps each run's profile (``TREE.LOOP.PAIRS.callgrind``) for ``callgrind_annotate``: the
+difference of two runs' per-function figures over 1,280 is a function's instructions per pair.
+
+``--gc``: the garbage collector's runs per 1,000 pairs (generations 0, 1, 2) and its time per pair
+(``gc.callbacks``), 64 tasks for 2 s per run, the trees alternating, ``--rounds`` runs each (medians).
+Unlike the counts above this depends on timing (a generation-0 run comes once the objects the collector
+tracks, allocated less freed, pass 700: how many of them live across the pairs' awaits decides it, and
+the loop's own, asyncio's Python handles and selector events, add to it where uvloop's do not), so
+compare trees in the same run. Each generation-2 run walks every object of the process.
 
 ``--node-instructions``: the CPU instructions one ``valkey-server`` (under ``valgrind --tool=callgrind``,
 which must be installed) spends per ``SET NX PX`` + release, pipelined, for ``RELEASE`` (1 key: the
@@ -58,6 +69,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from _ab_gc import gc_runs
 from bench_ab import settings_of, tree_of
 
 CHILD = r"""
@@ -129,15 +141,21 @@ async def main():
     }))
 
 
-asyncio.run(main())
+if os.environ.get("LOOP") == "uvloop":
+    import uvloop
+    uvloop.run(main())
+else:
+    asyncio.run(main())
 """
 
 
-def counts(tree: str, settings: str, urls: list[str], pairs: int, tasks: int, top: int = 0) -> dict[str, Any]:
+def counts(
+    tree: str, settings: str, urls: list[str], pairs: int, tasks: int, top: int = 0, loop: str = "asyncio"
+) -> dict[str, Any]:
     options = settings_of(settings)
     done = subprocess.run(
         [sys.executable, "-c", CHILD, ",".join(urls), json.dumps(options), str(pairs), str(tasks)],
-        env=dict(os.environ, PYTHONPATH=tree, TOP_CALLS=str(top)),
+        env=dict(os.environ, PYTHONPATH=tree, TOP_CALLS=str(top), LOOP=loop),
         cwd=tree,  # (python -c puts the working directory first on sys.path)
         capture_output=True,
         text=True,
@@ -149,13 +167,15 @@ def counts(tree: str, settings: str, urls: list[str], pairs: int, tasks: int, to
     return found
 
 
-def pair_counts(trees: list[str], settings: list[str], pairs: int, tasks: int, top: int = 0) -> None:
+def pair_counts(
+    trees: list[str], settings: list[str], pairs: int, tasks: int, top: int = 0, loop: str = "asyncio"
+) -> None:
     from redlock_async.testing import LocalNodes
 
     with LocalNodes(5) as nodes:
         for tree in trees:
             for text in settings:
-                found = counts(tree_of(tree), text, nodes.urls, pairs, tasks, top)
+                found = counts(tree_of(tree), text, nodes.urls, pairs, tasks, top, loop)
                 codes = found["bytecodes"]
                 ran = ", ".join(f"{name} {calls:.2f}" for name, calls in found["commands"].items() if calls >= 0.005)
                 print(
@@ -188,23 +208,32 @@ async def main(urls, n):
         await asyncio.gather(*(worker(i, 5) for i in range(64)))
         await asyncio.gather(*(worker(i, n) for i in range(64)))
 
-asyncio.run(main(sys.argv[1].split(","), int(sys.argv[2])))
+if sys.argv[3] == "uvloop":
+    import uvloop
+    uvloop.run(main(sys.argv[1].split(","), int(sys.argv[2])))
+else:
+    asyncio.run(main(sys.argv[1].split(","), int(sys.argv[2])))
 """
 
 
 GRIND = ("valgrind", "--tool=callgrind")
 
 
-def client_instructions(trees: list[str]) -> None:
-    """Per tree: the client's CPU instructions per ``async with`` pair (64 tasks), under callgrind, C included."""
+def client_instructions(trees: list[str], loop: str = "asyncio", keep: str = "") -> None:
+    """Per tree: the client's CPU instructions per ``async with`` pair (64 tasks), under callgrind, C included.
+
+    With *keep* (a directory), each run's callgrind profile is kept there (for ``callgrind_annotate``).
+    """
     from redlock_async.testing import LocalNodes
 
     short, long = 10, 30
 
     def run(tree: str, urls: list[str], n: int) -> int:
         out = f"/tmp/bench_pair_counts.client.{os.getpid()}.{n}.callgrind"
+        if keep:
+            out = os.path.join(keep, f"{os.path.basename(tree)}.{loop}.{n}.callgrind")
         done = subprocess.run(
-            [*GRIND, f"--callgrind-out-file={out}", sys.executable, "-c", CLIENT, ",".join(urls), str(n)],
+            [*GRIND, f"--callgrind-out-file={out}", sys.executable, "-c", CLIENT, ",".join(urls), str(n), loop],
             env=dict(os.environ, PYTHONPATH=tree),
             cwd=tree,
             capture_output=True,
@@ -215,7 +244,8 @@ def client_instructions(trees: list[str]) -> None:
             raise SystemExit(f"{tree}: the client under callgrind failed:\n{done.stderr[-3000:]}")
         with open(out) as profile:
             total = re.search(r"^(?:summary|totals): (\d+)", profile.read(), re.M)
-        os.unlink(out)
+        if not keep:
+            os.unlink(out)
         assert total is not None
         return int(total.group(1))
 
@@ -223,7 +253,10 @@ def client_instructions(trees: list[str]) -> None:
         for name in trees:
             tree = tree_of(name)
             used = run(tree, nodes.urls, long) - run(tree, nodes.urls, short)
-            print(f"{name:12s} {used / (64 * (long - short)):8.0f} client instructions per async with pair (64 tasks)")
+            print(
+                f"{name:12s} {used / (64 * (long - short)):8.0f} client instructions per async with pair "
+                f"(64 tasks, {loop})"
+            )
 
 
 def node_instructions(pairs: int) -> None:
@@ -382,15 +415,21 @@ def main() -> int:
         "--client-instructions", action="store_true", help="the client's instructions per pair (callgrind)"
     )
     parser.add_argument("--top-calls", type=int, default=0, help="print the N functions called most per pair")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the event loop")
+    parser.add_argument("--gc", action="store_true", help="the garbage collector's runs per pair (timed)")
+    parser.add_argument("--rounds", type=int, default=4, help="with --gc: runs per tree")
+    parser.add_argument("--keep", default="", help="with --client-instructions: keep the callgrind profiles here")
     args = parser.parse_args()
-    if args.client_instructions:
-        client_instructions(args.trees or ["."])
+    if args.gc:
+        gc_runs(args.trees or ["."], args.loop, args.rounds)
+    elif args.client_instructions:
+        client_instructions(args.trees or ["."], args.loop, args.keep)
     elif args.node_instructions and args.trees:
         real_path(args.trees)
     elif args.node_instructions:
         node_instructions(3000)
     else:
-        pair_counts(args.trees or ["."], args.settings, args.pairs, args.tasks, args.top_calls)
+        pair_counts(args.trees or ["."], args.settings, args.pairs, args.tasks, args.top_calls, args.loop)
     return 0
 
 

@@ -81,23 +81,27 @@ async def wait_in_line(self: InLine, tenure: Tenure, blocking: bool, give_up: fl
     listener = cluster.listener
     settings = self.settings
     nodes = cluster.nodes
-    claims: list[_queue.Claim] = []
-    subscribed: list[bytes] = []
+    # Empty tuples till the first try fails (uncontended, no list lives across its await), and no
+    # comprehension below names a local (each made it a cell, on every acquire).
+    claims: Sequence[_queue.Claim] = ()
+    subscribed: Sequence[bytes] = ()
     done = False
     try:
         if await self.attempt(tenure) or not blocking or _clock.now() >= give_up:
             done = True
             return tenure.phase is _HELD
         token = self.new_token()
+        claims = entered = []
         for claim in self.new_claims(token):
-            claims.append(claim)
+            entered.append(claim)
             listener.grants.expect(
                 claim.keys[0], claim
             )  # before our first entry: a grant word heard from then on is ours
         # Each node's confirmation of a subscription made after our entry pokes the claim: a grant
         # published before it went unheard, so we enter again at once.
+        subscribed = joined = []
         for key in self.channels:
-            subscribed.append(key)
+            joined.append(key)
             await listener.subscribe(key, mark=self.marks)
         # A name held while another is not is given back after about a retry delay (lock_many).
         grace = _queue.patience(nodes, settings.node_timeout)
@@ -118,7 +122,7 @@ async def wait_in_line(self: InLine, tenure: Tenure, blocking: bool, give_up: fl
                 if won is not None:
                     listener.granted()  # a release handed it to us, not our fallback timer
                     # The hand-off latency starts at the first grant heard of the nodes that count.
-                    tenure.woke(min(claim.since[i] for claim in claims for i in won.holders))
+                    tenure.woke(_first_grant(claims, won))
             if won is not None:
                 done = True
                 _take_claim(self, tenure, token, won)
@@ -141,6 +145,11 @@ async def wait_in_line(self: InLine, tenure: Tenure, blocking: bool, give_up: fl
             listener.unsubscribe(key)
 
 
+def _first_grant(claims: Sequence[_queue.Claim], won: _queue_wait.Won) -> float:
+    """When the first grant of the nodes that count was heard."""
+    return min(claim.since[i] for claim in claims for i in won.holders)
+
+
 def _take_claim(self: InLine, tenure: Tenure, token: bytes, won: _queue_wait.Won) -> None:
     """The won claims' grant, made the lease of *tenure* (HELD)."""
     n = len(self.cluster.nodes)
@@ -149,7 +158,7 @@ def _take_claim(self: InLine, tenure: Tenure, token: bytes, won: _queue_wait.Won
     tokens = won.fencing_tokens
     lease = Lease(
         self.lease_keys(won), token, ttl_ms=self.settings.ttl_ms, acquired_at=won.at, expires=won.end,
-        holders=holders, skip=[], fencing_token=None if tokens is None else tokens[0],
+        holders=holders, skip=(), fencing_token=None if tokens is None else tokens[0],
         fencing_tokens=tokens, keeps=self.keeps,
         fence_keys=() if tokens is None else self.fence_keys, fence_ttl_ms=self.settings.fence_ttl_ms,
         regain=[i for i in range(n) if i not in holders] if self.regains else [], takes=self.regains,

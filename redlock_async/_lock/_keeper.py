@@ -383,11 +383,12 @@ class Keeper:
         try:
             await ballot.start().decided()  # (ballot.wait(), without its coroutine: its cancel is below)
             tenure.heard(ballot)
-            if _ERROR in ballot.votes and any(ballot.votes[i] is _ERROR for i in holders):
+            # (No comprehension here: one naming ballot or holders made them cells, on every release.)
+            if _ERROR in ballot.votes and _ERROR in map(ballot.votes.__getitem__, holders):
                 # (A failure needs more errors than nodes outside a majority, so a holder's among them.)
                 failure = await release_failure(self, ballot, lease.skip, lease.ttl_ms)
                 if failure is None:
-                    failed = [str(o) for i, o in enumerate(self.outcomes()) if i in holders and o.vote is _ERROR]
+                    failed = [str(o) for o in map(self.outcomes().__getitem__, holders) if o.vote is _ERROR]
                     log.warning("redlock %r not released on %s: the key stays until it expires", tenure.name, failed)
                 else:
                     log.warning("redlock %s", failure)

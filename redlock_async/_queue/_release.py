@@ -34,15 +34,18 @@ class Leave:
         """:func:`release` of *token* (this lock's)."""
         arg = bulk(token)
         packed = self.head + arg  # = pack_script(QUEUE_LEAVE, self.keys, (token,))
-        native = b""  # packed at the first node that takes it
-        fallback: Fallback = (QUEUE_LEAVE, self.keys, (token,))
+        native = b""  # packed at the first node that takes it, with its fallback (one for every node)
+        args = (token,)
+        fallback: Fallback = (QUEUE_LEAVE, self.keys, args)
+        again: Fallback = None
         receiver: Receiver = IGNORED if into is None else into  # replies as RELEASE's: 1 deleted, 0 not ours
         for i, node in enumerate(nodes):
             if i in skip:  # (rare: a first try skips only a stalled node)
                 continue
             if node.delifeq:
-                native = native or self.native + arg
-                node.send_packed(receiver, i, native, fallback=(QUEUE_LEAVE_NATIVE, self.keys, (token,)))
+                if not native:
+                    native, again = self.native + arg, (QUEUE_LEAVE_NATIVE, self.keys, args)
+                node.send_packed(receiver, i, native, fallback=again)
             else:
                 node.send_packed(receiver, i, packed, fallback=fallback)
 

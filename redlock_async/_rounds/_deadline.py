@@ -38,14 +38,17 @@ class _Timers:
     Ballots nearly all wait one node timeout from now, so their deadlines come in time
     order: those go to the end of a queue (no heap to sift through, in or out); one
     earlier than the queue's last (a shorter wait) goes to a heap. Both are read in
-    ``(when, seq)`` order.
+    ``(when, seq)`` order. The queue is two deques, of *when* and of *seq*: a float and an
+    int are no objects for the garbage collector, where a ``(when, seq)`` tuple per ballot,
+    alive for a node timeout (far longer than the ballot), made it run more often.
     """
 
-    __slots__ = ("__weakref__", "_handle", "armed_at", "heap", "loop", "pending", "queue", "seq", "tail")
+    __slots__ = ("__weakref__", "_handle", "armed_at", "heap", "loop", "pending", "queue", "seq", "seqs", "tail")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.queue: deque[tuple[float, int]] = deque()  # in time order, by construction
+        self.queue: deque[float] = deque()  # the queued deadlines' *when*, in time order, by construction
+        self.seqs: deque[int] = deque()  # and their *seq*, in the same order
         self.tail = -math.inf  # the queue's latest *when* so far
         self.heap: list[tuple[float, int]] = []  # the others
         self.pending: dict[int, Deadline] = {}
@@ -59,7 +62,8 @@ class _Timers:
         """Call ``deadline.expire`` at *when*, unless ``pending.pop(seq)`` (seq: what this returns) comes first."""
         seq = next(self.seq)
         if when >= self.tail:
-            self.queue.append((when, seq))
+            self.queue.append(when)
+            self.seqs.append(seq)
             self.tail = when
         else:
             heapq.heappush(self.heap, (when, seq))
@@ -81,10 +85,10 @@ class _Timers:
         # may fire a hair early by our clock, or the clock may be a test's, standing still).
         due = max(now, self.armed_at)
         self.armed_at = math.inf
-        queue, heap, pending = self.queue, self.heap, self.pending
+        queue, seqs, heap, pending = self.queue, self.seqs, self.heap, self.pending
         while True:
-            if queue and queue[0][0] <= due and not (heap and heap[0] < queue[0]):
-                when, seq = queue.popleft()
+            if queue and queue[0] <= due and not (heap and heap[0] < (queue[0], seqs[0])):
+                when, seq = queue.popleft(), seqs.popleft()
             elif heap and heap[0][0] <= due:
                 when, seq = heapq.heappop(heap)
             else:
@@ -92,12 +96,13 @@ class _Timers:
             deadline = pending.pop(seq, None)
             if deadline is not None:
                 deadline.expire(now - when)
-        while queue and queue[0][1] not in pending:
+        while seqs and seqs[0] not in pending:
             queue.popleft()
+            seqs.popleft()
         while heap and heap[0][1] not in pending:
             heapq.heappop(heap)
         if queue or heap:
-            first = min(queue[0][0] if queue else math.inf, heap[0][0] if heap else math.inf)
+            first = min(queue[0] if queue else math.inf, heap[0][0] if heap else math.inf)
             if first < self.armed_at:
                 self.arm_at(first)
         else:
@@ -176,7 +181,8 @@ class Deadline:
         when = _clock.now() + timeout
         seq = self._seq = next(timers.seq)
         if when >= timers.tail:
-            timers.queue.append((when, seq))
+            timers.queue.append(when)
+            timers.seqs.append(seq)
             timers.tail = when
         else:
             heapq.heappush(timers.heap, (when, seq))

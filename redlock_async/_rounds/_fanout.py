@@ -166,7 +166,7 @@ class Ballot(Deadline):
         for i in indices:
             if nodes[i].load.rto > timeout:
                 needed = quorum(n) if majority else len(indices)
-                timeout = patience(timeout, [nodes[i].load.rto for i in indices], needed, math.inf)
+                timeout = patience(timeout, _rtos(nodes, indices), needed, math.inf)
                 break
         self.nodes = nodes
         self.classify = classify
@@ -319,10 +319,10 @@ class Ballot(Deadline):
             self.details = [""] * len(self.nodes)
         self.details[i] = detail
 
-    def never_sent(self) -> list[int]:
+    def never_sent(self) -> Sequence[int]:
         """Nodes whose request was refused before it was sent: nothing there to release."""
         if not self._skipped:
-            return []
+            return ()  # (not a new list: it lives in the lease, held across the hold's awaits)
         return [i for i, reply in enumerate(self.replies) if type(reply) is Failure and reply.vote is SKIPPED]
 
     def on_deadline(self) -> None:
@@ -389,7 +389,20 @@ class Ballot(Deadline):
         """Indices of the nodes whose vote is one of *votes*."""
         if votes == (YES,):
             return sorted(self._said_yes)  # (kept as they were counted)
-        return [i for i, v in enumerate(self.votes) if v in votes]
+        found = []  # (no comprehension: naming *votes* in one made it a cell, on every call)
+        for i, v in enumerate(self.votes):
+            if v in votes:
+                found.append(i)
+        return found
+
+
+def _rtos(nodes: Sequence[Node], indices: Sequence[int]) -> list[float]:
+    """The retransmission timeouts of *nodes* named by *indices* (a loop, not a comprehension: one naming
+    ``nodes`` made it a cell, on every ballot of a slow network)."""
+    rtos = []
+    for i in indices:
+        rtos.append(nodes[i].load.rto)
+    return rtos
 
 
 def _deliver_to(ballot: Ballot, i: int, fut: asyncio.Future[Reply]) -> None:

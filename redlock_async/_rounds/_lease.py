@@ -184,7 +184,7 @@ class Lease:
         acquired_at: float = 0.0,
         expires: float = 0.0,
         holders: list[int] | None = None,
-        skip: list[int] | None = None,
+        skip: Sequence[int] = (),
         fencing_token: int | None = None,
         fencing_tokens: tuple[int, ...] | None = None,
         keeps: Keep | None = None,
@@ -208,7 +208,7 @@ class Lease:
         """Monotonic time at which validity runs out."""
         self.holders: list[int] = holders if holders is not None else []
         """Nodes that said yes to the grant or the last extension."""
-        self.skip: list[int] = skip if skip is not None else []
+        self.skip = skip
         """Nodes the SET never went to: nothing there to release."""
         self.extensions = 0
         self.fencing_token = fencing_token

@@ -55,7 +55,7 @@ class Attempt:
     details: Sequence[str] | None
     holders: list[int]
     """Nodes that said yes (of the fence round, for a fenced lock)."""
-    skip: list[int]
+    skip: Sequence[int]
     """Nodes the SET never went to: nothing there to release."""
     fencing_tokens: tuple[int, ...] | None
     """Per key, for a fenced grant."""
@@ -238,12 +238,11 @@ async def _decide(
     channel: bytes | None,
     give_back: GiveBack | None = None,
 ) -> Attempt:
-    """Count the round's votes (and fence a won one); give a failed or cancelled round back."""
-    if give_back is None:
+    """Count the round's votes (and fence a won one); give a failed or cancelled round back.
 
-        def give_back(skip: Sequence[int], into: Ballot | None) -> None:
-            send_release(nodes, keys, token, skip=skip, channel=channel, into=into)
-
+    No closure for the default give-back (``send_release``): its cells and function were made on every
+    round and lived across the await, which under 64 tasks ran the garbage collector ~3 times as often.
+    """
     ballot = sent.start()
     fencing_tokens: tuple[int, ...] | None = None
     try:
@@ -254,7 +253,10 @@ async def _decide(
         sent.cancel()  # the round's timer, as ballot.wait() stops it when cancelled
         # Cancelled mid-vote: the SETs are out and may succeed; hand back
         # every one of them before the cancellation goes on (queued, no await).
-        give_back(sent.never_sent(), None)
+        if give_back is None:
+            send_release(nodes, keys, token, skip=sent.never_sent(), channel=channel)
+        else:
+            give_back(sent.never_sent(), None)
         raise
     validity = _algorithm.granted(
         len(nodes), ballot.votes, settings.ttl_ms / 1000, started, ballot.decided_at,
@@ -268,7 +270,10 @@ async def _decide(
         releases = (
             Ballot(nodes, vote_of_script, settings.node_timeout, majority=False, wait_for=holders) if holders else None
         )
-        give_back(skip, releases)
+        if give_back is None:
+            send_release(nodes, keys, token, skip=skip, channel=channel, into=releases)
+        else:
+            give_back(skip, releases)
         if releases is not None:
             await releases.start().wait()
         codes = [
