@@ -24,8 +24,12 @@ that shard sits out (its ``quarantined_until``): a vote of the voter counts the 
 that answered it. When a shard sits out because it changed, *on_replaced* is told at once (the Redlock
 drops it from the locks whose names it serves).
 
+A shard that changed, or lost its marker, may have lost fencing counter increments too (a promoted replica
+lacks those it missed): once its quarantine is over it keeps sitting out until its counters (the slots it
+serves) are raised from the other voters (``_fence_repair.py``, *repair*), as a standalone node does.
+
 Left out, beside the standalone quarantine: the watch marker (each client sits a period out from its
-own first sight) and the fencing counters' repair (docs/deployment.md says so).
+own first sight; docs/deployment.md says so).
 """
 
 from __future__ import annotations
@@ -33,12 +37,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from redlock_async._core import Marker, sit_out
 from redlock_async._core import clock as _clock
-from redlock_async._health._markers import lost, marker_state, marker_value, server_info, why_out
+from redlock_async._health._fence_repair import Repairs
+from redlock_async._health._markers import (
+    lost,
+    marker_state,
+    marker_value,
+    restarted_since_marked,
+    server_info,
+    why_out,
+)
 from redlock_async._nodes import ClusterVoter, Node, Reaction, Reply, info_fields, tag_for
 
 log = logging.getLogger("redlock_async._quarantine")
@@ -48,6 +60,11 @@ OnReplaced = Callable[[int, Node, str], None]
 
 RECHECK = 0.2
 """Seconds between looks at the other voters while a new deployment waits for their word."""
+
+ShardRepair = Callable[[int, Node], Awaitable[str | None]]
+"""Raises the fencing counters of a shard of voter *i* from the other voters: None when done, else why not."""
+
+REPAIRING = "its primary changed: its fencing counters are being raised from the other voters"
 
 NEW_OWNER = "serves slots another primary served before (a failover, or a new node): its keys may be missing"
 
@@ -74,8 +91,14 @@ class ShardQuarantine:
         read_only: bool = False,
         on_replaced: OnReplaced | None = None,
         elsewhere: Callable[[], bool | None] | None = None,
+        repair: ShardRepair | None = None,
     ) -> None:
         self._marker = marker
+        # A shard that may have lost counter increments gets them back before it counts again (docs/fencing.md).
+        self._behind: set[Node] = set()
+        self._repairs: Repairs[tuple[int, Node]] | None = None
+        if repair is not None and not read_only:
+            self._repairs = Repairs(lambda key: repair(*key), lambda key: key[1], self._repaired, read_only)
         # The standalone voters' word on a new deployment (``Quarantine.state``): new only if they are new too.
         self._elsewhere = elsewhere
         self._in_service = False  # judged: a new deployment (marked now), or one in service already
@@ -89,6 +112,8 @@ class ShardQuarantine:
 
     def close(self) -> None:
         self._closed = True
+        if self._repairs is not None:
+            self._repairs.close()
         if self._asking is not None:
             self._asking.cancel()
         for state in self._voters.values():
@@ -104,6 +129,8 @@ class ShardQuarantine:
     def on_ready(self, i: int, shard: Node) -> None:
         """A new connection to *shard* of voter *i*: nothing of it counts until the probe is answered."""
         shard.quarantined_until = math.inf
+        if self._repairs is not None:
+            self._repairs.cancel((i, shard))  # the new connection's probe judges it again
         info: list[Reply] = []
         shard.send_first(
             (Reaction(info.append), (b"INFO", b"server")),
@@ -139,6 +166,10 @@ class ShardQuarantine:
             state.run_ids[shard] = run_id
         state.answered[shard] = seen
         changed = shard.promoted or restarted or newcomer
+        if seen is not Marker.CURRENT and (
+            changed or seen is Marker.ABSENT or restarted_since_marked(seen, marker, run_id)
+        ):
+            self._behind.add(shard)  # its fencing counters may be low: raised before it counts again
         why = NEW_OWNER if newcomer and not shard.promoted else why_out(seen, marker, run_id, shard.promoted)
         if suspect and not self._in_service:
             # Met without marker: a new deployment if no voter has one (decided once every one answered).
@@ -148,9 +179,16 @@ class ShardQuarantine:
         self._sit_out(i, shard, seconds, why, run_id)
         if seconds and changed and self._in_service and self._on_replaced is not None:
             self._on_replaced(i, shard, f"shard {shard.name} {why}")
-        if not seconds and seen is not Marker.CURRENT:
+        if not seconds and shard in self._behind:
+            self._served(i, shard, run_id)
+        elif not seconds and seen is not Marker.CURRENT:
             self._mark(i, shard, run_id)
         self._decide()
+
+    def judged(self, i: int, shard: Node) -> tuple[bool, bool]:
+        """*shard* of voter *i*, as the fencing counters' repair reads it: seen (its probe answered), and behind
+        (it may have lost counters since it was last marked in service, and they were not raised since)."""
+        return shard in self._voters[i].answered, shard in self._behind
 
     def state(self) -> bool | None:
         """The Cluster voters' own word on a new deployment: True in service (a shard primary with a marker,
@@ -212,11 +250,26 @@ class ShardQuarantine:
 
     def _served(self, i: int, shard: Node, run_id: bytes | None) -> None:
         self._voters[i].timers.pop(shard, None)
+        if self._repairs is not None and shard in self._behind:
+            # Its fencing counters first: it sits out until they are raised (tried again until they are).
+            shard.quarantined_until = math.inf
+            shard.quarantine_reason = REPAIRING
+            self._repairs.start((i, shard))
+            return
+        self._counts_again(i, shard, run_id)
+
+    def _repaired(self, key: tuple[int, Node]) -> None:
+        i, shard = key
+        self._behind.discard(shard)
+        self._counts_again(i, shard, self._voters[i].run_ids.get(shard))
+
+    def _counts_again(self, i: int, shard: Node, run_id: bytes | None) -> None:
         shard.quarantined_until = shard.clock_held_until
         log.log(self._warning, "redlock shard %s: quarantine over, counts again", shard.name)
         self._mark(i, shard, run_id)
 
     def _mark(self, i: int, shard: Node, run_id: bytes | None) -> None:
+        self._behind.discard(shard)  # counters raised (or nothing to raise: a new deployment, a period's marker)
         if run_id is None or self._read_only or self._closed:
             return
         shard.send(b"SET", self.marker_key(i, shard), marker_value(run_id, self._period()))

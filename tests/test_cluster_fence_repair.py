@@ -1,0 +1,134 @@
+"""The fencing counters' repair beside Cluster voters (issue 39 item 3), on real cluster-mode servers.
+
+A promoted replica that missed counter increments is a node back with old counters: a shard that failed
+over counts again, after its quarantine, with counters below what its old primary had. Two Cluster voters
+failing over the same name's shard one after the other (each after the other's quarantine) left a grant's
+majority without its token: the next grant on those two voters read lower counters (tokens 1 to 5, then
+4). So a failed-over shard's counters (the keys of the slots it serves) are raised from the other voters
+before it counts again, by the majority rule of a standalone node's repair (docs/fencing.md); and a
+standalone node's repair reads the Cluster voters' shards too (it read only the standalone nodes: beside
+two Cluster voters, nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from redlock_async import Redlock
+from redlock_async._core import clock, fence_key
+from redlock_async._nodes import ClusterVoter, Node, key_slot
+from redlock_async.testing import LocalCluster, LocalNode, LocalNodes
+from redlock_async.testing._inside import cluster_of
+
+pytestmark = pytest.mark.slow
+
+NAME = "ledger"
+TTL = 1.0  # a quarantine of about a second
+
+
+KEY = fence_key("redlock-fence:", NAME, b"redlock:" + NAME.encode())
+"""The name's fencing counter (the one-slot layout of a Redlock with a Cluster voter: in the lock key's slot)."""
+
+
+async def grant(redlock: Redlock) -> int:
+    lock = redlock.lock(NAME)
+    assert await lock.acquire(timeout=10.0), lock.outcomes
+    token = lock.fencing_token
+    assert token is not None
+    await lock.release()
+    return token
+
+
+def counter(node: LocalNode, key: bytes) -> int:
+    value: Any = node.command("GET", key)
+    return int(value or 0)
+
+
+def shard_of(cluster: LocalCluster, key: bytes) -> int:
+    return cluster.shard_of_slot(key_slot(key))
+
+
+def cut_replica(cluster: LocalCluster, shard: int) -> LocalNode:
+    """Stop shard *shard*'s replica and cut its link: it misses every write from now on."""
+    master = cluster.master_of(shard)
+    replica = cluster.replicas_of(shard)[0]
+    master.command("WAIT", 1, 5000)  # it has everything so far
+    replica.pause()
+    master.command("CLIENT", "KILL", "TYPE", "replica")
+    return replica
+
+
+def fail_over(cluster: LocalCluster, shard: int, replica: LocalNode) -> LocalNode:
+    """Promote the cut *replica* (with what it had when cut), its old master stopped meanwhile, then back."""
+    master = cluster.master_of(shard)
+    master.pause()
+    replica.resume()
+    new = cluster.failover(shard, replica=replica)
+    master.resume()  # it comes back as the new master's replica
+    return new
+
+
+async def counts_again(redlock: Redlock, voter: int, slot: int, new: LocalNode) -> Node:
+    """Until *redlock*'s Cluster voter *voter* serves *slot* from *new*'s process and counts its shard again."""
+    node: Any = cluster_of(redlock).nodes[voter]
+    assert isinstance(node, ClusterVoter)
+    async with asyncio.timeout(60):
+        while True:
+            await node.refresh()
+            shard = node.owners[slot]
+            if shard is not None and shard.endpoint.port == new.port:
+                await shard.connect()
+                if shard.connected and shard.quarantined_until <= clock.now():
+                    return shard
+            await asyncio.sleep(0.05)
+
+
+async def test_two_cluster_voters_failing_over_the_names_shard_in_turn_never_lower_the_token() -> None:
+    with LocalCluster(2, 1) as one, LocalCluster(1, 1) as two, LocalNodes(1) as plain:
+        async with Redlock([one.url, two.url, *plain.urls], fencing=True, ttl=TTL) as redlock:
+            key = KEY
+            slot = key_slot(key)
+            tokens = [await grant(redlock) for _ in range(3)]
+            cut = [cut_replica(cluster, shard_of(cluster, key)) for cluster in (one, two)]
+            tokens += [await grant(redlock) for _ in range(2)]  # the replicas stay at 3
+            assert [counter(c.master_of(shard_of(c, key)), key) for c in (one, two)] == [5, 5]
+            raised = []
+            for voter, (cluster, replica) in enumerate(zip((one, two), cut, strict=True)):
+                # Each failed over after the other counts again: a majority kept 5 all along.
+                new = fail_over(cluster, shard_of(cluster, key), replica)
+                await counts_again(redlock, voter, slot, new)
+                raised.append(counter(new, key))
+            plain.nodes[0].pause()  # the grant's majority: the two failed-over shards
+            try:
+                tokens.append(await grant(redlock))
+            finally:
+                plain.nodes[0].resume()
+            assert tokens == [1, 2, 3, 4, 5, 6], f"tokens {tokens}"  # before: [1, 2, 3, 4, 5, 4]
+            # Raised from the other voters before each counted again (before: 3 and 3, what the replicas had).
+            assert raised == [5, 5]
+
+
+async def test_a_standalone_voter_restarted_empty_gets_its_counters_from_the_cluster_voters_shards() -> None:
+    with LocalCluster(2, 0) as one, LocalCluster(1, 0) as two, LocalNodes(1) as plain:
+        async with Redlock([one.url, two.url, *plain.urls], fencing=True, ttl=TTL) as redlock:
+            key = KEY
+            tokens = [await grant(redlock) for _ in range(3)]
+            node = cluster_of(redlock).nodes[2]
+            before = node.server_id
+            plain.nodes[0].restart(keep_data=False)
+            async with asyncio.timeout(60):
+                while node.server_id in (None, before) or not node.connected or node.quarantined_until > clock.now():
+                    await node.connect()
+                    await asyncio.sleep(0.05)
+            # Raised from the two Cluster voters' shards before it counted again (before: from nothing, 0).
+            assert counter(plain.nodes[0], key) == 3
+            master = one.master_of(shard_of(one, key))
+            master.pause()  # the grant's majority: the second Cluster voter and the standalone
+            try:
+                tokens.append(await grant(redlock))
+            finally:
+                master.resume()
+            assert tokens == [1, 2, 3, 4], f"tokens {tokens}"
