@@ -19,11 +19,10 @@ import pytest
 
 from redlock_async import Redlock
 from redlock_async._core import clock, fence_key
-from redlock_async._nodes import ClusterVoter, Node, key_slot
+from redlock_async._health._fence_repair import CounterRepair, chunks, repair_sources, serving, voter_judged
+from redlock_async._nodes import ClusterVoter, Node, endpoints_for, key_slot
 from redlock_async.testing import LocalCluster, LocalNode, LocalNodes
 from redlock_async.testing._inside import cluster_of
-
-pytestmark = pytest.mark.slow
 
 NAME = "ledger"
 TTL = 1.0  # a quarantine of about a second
@@ -86,6 +85,7 @@ async def counts_again(redlock: Redlock, voter: int, slot: int, new: LocalNode) 
             await asyncio.sleep(0.05)
 
 
+@pytest.mark.slow
 async def test_two_cluster_voters_failing_over_the_names_shard_in_turn_never_lower_the_token() -> None:
     with LocalCluster(2, 1) as one, LocalCluster(1, 1) as two, LocalNodes(1) as plain:
         async with Redlock([one.url, two.url, *plain.urls], fencing=True, ttl=TTL) as redlock:
@@ -111,6 +111,7 @@ async def test_two_cluster_voters_failing_over_the_names_shard_in_turn_never_low
             assert raised == [5, 5]
 
 
+@pytest.mark.slow
 async def test_a_standalone_voter_restarted_empty_gets_its_counters_from_the_cluster_voters_shards() -> None:
     with LocalCluster(2, 0) as one, LocalCluster(1, 0) as two, LocalNodes(1) as plain:
         async with Redlock([one.url, two.url, *plain.urls], fencing=True, ttl=TTL) as redlock:
@@ -132,3 +133,77 @@ async def test_a_standalone_voter_restarted_empty_gets_its_counters_from_the_clu
             finally:
                 master.resume()
             assert tokens == [1, 2, 3, 4], f"tokens {tokens}"
+
+
+# -- which voters a repair reads (no servers) -------------------------------------------------------------
+
+SETTINGS: dict[str, Any] = {"max_unanswered": 10, "stall_after": 1.0, "connect_timeout": 1.0, "reconnect_delay": 0.1}
+
+
+def up(url: str) -> Node:
+    """A node that looks connected (what a repair asks of a source), never connected for real."""
+    node = Node(endpoints_for([url])[0], **SETTINGS)
+    node.outbox.transport = object()  # type: ignore[assignment]
+    return node
+
+
+def cluster(*shards: Node) -> ClusterVoter:
+    """A Cluster voter whose map gives the slots to *shards* in equal ranges, in order."""
+    voter = ClusterVoter(endpoints_for(["redis+cluster://127.0.0.1:1"])[0], shard_settings=SETTINGS)
+    step = len(voter.owners) // len(shards)
+    for slot in range(len(voter.owners)):
+        voter.owners[slot] = shards[min(slot // step, len(shards) - 1)]
+    return voter
+
+
+def test_a_cluster_voter_is_read_through_the_shards_that_serve_the_slots_repaired() -> None:
+    a, b = up("redis://127.0.0.1:11"), up("redis://127.0.0.1:12")
+    owners: list[Node | None] = [a] * 3 + [b] * 3 + [None] * 2
+    assert serving(owners, frozenset({1, 2})) == [a]
+    assert serving(owners, frozenset({2, 3, 7})) == [a, b]  # an unserved slot has no counters there
+    assert serving(owners, None) == [a, b]
+    assert serving([None] * 4, None) == []
+
+
+def test_a_cluster_voter_kept_its_data_for_those_slots_only_if_each_shard_serving_them_did() -> None:
+    assert voter_judged([(True, False, True), (True, False, True)]) == (True, False, True)
+    assert voter_judged([(True, False, True), (True, True, True)]) == (True, True, True)  # one shard behind
+    assert voter_judged([(True, False, True), (False, False, True)]) == (False, False, True)  # one not probed
+    assert voter_judged([(True, False, True), (True, False, False)]) == (True, False, False)
+    assert voter_judged([]) == (False, False, False)  # its map not read: not judged yet
+
+
+def test_the_sources_of_a_shard_are_every_other_voter_by_the_standalone_majority_rule() -> None:
+    # Voters: a standalone node, then Cluster voters A and B; A's shard (voter 1) is repaired.
+    assert repair_sources(1, [True] * 3, [False] * 3, [True] * 3) == ([0, 2], 2, True)
+    # B's shard of those slots failed over too and is not raised yet: a majority of those slots' voters lost
+    # counters at once; raised from the connected others as they are (the caller warns).
+    assert repair_sources(1, [True] * 3, [False, False, True], [True] * 3) == ([0, 2], 0, False)
+    # B's shard not judged yet: it may still prove whole, so the repair waits for it (a majority needed).
+    assert repair_sources(1, [True, True, False], [False] * 3, [True] * 3) == ([0], 2, True)
+
+
+def test_a_repair_judges_each_cluster_voter_by_its_shards_serving_the_slots_repaired() -> None:
+    a1, a2, b1, b2 = (up(f"redis://127.0.0.1:{port}") for port in (21, 22, 31, 32))
+    plain = up("redis://127.0.0.1:41")
+    voters = [plain, cluster(a1, a2), cluster(b1, b2)]
+    repair = CounterRepair(voters, prefix=b"redlock-fence:", timeout=1.0)
+    behind = {b2}
+    repair.shard_judged = lambda j, shard: (True, shard in behind)
+    repair.node_judged = lambda j: (True, False)
+    low, high = frozenset({5}), frozenset({16000})
+    # B's second shard (the high slots) lost counters: B is behind for the high slots, whole for the low ones.
+    assert repair.judged(low) == ([True] * 3, [False] * 3, [True] * 3)
+    assert repair.judged(high) == ([True] * 3, [False, False, True], [True] * 3)
+    assert repair.judged(None) == ([True] * 3, [False, False, True], [True] * 3)  # a standalone node's: every slot
+    b1.outbox.transport = None  # B's first shard not connected: B cannot be read for the low slots
+    assert repair.judged(low) == ([True] * 3, [False] * 3, [True, True, False])
+
+
+def test_a_shards_counters_are_read_with_one_mget_per_slot() -> None:
+    keys = [fence_key("redlock-fence:", name, f"redlock:{name}".encode()) for name in ("a", "b", "c", "a")]
+    parts = chunks(keys, per_slot=True)
+    assert len(parts) == 3
+    assert all(len({key_slot(key) for key in part}) == 1 for part in parts)
+    assert sorted(key for part in parts for key in part) == sorted(keys)
+    assert chunks(keys, per_slot=False) == [keys]

@@ -281,7 +281,7 @@ async def _counters(node: Node, prefix: bytes, timeout: float, slots: Slots, per
         if cursor in (b"0", 0):
             break
     found: Counters = {}
-    for chunk in _chunks(keys, per_slot):
+    for chunk in chunks(keys, per_slot):
         values, *ttls = await _replies(
             [node.send(b"MGET", *chunk), *(node.send(b"PTTL", key) for key in chunk)], timeout
         )
@@ -293,7 +293,7 @@ async def _counters(node: Node, prefix: bytes, timeout: float, slots: Slots, per
     return found
 
 
-def _chunks(keys: list[bytes], per_slot: bool) -> list[list[bytes]]:
+def chunks(keys: list[bytes], per_slot: bool) -> list[list[bytes]]:
     """*keys* in chunks of at most CHUNK; with *per_slot*, each chunk's keys of one slot."""
     if not per_slot:
         return [keys[start : start + CHUNK] for start in range(0, len(keys), CHUNK)]
