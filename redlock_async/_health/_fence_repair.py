@@ -149,7 +149,11 @@ class CounterRepair:
         return await self._raise(i, shard, slots)
 
     async def _raise(self, i: int, target: Node, slots: Slots) -> str | None:
-        sources, need, whole = repair_sources(i, *self.judged(slots))
+        seen, behind, connected = self.judged(slots)
+        for j, up in enumerate(connected):
+            if j != i and not up:
+                self._wake(self._nodes[j], slots)
+        sources, need, whole = repair_sources(i, seen, behind, connected)
         if not whole:
             log.warning("redlock node %s: %s", target.name, FEW_SOURCES)
         if len(sources) < need:
@@ -161,6 +165,20 @@ class CounterRepair:
             failed = next((one for one in read if isinstance(one, BaseException)), None)
             return f"only {len(counters)} other voters could be read, {need} needed ({failed})"
         return await raise_to(target, largest(counters), self._timeout)
+
+    def _wake(self, node: Node, slots: Slots) -> None:
+        """Connect a voter not connected (on a Cluster voter, each shard serving *slots*; its map read first):
+        a connection is made on use, and a repair may wait for that voter's word (its probe says whether it
+        kept its data), while nothing else uses it (no lock of a name of those slots taken meanwhile)."""
+        if not isinstance(node, ClusterVoter):
+            node.send(b"PING")
+            return
+        shards = serving(node.owners, slots)
+        if not shards:
+            node.refresh_soon()
+        for shard in shards:
+            if not shard.connected:
+                shard.send(b"PING")
 
     async def _read(self, node: Node, slots: Slots) -> Counters:
         """Every fencing counter of *slots* on voter *node*: on a Cluster voter, of each primary serving them."""
