@@ -167,7 +167,7 @@ class ShardQuarantine:
         state.answered[shard] = seen
         changed = shard.promoted or restarted or newcomer
         if seen is not Marker.CURRENT and (
-            changed or seen is Marker.ABSENT or restarted_since_marked(seen, marker, run_id)
+            changed or seen in (Marker.ABSENT, Marker.WATCHED) or restarted_since_marked(seen, marker, run_id)
         ):
             self._behind.add(shard)  # its fencing counters may be low: raised before it counts again
         why = NEW_OWNER if newcomer and not shard.promoted else why_out(seen, marker, run_id, shard.promoted)
