@@ -234,3 +234,14 @@ def test_a_shards_counters_are_read_with_one_mget_per_slot() -> None:
     assert all(len({key_slot(key) for key in part}) == 1 for part in parts)
     assert sorted(key for part in parts for key in part) == sorted(keys)
     assert chunks(keys, per_slot=False) == [keys]
+
+
+async def test_a_shard_the_map_does_not_name_is_not_called_repaired() -> None:
+    # A map read from a node that has not seen the failover yet names the old primary: the promoted one serves no
+    # slot for a moment. Called done, it would be marked in service with its counters low (it was: None).
+    old, promoted = up("redis://127.0.0.1:51"), up("redis://127.0.0.1:52")
+    voters = [up("redis://127.0.0.1:53"), cluster(old), up("redis://127.0.0.1:54")]
+    repair = CounterRepair(voters, prefix=b"redlock-fence:", timeout=1.0)
+    why = await repair.shard(1, promoted)
+    assert why is not None
+    assert "serves no slot" in why

@@ -145,7 +145,11 @@ class CounterRepair:
         assert isinstance(voter, ClusterVoter)
         slots = frozenset(slot for slot, owner in enumerate(voter.owners) if owner is shard)
         if not slots:
-            return None  # it serves nothing, so votes for nothing; serving again, it is judged again (its voter)
+            # Not done: a map read from a node that has not seen the failover yet may name the old primary a
+            # moment; called done, this shard would be marked in service with its counters low, and count at once
+            # when the map names it again. Tried again until the map names it (its voter reads the map every few
+            # seconds) or its next connection is judged again (a primary that serves again is dropped first).
+            return "it serves no slot in its voter's slot map"
         return await self._raise(i, shard, slots)
 
     async def _raise(self, i: int, target: Node, slots: Slots) -> str | None:
@@ -260,6 +264,7 @@ class Repairs(Generic[K]):
 
     async def _run(self, key: K) -> None:
         node = self._node_of(key)
+        said = None
         while True:
             try:
                 why = await self._repair(key)
@@ -271,7 +276,9 @@ class Repairs(Generic[K]):
                 del self._tasks[key]
                 self._done(key)
                 return
-            log.log(self._info, "redlock node %s sits out a moment more: %s", node.name, why)
+            if why != said:  # (said once while the reason stays)
+                log.log(self._info, "redlock node %s sits out a moment more: %s", node.name, why)
+                said = why
             node.quarantine_reason = f"back from a restart, its fencing counters not raised yet: {why}"
             await asyncio.sleep(REPAIR_RETRY)
 
