@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from redlock_async._health._clock_guard import ClockGuard
 from redlock_async._health._evictions import EVICTED, EvictionWatch, evicted_keys, floored
-from redlock_async._health._fence_repair import raise_counters
+from redlock_async._health._fence_repair import CounterRepair
 from redlock_async._health._quarantine import Quarantine
 from redlock_async._health._shard_health import ShardHealth
 from redlock_async._health._shards import ShardQuarantine
@@ -16,11 +16,11 @@ from redlock_async._health._shards import ShardQuarantine
 __all__ = [
     "EVICTED",
     "ClockGuard",
+    "CounterRepair",
     "EvictionWatch",
     "Quarantine",
     "ShardHealth",
     "ShardQuarantine",
     "evicted_keys",
     "floored",
-    "raise_counters",
 ]

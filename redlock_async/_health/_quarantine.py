@@ -94,7 +94,9 @@ class Quarantine:
         self._marker = marker
         self._elsewhere = elsewhere  # the Cluster voters' word on a new deployment (suspects' rechecks ask again)
         # A node whose quarantine is over first gets its fencing counters back (docs/fencing.md).
-        self._repairs = None if read_only or repair is None else Repairs(nodes, repair, self._counts_again, read_only)
+        self._repairs: Repairs[int] | None = None
+        if not read_only and repair is not None:
+            self._repairs = Repairs(repair, lambda i: self._nodes[i], self._counts_again, read_only)
         self._read_only = read_only  # judge, but write no marker (inspection writes nothing)
         # Inspection's judgement is its own verdicts' business: the locking clients warn of a restart.
         self._warning = logging.DEBUG if read_only else logging.WARNING
@@ -244,6 +246,11 @@ class Quarantine:
         for i in sorted(self._unmarked):
             self._watch(i)  # seen to restart meanwhile: it sits out all the same
 
+    def judged(self, i: int) -> tuple[bool, bool]:
+        """Node *i*, as the fencing counters' repair reads it: seen (its probe answered), and behind (it lost
+        its counters since it was last marked in service, and they were not raised since)."""
+        return self._seen[i], self._behind[i]
+
     def state(self) -> bool | None:
         """Its own nodes' word on a new deployment: True in service, False new, None not all answered yet."""
         return fresh_state(self._seen, self._marked, self._unknown)
@@ -354,7 +361,7 @@ class Quarantine:
             node = self._nodes[i]
             node.quarantined_until = math.inf
             node.quarantine_reason = "back from a restart: its fencing counters are being raised from the other nodes"
-            self._repairs.start(i, lambda: (self._seen, self._behind))
+            self._repairs.start(i)
             return
         self._counts_again(i)
 

@@ -34,7 +34,9 @@ after its own sight. The watch names the replication id too: a primary demoted a
 vouched for by the watch it kept. When the watch ends, its marker is read again before the shard counts:
 gone (a loss since took it), the shard sits out a new period, watched again.
 
-Left out, beside the standalone quarantine: the fencing counters' repair (docs/deployment.md says so).
+A shard that changed, or lost its marker, may have lost fencing counter increments too (a promoted replica
+lacks those it missed): once its quarantine (or watch) is over it keeps sitting out until its counters (the
+slots it serves) are raised from the other voters (``_fence_repair.py``, *repair*), as a standalone node does.
 """
 
 from __future__ import annotations
@@ -42,17 +44,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
 from redlock_async._core import Marker, sit_out
 from redlock_async._core import clock as _clock
+from redlock_async._health._fence_repair import Repairs
 from redlock_async._health._markers import (
     integer,
     lost,
     marker_state,
     marker_value,
+    restarted_since_marked,
     server_info,
     time_of,
     watched_for,
@@ -68,6 +72,11 @@ OnReplaced = Callable[[int, Node, str], None]
 
 RECHECK = 0.2
 """Seconds between looks at the other voters while a new deployment waits for their word."""
+
+ShardRepair = Callable[[int, Node], Awaitable[str | None]]
+"""Raises the fencing counters of a shard of voter *i* from the other voters: None when done, else why not."""
+
+REPAIRING = "its primary changed: its fencing counters are being raised from the other voters"
 
 NEW_OWNER = "serves slots another primary served before (a failover, or a new node): its keys may be missing"
 WATCHED = "was found replaced or without its data by a client: it sits out a period from then, for every client"
@@ -99,8 +108,14 @@ class ShardQuarantine:
         read_only: bool = False,
         on_replaced: OnReplaced | None = None,
         elsewhere: Callable[[], bool | None] | None = None,
+        repair: ShardRepair | None = None,
     ) -> None:
         self._marker = marker
+        # A shard that may have lost counter increments gets them back before it counts again (docs/fencing.md).
+        self._behind: set[Node] = set()
+        self._repairs: Repairs[tuple[int, Node]] | None = None
+        if repair is not None and not read_only:
+            self._repairs = Repairs(lambda key: repair(*key), lambda key: key[1], self._repaired, read_only)
         # The standalone voters' word on a new deployment (``Quarantine.state``): new only if they are new too.
         self._elsewhere = elsewhere
         self._in_service = False  # judged: a new deployment (marked now), or one in service already
@@ -114,6 +129,8 @@ class ShardQuarantine:
 
     def close(self) -> None:
         self._closed = True
+        if self._repairs is not None:
+            self._repairs.close()
         if self._asking is not None:
             self._asking.cancel()
         for state in self._voters.values():
@@ -132,6 +149,8 @@ class ShardQuarantine:
         timer = self._voters[i].timers.pop(shard, None)
         if timer is not None:
             timer.cancel()  # the last connection's quarantine ends no more: this probe judges it again
+        if self._repairs is not None:
+            self._repairs.cancel((i, shard))  # nor its repair
         info: list[Reply] = []
         shard.send_first(
             (Reaction(info.append), (b"INFO", b"server")),
@@ -172,6 +191,10 @@ class ShardQuarantine:
         if seen is Marker.WATCHED and seconds:
             state.watches[shard] = since  # rechecked when it ends: a loss since takes the watch away
         changed = shard.promoted or restarted or newcomer
+        if seen is not Marker.CURRENT and (
+            changed or seen in (Marker.ABSENT, Marker.WATCHED) or restarted_since_marked(seen, marker, run_id)
+        ):
+            self._behind.add(shard)  # its fencing counters may be low: raised before it counts again
         why = NEW_OWNER if newcomer and not shard.promoted else why_out(seen, marker, run_id, shard.promoted)
         if seen is Marker.WATCHED and not shard.promoted:
             why = WATCHED
@@ -184,7 +207,9 @@ class ShardQuarantine:
         if seconds and changed and self._in_service and self._on_replaced is not None:
             self._on_replaced(i, shard, f"shard {shard.name} {why}")
         state.unwatched.discard(shard)
-        if not seconds and seen is not Marker.CURRENT:
+        if not seconds and shard in self._behind:
+            self._served(i, shard, run_id)
+        elif not seconds and seen is not Marker.CURRENT:
             self._mark(i, shard, run_id)
         elif seen is Marker.ABSENT or (seen is Marker.STALE and (shard.promoted or newcomer)):
             # Judged replaced or empty, a whole period from this sight: the first client's sight counts for all
@@ -194,6 +219,11 @@ class ShardQuarantine:
         if self._in_service and shard in state.unwatched:
             state.unwatched.discard(shard)
             self._watch(i, shard, run_id)
+
+    def judged(self, i: int, shard: Node) -> tuple[bool, bool]:
+        """*shard* of voter *i*, as the fencing counters' repair reads it: seen (its probe answered), and behind
+        (it may have lost counters since it was last marked in service, and they were not raised since)."""
+        return shard in self._voters[i].answered, shard in self._behind
 
     def state(self) -> bool | None:
         """The Cluster voters' own word on a new deployment: True in service (a shard primary with a marker,
@@ -339,11 +369,26 @@ class ShardQuarantine:
             shard.quarantined_until = max(shard.quarantined_until, _clock.now() + self._period())
             self._recheck(i, shard, run_id)
             return
+        if self._repairs is not None and shard in self._behind:
+            # Its fencing counters first: it sits out until they are raised (tried again until they are).
+            shard.quarantined_until = math.inf
+            shard.quarantine_reason = REPAIRING
+            self._repairs.start((i, shard))
+            return
+        self._counts_again(i, shard, run_id)
+
+    def _repaired(self, key: tuple[int, Node]) -> None:
+        i, shard = key
+        self._behind.discard(shard)
+        self._counts_again(i, shard, self._voters[i].run_ids.get(shard))
+
+    def _counts_again(self, i: int, shard: Node, run_id: bytes | None) -> None:
         shard.quarantined_until = shard.clock_held_until
         log.log(self._warning, "redlock shard %s: quarantine over, counts again", shard.name)
         self._mark(i, shard, run_id)
 
     def _mark(self, i: int, shard: Node, run_id: bytes | None) -> None:
+        self._behind.discard(shard)  # counters raised (or nothing to raise: a new deployment, a period's marker)
         if run_id is None or self._read_only or self._closed:
             return
         shard.send(b"SET", self.marker_key(i, shard), marker_value(run_id, self._period()))

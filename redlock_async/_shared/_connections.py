@@ -19,7 +19,14 @@ from typing import Any
 from redis.asyncio import Redis
 
 from redlock_async._core import MIN_TTL_TO_NODE_TIMEOUT, Settings, Vote, complete, one_slot_voters, quorum
-from redlock_async._health import ClockGuard, EvictionWatch, Quarantine, ShardHealth, ShardQuarantine, raise_counters
+from redlock_async._health import (
+    ClockGuard,
+    CounterRepair,
+    EvictionWatch,
+    Quarantine,
+    ShardHealth,
+    ShardQuarantine,
+)
 from redlock_async._nodes import (
     ClusterSubscriber,
     ClusterVoter,
@@ -178,18 +185,22 @@ class Connections:
         plain = tuple(node for node in self.nodes if not isinstance(node, ClusterVoter))
         voters = [(i, node) for i, node in enumerate(self.nodes) if isinstance(node, ClusterVoter)]
         if on_ready is not None:
-            # A node back from a restart raises its fencing counters from the others before it counts again.
-            repair = functools.partial(
-                raise_counters, plain, prefix=settings.fence_prefix.encode(), timeout=settings.connect_timeout * 2
+            # A node back from a restart, or a shard whose primary changed, raises its fencing counters from the
+            # other voters (standalone nodes and Cluster voters' shards alike) before it counts again.
+            repair = CounterRepair(
+                self.nodes, prefix=settings.fence_prefix.encode(), timeout=settings.connect_timeout * 2
             )
+            at = [self.nodes.index(node) for node in plain]  # a standalone node's index among the voters
             # A deployment is new only if every voter is: each quarantine asks the other one's word.
             quarantine = Quarantine(
                 settings.key_prefix.encode(),
                 cluster.quarantine_period,
                 plain,
-                repair=repair,
+                repair=lambda i: repair.node(at[i]),
                 elsewhere=(lambda: shards.state() if shards is not None else None) if voters else None,
             )
+            judged = quarantine.judged
+            repair.node_judged = lambda j: judged(at.index(j))
             if voters:
                 shards = ShardQuarantine(
                     settings.key_prefix.encode(),
@@ -197,7 +208,9 @@ class Connections:
                     voters,
                     on_replaced=cluster.shard_replaced,
                     elsewhere=quarantine.state if plain else None,
+                    repair=repair.shard,
                 )
+                repair.shard_judged = shards.judged
         self._quarantine = quarantine
         self._shards = shards
         # A node whose maxmemory-policy can evict: INFO stats before its votes; an eviction holds it out.
