@@ -19,7 +19,7 @@ from redlock_async._core import algorithm as _algorithm
 from redlock_async._core import clock as _clock
 from redlock_async._queue import claim as _queue
 from redlock_async._queue import wait as _queue_wait
-from redlock_async._rounds import Heard, Keep, Lease, Phase, Tenure
+from redlock_async._rounds import Heard, Keep, Lease, Phase, Tenure, back_in
 from redlock_async._rounds import requests as _requests
 from redlock_async._shared import Cluster
 
@@ -118,6 +118,7 @@ async def wait_in_line(self: InLine, tenure: Tenure, blocking: bool, give_up: fl
             if won is None and now < give_up:
                 # Wait in line: grant words (a release handing the key on) until the next try.
                 delay = _algorithm.retry_delay(settings.retry_delay, _random.random(), give_up - now)
+                delay = min(delay, back_in(nodes))  # a node back from its quarantine: look then
                 won = await _queue_wait.claimed(claims, now + delay, grace, hold_back, until_answered=False)
                 if won is not None:
                     listener.granted()  # a release handed it to us, not our fallback timer

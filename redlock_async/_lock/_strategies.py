@@ -33,7 +33,7 @@ from redlock_async._lock._in_line import line_token, never_refused, wait_in_line
 from redlock_async._queue import claim as _queue
 from redlock_async._queue import release as _queue_release
 from redlock_async._queue import wait as _queue_wait
-from redlock_async._rounds import Ballot, Keep, Lease, Phase, Tenure, outcomes
+from redlock_async._rounds import Ballot, Keep, Lease, Phase, Tenure, back_in, outcomes
 from redlock_async._rounds import requests as _requests
 from redlock_async._shared import Cluster
 from redlock_async._shared import handoff as _handoff
@@ -146,6 +146,7 @@ class Words:
                 if not blocking or (remaining <= 0 and attempted):
                     return False
                 delay = _algorithm.retry_delay(self.settings.retry_delay, _random.random(), max(remaining, 0.0))
+                delay = min(delay, back_in(cluster.nodes))  # a node back from its quarantine: look then
                 if listener is None:
                     await cluster.pause(delay)
                 else:
@@ -201,6 +202,7 @@ class Words:
         if result.validity is None:
             tenure.tried()
             tenure.heard(result)
+            self.cluster.listener.gives_back(result.token)  # its give-back's words wake none of ours
             if log.isEnabledFor(logging.DEBUG):
                 found = outcomes(self.cluster.nodes, result.votes, result.details)
                 log.debug("redlock %r not acquired: %s", self.name, ", ".join(map(str, found)))

@@ -11,6 +11,7 @@ from redlock_async._rounds._deadline import Deadline
 from redlock_async._rounds._fanout import (
     UNANSWERED,
     Ballot,
+    back_in,
     outcomes,
     sitting_out,
     timed_out,
@@ -34,6 +35,7 @@ __all__ = [
     "Sent",
     "Tenure",
     "after_extension",
+    "back_in",
     "not_acquired",
     "outcomes",
     "owner_of",

@@ -33,7 +33,7 @@ from redlock_async._core import (
     verdict,
 )
 from redlock_async._core import clock as _clock
-from redlock_async._nodes import Failure, Fallback, Node, Receiver, Reply, pack_script
+from redlock_async._nodes import ClusterVoter, Failure, Fallback, Node, Receiver, Reply, pack_script
 from redlock_async._rounds._deadline import Deadline
 from redlock_async._scripts import Script
 from redlock_async.errors import NodeOutcome
@@ -67,6 +67,24 @@ def vote_of_script(reply: Reply) -> Vote:
     if isinstance(reply, Failure):
         return reply.vote
     return YES if reply == 1 else NO
+
+
+BACK_SLACK = 0.005
+"""Seconds after a node's quarantine ends that a waiter looks again (its timer has run by then)."""
+
+
+def back_in(nodes: Sequence[Node]) -> float:
+    """Seconds until the first node that sits out now (its restart quarantine, a clock or eviction hold; a
+    Cluster voter's shard primaries each) counts again, plus :data:`BACK_SLACK`; inf when none will. A waiter
+    whose try failed looks again then, not at its retry: nothing else tells it (no release word comes)."""
+    now = _clock.now()
+    soonest = math.inf
+    for node in nodes:
+        for one in (node, *node.primaries()) if isinstance(node, ClusterVoter) else (node,):
+            until = one.quarantined_until
+            if now < until < soonest:
+                soonest = until
+    return soonest - now + BACK_SLACK
 
 
 def sitting_out(node: Node) -> str | None:

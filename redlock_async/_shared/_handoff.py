@@ -1,30 +1,27 @@
 """Pushed hand-off: waiters are woken by a release instead of polling blindly.
 
-The release script publishes on the lock key's channel on each node after
-it deleted the key. A Redlock has one :class:`Listener` with one subscriber
-connection per node, shared by all its waiters and multiplexed by channel.
-Subscriber connections are :class:`Node`\\ s like the others (bounded
-connects, reconnects, non-blocking sends): ``SUBSCRIBE`` answers with one
-confirmation, and pub/sub messages are handed to the listener. After a
-reconnect, the node re-subscribes to every channel still wanted.
+The release script publishes on the lock key's channel on each node after it deleted the key. A Redlock has one
+:class:`Listener` with one subscriber connection per node, shared by all its waiters and multiplexed by channel.
+Subscriber connections are :class:`Node`\\ s like the others (bounded connects, reconnects, non-blocking sends):
+``SUBSCRIBE`` answers with one confirmation, and pub/sub messages are handed to the listener. After a reconnect, the
+node re-subscribes to every channel still wanted.
 
-Waiters of a channel wait in order, in a :class:`~redlock_async._core._lot.ParkingLot`. A
-release heard from a majority wakes only the oldest waiter, and further
-messages for that channel (the same release, published by the other nodes)
-are ignored until it has tried: no stampede, and no split votes between
-waiters of the same Redlock. Notifications can be lost (a node restarts, a connection drops, a lease
-expires instead of being released), so every wait also ends after a bounded, jittered delay.
+Waiters of a channel wait in order, in a :class:`~redlock_async._core._lot.ParkingLot`. A release heard from a
+majority wakes only the oldest waiter, and further messages for that channel (the same release, published by the
+other nodes) are ignored until it has tried: no stampede, and no split votes between waiters of the same Redlock.
+Notifications can be lost (a node restarts, a connection drops, a lease expires instead of being released), so every
+wait also ends after a bounded, jittered delay.
 
-A release publishes its word only where someone may hear it (``QUEUE_LEAVE``): a subscriber first sets the
-channel's listening mark on every node (:class:`Marks`) on the command connection, ahead of its next look at the
-key: a release after that look publishes, and one before it is seen by the look. (On a Cluster voter, the words
-go by sharded pub/sub: ``_nodes/_pubsub.py``.)
-"""
+A release publishes its word only where someone may hear it (``QUEUE_LEAVE``): a subscriber first sets the channel's
+listening mark on every node (:class:`Marks`) on the command connection, ahead of its next look at the key: a
+release after that look publishes, and one before it is seen by the look. (On a Cluster voter, the words go by
+sharded pub/sub: ``_nodes/_pubsub.py``.)"""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -75,13 +72,14 @@ class _Channel:
     # ticket -> the round a release sent for it (handed over), until the waiter counts it or departs.
     handed: dict[int, tuple[Sent, Taker]] = field(default_factory=dict)
     chain: int = 0  # hand-overs in a row: after MAX_CHAIN, one release wakes everyone's waiters instead
+    unsure: list[bytes] = field(default_factory=list)  # words heard while the woken one tried (see _settle)
     yielding: bool = False  # a release was left to other processes' waiters (_yield): ours wait the grace
 
 
-# One _Channel per (event loop, nodes, key): two Redlocks of one process on the
-# same nodes share their waiters' order, so a release wakes one waiter, not one
-# per Redlock racing each other (the same one would win every time).
-_channels: dict[tuple[asyncio.AbstractEventLoop, tuple[str, ...], bytes], _Channel] = {}
+# One _Channel per (event loop, nodes, key): two Redlocks of one process on the same nodes share their waiters'
+# order, so a release wakes one waiter, not one per Redlock racing each other (the same one would win every time).
+_Key = tuple[asyncio.AbstractEventLoop, tuple[str, ...], bytes]
+_channels: dict[_Key, _Channel] = {}
 
 
 def vote_of_subscribe(reply: Reply) -> Vote:
@@ -150,12 +148,20 @@ class Listener:
         self._watchers: dict[bytes, list[Callable[[], None]]] = {}
         self.grants = Grants()
         """The claims of this Redlock's waiters in the nodes' grant queue, which grant words go to."""
+        # Its failed tries' words (SHA1 of their tokens): a try a majority said yes to but that failed (nodes in
+        # quarantine) gives its keys back on a majority; those words woke its waiter again, every round trip.
+        self._own: deque[bytes] = deque(maxlen=16)
 
     @property
     def wakeups(self) -> int:
         """Waiters woken by a notification, or handed the lock by a grant of the queue (for tests and
         benchmarks)."""
         return self._waits.wakeups
+
+    def gives_back(self, token: bytes) -> None:
+        """A try of this Redlock's with *token* failed (or may give its keys back): the release words of that
+        token are not a release to wake a waiter of this Redlock on."""
+        self._own.append(hashlib.sha1(token).hexdigest().encode())
 
     def granted(self) -> None:
         """A waiter in the grant queue was handed the lock by grants while it waited (a wake-up)."""
@@ -173,7 +179,7 @@ class Listener:
 
     def taking(self, channel: bytes) -> bool:
         """True when the line for *channel* is taking the key now: a release woke (or handed the lock to)
-        a waiter that is trying, or was left to other processes' waiters for a grace (:meth:`_yield`).
+        a waiter that is trying, or was left to other processes' waiters for a grace (:func:`_yield`).
         A newcomer then joins the line without trying: the release is theirs. Otherwise it tries at
         once: waiters that only wait for their timer (the key expired, or its release went unheard)
         may be waiting for a word that never comes."""
@@ -246,6 +252,7 @@ class Listener:
         if taker is not None:
             state.takers[place] = (self, taker)
         if again:
+            _settle(state, self._own, self._waits)
             self._waits.wakeups += state.line.done()
         return await state.line.wait(place, timeout, self._waits)
 
@@ -268,6 +275,8 @@ class Listener:
         if handed is not None:
             sent, taker = handed
             taker.give_back(sent)  # sent for us, never counted: nothing may stay behind
+        if state.line.turn == place:
+            _settle(state, self._own, self._waits)  # it was trying: the releases heard meanwhile still count
         self._waits.wakeups += state.line.depart(place)
 
     def handed(self, channel: bytes, place: int) -> Sent | None:
@@ -284,7 +293,7 @@ class Listener:
 
         At MAX_CHAIN the count starts again, and this release (whose *word* it publishes) goes to the
         waiters of other processes first: its words wake no waiter of this process, whose oldest
-        waiter is woken a grace later (:meth:`_yield`). Otherwise this busy process, awake when the
+        waiter is woken a grace later (:func:`_yield`). Otherwise this busy process, awake when the
         release's replies come, would hear its words first and win that race too."""
         state = self._state(channel)
         if state is None or state.line.taking or (place := state.line.first()) is None:
@@ -296,26 +305,9 @@ class Listener:
             return False  # the next in line waits in another Redlock: it hears the release
         if state.chain >= MAX_CHAIN:
             state.chain = 0
-            self._yield(channel, state, word)
+            _yield((asyncio.get_running_loop(), self._scope, channel), state, self.nodes, self._waits, word)
             return False
         return True
-
-    def _yield(self, channel: bytes, state: _Channel, word: bytes) -> None:
-        """Let waiters elsewhere have this release: its words are ignored here, and this process's
-        oldest waiter is woken after a grace of a few round trips (if no release woke it meanwhile)."""
-        state.heard.append(word)
-        state.yielding = True  # newcomers of this process do not take it meanwhile either
-        rtt = max((node.load.srtt for node in self.nodes), default=0.0)
-        grace = min(max(YIELD_ROUND_TRIPS * rtt, YIELD_MIN), YIELD_MAX)
-        loop = asyncio.get_running_loop()
-        key = (loop, self._scope, channel)
-
-        def wake() -> None:
-            state.yielding = False
-            if _channels.get(key) is state and not state.line.taking:
-                self._waits.wakeups += state.line.wake()
-
-        loop.call_later(grace, wake)
 
     def hand_over(self, channel: bytes, word: bytes) -> None:
         """Right after a release of *channel* that :meth:`may_hand_over` allowed was queued (it tells no
@@ -343,6 +335,7 @@ class Listener:
         """The woken waiter finished trying (acquired or gave up): the next release wakes the next one."""
         state = self._state(channel)
         if state is not None:
+            _settle(state, self._own, self._waits)
             self._waits.wakeups += state.line.done()
 
     def share(self, channel: bytes) -> None:
@@ -429,8 +422,8 @@ class Listener:
         grant = is_grant(token)
         if grant and node is not None:
             self.grants.route(channel, token, node)
-        if channel not in self._subscribed:
-            return  # a late word for a channel no waiter of ours wants any more: remember nothing
+        if channel not in self._subscribed or (self._own and token in self._own):
+            return  # a late word for a channel no waiter of ours wants any more, or our own give-back's
         watchers = self._watchers.get(channel)
         if watchers:
             for callback in list(watchers):
@@ -459,6 +452,8 @@ class Listener:
             return
         state.heard.append(token)
         state.chain = 0
+        if state.line.woken:
+            return state.unsure.append(token)  # told apart when the try is over (_settle)
         self._waits.wakeups += state.line.release()
 
     def on_connect(self, node: Node) -> None:
@@ -477,3 +472,29 @@ class Listener:
         """True when the oldest waiter of *channel* awaits a word now, not between two looks (for tests)."""
         state = self._state(channel)
         return state is not None and (first := state.line.first()) is not None and state.line.parked(first)
+
+
+def _settle(state: _Channel, own: deque[bytes], waits: Waits) -> None:
+    """The woken waiter (of the Listener whose failed tries' words are *own*) is done trying: each release heard from
+    a majority meanwhile that was not its try's own give-back (its words may come before the try ends) counts now."""
+    if state.unsure:
+        words, state.unsure = state.unsure, []
+        for word in words:
+            if word not in own:
+                waits.wakeups += state.line.release()
+
+
+def _yield(key: _Key, state: _Channel, nodes: Sequence[Node], waits: Waits, word: bytes) -> None:
+    """Let waiters elsewhere have this release: its words are ignored here, and this process's oldest waiter
+    (of channel *key*) is woken after a grace of a few round trips (if no release woke it meanwhile)."""
+    state.heard.append(word)
+    state.yielding = True  # newcomers of this process do not take it meanwhile either
+    rtt = max((node.load.srtt for node in nodes), default=0.0)
+    grace = min(max(YIELD_ROUND_TRIPS * rtt, YIELD_MIN), YIELD_MAX)
+
+    def wake() -> None:
+        state.yielding = False
+        if _channels.get(key) is state and not state.line.taking:
+            waits.wakeups += state.line.wake()
+
+    asyncio.get_running_loop().call_later(grace, wake)
