@@ -40,7 +40,9 @@ def cluster_port() -> int:
     """A free port whose bus port (+10000) is free too, at most 55535, never handed out before."""
     rng = random.SystemRandom()
     for _ in range(200):
-        port = rng.randrange(15000, 32000)  # below the ephemeral range, so no client connection takes it
+        # Both below the ephemeral range (32768 on Linux): no client connection's local port, and no standalone
+        # node's (they bind port 0), can take the bus port (a bus port of 39774 was once taken in CI).
+        port = rng.randrange(15000, 32768 - 10000)
         with registry_lock:
             if port in issued_ports or port + 10000 in issued_ports:
                 continue
